@@ -1,0 +1,109 @@
+"""Command line: `python -m mirror_sd generate --method {ar,sd,mirror} --prompt TEXT ...`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .decoding import Settings
+from .errors import MirrorSDError
+from .events import Commit, Error, Finish, Notice
+from .methods import METHODS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mirror_sd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="decode one prompt with one method")
+    g.add_argument("--method", choices=sorted(METHODS), default="mirror")
+    g.add_argument("--target", default="default", help="hub id, local folder, .gguf file or 'default'")
+    g.add_argument("--draft", default="default")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, no chat template")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--gamma", type=int, default=4)
+    g.add_argument("--kappa", type=int, default=8)
+    g.add_argument("--exit-layer", type=int, default=None)
+    g.add_argument("--branch-budget", type=int, default=2)
+    g.add_argument("--precision", default="fp32")
+    g.add_argument("--target-device", default="auto")
+    g.add_argument("--draft-device", default="auto")
+    g.add_argument("--trust-remote-code", action="store_true")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    return parser
+
+
+def _progress(message: str, fraction=None) -> None:
+    pct = f" {fraction:.0%}" if fraction is not None else ""
+    print(f"[load]{pct} {message}", file=sys.stderr, flush=True)
+
+
+def run_generate(args) -> int:
+    from .loading import load_pair  # heavy imports only when needed
+
+    settings = Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                        top_p=args.top_p, top_k=args.top_k, seed=args.seed, gamma=args.gamma,
+                        kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget)
+    if not args.prompt.strip():
+        raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
+    pair = load_pair(args.target, args.draft, precision=args.precision,
+                     target_device=args.target_device, draft_device=args.draft_device,
+                     trust_remote_code=args.trust_remote_code, progress=_progress)
+    prompt_ids = pair.encode_prompt(args.prompt, chat=not args.no_chat)
+    decoder = METHODS[args.method](pair, settings)
+    spans, finish = [], None
+    for event in decoder.generate(prompt_ids):
+        if isinstance(event, Error):
+            raise MirrorSDError(event.message)
+        if isinstance(event, Notice):
+            print(f"note: {event.message}", file=sys.stderr)
+        elif isinstance(event, Commit) and not args.json:
+            print(event.text, end="", flush=True)
+        elif event.to_dict()["type"] == "Span":
+            spans.append(event)
+        elif isinstance(event, Finish):
+            finish = event
+    stats = finish.stats
+    if args.json:
+        t0 = min((s.start_ns for s in spans), default=0)
+        print(json.dumps({
+            "method": args.method,
+            "text": finish.text,
+            "prompt_ids": prompt_ids,
+            "token_ids": finish.token_ids,
+            "stats": stats,
+            "spans": [{"lane": s.lane, "label": s.label, "step": s.step, "detail": s.detail,
+                       "start_ms": (s.start_ns - t0) / 1e6, "end_ms": (s.end_ns - t0) / 1e6}
+                      for s in spans],
+        }))
+    else:
+        print()
+        print(summary_line(stats))
+    return 0
+
+
+def _fmt(x, spec):
+    return "n/a" if x is None else format(x, spec)
+
+
+def summary_line(stats: dict) -> str:
+    return (f"[{stats['method']}] {stats['new_tokens']} tokens in {stats['wall_s']:.2f} s "
+            f"({stats['tokens_per_s']:.2f} tok/s), {stats['target_forwards']} target forwards, "
+            f"mean accepted {stats['mean_accepted']:.2f}, hit rate {_fmt(stats['hit_rate'], '.0%')}, "
+            f"draft hidden {_fmt(stats['draft_hidden_fraction'], '.0%')}")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run_generate(args)
+    except MirrorSDError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
