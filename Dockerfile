@@ -11,8 +11,11 @@ RUN useradd --create-home --uid 1000 app
 WORKDIR /home/app/mirror-sd
 
 COPY requirements.txt .
-# torch's CPU wheel index: the default index would bring a multi-GB CUDA build
-RUN pip install --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.txt
+# Pass PyTorch's CPU wheel index as a build arg for a small image
+# (docker build --build-arg PIP_EXTRA_INDEX_URL=<cpu wheel index> .); without it pip
+# takes the default torch build, which is larger but works the same.
+ARG PIP_EXTRA_INDEX_URL=""
+RUN pip install -r requirements.txt
 
 COPY --chown=app:app . .
 USER app
