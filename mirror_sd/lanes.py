@@ -57,30 +57,3 @@ class Lane:
 
     def synchronize(self):
         lane_sync(self.device)
-
-
-def expand_cache(cache: DynamicCache, rows: int, config) -> DynamicCache:
-    """A new cache holding `rows` copies of a batch-1 cache (for batched branches)."""
-    out = DynamicCache(config=config)
-    for i, layer in enumerate(cache.layers):
-        out.update(layer.keys.expand(rows, -1, -1, -1).contiguous(),
-                   layer.values.expand(rows, -1, -1, -1).contiguous(), i)
-    return out
-
-
-def gather_row(cache: DynamicCache, row: int, index: torch.Tensor, config) -> DynamicCache:
-    """A batch-1 cache from one row of a batched cache, keeping sequence entries `index`."""
-    out = DynamicCache(config=config)
-    for i, layer in enumerate(cache.layers):
-        idx = index.to(layer.keys.device)
-        out.update(layer.keys[row:row + 1].index_select(2, idx).contiguous(),
-                   layer.values[row:row + 1].index_select(2, idx).contiguous(), i)
-    return out
-
-
-def select_rows(cache: DynamicCache, rows: list[int]) -> None:
-    """Keep only `rows` of a batched cache, in place (stale branches dropped)."""
-    for layer in cache.layers:
-        idx = torch.tensor(rows, dtype=torch.long, device=layer.keys.device)
-        layer.keys = layer.keys.index_select(0, idx)
-        layer.values = layer.values.index_select(0, idx)

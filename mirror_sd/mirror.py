@@ -26,15 +26,16 @@ import torch
 from .decoding import Decoder, Run, generator_for
 from .drafting import Window, choose, serial_rollout, to_probs
 from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
-from .lanes import Lane, expand_cache, gather_row, select_rows
+from .lanes import Lane
 from .pair import ModelPair
 from .placement import lane_sync
 from .speculative import verify_window
-from .acceptance import Sampling
+from .branch_scoring import Root, score_roots
+from .branches import BranchBatch
 
 log = logging.getLogger(__name__)
 
-EXIT_WEIGHT = 0.5  # share of a root's token probability taken from the early exit (rest: draft)
+EARLY_ROOTS = 1  # roots started on the draft's own guess, before the early exit arrives
 
 
 def default_exit_layer(pair: ModelPair) -> int:
@@ -49,13 +50,6 @@ def exit_parts(model):
 
 
 @dataclass
-class Root:
-    depth: int  # continuation of y, d_1..d_depth, token
-    token: int
-    score: float
-
-
-@dataclass
 class StepJob:
     """What the two lanes share during one step."""
     step: int
@@ -65,6 +59,7 @@ class StepJob:
     proposals_ready: threading.Event = field(default_factory=threading.Event)
     verdict: tuple | None = None  # (A, c)
     verdict_ready: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # set with either of the above
     cancelled: bool = False
     # filled by the draft lane
     next_window: Window | None = None
@@ -73,34 +68,24 @@ class StepJob:
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
+    def post_proposals(self, proposals):
+        self.proposals = proposals
+        self.proposals_ready.set()
+        self.wake.set()
 
-def score_roots(job: StepJob, q_bonus: torch.Tensor, kappa: int, budget: int) -> list[Root]:
-    """Best-first (depth, token) roots: P(target stops at depth j) * P(its token is v).
+    def post_verdict(self, verdict):
+        self.verdict = verdict
+        self.verdict_ready.set()
+        self.wake.set()
 
-    The draft's own probability of each drafted token estimates its acceptance; the token at
-    the stop mixes the early-exit proposal with the draft's residual distribution there."""
-    d, q_rows = job.window.tokens, job.window.q_rows
-    gamma = len(d)
-    exit_ids, exit_lps = job.proposals
-    reach, roots = 1.0, []
-    for j in range(gamma + 1):
-        dist = q_rows[j] if j < gamma else q_bonus  # draft's distribution at the stop position
-        drafted = d[j] if j < gamma else None
-        stop = reach * (1.0 - float(dist[drafted])) if drafted is not None else reach
-        rest = 1.0 - (float(dist[drafted]) if drafted is not None else 0.0)
-        exit_p = {t: float(torch.tensor(lp).exp()) for t, lp in zip(exit_ids[j], exit_lps[j])}
-        exit_rest = 1.0 - exit_p.get(drafted, 0.0) if drafted is not None else 1.0
-        draft_top = torch.topk(dist, kappa).indices.tolist()
-        for v in dict.fromkeys(list(exit_ids[j]) + draft_top):
-            if v == drafted:
-                continue  # a stop at j means the target did not pick d_{j+1}
-            p_exit = exit_p.get(v, 0.0) / max(exit_rest, 1e-9)
-            p_draft = float(dist[v]) / max(rest, 1e-9)
-            roots.append(Root(j, v, stop * (EXIT_WEIGHT * p_exit + (1 - EXIT_WEIGHT) * p_draft)))
-        if drafted is not None:
-            reach *= float(dist[drafted])
-    roots.sort(key=lambda r: -r.score)
-    return roots[:budget]
+    def cancel(self):
+        self.cancelled = True
+        self.verdict_ready.set()
+        self.proposals_ready.set()
+        self.wake.set()
+
+    def matches(self, root: Root) -> bool:
+        return self.verdict is not None and (root.depth, root.token) == tuple(self.verdict)
 
 
 class DraftWorker(threading.Thread):
@@ -128,100 +113,64 @@ class DraftWorker(threading.Thread):
         return self.run_.span("draft", label, self.lane.device, step, detail)
 
     def _step(self, job: StepJob):
-        s, lane, model = self.run_.settings, self.lane, self.lane.model
-        sampling: Sampling = s.sampling
-        gamma, n = s.gamma, job.n
+        s, lane = self.run_.settings, self.lane
+        sampling, gamma, n = s.sampling, s.gamma, job.n
+        prefix = self.run_.committed[:n]
         # 1) extend the cache by d_gamma: the draft's view of the bonus position
-        with self._span("extend", job.step, "d_gamma"):
-            base_ids = self.run_.committed[:n] + job.window.tokens
-            logits = lane.feed(lane.sync(base_ids)[:], logits_to_keep=1)
+        with self._span("extend", job.step, "feed d_gamma"):
+            logits = lane.feed(lane.sync(prefix + job.window.tokens), logits_to_keep=1)
             q_bonus = to_probs(logits[-1:], sampling)[0]
-        # 2) wait for the early exit (it leaves the target lane mid-forward)
-        while not (job.proposals_ready.wait(0.05) or job.cancelled):
-            pass
-        if job.cancelled:
-            return
-        roots = score_roots(job, q_bonus, s.kappa, s.branch_budget)
-        # 3) branch-complete rollouts, batched, until the verdict makes them stale
-        taken = self._rollout(job, roots, sampling, gamma, n)
-        if job.cancelled:
-            return
+        # 2) branch-complete rollouts, batched, until the verdict makes them stale
+        batch = BranchBatch(lane.model, lane.cache, n, gamma, sampling)
+        admitted: set = set()
+        exit_used = False
+
+        def admit(limit):
+            roots = score_roots(job.window.tokens, job.window.q_rows, q_bonus,
+                                job.proposals if exit_used else None, s.kappa)
+            for root in roots:
+                if len(admitted) >= limit:
+                    break
+                if (root.depth, root.token) not in admitted:
+                    admitted.add((root.depth, root.token))
+                    batch.admit(root, generator_for(s.seed, job.step, "branch", root.depth, root.token))
+
+        while True:
+            job.wake.clear()
+            if job.cancelled:
+                return
+            if not exit_used and job.proposals_ready.is_set():
+                exit_used = True  # the early exit is here: spend the rest of the budget
+                admit(s.branch_budget)
+            elif not admitted:
+                admit(min(EARLY_ROOTS, s.branch_budget))  # start on the draft's own best guess
+            if job.verdict_ready.is_set():
+                batch.keep(job.matches)  # stale branches are cancelled now
+                if batch.done or not batch.live:
+                    break
+            if batch.live:
+                with self._span("branches", job.step, f"{len(batch.live)} rows"):
+                    batch.forward()
+            else:  # idle until the early exit or the verdict arrives
+                job.wake.wait(1.0)
         A, c = job.verdict
-        if taken is None:  # 4) miss: roll out from c serially, as plain SD would
+        taken = batch.done[0] if batch.done else None
+        if taken is not None:  # 3) a hit: the branch is the next window, its cache the draft's
+            lane.cache = taken.cache
+            lane.ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:-1]
+            job.next_window = taken.window()
+        else:  # 4) a miss: roll out from c serially, as plain SD would
             with self._span("fallback", job.step, f"{gamma} tokens, serial"):
-                job.next_window = serial_rollout(lane, self.run_.committed[:n] + job.window.tokens[:A] + [c],
-                                                 gamma, sampling, generator_for(s.seed, job.step, "fallback"))
+                job.next_window = serial_rollout(lane, prefix + job.window.tokens[:A] + [c], gamma,
+                                                 sampling, generator_for(s.seed, job.step, "fallback"))
+        job.hit = taken is not None
+        for root, row in batch.history.items():
+            status = "taken" if row is taken else "cancelled"
+            job.branches.append(DraftBranch(job.step, root.depth, root.token, root.score, list(row.tokens),
+                                            [float(q[t]) for q, t in zip(row.q_rows, row.tokens)], status))
+        if taken is None:
             job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
                                             job.next_window.q_probs, "serial"))
-        job.hit = taken is not None
-
-    def _rollout(self, job, roots, sampling, gamma, n):
-        """Roll out all roots together; returns the index of the taken root or None."""
-        lane, model, s = self.lane, self.lane.model, self.run_.settings
-        B, dev = len(roots), lane.device
-        base_len = len(lane.ids)  # n + gamma: y_1..y_n, d_1..d_gamma
-        tokens = [[] for _ in roots]
-        rows = [[] for _ in roots]
-        gens = [generator_for(s.seed, job.step, "branch", r.depth, r.token) for r in roots]
-        alive = list(range(B))
-        with self._span("branches", job.step, f"{B} roots x {gamma} tokens, batched"):
-            cache = expand_cache(lane.cache, B, model.config)
-            mask = torch.ones(B, base_len, dtype=torch.long, device=dev)
-            for r, root in enumerate(roots):
-                mask[r, n + root.depth:base_len] = 0  # the row must not see d_{depth+1}..
-            pos = torch.tensor([[n + r.depth] for r in roots], device=dev)
-            inputs = [r.token for r in roots]
-            pruned = False
-            for k in range(gamma):
-                if job.cancelled:
-                    break
-                if job.verdict_ready.is_set() and not pruned:  # stale branches go now
-                    pruned = True
-                    keep = [i for i, r in enumerate(alive) if self._matches(job, roots[r])]
-                    if not keep:
-                        break
-                    if len(keep) < len(alive):
-                        select_rows(cache, keep)
-                        mask, pos = mask[keep], pos[keep]
-                        alive, inputs = [alive[i] for i in keep], [inputs[i] for i in keep]
-                ids = torch.tensor([[t] for t in inputs], device=dev)
-                with torch.inference_mode():
-                    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
-                                use_cache=True)
-                cache = out.cache
-                logits = out.logits[:, -1]  # [rows, V]
-                probs = to_probs(logits, sampling)
-                for i, r in enumerate(alive):
-                    inputs[i] = choose(probs[i], logits[i], sampling, gens[r])
-                    tokens[r].append(inputs[i])
-                    rows[r].append(probs[i])
-                mask = torch.cat([mask, torch.ones(len(alive), 1, dtype=mask.dtype, device=dev)], 1)
-                pos = pos + 1
-        complete = len(tokens[alive[0]]) == gamma if alive else False
-        # wait for the verdict, then keep the branch rooted at (A, c) if we have it
-        while not (job.verdict_ready.wait(0.05) or job.cancelled):
-            pass
-        if job.cancelled:
-            return None
-        taken = None
-        for i, r in enumerate(alive):
-            if complete and self._matches(job, roots[r]):
-                taken = r
-                A = roots[r].depth
-                index = torch.cat([torch.arange(n + A), torch.arange(base_len, base_len + gamma)])
-                lane.cache = gather_row(cache, i, index, model.config)
-                lane.ids = lane.ids[:n + A] + [roots[r].token] + tokens[r][:-1]
-                job.next_window = Window(tokens[r], torch.stack(rows[r]))
-        for r, root in enumerate(roots):
-            status = "taken" if r == taken else "cancelled"
-            q = [float(row[t]) for row, t in zip(rows[r], tokens[r])]
-            job.branches.append(DraftBranch(job.step, root.depth, root.token, root.score,
-                                            tokens[r], q, status))
-        return taken
-
-    @staticmethod
-    def _matches(job, root) -> bool:
-        return job.verdict is not None and (root.depth, root.token) == tuple(job.verdict)
 
 
 class MirrorSpeculative(Decoder):
@@ -255,8 +204,7 @@ class MirrorSpeculative(Decoder):
             with torch.inference_mode():
                 lp = torch.log_softmax(head(norm(h)).float(), dim=-1)  # [gamma+1, V]
                 top = lp.topk(s.kappa, dim=-1)
-            job.proposals = (top.indices.tolist(), top.values.tolist())  # ids cross, not tensors
-            job.proposals_ready.set()
+            job.post_proposals((top.indices.tolist(), top.values.tolist()))  # ids cross, not tensors
             marks["exit_end"] = time.perf_counter_ns()
 
         self._hook = layers[exit_layer - 1].register_forward_hook(on_exit_layer)
@@ -284,8 +232,7 @@ class MirrorSpeculative(Decoder):
             verdict, verify_event, commit = verify_window(run, target, step, window)
             self._job = None
             self._target_spans(run, step, start, marks)
-            job.verdict = (verdict.accepted, verdict.token)
-            job.verdict_ready.set()
+            job.post_verdict((verdict.accepted, verdict.token))
             run.steps += 1
             if job.proposals:
                 yield EarlyExit(step, exit_layer, list(range(s.gamma + 1)), *job.proposals)
@@ -293,14 +240,13 @@ class MirrorSpeculative(Decoder):
             if commit:
                 yield commit
             if run.done:
-                job.cancelled = True
-                job.verdict_ready.set()
+                job.cancel()
                 yield from run.new_spans()
                 break
             if not job.done.wait(s.lane_timeout_s):
                 job.error = TimeoutError(f"no answer in {s.lane_timeout_s:.0f} s")
             if job.error is not None:
-                job.cancelled = True
+                job.cancel()
                 lane_ok = False
                 yield Notice(f"The draft lane failed ({job.error}); finishing with plain decoding.")
             else:
@@ -340,11 +286,8 @@ class MirrorSpeculative(Decoder):
             self._hook.remove()
             self._hook = None
         if self._worker is not None:
-            job = self._active
-            if job is not None:
-                job.cancelled = True
-                job.verdict_ready.set()
-                job.proposals_ready.set()
+            if self._active is not None:
+                self._active.cancel()
             self._worker.inbox.put(None)
             self._worker.join(timeout=10)  # a stalled lane is a daemon: never block the caller
             self._worker = None
