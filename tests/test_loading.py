@@ -1,0 +1,190 @@
+"""load_pair / placement checks on tiny models built in code: no downloads, a few seconds.
+
+The `real_pair` test builds (first time: minutes) and loads the bundled default pair."""
+import json
+import time
+
+import pytest
+import torch
+from tokenizers import AddedToken
+from tokenizers.pre_tokenizers import ByteLevel
+from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+
+from mirror_sd import placement as placement_mod
+from mirror_sd.errors import MirrorSDError
+from mirror_sd.loading import ensure_default_pair, load_pair
+from mirror_sd.placement import configure_cpu_threads, lane_sync, resolve_placement
+
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_tokenizer():
+    """A byte-level BPE with no merges: 256 byte symbols plus Qwen's special tokens.
+
+    A Qwen2Tokenizer on purpose: transformers 5 reloads any tokenizer saved next to a qwen2
+    config as a Qwen2Tokenizer, whatever class wrote it."""
+    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        vocab[special] = len(vocab)  # 256, 257, 258
+    tok = Qwen2Tokenizer(vocab=vocab, merges=[], eos_token="<|im_end|>",
+                         pad_token="<|endoftext|>", unk_token=None)
+    tok.add_tokens([AddedToken("<|im_start|>", special=True)])
+    tok.chat_template = CHAT
+    return tok
+
+
+def make_model_dir(path, vocab=300, layers=2, tokenizer=True):
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, eos_token_id=258,
+                         tie_word_embeddings=False)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    if tokenizer:
+        tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"target": make_model_dir(root / "target", layers=3),
+            "draft": make_model_dir(root / "draft", layers=1),
+            "draft320": make_model_dir(root / "draft320", vocab=320, layers=1)}
+
+
+def test_load_local_folders(tiny):
+    phases = []
+    pair = load_pair(tiny["target"], tiny["draft"], target_device="cpu", draft_device="cpu",
+                     progress=lambda msg, frac: phases.append(msg))
+    assert pair.vocab_size == 300 and pair.target_layers == 3
+    ids = pair.encode_prompt("hi")
+    assert ids[0] == 257 and 258 in ids  # the chat template from the target's tokenizer
+    assert pair.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert 258 in pair.eos_token_ids
+    info = pair.info
+    assert info["dtype"] == "float32" and info["precision"] == "fp32"
+    for role, layers in (("target", 3), ("draft", 1)):
+        assert info[role]["device"] == "cpu" and info[role]["layers"] == layers
+        assert info[role]["params"] > 0 and info[role]["load_s"] >= 0
+        assert info[role]["source"] == tiny[role]
+    assert info["placement"].target_threads == info["placement"].draft_threads == 1
+    assert any(p.startswith("loading target") for p in phases)
+    assert any(p.startswith("loading draft") for p in phases) and phases[-1] == "done"
+
+
+def test_bf16_allowed_fp16_refused_on_cpu(tiny):
+    pair = load_pair(tiny["target"], tiny["draft"], precision="bf16",
+                     target_device="cpu", draft_device="cpu")
+    assert pair.target.dtype == torch.bfloat16 and pair.draft.dtype == torch.bfloat16
+    with pytest.raises(MirrorSDError, match="fp16 is not supported.*CPU"):
+        load_pair(tiny["target"], tiny["draft"], precision="fp16",
+                  target_device="cpu", draft_device="cpu")
+
+
+def test_unknown_precision(tiny):
+    with pytest.raises(MirrorSDError, match="int3.*fp32, bf16"):
+        load_pair(tiny["target"], tiny["draft"], precision="int3")
+
+
+def test_vocab_mismatch_names_both_sizes(tiny):
+    with pytest.raises(MirrorSDError, match=r"vocabulary.*300.*320"):
+        load_pair(tiny["target"], tiny["draft320"], target_device="cpu", draft_device="cpu")
+
+
+def test_missing_path_and_non_model_folder(tiny, tmp_path):
+    with pytest.raises(MirrorSDError, match="does not exist"):
+        load_pair(str(tmp_path / "nope"), tiny["draft"])
+    with pytest.raises(MirrorSDError, match="does not exist"):
+        load_pair(tiny["target"], str(tmp_path / "missing.gguf"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MirrorSDError, match="no config.json"):
+        load_pair(str(tmp_path / "empty"), tiny["draft"])
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(MirrorSDError, match="not a .gguf"):
+        load_pair(tiny["target"], str(tmp_path / "notes.txt"))
+
+
+def test_custom_code_needs_trust(tmp_path):
+    d = tmp_path / "custom"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "mirror-sd-custom",
+        "auto_map": {"AutoConfig": "cfg.CustomConfig", "AutoModelForCausalLM": "m.CustomLM"}}))
+    with pytest.raises(MirrorSDError, match="trust_remote_code"):
+        load_pair(str(d), str(d), target_device="cpu", draft_device="cpu")
+
+
+def test_unknown_hub_id_fails_fast(tiny):
+    t0 = time.perf_counter()
+    with pytest.raises(MirrorSDError, match="Hugging Face hub"):
+        load_pair("mirror-sd-tests/no-such-model-xyz", tiny["draft"])
+    assert time.perf_counter() - t0 < 30
+
+
+def test_memory_check_before_loading(tiny, monkeypatch):
+    import mirror_sd.loading as loading
+
+    def no_load(*a, **k):
+        raise AssertionError("weights must not be read when memory is short")
+
+    monkeypatch.setattr(loading, "_load_model", no_load)
+    with pytest.raises(MirrorSDError, match="GiB of RAM.*available"):
+        load_pair(tiny["target"], tiny["draft"], target_device="cpu", draft_device="cpu",
+                  memory_limit_bytes=10_000)
+
+
+def test_resolve_placement_cpu_and_validation():
+    p = resolve_placement("cpu", "cpu")
+    assert p.target_device_map == "cpu" and p.draft_device == "cpu" and p.both_on_cpu
+    with pytest.raises(MirrorSDError, match="Unknown target device 'tpu'"):
+        resolve_placement("tpu", "cpu")
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(MirrorSDError, match=f"cuda:{n}.*{n} CUDA GPU"):
+        resolve_placement("cpu", f"cuda:{n}")
+    if not torch.cuda.is_available() and not torch.backends.mps.is_available():
+        auto = resolve_placement()
+        assert (auto.target_device_map, auto.draft_device) == ("cpu", "cpu")
+        with pytest.raises(MirrorSDError, match="mps"):
+            resolve_placement("mps", "cpu")
+
+
+@pytest.mark.parametrize("n_gpu,target,draft", [(1, "cuda:0", "cuda:0"), (2, "cuda:0", "cuda:1"),
+                                                (4, "auto", "cuda:3")])
+def test_resolve_placement_auto_with_gpus(monkeypatch, n_gpu, target, draft):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpu)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=None: (8 << 30, 16 << 30))
+    p = resolve_placement()
+    assert (p.target_device_map, p.draft_device) == (target, draft)
+    if target == "auto":  # the target is split over every GPU but the draft's
+        assert sorted(p.max_memory) == [0, 1, 2] and p.target_device == "cuda:0"
+
+
+def test_cpu_threads_and_sync(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(placement_mod, "cpu_cores", lambda: 2)
+    try:
+        configure_cpu_threads(resolve_placement("cpu", "cpu"))
+        configure_cpu_threads(resolve_placement("cpu", "cpu"))  # interop already set: no crash
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    lane_sync("cpu")
+    lane_sync(torch.device("cpu"))
+
+
+@pytest.mark.real_pair
+def test_default_pair():
+    from transformers import AutoConfig
+
+    target_dir, draft_dir = ensure_default_pair()
+    assert AutoConfig.from_pretrained(target_dir).num_hidden_layers == 28
+    assert AutoConfig.from_pretrained(draft_dir).num_hidden_layers == 24
+    pair = load_pair(target_device="cpu", draft_device="cpu")
+    assert pair.target_layers == 28 and pair.draft.config.num_hidden_layers == 24
+    assert pair.vocab_size == 151936
+    assert pair.tokenizer.convert_ids_to_tokens(151645) == "<|im_end|>"
+    assert 151645 in pair.eos_token_ids
+    assert pair.decode(pair.encode_prompt("hi")).startswith("<|im_start|>")
