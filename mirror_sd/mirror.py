@@ -161,8 +161,10 @@ class DraftWorker(threading.Thread):
             job.next_window = taken.window()
         else:  # 4) a miss: roll out from c serially, as plain SD would
             with self._span("fallback", job.step, f"{gamma} tokens, serial"):
+                # the same random stream as a branch rooted at (A, c): a seeded run samples the
+                # same window whether the branch was precomputed or not (hits change speed only)
                 job.next_window = serial_rollout(lane, prefix + job.window.tokens[:A] + [c], gamma,
-                                                 sampling, generator_for(s.seed, job.step, "fallback"))
+                                                 sampling, generator_for(s.seed, job.step, "branch", A, c))
         job.hit = taken is not None
         for root, row in batch.history.items():
             status = "taken" if row is taken else "cancelled"
