@@ -1,10 +1,25 @@
 """The baseline: the target alone, one token per forward."""
 from __future__ import annotations
 
-from .decoding import Decoder, generator_for
+from .decoding import Decoder, Run, generator_for
 from .drafting import choose, to_probs
 from .events import StepStart
 from .lanes import Lane
+
+
+def plain_step(run: Run, target: Lane, step: int):
+    """One target forward, one committed token (also Mirror-SD's way on when its draft fails)."""
+    sampling = run.settings.sampling
+    pending = target.sync(run.committed)
+    with run.span("target", "prefill" if len(pending) > 1 else "decode", target.device, step):
+        logits = target.feed(pending, logits_to_keep=1)[-1:]  # [1, V]
+    run.target_forwards += 1
+    probs = None if sampling.greedy else to_probs(logits, sampling)[0]
+    token = choose(probs, logits[0], sampling, generator_for(run.settings.seed, step, "ar"))
+    commit = run.commit(step, [token], ["plain"])
+    if commit:
+        yield commit
+    yield from run.new_spans()
 
 
 class Autoregressive(Decoder):
@@ -12,18 +27,8 @@ class Autoregressive(Decoder):
 
     def _decode(self, run, cancel):
         target = Lane(self.pair.target, "target")
-        sampling = run.settings.sampling
         step = 0
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids))
-            pending = target.sync(run.committed)
-            with run.span("target", "prefill" if step == 0 else "decode", target.device, step):
-                logits = target.feed(pending, logits_to_keep=1)[-1:]  # [1, V]
-            run.target_forwards += 1
-            probs = None if sampling.greedy else to_probs(logits, sampling)[0]
-            token = choose(probs, logits[0], sampling, generator_for(run.settings.seed, step, "ar"))
-            commit = run.commit(step, [token], ["plain"])
-            if commit:
-                yield commit
-            yield from run.new_spans()
+            yield from plain_step(run, target, step)
             step += 1

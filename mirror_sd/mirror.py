@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .autoregressive import plain_step
 from .decoding import Decoder, Run, generator_for
-from .drafting import Window, choose, serial_rollout, to_probs
+from .drafting import Window, serial_rollout, to_probs
 from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from .lanes import Lane
 from .pair import ModelPair
@@ -223,7 +224,7 @@ class MirrorSpeculative(Decoder):
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids), list(window.tokens) if lane_ok else [])
             if not lane_ok:  # the draft lane failed: finish with plain decoding, still lossless
-                yield from self._plain_step(run, target, step)
+                yield from plain_step(run, target, step)
                 step += 1
                 continue
             job = StepJob(step, len(run.committed), window)
@@ -268,20 +269,6 @@ class MirrorSpeculative(Decoder):
             run.spans.append(Span("target", "prefix", fwd.start_ns, marks["exit_start"], step, "layers 1..exit"))
             run.spans.append(Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, "norm + LM head, top-kappa"))
             run.spans.append(Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N"))
-
-    def _plain_step(self, run, target, step):
-        from .autoregressive import Autoregressive  # one plain step on the target lane
-        pending = target.sync(run.committed)
-        with run.span("target", "decode", target.device, step):
-            logits = target.feed(pending, logits_to_keep=1)[-1:]
-        run.target_forwards += 1
-        s = run.settings
-        probs = None if s.sampling.greedy else to_probs(logits, s.sampling)[0]
-        token = choose(probs, logits[0], s.sampling, generator_for(s.seed, step, "ar"))
-        commit = run.commit(step, [token], ["plain"])
-        if commit:
-            yield commit
-        yield from run.new_spans()
 
     def _close(self):
         if self._hook is not None:
