@@ -53,7 +53,8 @@ class Settings:
              f"prompt ({prompt_len} tokens) + max new tokens ({self.max_new_tokens}) + window "
              f"exceeds the target's context of {ctx} tokens: lower max new tokens."),
             (1 <= self.gamma <= 32, f"gamma must be between 1 and 32 (got {self.gamma})."),
-            (1 <= self.kappa <= min(64, pair.vocab_size), f"kappa must be between 1 and 64 (got {self.kappa})."),
+            (1 <= self.kappa <= min(64, pair.vocab_size),
+             f"kappa must be between 1 and {min(64, pair.vocab_size)} (got {self.kappa})."),
             (1 <= self.branch_budget <= 16, f"branch budget must be between 1 and 16 (got {self.branch_budget})."),
             (0.0 <= self.temperature <= 10.0, f"temperature must be between 0 and 10 (got {self.temperature})."),
             (0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1] (got {self.top_p})."),
@@ -174,12 +175,13 @@ class Decoder(ABC):
 
     def generate(self, prompt_ids: list[int], cancel: threading.Event | None = None) -> Iterator[Event]:
         cancel = cancel or threading.Event()
+        run = Run(self.pair, prompt_ids, self.settings)
         try:
             self.settings.validate(self.pair, len(prompt_ids))
         except MirrorSDError as e:
             yield Error(str(e))
+            yield Finish(run.stats(self.method), [], "")
             return
-        run = Run(self.pair, prompt_ids, self.settings)
         try:
             for event in self._decode(run, cancel):
                 yield event

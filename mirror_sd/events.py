@@ -42,7 +42,8 @@ class DraftBranch(Event):
     """One branch-complete rollout of the draft from root (depth, token).
 
     status: "taken" (reused as the next window: a hit), "cancelled" (stale when the verdict
-    came), or "fallback" (rolled out serially after a miss / the plain SD draft window).
+    came), or "serial" (rolled out one token per forward: after a miss, the first window, and
+    every plain SD window).
     """
     step: int
     depth: int  # root depth j: continuation of y, d_1..d_j, root_token
@@ -72,7 +73,7 @@ class Commit(Event):
     token_ids: list[int]
     sources: list[str]
     text: str  # decoded text of these tokens ('' when the decoder has no tokenizer)
-    hit: bool | None = None  # Mirror-SD: whether the next window was a reused branch
+    hit: bool | None = None  # Mirror-SD: whether the verified window was a reused branch (a hit)
 
 
 @dataclass

@@ -220,7 +220,7 @@ class MirrorSpeculative(Decoder):
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         self._worker = DraftWorker(draft, run)
         self._worker.start()
-        step, lane_ok = 0, True
+        step, lane_ok, window_hit = 0, True, False
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids), list(window.tokens) if lane_ok else [])
             if not lane_ok:  # the draft lane failed: finish with plain decoding, still lossless
@@ -233,6 +233,8 @@ class MirrorSpeculative(Decoder):
             marks.clear()
             start = time.perf_counter_ns()
             verdict, verify_event, commit = verify_window(run, target, step, window)
+            if commit:
+                commit.hit = window_hit
             self._job = None
             self._target_spans(run, step, start, marks)
             job.post_verdict((verdict.accepted, verdict.token))
@@ -256,7 +258,7 @@ class MirrorSpeculative(Decoder):
                 yield from job.branches
                 run.hits += job.hit
                 run.misses += not job.hit
-                window = job.next_window
+                window, window_hit = job.next_window, job.hit
             yield from run.new_spans()
             step += 1
 
