@@ -1,0 +1,302 @@
+"""The web app: pure renders from hand-written events, then the app itself through
+gradio_client, launched in-process with the tiny random pair (MIRROR_SD_TINY=1): no downloads."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from mirror_sd.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
+from ui.inspector import render_inspector
+from ui.render import render_legend, render_pane, render_summary
+from ui.runs import RunRecord, analyse, compare_tokens
+from ui.texts import LEGEND, parse_prompt
+from ui.timeline import build_timeline, lanes_for
+from ui.traces import TraceError, export_trace, parse_trace
+
+T0 = 1_000_000_000
+
+
+def stats(method, n, wall, **extra):
+    d = {"method": method, "new_tokens": n, "wall_s": wall, "tokens_per_s": n / wall,
+         "target_forwards": n, "mean_accepted": 1.0, "acceptance_rate": None, "hit_rate": None,
+         "fallbacks": 0, "draft_hidden_fraction": None, "cancelled": False}
+    d.update(extra)
+    return d
+
+
+def record(method, events, texts=None, id_texts=None):
+    rec = RunRecord(method, t0_ns=T0, token_texts=list(texts or []), id_texts=dict(id_texts or {}))
+    for i, ev in enumerate(events):
+        rec.add(ev, (i + 1) * 10_000_000)
+    return rec
+
+
+def ar_record(tokens, texts=None):
+    events = []
+    for i, t in enumerate(tokens):
+        events += [StepStart(i, i), Span("target", "decode", T0 + i * 10**7, T0 + (i + 1) * 10**7, i),
+                   Commit(i, [t], ["plain"], "")]
+    events.append(Finish(stats("ar", len(tokens), 0.1 * len(tokens)), list(tokens), ""))
+    return record("ar", events, texts or [f"t{t}" for t in tokens])
+
+
+def mirror_record(tokens=(1, 2, 3, 4, 5, 6, 7)):
+    """Three steps: initial serial window (2 accepted + correction), a hit (all accepted +
+    bonus: 3 tokens), then a miss and a fallback window (1 accepted)."""
+    a, b, c, d, e, f, g = tokens
+    events = [
+        Span("draft", "prefill+draft", T0, T0 + 5 * 10**6, 0),
+        DraftBranch(0, 0, 99, 1.0, [a, b, 50], [0.9, 0.8, 0.3], "serial"),
+        StepStart(0, 0, [a, b, 50]),
+        Span("target", "prefix", T0 + 5 * 10**6, T0 + 8 * 10**6, 0),
+        Span("target", "exit_head", T0 + 8 * 10**6, T0 + 9 * 10**6, 0),
+        Span("target", "suffix", T0 + 9 * 10**6, T0 + 12 * 10**6, 0),
+        Span("draft", "branches", T0 + 9 * 10**6, T0 + 11 * 10**6, 0),
+        EarlyExit(0, 2, [0, 1, 2, 3], [[a, 40], [b, 41], [c, 42], [43, 44]],
+                  [[-0.1, -2.0], [-0.2, -2.5], [-0.3, -1.5], [-1.0, -1.2]]),
+        Verify(0, [a, b, 50], 2, [0.9, 0.7, 0.1], [0.9, 0.8, 0.3], c, "correction"),
+        Commit(0, [a, b, c], ["accepted", "accepted", "correction"], ""),
+        DraftBranch(0, 2, c, 0.5, [d, e], [0.9, 0.9], "taken"),
+        DraftBranch(0, 1, 41, 0.2, [60, 61], [0.5, 0.5], "cancelled"),
+        StepStart(1, 3, [d, e]),
+        Verify(1, [d, e], 2, [0.95, 0.9], [0.9, 0.9], f, "bonus"),
+        Commit(1, [d, e, f], ["accepted", "accepted", "bonus"], ""),
+        DraftBranch(1, 0, 70, 0.3, [71, 72], [0.5, 0.5], "cancelled"),
+        DraftBranch(1, 2, f, 0.0, [g, 80], [0.9, 0.2], "serial"),
+        StepStart(2, 6, [g, 80]),
+        Verify(2, [g, 80], 1, [0.9, 0.1], [0.9, 0.2], 81, "correction"),
+        Commit(2, [g], ["accepted"], ""),
+        Finish(stats("mirror", 7, 0.35, target_forwards=3, mean_accepted=7 / 3, hit_rate=0.5,
+                     fallbacks=1, draft_hidden_fraction=0.4, acceptance_rate=5 / 7),
+               [a, b, c, d, e, f, g], ""),
+    ]
+    return record("mirror", events, [f"t{t}" for t in tokens],
+                  {t: f"w{t}" for t in range(100)})
+
+
+# ----------------------------------------------------------------------------- pure renders
+
+def test_token_text_is_escaped_and_whitespace_kept():
+    evil = "<script>alert('x')</script>"
+    rec = ar_record([5, 6], texts=[evil, "\n    return  x & y"])
+    html = render_pane("ar", rec, "done")
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "\n    return  x &amp; y" in html  # indentation kept verbatim, inside a <pre>
+    assert '<pre class="msd-tokens">' in html
+    assert html.count('class="msd-tok k-plain"') == 2
+
+
+def test_legend_lists_every_kind_with_a_tooltip():
+    html = render_legend()
+    for kind, (label, tip) in LEGEND.items():
+        assert f"k-{kind}" in html and label in html
+    assert html.count("title=") == len(LEGEND)
+    assert {"accepted", "hit", "fallback", "correction", "bonus", "plain"} <= set(LEGEND)
+
+
+def test_analyse_colours_hits_fallbacks_bonus_and_corrections():
+    a = analyse(mirror_record())
+    assert [t.kind for t in a.tokens] == ["accepted", "accepted", "correction",
+                                          "hit", "hit", "bonus", "fallback"]
+    assert a.steps[1].origin == "hit" and a.steps[2].origin == "fallback"
+    assert [b.status for b in a.steps[0].rollouts] == ["taken", "cancelled"]
+    assert a.steps[1].fallback is not None
+    html = render_pane("mirror", mirror_record(), "done")
+    for kind in ("accepted", "hit", "fallback", "correction", "bonus"):
+        assert f"k-{kind}" in html
+
+
+def test_timeline_has_a_lane_per_run_and_model():
+    records = {"ar": ar_record([1, 2, 3]), "mirror": mirror_record()}
+    lanes = lanes_for(records)
+    assert lanes == ["AR · target", "Mirror-SD · target", "Mirror-SD · draft"]
+    fig = build_timeline(records)
+    names = {t.name for t in fig.data}
+    assert {"target prefix (layers 1..ℓₑ)", "target suffix (layers ℓₑ+1..N)",
+            "early exit + hand-off (top-κ ids)", "draft branch rollouts (batched)",
+            "target decode (1 token)", "AR: tokens committed",
+            "Mirror-SD: tokens committed"} <= names
+    ys = {y for t in fig.data if t.type == "bar" for y in t.y}
+    assert ys == set(lanes)
+    prefix = next(t for t in fig.data if t.name.startswith("target prefix"))
+    assert prefix.base[0] == pytest.approx(0.005)  # seconds from the run's own start
+    assert "step 0" in prefix.hovertext[0]
+
+
+def test_inspector_shows_exit_candidates_branches_and_verification():
+    html = render_inspector(mirror_record(), 0)
+    assert "msd-ee" in html and "msd-tree" in html and "msd-verify" in html
+    assert "90%" in html  # exp(-0.1) of the first candidate
+    assert "taken" in html and "cancelled" in html
+    assert "rejected" in html and "accepted" in html
+    assert "A = 2" in html
+    assert "<script>" not in render_inspector(
+        record("mirror", mirror_record().events, id_texts={1: "<script>"}), 0)
+
+
+def test_summary_speedup_and_identical_check():
+    ar = ar_record([1, 2, 3, 4, 5, 6, 7])
+    html = render_summary({"ar": ar, "mirror": mirror_record()}, {"temperature": 0.0})
+    assert "2.00×" in html  # 20 tok/s over 10 tok/s
+    assert "identical to the baseline" in html and "7 of 7" in html
+
+
+def test_summary_counts_mismatches_and_never_hides_them():
+    ar = ar_record([1, 2, 9, 4, 5, 6, 8])
+    html = render_summary({"ar": ar, "mirror": mirror_record()}, {"temperature": 0.0})
+    assert "identical" not in html
+    assert "<b>2</b> of 7 positions" in html and "first at token 2" in html
+    assert compare_tokens([1, 2, 3], [1, 2]) == {"compared": 3, "mismatches": 1, "first": 2,
+                                                 "identical": False}
+
+
+def test_trace_round_trip_and_bad_files():
+    records = {"ar": ar_record([1, 2]), "mirror": mirror_record()}
+    data = json.loads(json.dumps(export_trace(records, "hi", {"gamma": 4}, {"target": "t"})))
+    back, prompt, settings, meta = parse_trace(data)
+    assert prompt == "hi" and settings == {"gamma": 4} and meta == {"target": "t"}
+    for m in records:
+        assert render_pane(m, back[m], "done") == render_pane(m, records[m], "done")
+    assert back["mirror"].id_texts[5] == "w5"
+    with pytest.raises(TraceError, match="not a mirror-sd trace"):
+        parse_trace({"events": []})
+    with pytest.raises(TraceError, match="damaged"):
+        parse_trace({"format": "mirror-sd-trace", "version": 1, "runs": {"ar": {"events": [{"type": "Nope"}]}}})
+
+
+def test_race_replay_prefix():
+    rec = mirror_record()
+    assert len(analyse(rec.until(0)).tokens) == 0
+    t_first_commit = rec.times_ns[[type(e).__name__ for e in rec.events].index("Commit")]
+    assert len(analyse(rec.until(t_first_commit)).tokens) == 3
+    assert rec.until(rec.duration_ns).finish is not None
+
+
+def test_parse_prompt_multi_turn():
+    assert parse_prompt("  hello ") == "hello"
+    msgs = parse_prompt("User: hi\nAssistant: hello\nthere\nUser: bye")
+    assert msgs == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello\nthere"},
+                    {"role": "user", "content": "bye"}]
+
+
+# ----------------------------------------------------------------------------- the app
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MIRROR_SD_TINY", "1")
+        from ui.layout import build_demo, launch
+        demo = build_demo()
+        port = free_port()
+        launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+        try:
+            yield f"http://127.0.0.1:{port}/"
+        finally:
+            demo.close()
+
+
+@pytest.fixture()
+def client(app_url):
+    from gradio_client import Client
+    return Client(app_url, verbose=False)
+
+
+def run_app(client, **kw):
+    job = client.submit(api_name="/run", **{"prompt": "def hello ( x ) :", "max_new_tokens": 16,
+                                            "use_cache": False, **kw})
+    updates = list(job)
+    return updates, job.outputs()[-1]
+
+
+def test_app_imports_without_launching():
+    import app
+    assert app.demo is not None and not getattr(app.demo, "is_running", False)
+
+
+def test_run_endpoint_streams_and_ends_with_both_outputs_and_summary(client):
+    updates, final = run_app(client, with_sd=True)
+    assert len(updates) >= 2  # the first frame streams before the runs end
+    status, ar, mirror, sd, summary, timeline, step, inspector, trace = final
+    assert "Done" in status
+    for pane in (ar, mirror, sd):
+        assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
+    assert "k-plain" in ar
+    assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "fallback", "correction", "bonus"))
+    assert "the speed of AR" in summary and "baseline" in summary and "Mirror-SD" in summary
+    assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
+    assert "msd-ee" in inspector and "msd-verify" in inspector
+    data = json.load(open(trace))
+    assert set(data["runs"]) == {"ar", "mirror", "sd"} and data["prompt"] == "def hello ( x ) :"
+
+
+def test_cached_result_and_trace_replay(client):
+    _, first = run_app(client, use_cache=True, seed=7)
+    _, second = run_app(client, use_cache=True, seed=7)
+    assert "Cached result" in second[0]
+    assert 'data-state="cached"' in second[2]
+    from gradio_client import handle_file
+    replay = client.predict(handle_file(first[-1]), api_name="/load_trace")
+    assert "Loaded a trace" in replay[0] and "no model" in replay[0]
+    assert replay[2].split("</div>", 2)[2] == first[2].split("</div>", 2)[2]  # same tokens
+    assert replay[-1] == "def hello ( x ) :"
+
+
+def test_bad_settings_show_a_message_not_a_traceback(client):
+    _, final = run_app(client, exit_layer=40)
+    assert "exit layer must be between 1 and 3" in final[0]
+    assert "Traceback" not in "".join(str(x) for x in final)
+    _, final = run_app(client, prompt="   ")
+    assert "prompt is empty" in final[0]
+
+
+def test_stop_cancels_within_a_step(client):
+    import time
+    job = client.submit(api_name="/run", prompt="def hello ( x ) :", max_new_tokens=512,
+                        use_cache=False)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("Running" in str(u[0]) for u in job.outputs()):
+        time.sleep(0.1)
+    client.predict(api_name="/stop")
+    for _ in job:
+        pass
+    final = job.outputs()[-1]
+    assert "Stopped" in final[0]
+    assert 'data-state="stopped"' in final[1] or 'data-state="stopped"' in final[2]
+
+
+def test_a_bad_model_name_is_a_message():
+    import threading
+
+    from mirror_sd.decoding import Settings
+    from mirror_sd.errors import MirrorSDError
+    from ui.session import Job, PairCache, PairSpec, RunRequest
+
+    def loader(spec, progress):
+        progress("checking the models", 0.0)
+        raise MirrorSDError(f"The target model path {spec.target!r} does not exist.")
+
+    job = Job(RunRequest("hi", PairSpec(target="./nope"), Settings()), PairCache(loader=loader),
+              threading.Event())
+    job.start()
+    assert job.finished.wait(10)
+    assert job.error == "The target model path './nope' does not exist."
+    assert job.records == {}
+
+
+def test_cancels_are_per_session():
+    from ui.session import Cancels
+    c = Cancels()
+    a, b = c.arm("a"), c.current("b")
+    assert c.stop("a") and a.is_set() and not b.is_set()
+    c.release("a", a)
+    assert not c.stop("a")  # nothing running there any more
+    assert c.current("a") is not a

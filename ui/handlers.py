@@ -1,0 +1,296 @@
+"""Gradio event handlers: thin generators over `session` (work) and `render` (HTML).
+
+Every handler returns values for a fixed list of outputs (see `OUTPUTS` in layout.py):
+status, AR pane, Mirror pane, SD pane, summary, timeline, step slider, inspector, trace file,
+state. Errors become a status message and a gr.Warning, never a traceback.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import gradio as gr
+
+from mirror_sd.decoding import Settings
+
+from .inspector import render_inspector
+from .render import render_pane, render_status, render_summary
+from .runs import SHORT_NAMES, RunRecord, analyse
+from .session import Cancels, Job, PairCache, PairSpec, ResultCache, RunRequest
+from .texts import EXAMPLES
+from .timeline import build_timeline
+from .traces import TraceError, export_trace, read_trace, write_trace
+
+log = logging.getLogger(__name__)
+
+PAIRS = PairCache()
+RESULTS = ResultCache()
+CANCELS = Cancels()
+POLL_S = 0.35  # page refresh while a run streams: cheap renders, decoding never waits
+PANES = ("ar", "mirror", "sd")
+
+
+def _session(request: gr.Request | None) -> str:
+    return (getattr(request, "session_hash", None) or "api") if request is not None else "api"
+
+
+def _frame(status, panes, summary=None, timeline=None, slider=None, inspector=None,
+           trace=None, state=None):
+    """One update of all outputs; None leaves an output as it is."""
+    keep = gr.skip()
+    return (status, *(p if p is not None else keep for p in panes),
+            *(v if v is not None else keep for v in (summary, timeline, slider, inspector, trace, state)))
+
+
+def _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens) -> Settings:
+    return Settings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
+                    top_p=float(top_p), seed=int(seed), gamma=int(gamma), kappa=int(kappa),
+                    exit_layer=int(exit_layer) or None, branch_budget=int(branch_budget))
+
+
+def _pane_state(rec: RunRecord | None, running: bool) -> str:
+    if rec is None:
+        return "waiting"
+    if running:
+        return "running"
+    if rec.errors:
+        return "error"
+    return "stopped" if rec.cancelled or rec.finish is None else "done"
+
+
+def _live_panes(job: Job, methods) -> list[str]:
+    out = []
+    for m in PANES:
+        if m not in methods:
+            out.append(render_pane(m, None, "skipped", note="Tick “also run plain SD” to add it."))
+            continue
+        rec = job.records.get(m)
+        running = job.current == m and not job.finished.is_set()
+        if rec is None:
+            note = ("waits: the runs go one after another" if not job.finished.is_set()
+                    else "not run")
+            out.append(render_pane(m, None, "waiting" if not job.finished.is_set() else "skipped", note=note))
+            continue
+        snap = rec.snapshot()
+        now = time.perf_counter_ns() - snap.t0_ns if running else None
+        out.append(render_pane(m, snap, _pane_state(snap, running), now_ns=now))
+    return out
+
+
+def _best_step(rec: RunRecord | None) -> int:
+    """A step worth showing first: the first hit, else the first verified step."""
+    if rec is None:
+        return 0
+    steps = analyse(rec).steps
+    for s in sorted(steps):
+        if any(b.status == "taken" for b in steps[s].rollouts):
+            return s
+    return min((s for s in steps if steps[s].verify is not None), default=0)
+
+
+def _inspect_target(records: dict) -> str:
+    return "mirror" if records.get("mirror") is not None else "sd"
+
+
+def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, prompt: str,
+                  status: str, level: str = "info", pane_state: str | None = None,
+                  methods=None) -> tuple:
+    """Everything rendered from finished records (a run, a cached result or a trace)."""
+    methods = methods or tuple(records)
+    panes = []
+    for m in PANES:
+        rec = records.get(m)
+        if rec is None:
+            note = "Tick “also run plain SD” to add it." if m == "sd" else "not run"
+            panes.append(render_pane(m, None, "skipped", note=note))
+        else:
+            panes.append(render_pane(m, rec, pane_state or _pane_state(rec, False)))
+    which = _inspect_target(records)
+    rec = records.get(which)
+    n_steps = len(analyse(rec).steps) if rec is not None else 0
+    step = _best_step(rec)
+    greedy = float(settings.get("temperature", 0.0)) == 0.0
+    slider = gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1)
+    trace = write_trace(export_trace(records, prompt, settings, meta)) if records else None
+    state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt}
+    return _frame(render_status(status, level), panes, render_summary(records, settings, meta),
+                  build_timeline(records), slider, render_inspector(rec, step, greedy),
+                  trace, state)
+
+
+def arm(request: gr.Request = None):
+    """On Run click, before queueing: a fresh Stop event for this browser session."""
+    CANCELS.arm(_session(request))
+
+
+def stop(request: gr.Request = None):
+    if CANCELS.stop(_session(request)):
+        return render_status("Stopping after the current decoding step…", "warning")
+    return gr.skip()
+
+
+def run(prompt, target, draft, precision, target_device, draft_device, gamma, kappa, exit_layer,
+        branch_budget, temperature, top_p, seed, max_new_tokens, with_sd, use_cache,
+        request: gr.Request = None):
+    """AR, then Mirror-SD (then plain SD), streaming; ends with all outputs filled."""
+    session = _session(request)
+    cancel = CANCELS.current(session)
+    job = None
+    try:
+        prompt = (prompt or "").strip()
+        if not prompt:
+            gr.Warning("The prompt is empty: type something or pick an example.")
+            yield _frame(render_status("The prompt is empty: type something or pick an example.",
+                                       "error"), [None] * 3)
+            return
+        settings = _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed,
+                             max_new_tokens)
+        spec = PairSpec(*(str(v or "").strip() or d for v, d in
+                          zip((target, draft, precision, target_device, draft_device),
+                              ("default", "default", "fp32", "auto", "auto"))))
+        methods = ("ar", "mirror") + (("sd",) if with_sd else ())
+        req = RunRequest(prompt, spec, settings, methods)
+        settings_d = vars(settings).copy()
+        cached = RESULTS.get(req.key()) if use_cache else None
+        if cached is not None:
+            yield final_outputs(cached["records"], settings_d, cached["meta"], prompt,
+                                f"Cached result for these settings (measured at {cached['when']}). "
+                                f"Untick “reuse cached results” to measure again.",
+                                pane_state="cached")
+            return
+        if cancel.is_set():
+            yield _frame(render_status("Stopped before the run started.", "warning"), [None] * 3)
+            return
+        job = Job(req, PAIRS, cancel)
+        job.start()
+        empty = build_timeline({})
+        first = True
+        t_start = time.monotonic()
+        while not job.finished.wait(0 if first else POLL_S):
+            job.poll()
+            status = _live_status(job, methods, t_start)
+            if first:
+                yield _frame(status, _live_panes(job, methods), render_summary({}), empty,
+                             gr.update(value=0, maximum=1, interactive=False),
+                             render_inspector(None, 0), None, None)
+                first = False
+            else:
+                yield _frame(status, _live_panes(job, methods))
+        records = {m: r for m, r in job.records.items()}
+        meta = dict(job.meta)
+        if job.error:
+            gr.Warning(job.error)
+            if not records:
+                yield _frame(render_status(job.error, "error"), _live_panes(job, methods))
+                return
+            yield final_outputs(records, settings_d, meta, prompt, job.error, "error")
+            return
+        if cancel.is_set() and not records:
+            yield _frame(render_status("Stopped before the first run started.", "warning"),
+                         _live_panes(job, methods))
+            return
+        if cancel.is_set():
+            yield final_outputs(records, settings_d, meta, prompt,
+                                "Stopped: partial results below; the models are free again.",
+                                "warning")
+            return
+        RESULTS.put(req.key(), {"records": records, "meta": meta,
+                                "when": time.strftime("%H:%M:%S")})
+        yield final_outputs(records, settings_d, meta, prompt, _done_message(records))
+    except Exception as e:  # a bug here must not leave a traceback or a silent stall
+        log.exception("run handler failed")
+        gr.Warning(f"Internal error: {type(e).__name__}: {e}")
+        yield _frame(render_status(f"Internal error: {type(e).__name__}: {e}", "error"), [None] * 3)
+    finally:
+        if job is not None and not job.finished.is_set():
+            cancel.set()  # the viewer left (or the handler died): free the lanes
+        CANCELS.release(session, cancel)
+
+
+def _live_status(job: Job, methods, t_start: float) -> str:
+    if job.current is None:
+        return render_status(f"{job.message} ({time.monotonic() - t_start:.0f} s)", "info", job.fraction)
+    i = methods.index(job.current) + 1
+    done = [f"{SHORT_NAMES[m]} {job.records[m].finish.stats['wall_s']:.1f} s"
+            for m in methods if m in job.records and job.records[m].finish is not None]
+    tail = f" · finished: {', '.join(done)}" if done else ""
+    return render_status(f"Running {SHORT_NAMES[job.current]} ({i} of {len(methods)}), "
+                         f"alone on the hardware{tail}", "info", (i - 1) / len(methods))
+
+
+def _done_message(records: dict[str, RunRecord]) -> str:
+    ar, mirror = records.get("ar"), records.get("mirror")
+    if ar and mirror and ar.finish and mirror.finish and ar.finish.stats["tokens_per_s"]:
+        speed = mirror.finish.stats["tokens_per_s"] / ar.finish.stats["tokens_per_s"]
+        return (f"Done: Mirror-SD ran at {speed:.2f}× the speed of the AR baseline. "
+                f"Press “Race replay” to watch them side by side at their measured pace.")
+    return "Done."
+
+
+def inspect(state, which, step):
+    if not state:
+        return render_inspector(None, 0)
+    records = state["records"]
+    greedy = float(state["settings"].get("temperature", 0.0)) == 0.0
+    return render_inspector(records.get(which) or records.get(_inspect_target(records)), step, greedy)
+
+
+def inspect_run(state, which):
+    """Switching the inspected run resets the slider to that run's steps."""
+    if not state or state["records"].get(which) is None:
+        return gr.skip(), render_inspector(None, 0)
+    rec = state["records"][which]
+    n = len(analyse(rec).steps)
+    step = _best_step(rec)
+    greedy = float(state["settings"].get("temperature", 0.0)) == 0.0
+    return (gr.update(maximum=max(n - 1, 1), value=step, interactive=n > 1),
+            render_inspector(rec, step, greedy))
+
+
+def load_trace(path):
+    """A downloaded trace back on screen, without models; also puts its prompt back."""
+    if not path:
+        return (*_frame(gr.skip(), [None] * 3), gr.skip())
+    try:
+        records, prompt, settings, meta = read_trace(path)
+    except TraceError as e:
+        gr.Warning(str(e))
+        return (*_frame(render_status(str(e), "error"), [None] * 3), gr.skip())
+    status = (f"Loaded a trace ({', '.join(SHORT_NAMES.get(m, m) for m in records)}) recorded "
+              f"with {meta.get('target', '?')} / {meta.get('draft', '?')}: replayed from the file, "
+              f"no model involved.")
+    return (*final_outputs(records, settings, meta, prompt, status, pane_state="replay"), prompt)
+
+
+def race(state, speed):
+    """Replay the finished runs together, at their measured pace (times `speed`)."""
+    if not state or not state.get("records"):
+        yield render_status("Run (or load a trace) first, then replay the race.", "warning"), *([gr.skip()] * 3)
+        return
+    records: dict[str, RunRecord] = state["records"]
+    speed = float(str(speed).rstrip("×x") or 1)
+    total = max(r.duration_ns for r in records.values())
+    start = time.monotonic()
+    while True:
+        t = int((time.monotonic() - start) * speed * 1e9)
+        panes = []
+        for m in PANES:
+            rec = records.get(m)
+            if rec is None:
+                panes.append(render_pane(m, None, "skipped", note="not in this result"))
+                continue
+            part = rec.until(t)
+            running = part.finish is None and t < rec.duration_ns
+            panes.append(render_pane(m, part, "replay" if running else _pane_state(part, False),
+                                     now_ns=min(t, rec.duration_ns)))
+        status = render_status(f"Race replay at {speed:g}×: t = {min(t, total) / 1e9:.1f} s of "
+                               f"{total / 1e9:.1f} s (measured times, runs aligned at their start)",
+                               "info", min(1.0, t / total) if total else 1.0)
+        yield status, *panes
+        if t >= total:
+            return
+        time.sleep(0.2)
+
+
+def pick_example(task):
+    return EXAMPLES.get(task, gr.skip())

@@ -1,0 +1,174 @@
+"""The Gradio Blocks: controls on the left, the runs and their anatomy on the right.
+
+`build_demo()` builds the app (no model is loaded until the first Run); `launch(demo)` starts
+it with the queue (one run at a time, a bounded queue whose position the page shows).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gradio as gr
+
+from . import handlers
+from .inspector import render_inspector
+from .render import render_legend, render_pane, render_status, render_summary
+from .session import tiny_mode
+from .texts import DEFAULT_EXAMPLE, EXAMPLES, HOW_IT_WORKS, SEQUENTIAL_NOTE
+from .timeline import build_timeline
+
+CSS = (Path(__file__).with_name("style.css")).read_text(encoding="utf-8")
+QUEUE_SIZE = int(os.environ.get("MIRROR_SD_QUEUE_SIZE", "16"))
+
+# name -> (target, draft); "default" is the bundled offline pair
+PAIR_PRESETS = {
+    "Default: Qwen2.5-Coder 1.5B + 0.5B (bundled, offline)": ("default", "default"),
+    "Hub: Qwen2.5-Coder-1.5B-Instruct + 0.5B-Instruct": ("Qwen/Qwen2.5-Coder-1.5B-Instruct",
+                                                         "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
+    "Hub: Qwen2.5-7B-Instruct + 0.5B-Instruct": ("Qwen/Qwen2.5-7B-Instruct",
+                                                 "Qwen/Qwen2.5-0.5B-Instruct"),
+    "Hub: Qwen3-8B + Qwen3-0.6B (the paper's family)": ("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"),
+    "Custom (type hub ids, folders or .gguf files below)": (None, None),
+}
+DEVICES = ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "mps"]
+
+HEADER = """
+<div class="msd-header">
+  <h1>Mirror Speculative Decoding, live</h1>
+  <p>A real Mirror-SD engine next to a measured autoregressive baseline: watch the draft model
+  write ahead <i>while</i> the target verifies, token by token, on this machine.</p>
+  {banner}
+</div>
+"""
+
+
+def _header() -> str:
+    banner = ('<p class="msd-banner">Test mode (MIRROR_SD_TINY=1): tiny random models, the text '
+              'is noise; the mechanics are real.</p>' if tiny_mode() else "")
+    return HEADER.format(banner=banner)
+
+
+def build_demo() -> gr.Blocks:
+    with gr.Blocks(title="Mirror-SD visualizer") as demo:
+        state = gr.State(None)
+        gr.HTML(_header())
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=4, min_width=340, elem_id="controls"):
+                example = gr.Dropdown(list(EXAMPLES), value=DEFAULT_EXAMPLE, label="Example prompt",
+                                      info="One per task: code, math, summarization, translation, QA, multi-turn chat.")
+                prompt = gr.Textbox(EXAMPLES[DEFAULT_EXAMPLE], lines=5, max_lines=16, label="Prompt",
+                                    info="For a multi-turn chat, start lines with “User:” and “Assistant:”.",
+                                    elem_id="prompt")
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                with gr.Accordion("Speculation", open=True):
+                    gamma = gr.Slider(1, 12, value=4, step=1, label="γ (gamma): drafted tokens per window",
+                                      info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
+                    kappa = gr.Slider(1, 32, value=8, step=1, label="κ (kappa): early-exit candidates per position",
+                                      info="How many of the target's half-way guesses are sent to the draft.")
+                    exit_layer = gr.Slider(0, 63, value=0, step=1, label="ℓₑ: early-exit layer (0 = half the target's layers)",
+                                           info="Earlier: more overlap, weaker guesses. Later: better guesses, less time to hide the draft.")
+                    branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
+                                              info="Branch-complete rollouts the draft writes in parallel per step (batched).")
+                    with_sd = gr.Checkbox(False, label="Also run plain speculative decoding (third pane)")
+                with gr.Accordion("Sampling and length", open=True):
+                    temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                            info="Greedy runs must reproduce the baseline token for token; the summary checks it.")
+                    top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
+                    seed = gr.Number(0, precision=0, label="Seed", minimum=0)
+                    max_new_tokens = gr.Slider(4, 512, value=64, step=4, label="Max new tokens", elem_id="max-new-tokens",
+                                               info="On 2 CPU cores the default pair writes ~2.5 tokens/s alone.")
+                with gr.Accordion("Model pair and devices", open=False):
+                    preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair")
+                    target = gr.Textbox("default", label="Target model",
+                                        info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
+                    draft = gr.Textbox("default", label="Draft model",
+                                       info="Must share the target's vocabulary.")
+                    precision = gr.Dropdown(["fp32", "bf16", "fp16"], value="fp32", label="Precision",
+                                            info="fp16 needs a GPU.")
+                    with gr.Row():
+                        target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
+                                                    label="Target device")
+                        draft_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
+                                                   label="Draft device")
+                with gr.Accordion("Traces and cache", open=False):
+                    use_cache = gr.Checkbox(True, label="Reuse cached results for identical settings")
+                    trace_file = gr.File(label="Download the last run as a JSON trace", interactive=False,
+                                         elem_id="trace-download")
+                    trace_upload = gr.File(label="Load a JSON trace (replays without models)",
+                                           file_types=[".json"], type="filepath", elem_id="trace-upload")
+                with gr.Accordion("How it works", open=True):
+                    gr.Markdown(HOW_IT_WORKS, elem_id="how-it-works")
+            with gr.Column(scale=8, elem_id="results"):
+                status = gr.HTML(render_status("Ready. Press Run: the models load on the first run "
+                                               "(a minute or two) and stay loaded."),
+                                 elem_id="status")
+                gr.HTML(render_legend(), elem_id="legend")
+                with gr.Row(equal_height=False):
+                    ar_pane = gr.HTML(render_pane("ar", None, "waiting", note="Press Run."),
+                                      elem_id="pane-ar")
+                    mirror_pane = gr.HTML(render_pane("mirror", None, "waiting", note="Press Run."),
+                                          elem_id="pane-mirror")
+                    with gr.Column(visible=False, min_width=200) as sd_col:
+                        sd_pane = gr.HTML(render_pane("sd", None, "waiting"), elem_id="pane-sd")
+                gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
+                with gr.Row():
+                    race_btn = gr.Button("Race replay: both runs together at their measured pace",
+                                         elem_id="race-btn", scale=3)
+                    speed = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
+                                        scale=1, min_width=120)
+                summary = gr.HTML(render_summary({}), elem_id="summary")
+                gr.Markdown("### Latency timeline\nEvery measured span, per lane; hover for "
+                            "details. Where a run's draft bars sit under its target bars, the "
+                            "draft's time is hidden.")
+                timeline = gr.Plot(build_timeline({}), show_label=False, elem_id="timeline")
+                gr.Markdown("### Step inspector")
+                with gr.Row():
+                    which = gr.Radio([("Mirror-SD", "mirror"), ("Plain SD", "sd")], value="mirror",
+                                     label="run", scale=1)
+                    step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
+                                     elem_id="step-slider", scale=4)
+                inspector = gr.HTML(render_inspector(None, 0), elem_id="inspector")
+
+        outputs = [status, ar_pane, mirror_pane, sd_pane, summary, timeline, step, inspector,
+                   trace_file, state]
+        inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
+                  exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, with_sd,
+                  use_cache]
+        free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
+        example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
+        preset.change(_preset, preset, [target, draft], api_visibility="private", **free)
+        with_sd.change(lambda v: gr.update(visible=bool(v)), with_sd, sd_col,
+                       api_visibility="private", **free)
+        run_btn.click(handlers.arm, None, None, api_visibility="private", **free).then(
+            handlers.run, inputs, outputs, api_name="run", concurrency_limit=1,
+            concurrency_id="decode", show_progress="full", show_progress_on=[status])
+        race_event = race_btn.click(handlers.race, [state, speed],
+                                    [status, ar_pane, mirror_pane, sd_pane], api_name="race",
+                                    concurrency_limit=8, concurrency_id="replay",
+                                    show_progress="hidden")
+        stop_btn.click(handlers.stop, None, status, api_name="stop", cancels=[race_event], **free)
+        step.change(handlers.inspect, [state, which, step], inspector, api_visibility="private",
+                    concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
+        which.change(handlers.inspect_run, [state, which], [step, inspector],
+                     api_visibility="private", concurrency_limit=None, show_progress="hidden")
+        trace_upload.upload(handlers.load_trace, trace_upload, outputs + [prompt],
+                            api_name="load_trace", concurrency_limit=None)
+    return demo
+
+
+def _preset(name):
+    target, draft = PAIR_PRESETS.get(name, (None, None))
+    if target is None:
+        return gr.skip(), gr.skip()
+    return target, draft
+
+
+def launch(demo: gr.Blocks, **kwargs):
+    """Queue (one run at a time, bounded, positions shown), then launch with the app's CSS."""
+    demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
+    kwargs.setdefault("css", CSS)
+    kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME") or None)
+    kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    return demo.launch(**kwargs)

@@ -1,0 +1,198 @@
+"""The record of one decoding run as the UI sees it, and what it derives from the events.
+
+A `RunRecord` is the engine's event stream plus what a trace needs to be replayed without
+models: the arrival time of each event (relative to the run's start), the text of each
+committed token, and the text of every other token id that appears (drafts, early-exit
+candidates). `analyse()` turns it into per-token colours and per-step views; it is pure.
+
+Token kinds (the legend): accepted (drafted, verified), hit (accepted from a window that was
+a reused branch), fallback (accepted from a window drafted serially after a miss),
+correction (the target's token where it rejected a draft), bonus (the target's token after
+a fully accepted window), plain (the target alone: the AR baseline, or a plain step).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mirror_sd.events import (Commit, DraftBranch, EarlyExit, Error, Event, Finish, Notice,
+                              Span, StepStart, Verify, event_from_dict)
+
+METHOD_NAMES = {"ar": "Autoregressive (target only)", "mirror": "Mirror-SD",
+                "sd": "Plain speculative decoding"}
+SHORT_NAMES = {"ar": "AR", "mirror": "Mirror-SD", "sd": "Plain SD"}
+
+
+@dataclass
+class RunRecord:
+    method: str  # "ar" | "sd" | "mirror"
+    events: list[Event] = field(default_factory=list)
+    times_ns: list[int] = field(default_factory=list)  # arrival of each event, from t0
+    t0_ns: int = 0  # perf_counter_ns at the start: Span times are absolute, subtract this
+    token_texts: list[str] = field(default_factory=list)  # one per committed token
+    id_texts: dict[int, str] = field(default_factory=dict)  # any token id seen -> its text
+
+    def add(self, event: Event, t_ns: int) -> None:
+        self.events.append(event)
+        self.times_ns.append(t_ns)
+
+    def snapshot(self) -> "RunRecord":
+        """A consistent copy while another thread appends (list slices are atomic)."""
+        n = min(len(self.events), len(self.times_ns))
+        return RunRecord(self.method, self.events[:n], self.times_ns[:n], self.t0_ns,
+                         list(self.token_texts), dict(self.id_texts))
+
+    def until(self, t_ns: int) -> "RunRecord":
+        """The run as it stood `t_ns` after its start (race replay)."""
+        n = 0
+        while n < len(self.times_ns) and self.times_ns[n] <= t_ns:
+            n += 1
+        return RunRecord(self.method, self.events[:n], self.times_ns[:n], self.t0_ns,
+                         self.token_texts, self.id_texts)
+
+    @property
+    def finish(self) -> Finish | None:
+        return self.events[-1] if self.events and isinstance(self.events[-1], Finish) else None
+
+    @property
+    def errors(self) -> list[str]:
+        return [e.message for e in self.events if isinstance(e, Error)]
+
+    @property
+    def notices(self) -> list[str]:
+        return [e.message for e in self.events if isinstance(e, Notice)]
+
+    @property
+    def spans(self) -> list[Span]:
+        return [e for e in self.events if isinstance(e, Span)]
+
+    @property
+    def duration_ns(self) -> int:
+        return self.times_ns[-1] if self.times_ns else 0
+
+    @property
+    def cancelled(self) -> bool:
+        f = self.finish
+        return bool(f and f.stats.get("cancelled"))
+
+    @property
+    def complete(self) -> bool:
+        """Finished on its own: not stopped, no error."""
+        return self.finish is not None and not self.cancelled and not self.errors
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "t0_ns": self.t0_ns,
+                "events": [dict(e.to_dict(), t_ns=t) for e, t in zip(self.events, self.times_ns)],
+                "token_texts": self.token_texts,
+                "id_texts": {str(k): v for k, v in self.id_texts.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunRecord":
+        rec = cls(str(d["method"]), t0_ns=int(d.get("t0_ns", 0)),
+                  token_texts=[str(t) for t in d.get("token_texts", [])],
+                  id_texts={int(k): str(v) for k, v in d.get("id_texts", {}).items()})
+        for i, e in enumerate(d["events"]):
+            rec.add(event_from_dict(e), int(e.get("t_ns", i)))
+        return rec
+
+
+@dataclass
+class TokenView:
+    token_id: int
+    text: str
+    kind: str  # accepted | hit | fallback | correction | bonus | plain
+    step: int
+    t_ns: int
+
+
+@dataclass
+class StepView:
+    step: int
+    committed: int  # tokens committed before the step
+    t_ns: int = 0
+    origin: str = "none"  # where this step's window came from: draft | hit | fallback | none
+    window_branch: DraftBranch | None = None  # the rollout that is this step's window
+    early_exit: EarlyExit | None = None
+    verify: Verify | None = None
+    rollouts: list[DraftBranch] = field(default_factory=list)  # speculated during the step
+    fallback: DraftBranch | None = None  # serial rollout after a miss: next step's window
+    commit: Commit | None = None
+    commit_tokens: list[int] = field(default_factory=list)  # indices into Analysis.tokens
+
+    @property
+    def window(self) -> list[int]:
+        if self.verify is not None:
+            return list(self.verify.drafted)
+        return list(self.window_branch.tokens) if self.window_branch else []
+
+
+@dataclass
+class Analysis:
+    tokens: list[TokenView]
+    steps: dict[int, StepView]
+
+
+def analyse(rec: RunRecord) -> Analysis:
+    """One pass over the events: token colours and the per-step views."""
+    tokens: list[TokenView] = []
+    steps: dict[int, StepView] = {}
+    origin, window_branch = "none", None
+    for ev, t in zip(rec.events, rec.times_ns):
+        if isinstance(ev, StepStart):
+            steps[ev.step] = StepView(ev.step, ev.committed, t, origin if ev.window else "none",
+                                      window_branch if ev.window else None)
+        elif isinstance(ev, DraftBranch):
+            sv = steps.get(ev.step)
+            if ev.status == "serial":
+                if sv is None:  # drafted before its step started: the first window
+                    origin, window_branch = "draft", ev
+                elif sv.verify is None:  # drafted inside its own step (plain SD)
+                    sv.origin, sv.window_branch = "draft", ev
+                else:  # after the verdict: a miss, rolled out serially for the next step
+                    sv.fallback = ev
+                    origin, window_branch = "fallback", ev
+            elif sv is not None:
+                sv.rollouts.append(ev)
+                if ev.status == "taken":
+                    origin, window_branch = "hit", ev
+        elif isinstance(ev, EarlyExit) and ev.step in steps:
+            steps[ev.step].early_exit = ev
+        elif isinstance(ev, Verify) and ev.step in steps:
+            steps[ev.step].verify = ev
+        elif isinstance(ev, Commit):
+            sv = steps.get(ev.step)
+            step_origin = sv.origin if sv else "none"
+            for j, (tok, source) in enumerate(zip(ev.token_ids, ev.sources)):
+                kind = source
+                if source == "accepted" and step_origin in ("hit", "fallback"):
+                    kind = step_origin
+                i = len(tokens)
+                text = rec.token_texts[i] if i < len(rec.token_texts) else None
+                if text is None:  # a trace without per-token text: the commit's text, once
+                    text = ev.text if j == 0 else ""
+                tokens.append(TokenView(tok, text, kind, ev.step, t))
+                if sv is not None:
+                    sv.commit_tokens.append(i)
+            if sv is not None:
+                sv.commit = ev
+    return Analysis(tokens, steps)
+
+
+def live_stats(rec: RunRecord, now_ns: int | None = None) -> dict:
+    """tokens, elapsed_s and tokens_per_s: from Finish when there is one, else so far."""
+    f = rec.finish
+    if f is not None:
+        return {"tokens": f.stats["new_tokens"], "elapsed_s": f.stats["wall_s"],
+                "tokens_per_s": f.stats["tokens_per_s"]}
+    n = sum(len(e.token_ids) for e in rec.events if isinstance(e, Commit))
+    elapsed = (now_ns if now_ns is not None else rec.duration_ns) / 1e9
+    return {"tokens": n, "elapsed_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}
+
+
+def compare_tokens(reference: list[int], other: list[int]) -> dict:
+    """Position-by-position comparison; a length difference counts as mismatches."""
+    n = min(len(reference), len(other))
+    diffs = [i for i in range(n) if reference[i] != other[i]]
+    extra = abs(len(reference) - len(other))
+    first = diffs[0] if diffs else (n if extra else None)
+    return {"compared": max(len(reference), len(other)), "mismatches": len(diffs) + extra,
+            "first": first, "identical": not diffs and not extra}

@@ -1,0 +1,294 @@
+"""Between the Gradio handlers and mirror_sd: loaded pairs, jobs, results cache, Stop.
+
+- `PairCache`: model pairs load lazily on first use (progress reported) and stay loaded; each
+  loaded pair has a lock, so one run at a time uses it. `MIRROR_SD_TINY=1` swaps in the tiny
+  random pair of `ui.tiny` (tests, no downloads).
+- `Job`: a worker thread that loads the pair, then runs AR, Mirror-SD and optionally plain SD
+  one after another (never at the same time, so each timing is honest), recording every event
+  with its arrival time. The Gradio handler polls it and renders; decoding never waits for
+  the page.
+- `ResultCache`: finished results per (pair, prompt, settings).
+- `Cancels`: one threading.Event per browser session, set by Stop, passed as `cancel=`.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+
+from mirror_sd.decoding import Settings
+from mirror_sd.errors import MirrorSDError
+from mirror_sd.events import Commit, DraftBranch, EarlyExit, Error, Verify
+
+from .runs import RunRecord
+from .texts import parse_prompt
+
+log = logging.getLogger(__name__)
+
+METHODS = ("ar", "mirror", "sd")
+
+
+def tiny_mode() -> bool:
+    return os.environ.get("MIRROR_SD_TINY", "") not in ("", "0")
+
+
+def decoder_class(method: str):
+    from mirror_sd.methods import METHODS as DECODERS
+    return DECODERS[method]
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    target: str = "default"
+    draft: str = "default"
+    precision: str = "fp32"
+    target_device: str = "auto"
+    draft_device: str = "auto"
+
+
+@dataclass
+class LoadedPair:
+    pair: object  # mirror_sd.pair.ModelPair
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    meta: dict = field(default_factory=dict)
+
+
+def _load(spec: PairSpec, progress) -> object:
+    if tiny_mode():
+        import torch
+
+        from .tiny import tiny_pair
+        progress("building the tiny test pair (MIRROR_SD_TINY=1)", 0.5)
+        torch.set_num_threads(1)  # tiny matmuls: threads only fight over the cores
+        return tiny_pair()
+    from mirror_sd.loading import load_pair  # it also sets the lanes' CPU threads
+    return load_pair(spec.target, spec.draft, precision=spec.precision,
+                     target_device=spec.target_device, draft_device=spec.draft_device,
+                     progress=progress)
+
+
+def pair_meta(spec: PairSpec, pair) -> dict:
+    info = getattr(pair, "info", {}) or {}
+    return {"target": pair.target_name, "draft": pair.draft_name,
+            "target_layers": pair.target_layers, "precision": spec.precision,
+            "target_device": (info.get("target") or {}).get("device", spec.target_device),
+            "draft_device": (info.get("draft") or {}).get("device", spec.draft_device),
+            "tiny": tiny_mode()}
+
+
+class PairCache:
+    """Loaded pairs, at most `max_pairs` (the least recently used one is dropped first)."""
+
+    def __init__(self, max_pairs: int | None = None, loader=_load):
+        self.max_pairs = max_pairs or int(os.environ.get("MIRROR_SD_MAX_PAIRS", "1"))
+        self.loader = loader
+        self._pairs: OrderedDict[tuple, LoadedPair] = OrderedDict()  # (spec, tiny) -> pair
+        self._lock = threading.Lock()  # one load at a time
+
+    def clear(self) -> None:
+        """Drop every loaded pair (waits for runs still using them)."""
+        with self._lock:
+            while self._pairs:
+                _, old = self._pairs.popitem(last=False)
+                with old.lock:
+                    pass
+                del old
+            gc.collect()
+
+    def loaded(self, spec: PairSpec) -> bool:
+        return (spec, tiny_mode()) in self._pairs
+
+    def get(self, spec: PairSpec, progress) -> LoadedPair:
+        key = (spec, tiny_mode())
+        with self._lock:
+            if key in self._pairs:
+                self._pairs.move_to_end(key)
+                return self._pairs[key]
+            while len(self._pairs) >= self.max_pairs:  # free the memory before loading
+                _, old = self._pairs.popitem(last=False)
+                with old.lock:  # wait for a run still using it
+                    pass
+                del old
+                gc.collect()
+            pair = self.loader(spec, progress)
+            loaded = LoadedPair(pair, meta=pair_meta(spec, pair))
+            self._pairs[key] = loaded
+            return loaded
+
+
+class TokenTexts:
+    """Text of each committed token (so colours sit on the right characters) and of every
+    other id an event mentions (drafts, candidates), decoded once, in the job thread."""
+
+    def __init__(self, pair, record: RunRecord):
+        self.decode = pair.decode
+        self.rec = record
+        self.ids: list[int] = []
+        self.pending = 0  # first token whose text is not out yet (a split UTF-8 character)
+
+    def on_event(self, ev) -> None:
+        if isinstance(ev, Commit):
+            for tok in ev.token_ids:
+                self._commit(tok)
+        ids: list[int] = []
+        if isinstance(ev, EarlyExit):
+            ids = [t for row in ev.token_ids for t in row]
+        elif isinstance(ev, DraftBranch):
+            ids = [ev.root_token] + list(ev.tokens)
+        elif isinstance(ev, Verify):
+            ids = list(ev.drafted) + [ev.token]
+        elif isinstance(ev, Commit):
+            ids = list(ev.token_ids)
+        for t in ids:
+            if t not in self.rec.id_texts:
+                self.rec.id_texts[t] = self.decode([t])
+
+    def _commit(self, tok: int) -> None:
+        self.ids.append(tok)
+        i = len(self.ids)
+        start = max(0, self.pending - 8)  # a little left context: spaces, merges
+        prev = self.decode(self.ids[start:self.pending])
+        cur = self.decode(self.ids[start:i])
+        if cur.endswith("\ufffd") and i - self.pending < 4:
+            self.rec.token_texts.append("")  # its bytes show with the next token
+            return
+        self.rec.token_texts.append(cur[len(prev):] if cur.startswith(prev) else cur)
+        self.pending = i
+
+
+@dataclass
+class RunRequest:
+    prompt: str
+    spec: PairSpec
+    settings: Settings
+    methods: tuple[str, ...] = ("ar", "mirror")
+
+    def key(self) -> tuple:
+        return (self.prompt, self.spec, tuple(sorted(asdict(self.settings).items())), self.methods,
+                tiny_mode())
+
+
+class Job(threading.Thread):
+    """Load, then run each method in turn; the handler reads the fields while it runs."""
+
+    HEARTBEAT_S = 120.0  # no poll from the page for this long: the viewer left, stop
+
+    def __init__(self, request: RunRequest, pairs: PairCache, cancel: threading.Event):
+        super().__init__(name="mirror-sd-job", daemon=True)
+        self.request = request
+        self.pairs = pairs
+        self.cancel = cancel
+        self.records: dict[str, RunRecord] = {}
+        self.current: str | None = None
+        self.message = "starting"
+        self.fraction: float | None = None
+        self.error: str | None = None
+        self.meta: dict = {}
+        self.finished = threading.Event()
+        self.last_poll = time.monotonic()
+
+    def poll(self) -> None:
+        self.last_poll = time.monotonic()
+
+    def _progress(self, message: str, fraction=None) -> None:
+        self.message, self.fraction = f"Loading the models: {message}", fraction
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except MirrorSDError as e:
+            self.error = str(e)
+        except Exception as e:  # never a traceback in the page; the log keeps it
+            log.exception("job failed")
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.current = None
+            self.finished.set()
+
+    def _run(self) -> None:
+        req = self.request
+        if not self.pairs.loaded(req.spec):
+            self.message = "Loading the models (first run with this pair; they stay loaded)"
+        loaded = self.pairs.get(req.spec, self._progress)
+        self.meta = dict(loaded.meta)
+        pair = loaded.pair
+        prompt_ids = pair.encode_prompt(parse_prompt(req.prompt))
+        self.meta["prompt_tokens"] = len(prompt_ids)
+        if "mirror" in req.methods:
+            from mirror_sd.mirror import default_exit_layer
+            self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(pair)
+        self.fraction = None
+        with loaded.lock:
+            for method in req.methods:
+                if self.cancel.is_set():
+                    break
+                self.current = method
+                self.message = f"Running {method}"
+                rec = RunRecord(method)
+                texts = TokenTexts(pair, rec)
+                decoder = decoder_class(method)(pair, req.settings)
+                rec.t0_ns = time.perf_counter_ns()
+                self.records[method] = rec
+                for ev in decoder.generate(prompt_ids, cancel=self.cancel):
+                    texts.on_event(ev)  # before add: the page sees a token with its text
+                    rec.add(ev, time.perf_counter_ns() - rec.t0_ns)
+                    if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
+                        self.cancel.set()
+                if rec.errors:  # the same settings would fail the next method too
+                    self.error = rec.errors[0]
+                    break
+
+
+class ResultCache:
+    def __init__(self, size: int = 32):
+        self.size = size
+        self._items: OrderedDict[tuple, dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> dict | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            return None
+
+    def put(self, key: tuple, value: dict) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+class Cancels:
+    """One Event per browser session: `arm` at click time, `stop` from the Stop button."""
+
+    def __init__(self):
+        self._events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def arm(self, session: str) -> threading.Event:
+        with self._lock:
+            ev = self._events[session] = threading.Event()
+            return ev
+
+    def current(self, session: str) -> threading.Event:
+        with self._lock:
+            return self._events.setdefault(session, threading.Event())
+
+    def stop(self, session: str) -> bool:
+        with self._lock:
+            ev = self._events.get(session)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    def release(self, session: str, ev: threading.Event) -> None:
+        with self._lock:
+            if self._events.get(session) is ev:
+                del self._events[session]

@@ -1,0 +1,91 @@
+"""Words shown in the app: the legend, the explanation for newcomers, the example prompts."""
+from __future__ import annotations
+
+# kind -> (label, tooltip). Order = legend order.
+LEGEND = {
+    "accepted": ("accepted draft",
+                 "The draft model proposed this token and the target agreed: it cost no "
+                 "target forward of its own."),
+    "hit": ("accepted, reused branch (hit)",
+            "Accepted, and drafted ahead of time: the draft rolled this window out while the "
+            "target was still verifying the previous one (Mirror-SD's parallel branch)."),
+    "fallback": ("accepted after a fallback (miss)",
+                 "Accepted, from a window the draft had to write serially because no "
+                 "precomputed branch matched the target's verdict."),
+    "correction": ("target correction",
+                   "The target rejected a drafted token here and wrote its own instead."),
+    "bonus": ("bonus token",
+              "The target accepted the whole window and added one more token of its own for "
+              "free, from the same forward pass."),
+    "plain": ("target only",
+              "Written by the target alone, one forward pass per token (the baseline)."),
+}
+
+HOW_IT_WORKS = """
+**In plain words.** A large language model (the *target*) writes one token at a time, and every
+token costs a full pass through all its layers. *Speculative decoding* lets a small, fast
+model (the *draft*) guess the next few tokens; the target then checks all the guesses in one
+pass and keeps the ones it agrees with, plus one token of its own. The text is exactly what the
+target alone would write; only the speed changes. In plain speculative decoding the two models
+take turns: while the draft guesses, the target waits.
+
+**Mirror-SD** removes the waiting. Halfway through its checking pass the target takes a peek
+at what it is likely to say (an *early exit*) and hands its top guesses to the draft, which
+runs at the same time on its own core. While the target finishes, the draft already writes the
+continuations for the likely outcomes. If the target's verdict matches one of them (a **hit**)
+the next guesses are ready at once; if not (a **miss**) the draft guesses from scratch, as in
+plain speculative decoding. The peek only decides what is prepared in advance: every token is
+still checked by the full target, so the text does not change.
+
+**In the paper's notation** (Bhendawade et al. 2025). Target with N layers, early exit at layer
+ℓₑ, window of γ drafted tokens d₁…d_γ with draft probabilities q and target probabilities p.
+Per step: the target runs layers 1..ℓₑ over [yₙ, d₁…d_γ]; the exit head gives the top-κ tokens
+per position, M_t; then, in parallel, the target runs layers ℓₑ+1..N while the draft rolls out
+γ-token branches from the most likely roots (j, v) ∈ M_t (at most *branch budget* of them).
+Verification accepts dᵢ while dᵢ = argmax pᵢ (greedy) or with probability min(1, pᵢ(dᵢ)/qᵢ(dᵢ))
+(sampling), commits d₁…d_A and the target's token c, and reuses the branch rooted at (A, c) if
+it exists. Step time: T_target[1..ℓₑ] + max(T_target[ℓₑ+1..N], T_draft) instead of
+T_draft + T_target.
+"""
+
+SEQUENTIAL_NOTE = ("The runs go one after another on the same hardware, never at the same "
+                   "time, so each one's timing is honest. The page refreshes a few times a "
+                   "second while a run streams.")
+
+# task -> prompt. A prompt with "User:" / "Assistant:" lines is a multi-turn chat.
+EXAMPLES = {
+    "Code": "Write a Python function that checks whether a string is a palindrome.",
+    "Math": ("A train travels 120 km in 1.5 hours and then 80 km in 1 hour. What is its "
+             "average speed over the whole trip? Reason step by step."),
+    "Summarization": (
+        "Summarize in two sentences: The city council voted on Tuesday to turn the old rail "
+        "yard into a public park. The plan adds 12 hectares of green space, a playground and "
+        "a cycling path that links two neighbourhoods. Construction starts next spring and is "
+        "paid for by a regional grant and a small increase in parking fees."),
+    "Translation": ("Translate into French: The weather is lovely today, so we are going for a "
+                    "walk along the river after lunch."),
+    "QA": "What is the difference between a process and a thread?",
+    "Multi-turn chat": (
+        "User: I'm visiting Japan in April. Any tips?\n"
+        "Assistant: April is cherry blossom season: book hotels early and expect crowds in "
+        "Kyoto.\n"
+        "User: What should I pack?"),
+}
+DEFAULT_EXAMPLE = "Code"
+
+
+def parse_prompt(text: str) -> str | list[dict]:
+    """A plain prompt, or a list of chat messages when the text uses User:/Assistant: lines."""
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].lower().startswith("user:"):
+        return text.strip()
+    messages: list[dict] = []
+    for line in lines:
+        low = line.lower()
+        for role in ("user", "assistant", "system"):
+            if low.startswith(role + ":"):
+                messages.append({"role": role, "content": line[len(role) + 1:].strip()})
+                break
+        else:  # a continuation line of the current message
+            messages[-1]["content"] += "\n" + line
+    return messages
