@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kappa", type=int, default=8)
     g.add_argument("--exit-layer", type=int, default=None)
     g.add_argument("--branch-budget", type=int, default=2)
+    g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
+                   help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
     g.add_argument("--precision", default="fp32")
     g.add_argument("--target-device", default="auto")
     g.add_argument("--draft-device", default="auto")
@@ -47,7 +49,8 @@ def run_generate(args) -> int:
 
     settings = Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, top_k=args.top_k, seed=args.seed, gamma=args.gamma,
-                        kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget)
+                        kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget,
+                        exit_head=args.exit_head)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
     pair = load_pair(args.target, args.draft, precision=args.precision,

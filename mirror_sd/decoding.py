@@ -17,6 +17,7 @@ from typing import Iterator
 import torch
 
 from .acceptance import Sampling
+from .early_exit import EXIT_HEAD_CHOICES
 from .errors import MirrorSDError
 from .events import Commit, Error, Event, Finish, Span
 from .pair import ModelPair
@@ -37,6 +38,7 @@ class Settings:
     kappa: int = 8  # early-exit candidates per window position
     exit_layer: int | None = None  # None: default for the pair (see mirror.default_exit_layer)
     branch_budget: int = 2  # branch-complete rollouts per step
+    exit_head: str = "auto"  # early-exit LM head: auto | exact | int8 (see early_exit.py)
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
 
     @property
@@ -60,6 +62,8 @@ class Settings:
             (0.0 < self.top_p <= 1.0, f"top-p must be in (0, 1] (got {self.top_p})."),
             (self.top_k >= 0, f"top-k must be 0 (off) or positive (got {self.top_k})."),
         ]
+        checks.append((self.exit_head in EXIT_HEAD_CHOICES,
+                       f"exit head must be one of {', '.join(EXIT_HEAD_CHOICES)} (got {self.exit_head!r})."))
         n = pair.target_layers
         if self.exit_layer is not None:
             checks.append((1 <= self.exit_layer <= n - 1,
@@ -182,6 +186,8 @@ class Decoder(ABC):
             yield Error(str(e))
             yield Finish(run.stats(self.method), [], "")
             return
+        self._prepare()  # one-time work per model (not part of this run's time)
+        run.t0 = time.perf_counter_ns()
         try:
             for event in self._decode(run, cancel):
                 yield event
@@ -203,6 +209,9 @@ class Decoder(ABC):
     @abstractmethod
     def _decode(self, run: Run, cancel: threading.Event) -> Iterator[Event]:
         ...
+
+    def _prepare(self) -> None:
+        """Build what a method needs once per model pair (cached across runs)."""
 
     def _close(self) -> None:
         """Release lanes (threads, caches); called however the run ends."""

@@ -21,11 +21,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from .autoregressive import plain_step
 from .decoding import Decoder, Run, generator_for
 from .drafting import Window, serial_rollout, to_probs
+from .early_exit import exit_head, exit_parts
 from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from .lanes import Lane
 from .pair import ModelPair
@@ -42,12 +41,6 @@ EARLY_ROOTS = 1  # roots started on the draft's own guess, before the early exit
 def default_exit_layer(pair: ModelPair) -> int:
     """The paper's default, N/2."""
     return max(1, pair.target_layers // 2)
-
-
-def exit_parts(model):
-    """(decoder layers, final norm, LM head) of a transformers causal LM."""
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    return body.layers, body.norm, model.get_output_embeddings()
 
 
 @dataclass
@@ -186,12 +179,16 @@ class MirrorSpeculative(Decoder):
         self._job: StepJob | None = None  # the step whose target forward is running (for the hook)
         self._active: StepJob | None = None  # the step the draft lane may still work on
 
+    def _prepare(self):
+        self._head = exit_head(self.pair.target, self.settings.exit_head)
+
     def _decode(self, run, cancel):
         s = run.settings
         exit_layer = s.exit_layer or default_exit_layer(self.pair)
         target = Lane(self.pair.target, "target")
         draft = Lane(self.pair.draft, "draft")
-        layers, norm, head = exit_parts(self.pair.target)
+        layers = exit_parts(self.pair.target)[0]
+        head = self._head
         marks = {}  # timestamps of the hook inside the current target forward
 
         target_thread = threading.get_ident()
@@ -203,11 +200,7 @@ class MirrorSpeculative(Decoder):
             lane_sync(target.device)
             marks["exit_start"] = time.perf_counter_ns()
             h = output[0] if isinstance(output, tuple) else output  # [1, S, H]
-            h = h[0, -(s.gamma + 1):].to(head.weight.device)  # window positions j = 0..gamma
-            with torch.inference_mode():
-                lp = torch.log_softmax(head(norm(h)).float(), dim=-1)  # [gamma+1, V]
-                top = lp.topk(s.kappa, dim=-1)
-            job.post_proposals((top.indices.tolist(), top.values.tolist()))  # ids cross, not tensors
+            job.post_proposals(head.proposals(h[0, -(s.gamma + 1):], s.kappa))  # j = 0..gamma
             marks["exit_end"] = time.perf_counter_ns()
 
         self._hook = layers[exit_layer - 1].register_forward_hook(on_exit_layer)
@@ -262,14 +255,13 @@ class MirrorSpeculative(Decoder):
             yield from run.new_spans()
             step += 1
 
-    @staticmethod
-    def _target_spans(run, step, start, marks):
+    def _target_spans(self, run, step, start, marks):
         """Split the verify forward into prefix (layers 1..exit), exit head and suffix."""
         fwd = next(sp for sp in reversed(run.spans) if sp.lane == "target" and sp.step == step)
         if "exit_start" in marks:
             run.spans.remove(fwd)
             run.spans.append(Span("target", "prefix", fwd.start_ns, marks["exit_start"], step, "layers 1..exit"))
-            run.spans.append(Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, "norm + LM head, top-kappa"))
+            run.spans.append(Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, f"norm + LM head ({self._head.kind}), top-kappa"))
             run.spans.append(Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N"))
 
     def _close(self):
