@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--branch-budget", type=int, default=2)
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
-    g.add_argument("--precision", default="fp32")
+    g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU), int8 (CPU)")
+    g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
+    g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
     g.add_argument("--target-device", default="auto")
     g.add_argument("--draft-device", default="auto")
     g.add_argument("--trust-remote-code", action="store_true")
@@ -54,6 +56,7 @@ def run_generate(args) -> int:
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
     pair = load_pair(args.target, args.draft, precision=args.precision,
+                     target_precision=args.target_precision, draft_precision=args.draft_precision,
                      target_device=args.target_device, draft_device=args.draft_device,
                      trust_remote_code=args.trust_remote_code, progress=_progress)
     prompt_ids = pair.encode_prompt(args.prompt, chat=not args.no_chat)

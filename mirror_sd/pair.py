@@ -13,7 +13,8 @@ from .errors import MirrorSDError
 
 
 def model_vocab_size(model) -> int:
-    return int(model.get_output_embeddings().weight.shape[0])
+    weight = model.get_output_embeddings().weight
+    return int((weight() if callable(weight) else weight).shape[0])  # int8 modules: a method
 
 
 def num_layers(model) -> int:
