@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import AddedToken
-from tokenizers.pre_tokenizers import ByteLevel
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+from tiny import tiny_tokenizer
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mirror_sd import bench
 from mirror_sd import latency_model as lm
@@ -19,8 +18,6 @@ from mirror_sd.pair import ModelPair
 from mirror_sd.questions import BUILTIN_QUESTIONS, load_questions, per_category
 
 SAMPLE = Path(__file__).parent / "data" / "spec_bench_sample.jsonl"
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 NEW = 12
 
 
@@ -28,15 +25,6 @@ NEW = 12
 # a tiny pair built in code: byte-level tokenizer with a chat template, float64 Qwen2 models
 
 
-def tiny_tokenizer():
-    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
-    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
-        vocab[special] = len(vocab)  # 256, 257, 258
-    tok = Qwen2Tokenizer(vocab=vocab, merges=[], eos_token="<|im_end|>",
-                         pad_token="<|endoftext|>", unk_token=None)
-    tok.add_tokens([AddedToken("<|im_start|>", special=True)])
-    tok.chat_template = CHAT
-    return tok
 
 
 def tiny_pair(seed=0, noise=0.03):

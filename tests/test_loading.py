@@ -6,32 +6,16 @@ import time
 
 import pytest
 import torch
-from tokenizers import AddedToken
-from tokenizers.pre_tokenizers import ByteLevel
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+from tiny import tiny_tokenizer
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mirror_sd import placement as placement_mod
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.loading import ensure_default_pair, load_pair
 from mirror_sd.placement import configure_cpu_threads, lane_sync, resolve_placement
 
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def tiny_tokenizer():
-    """A byte-level BPE with no merges: 256 byte symbols plus Qwen's special tokens.
-
-    A Qwen2Tokenizer on purpose: transformers 5 reloads any tokenizer saved next to a qwen2
-    config as a Qwen2Tokenizer, whatever class wrote it."""
-    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
-    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
-        vocab[special] = len(vocab)  # 256, 257, 258
-    tok = Qwen2Tokenizer(vocab=vocab, merges=[], eos_token="<|im_end|>",
-                         pad_token="<|endoftext|>", unk_token=None)
-    tok.add_tokens([AddedToken("<|im_start|>", special=True)])
-    tok.chat_template = CHAT
-    return tok
 
 
 def make_model_dir(path, vocab=300, layers=2, tokenizer=True):

@@ -224,3 +224,25 @@ def chi_square(counts: list[int], probs: list[float]) -> tuple[float, int]:
     assert len(bins) >= 2, "need at least two bins"
     stat = sum((c - e) ** 2 / e for c, e in bins)
     return stat, len(bins) - 1
+
+
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_tokenizer():
+    """A byte-level BPE with no merges: 256 byte symbols plus Qwen's special tokens.
+
+    A Qwen2Tokenizer on purpose: transformers 5 reloads any tokenizer saved next to a qwen2
+    config as a Qwen2Tokenizer, whatever class wrote it."""
+    from tokenizers import AddedToken
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import Qwen2Tokenizer
+    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        vocab[special] = len(vocab)  # 256, 257, 258
+    tok = Qwen2Tokenizer(vocab=vocab, merges=[], eos_token="<|im_end|>",
+                         pad_token="<|endoftext|>", unk_token=None)
+    tok.add_tokens([AddedToken("<|im_start|>", special=True)])
+    tok.chat_template = CHAT
+    return tok
