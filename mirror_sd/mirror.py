@@ -224,12 +224,11 @@ class MirrorSpeculative(Decoder):
             self._job = self._active = job
             self._worker.inbox.put(job)
             marks.clear()
-            start = time.perf_counter_ns()
             verdict, verify_event, commit = verify_window(run, target, step, window)
             if commit:
                 commit.hit = window_hit
             self._job = None
-            self._target_spans(run, step, start, marks)
+            self._target_spans(run, step, marks)
             job.post_verdict((verdict.accepted, verdict.token))
             run.steps += 1
             if job.proposals:
@@ -255,7 +254,7 @@ class MirrorSpeculative(Decoder):
             yield from run.new_spans()
             step += 1
 
-    def _target_spans(self, run, step, start, marks):
+    def _target_spans(self, run, step, marks):
         """Split the verify forward into prefix (layers 1..exit), exit head and suffix."""
         fwd = next(sp for sp in reversed(run.spans) if sp.lane == "target" and sp.step == step)
         if "exit_start" in marks:
