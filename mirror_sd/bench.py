@@ -584,8 +584,9 @@ def _source_version() -> str | None:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10)
         if head.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
-                                    "mirror_sd"], capture_output=True, text=True, timeout=10)
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                    "--untracked-files=no", "--", "mirror_sd"],
+                                   capture_output=True, text=True, timeout=10)
             return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         pass

@@ -498,16 +498,18 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
 # ---------------------------------------------------------------------------------------------
 # a calibration to project from without running the benchmark first
 
-# The default pair (Qwen2.5-Coder 1.5B target, 28 layers; 0.5B draft) in fp32 on the 2-core CPU
-# of shared/docs/facts.md, gamma 4, one torch thread per lane. Replace it with your own:
-# `calibrate(...)`, or the "calibration" of a benchmark's results.json.
+# The default pair (Qwen2.5-Coder 1.5B target, 28 layers; 0.5B draft), fp32, on the shared 2-core
+# CPU of shared/docs/facts.md, gamma 4, kappa 8, exit layer 14, branch budget 2, one torch
+# thread per lane, int8 early-exit head: calibrated by `python -m mirror_sd.bench` (see SOURCE).
+# Replace it with your own: `calibrate(...)`, or the "calibration" of a benchmark's results.json.
 DEFAULT_CALIBRATION = dict(
     target_layers=28, exit_layer=14, gamma=4, gamma_measured=4, branch_budget=2, kappa=8,
-    t_target_1=0.404, t_target_k=0.827, head_share=0.15, t_exit_head=0.12, t_accept=0.002,
-    t_draft_token=0.160, t_fallback_token=0.160, t_extend=0.160, t_branch_1=0.170,
-    t_branch_row=0.025, branch_forwards=1.25, branch_rows=1.8, contention=1.1,
-    alpha_sd=alpha_from_tau(3.73, 4), alpha_mirror=alpha_from_tau(3.73, 4), hit_rate=0.5,
-    source="shared/docs/facts.md single-op timings (not a benchmark run); hit rate assumed 50%",
+    t_target_1=0.617, t_target_k=1.871, head_share=0.126, t_exit_head=0.028, t_accept=0.005,
+    t_draft_token=0.270, t_fallback_token=0.231, t_extend=0.223, t_branch_1=0.220,
+    t_branch_row=0.224, branch_forwards=1.78, branch_rows=1.10, contention=1.13,
+    alpha_sd=0.858, alpha_mirror=0.858, hit_rate=0.91, schedule="engine",
+    source="benchmark of the default pair on a shared 2-core CPU (one coding question, 128 "
+           "tokens, greedy; engine 05783b2)",
 )
 
 
