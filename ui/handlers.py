@@ -131,7 +131,7 @@ def stop(request: gr.Request = None):
 
 def run(prompt, target, draft, precision, target_device, draft_device, gamma, kappa, exit_layer,
         branch_budget, temperature, top_p, seed, max_new_tokens, with_sd, use_cache,
-        request: gr.Request = None):
+        draft_precision="same", request: gr.Request = None):
     """AR, then Mirror-SD (then plain SD), streaming; ends with all outputs filled."""
     session = _session(request)
     cancel = CANCELS.current(session)
@@ -146,8 +146,8 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
         settings = _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed,
                              max_new_tokens)
         spec = PairSpec(*(str(v or "").strip() or d for v, d in
-                          zip((target, draft, precision, target_device, draft_device),
-                              ("default", "default", "fp32", "auto", "auto"))))
+                          zip((target, draft, precision, target_device, draft_device, draft_precision),
+                              ("default", "default", "fp32", "auto", "auto", "same"))))
         methods = ("ar", "mirror") + (("sd",) if with_sd else ())
         req = RunRequest(prompt, spec, settings, methods)
         settings_d = vars(settings).copy()

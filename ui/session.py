@@ -48,6 +48,7 @@ class PairSpec:
     precision: str = "fp32"
     target_device: str = "auto"
     draft_device: str = "auto"
+    draft_precision: str = "same"  # "same" as the target, or e.g. int8 (any draft stays lossless)
 
 
 @dataclass
@@ -67,6 +68,7 @@ def _load(spec: PairSpec, progress) -> object:
         return tiny_pair()
     from mirror_sd.loading import load_pair  # it also sets the lanes' CPU threads
     return load_pair(spec.target, spec.draft, precision=spec.precision,
+                     draft_precision=None if spec.draft_precision == "same" else spec.draft_precision,
                      target_device=spec.target_device, draft_device=spec.draft_device,
                      progress=progress)
 
@@ -75,6 +77,7 @@ def pair_meta(spec: PairSpec, pair) -> dict:
     info = getattr(pair, "info", {}) or {}
     return {"target": pair.target_name, "draft": pair.draft_name,
             "target_layers": pair.target_layers, "precision": spec.precision,
+            "draft_precision": spec.draft_precision,
             "target_device": (info.get("target") or {}).get("device", spec.target_device),
             "draft_device": (info.get("draft") or {}).get("device", spec.draft_device),
             "tiny": tiny_mode()}
