@@ -30,7 +30,7 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -206,6 +206,26 @@ def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
 
     run.method = HF_ASSISTED
     return run
+
+
+def baseline_runner(base_pair, name: str) -> Runner:
+    """AR on another copy of the target (e.g. fp32 next to an int8 run): the precision's own
+    speedup, measured in the same interleaved run."""
+    inner = engine_runner("ar")
+
+    def run(pair, prompt_ids, settings) -> MethodRun:
+        return inner(base_pair, prompt_ids, settings)
+
+    run.method = name
+    return run
+
+
+def baseline_name(precision: str) -> str:
+    return f"ar-{precision}"
+
+
+def _is_ar(method: str) -> bool:
+    return method == "ar" or method.startswith("ar-")
 
 
 def default_runners(hf_assistant_tokens: int | None = None) -> dict[str, Runner]:
@@ -496,7 +516,8 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "target": pair.target_name, "draft": pair.draft_name,
             "target_layers": pair.target_layers, "exit_layer": exit_layer,
-            "precision": pair.precision, "dtype": str(next(pair.target.parameters()).dtype),
+            "precision": pair.precision,
+            "draft_precision": info.get("draft_precision", pair.precision), "dtype": str(next(pair.target.parameters()).dtype),
             "draft_dtype": str(next(pair.draft.parameters()).dtype),
             "source": _source_version(),
             "devices": {"target": str(info.get("target", {}).get("device", "cpu")),
@@ -694,9 +715,9 @@ def measured_steps(records, method: str) -> dict | None:
         st, spans = r["stats"], r["spans"]
         startup = sum((s.end_ns - s.start_ns) / 1e9 for s in spans if (s.lane, s.label) in _STARTUP)
         n = st.get("new_tokens", 0) or 0
-        if method in ("ar", HF_ASSISTED):
+        if _is_ar(method) or method == HF_ASSISTED:
             k = max(0, (st.get("target_forwards") or 0) - 1)
-            t = n - 1 if method == "ar" else n * k / max(1, k + 1)
+            t = n - 1 if _is_ar(method) else n * k / max(1, k + 1)
         else:
             k, t = st.get("steps") or 0, n
         if k <= 0:
@@ -773,7 +794,8 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     lines = [
         "# Benchmark: " + ", ".join(LABELS.get(m, m) for m in methods), "",
         f"- Pair: target `{meta['target']}` ({meta['target_layers']} layers), draft "
-        f"`{meta['draft']}`; {meta['precision']} ({meta['dtype']}); devices target "
+        f"`{meta['draft']}`; precision target {meta['precision']}, draft "
+        f"{meta.get('draft_precision', meta['precision'])} ({meta['dtype']}); devices target "
         f"{meta['devices']['target']}, draft {meta['devices']['draft']}; torch threads per lane "
         f"{meta['torch_threads']}; {meta['machine']['cpu_cores']} cores",
         f"- Decoding: {mode}, max new tokens {s['max_new_tokens']}, gamma {s['gamma']}, kappa "
@@ -868,7 +890,7 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     lines += ["", "More: `python -m mirror_sd.bench --what-if \"target_scale=10,draft_device=separate\" "
               "--calibration results.json`; keys: " + ", ".join(lm.WHAT_IF_KEYS) + "."]
     hf = meta.get("hf_assisted")
-    extra = list(notes or [])
+    extra = list(meta.get("run_notes") or []) + list(notes or [])
     if hf:
         extra.insert(0, "HF assisted = transformers' own `target.generate(assistant_model=draft)` "
                         f"with num_assistant_tokens {hf.get('num_assistant_tokens')}, schedule "
@@ -1028,6 +1050,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="fp32", help="both models (see load_pair)")
     p.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     p.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
+    p.add_argument("--baseline-precision", default=None, metavar="P",
+                   help="also run AR on the target loaded at P (method ar-P, e.g. ar-fp32): the "
+                        "precision's own speedup, interleaved with the rest")
     p.add_argument("--exit-head", default="auto",
                    help="Mirror-SD's early-exit LM head: auto | exact | int8 (see early_exit.py)")
     p.add_argument("--target-device", default="auto")
@@ -1132,13 +1157,25 @@ def main(argv=None) -> int:
         pair = load_pair(args.target, args.draft, precision=args.precision, **extra,
                          target_device=args.target_device, draft_device=args.draft_device,
                          progress=_progress)
+        runners, notes = {}, []
+        if args.baseline_precision:
+            name = baseline_name(args.baseline_precision)
+            ref = load_pair(args.target, args.draft, target_precision=args.baseline_precision,
+                            draft_precision=pair.info.get("draft_precision", args.precision),
+                            target_device=args.target_device, draft_device=args.draft_device,
+                            progress=_progress)
+            runners[name] = baseline_runner(replace(pair, target=ref.target), name)
+            methods.append(name)
+            del ref
+            notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
+                         "mismatches are tokens changed by the precision, not by speculation.")
         command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in
                                                           (sys.argv[1:] if argv is None else argv))
         results = run_benchmark(
             pair, questions, methods, settings, out_dir=args.out, warmup=not args.no_warmup,
             progress=not args.no_progress, hf_assistant_tokens=args.hf_assistant_tokens,
-            resume=args.resume,
-            meta={"command": command,
+            resume=args.resume, runners=runners,
+            meta={"command": command, "run_notes": notes,
                   "questions_file": args.questions or str(BUILTIN_QUESTIONS.relative_to(
                       BUILTIN_QUESTIONS.parent.parent)),
                   "per_category": args.per_category})

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--branch-budget", type=int, default=2)
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
-    g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU), int8 (CPU)")
+    g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int8-dyn (CPU; see loading.PRECISION_NOTES)")
     g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
     g.add_argument("--target-device", default="auto")

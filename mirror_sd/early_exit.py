@@ -57,9 +57,11 @@ class ExitHead:
 
 def exit_head(model, choice: str = "auto") -> ExitHead:
     _, norm, head = exit_parts(model)
-    device = head.weight.device
+    device = norm.weight.device
+    if not isinstance(head, torch.nn.Linear):  # already a reduced-precision kernel (cpu_kernels)
+        return ExitHead(norm, head, device, "exact")
     use_int8 = choice == "int8" or (choice == "auto" and head.weight.numel() >= _LARGE_HEAD)
-    if not (use_int8 and device.type == "cpu" and isinstance(head, torch.nn.Linear)):
+    if not (use_int8 and device.type == "cpu"):
         return ExitHead(norm, head, device, "exact")
     with _lock:  # quantizing takes seconds: once per model, shared by every run
         if model not in _cache:

@@ -30,6 +30,7 @@ from typing import Callable
 
 import torch
 
+from . import cpu_kernels, exact_attention
 from .errors import MirrorSDError
 from .pair import ModelPair, model_device
 from .placement import configure_cpu_threads, Placement, resolve_placement
@@ -49,25 +50,40 @@ class Precision:
     cpu_ok: bool = True
     gpu_ok: bool = True
     post_load: Callable | None = None  # e.g. a quantizer: model -> model, run after loading
+    exact_rows: bool = False  # the target also gets row-exact attention (exact_attention.py)
 
 
-def _int8_dynamic(model):
-    """fbgemm dynamic int8 linears (CPU). Its per-tensor activation scale couples the rows of a
-    batch, so use it for the draft: any draft keeps the output lossless, since q is what
-    the draft's tokens were really drawn from (facts.md: draft 38 ms/token against 157)."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao deprecation notices
-        from torch.ao.quantization import quantize_dynamic
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+def apply_precision(model, name: str, role: str):
+    """The precision's conversion after loading; a target whose linears are row-independent
+    also gets row-exact attention, so verifying k tokens equals decoding them one by one."""
+    prec = PRECISIONS[name]
+    if prec.post_load:
+        model = prec.post_load(model)
+    if prec.exact_rows and role == "target":
+        exact_attention.install(model)
+    return model
 
 
-# Add a precision here and load_pair accepts it.
+# Add a precision here and load_pair accepts it. CPU kernels and their measured speed and
+# exactness: cpu_kernels.py and docs/measurements.md. The CPU kernels convert an fp32 load, so
+# the memory check counts them at 4 bytes a parameter (the peak while converting).
 PRECISIONS: dict[str, Precision] = {
     "fp32": Precision(torch.float32, 4),
     "bf16": Precision(torch.bfloat16, 2),
     "fp16": Precision(torch.float16, 2, cpu_ok=False),  # slow or unsupported matmuls on CPU
-    "int8": Precision(torch.float32, 4, gpu_ok=False, post_load=_int8_dynamic),
+    "fp16w": Precision(torch.float32, 4, gpu_ok=False, post_load=cpu_kernels.fp16_weights),
+    "int8": Precision(torch.float32, 4, gpu_ok=False, post_load=cpu_kernels.row_int8,
+                      exact_rows=True),
+    "int8-dyn": Precision(torch.float32, 4, gpu_ok=False, post_load=cpu_kernels.dynamic_int8),
+}
+PRECISION_NOTES = {
+    "fp32": "reference weights",
+    "bf16": "bfloat16 weights and activations",
+    "fp16": "float16 weights and activations (GPU)",
+    "fp16w": "fp16 weights, fp32 activations (CPU, fbgemm)",
+    "int8": "int8 weights per channel, int8 activations per row, row-exact attention (CPU): "
+            "verifying k tokens gives the bits of decoding them one by one",
+    "int8-dyn": "int8 with one activation scale per batch (CPU; fastest, rows couple: draft only)",
 }
 
 
@@ -459,8 +475,7 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
                             placement.max_memory if role == "target" else None,
                             trust_remote_code)
         params = sum(p.numel() for p in model.parameters())
-        if precs[role].post_load:
-            model = precs[role].post_load(model)
+        model = apply_precision(model, names_prec[role], role)
         models[role] = model
         info[role] = {
             "source": src.name, "path": str(Path(src.path) / (src.gguf_file or "")),

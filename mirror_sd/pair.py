@@ -13,8 +13,11 @@ from .errors import MirrorSDError
 
 
 def model_vocab_size(model) -> int:
-    weight = model.get_output_embeddings().weight
-    return int((weight() if callable(weight) else weight).shape[0])  # int8 modules: a method
+    head = model.get_output_embeddings()
+    if isinstance(getattr(head, "out_features", None), int):  # nn.Linear and the int8 kernels
+        return head.out_features
+    weight = head.weight
+    return int((weight() if callable(weight) else weight).shape[0])
 
 
 def num_layers(model) -> int:

@@ -421,3 +421,25 @@ def test_resume_keeps_finished_questions(pair, tmp_path):
     assert again["questions"][0] == json.loads(json.dumps(first["questions"][0]))
     assert again["meta"]["resumed_questions"] == [questions[0].question_id]
     assert "Resumed run" in (tmp_path / "summary.md").read_text()
+
+
+def test_baseline_precision_method(pair, tmp_path):
+    """ar-int8 runs AR on another copy of the target; its tokens are compared with AR's, and
+    its steps count as AR steps in the latency table."""
+    import copy
+
+    from mirror_sd import cpu_kernels
+    from dataclasses import replace
+    other = replace(pair, target=cpu_kernels.row_int8(copy.deepcopy(pair.target)))
+    name = bench.baseline_name("int8")
+    questions = load_questions(SAMPLE)[1:3]
+    results = bench.run_benchmark(pair, questions, ["ar", name], Settings(max_new_tokens=8),
+                                  runners={name: bench.baseline_runner(other, name)},
+                                  out_dir=tmp_path, warmup=False, progress=False,
+                                  meta={"run_notes": ["a note for the summary"]})
+    for q in results["questions"]:
+        rec = q["methods"][name]
+        assert rec["new_tokens"] == 8 and rec["identical_to_ar"] is not None
+    assert results["latency_model"]["predicted_vs_measured"][name]["measured_step_s"] > 0
+    md = (tmp_path / "summary.md").read_text()
+    assert "| ar-int8 |" in md and "a note for the summary" in md

@@ -14,6 +14,7 @@ from . import handlers
 from .inspector import render_inspector
 from .render import render_legend, render_pane, render_status, render_summary
 from .session import tiny_mode
+from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
 from .texts import DEFAULT_EXAMPLE, EXAMPLES, HOW_IT_WORKS, SEQUENTIAL_NOTE
 from .timeline import build_timeline
 
@@ -85,12 +86,10 @@ def build_demo() -> gr.Blocks:
                                         info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
                     draft = gr.Textbox("default", label="Draft model",
                                        info="Must share the target's vocabulary.")
-                    precision = gr.Dropdown(["fp32", "bf16", "fp16"], value="fp32", label="Precision",
-                                            info="fp16 needs a GPU. The AR baseline always runs the same target.")
-                    draft_precision = gr.Dropdown(["same", "fp32", "int8"], value="same",
-                                                  label="Draft precision",
-                                                  info="int8 (CPU): a ~4x faster draft; the output stays the "
-                                                       "target's own, since acceptance checks every token.")
+                    precision = gr.Dropdown(TARGET_PRECISIONS, value="fp32", label="Precision",
+                                            info=PRECISION_INFO)
+                    draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
+                                                  label="Draft precision", info=DRAFT_PRECISION_INFO)
                     with gr.Row():
                         target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
                                                     label="Target device")

@@ -89,3 +89,16 @@ def parse_prompt(text: str) -> str | list[dict]:
         else:  # a continuation line of the current message
             messages[-1]["content"] += "\n" + line
     return messages
+
+
+# Precision choices (mirror_sd.loading.PRECISIONS; measured in docs/measurements.md, section 4)
+TARGET_PRECISIONS = ["fp32", "int8", "fp16w", "int8-dyn", "bf16", "fp16"]
+DRAFT_PRECISIONS = ["fp32", "int8-dyn", "int8", "fp16w"]
+PRECISION_INFO = (
+    "int8 (CPU): int8 weights, each token's activations quantized on its own, so verifying k "
+    "tokens gives each the result it gets alone: about 5x faster than fp32 here. "
+    "fp16w: fp16 weights, fp32 math. int8-dyn: fastest, but one activation scale per batch "
+    "couples the rows (counted as mismatches). fp16 needs a GPU. The AR baseline always runs "
+    "this same target.")
+DRAFT_PRECISION_INFO = ("int8-dyn (CPU): a ~4x faster draft. Any draft keeps the output the "
+                        "target's own, since acceptance checks every token.")

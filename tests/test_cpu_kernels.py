@@ -1,0 +1,151 @@
+"""The CPU precisions: row independence of the int8 kernel (bit for bit), accuracy against
+fp32, and the decoders' greedy output at int8 / fp16w against transformers' own generate()
+on the same converted model."""
+import copy
+
+import pytest
+import torch
+
+from mirror_sd import cpu_kernels
+from mirror_sd.autoregressive import Autoregressive
+from mirror_sd import exact_attention
+from mirror_sd.loading import apply_precision, load_pair
+from mirror_sd.mirror import MirrorSpeculative
+from mirror_sd.pair import ModelPair
+from mirror_sd.speculative import Speculative
+
+import tiny
+from tiny import one_torch_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def linear(in_f=96, out_f=80, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(in_f, out_f, bias=bias)
+
+
+def batch(rows, in_f=96, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, in_f, generator=g)
+    x[0] *= 50.0  # one row with a far larger range: it sets a per-batch scale
+    x[:, 3] *= 8.0  # an outlier channel, as LLM activations have
+    return x
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [2, 5, 8])
+def test_row_int8_rows_are_independent_bit_for_bit(rows, bias):
+    lin = cpu_kernels.RowInt8Linear(linear(bias=bias))
+    x = batch(rows)
+    together = lin(x)
+    alone = torch.cat([lin(x[i:i + 1]) for i in range(rows)])
+    assert torch.equal(together, alone)
+    # and inside any other batch: the last row next to different neighbours
+    other = torch.cat([x[-1:], torch.randn(3, x.shape[1]) * 1e3])
+    assert torch.equal(lin(other)[0], together[-1])
+
+
+def test_dynamic_int8_rows_couple():
+    """Why int8 is row-scaled: fbgemm's per-batch activation scale moves the other rows."""
+    lin = cpu_kernels.dynamic_int8(torch.nn.Sequential(linear()))
+    x = batch(4)
+    together = lin(x)
+    alone = torch.cat([lin(x[i:i + 1]) for i in range(4)])
+    assert not torch.equal(together[1:], alone[1:])
+
+
+def relative_error(module, ref, x):
+    return float((module(x) - ref(x)).norm() / ref(x).norm())
+
+
+def test_accuracy_against_fp32():
+    ref = linear(in_f=256, out_f=192)
+    x = torch.randn(6, 256)
+    with torch.no_grad():
+        assert relative_error(cpu_kernels.RowInt8Linear(ref), ref, x) < 0.03
+        fp16 = cpu_kernels.fp16_weights(torch.nn.Sequential(copy.deepcopy(ref)))
+        assert relative_error(fp16, ref, x) < 1e-3
+
+
+def test_shapes_and_dtype_follow_the_input():
+    lin = cpu_kernels.RowInt8Linear(linear())
+    x = torch.randn(2, 3, 96, dtype=torch.float64)
+    y = lin(x)
+    assert y.shape == (2, 3, 80) and y.dtype == torch.float64
+    assert lin.out_features == 80 and "int8 rows" in repr(lin)
+
+
+def converted(model, kind, role="target"):
+    """As load_pair converts: int8 keeps the float64 model's other ops (and gives a target
+    row-exact attention); fbgemm's fp16 kernel takes float32 only."""
+    model = copy.deepcopy(model)
+    return apply_precision(model.float() if kind == "fp16w" else model, kind, role)
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp16w"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_equals_generate_at_reduced_precision(kind, seed):
+    """The target converted to int8 (or fp16 weights) is the model now: every decoder must
+    give what transformers' generate() gives on that same converted model."""
+    base = tiny.target(seed)
+    t = converted(base, kind)
+    d = converted(tiny.perturb(base, tiny.PERTURB_SCALE, seed + 20_000), kind, "draft")
+    if kind == "int8":
+        assert not any(isinstance(m, torch.nn.Linear) for m in t.modules())
+    pair = ModelPair(t, d)
+    prompt = tiny.prompt(seed, 5 + 3 * seed)
+    expected = tiny.reference_greedy(t, prompt, 24)
+    for cls in (Autoregressive, Speculative, MirrorSpeculative):
+        fin = tiny.finish(tiny.run(cls, pair, prompt, max_new_tokens=24, gamma=4, kappa=4))
+        assert fin.token_ids == expected, cls.__name__
+
+
+def forward_logits(model, context, new, one_by_one):
+    from transformers import DynamicCache
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(torch.tensor([context]), cache=cache)
+        ids = torch.tensor([new])
+        if not one_by_one:
+            return model(ids, cache=cache).logits[0]
+        return torch.cat([model(ids[:, i:i + 1], cache=cache).logits[0] for i in range(len(new))])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_int8_target_verify_equals_decode_bit_for_bit(seed):
+    """float32, where plain attention over k rows rounds differently from one row: with
+    RowInt8Linear + row-exact attention a k-token verify forward gives exactly the logits of
+    k one-token decode steps."""
+    base = tiny.target(seed).float()
+    context, new = tiny.prompt(seed, 20), tiny.prompt(seed + 5, 7)
+    plain = cpu_kernels.row_int8(copy.deepcopy(base))
+    exact = converted(base, "int8")
+    assert exact_attention.installed(exact) and not exact_attention.installed(plain)
+    assert torch.equal(forward_logits(exact, context, new, False), forward_logits(exact, context, new, True))
+    # the control: without row-exact attention the rows are not bit-identical here
+    assert not torch.equal(forward_logits(plain, context, new, False), forward_logits(plain, context, new, True))
+
+
+def test_row_exact_attention_leaves_batches_and_prefill_alone():
+    base = tiny.target(0).float()
+    exact = converted(base, "int8")
+    plain = cpu_kernels.row_int8(copy.deepcopy(base))
+    ids = torch.tensor([tiny.prompt(0, 9), tiny.prompt(1, 9)])
+    with torch.inference_mode():
+        assert torch.equal(exact(ids).logits, plain(ids).logits)
+
+
+def test_load_pair_applies_the_precision_per_model(tmp_path):
+    from test_loading import make_model_dir
+    tdir, ddir = make_model_dir(tmp_path / "t", layers=2), make_model_dir(tmp_path / "d", layers=1)
+    pair = load_pair(tdir, ddir, precision="int8", draft_precision="int8-dyn",
+                     target_device="cpu", draft_device="cpu")
+    head = pair.target.get_output_embeddings()
+    assert isinstance(head, cpu_kernels.RowInt8Linear) and pair.vocab_size == 300
+    assert pair.info["precision"] == "int8" and pair.info["draft_precision"] == "int8-dyn"
+    assert not isinstance(pair.draft.get_output_embeddings(), cpu_kernels.RowInt8Linear)
+    assert exact_attention.installed(pair.target) and not exact_attention.installed(pair.draft)
+    ids = pair.encode_prompt("hi")
+    fin = tiny.finish(tiny.run(MirrorSpeculative, pair, ids, max_new_tokens=8))
+    assert fin.token_ids == tiny.reference_greedy(pair.target, ids, 8)
