@@ -11,6 +11,15 @@ from .events import Commit, Error, Finish, Notice
 from .methods import METHODS
 
 
+def _int_or_auto(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mirror_sd", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -25,10 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--gamma", type=int, default=4)
+    g.add_argument("--gamma", type=_int_or_auto, default=4,
+                   help="drafted tokens per window, or auto: chosen by a short probe (tuning.py)")
     g.add_argument("--kappa", type=int, default=8)
     g.add_argument("--exit-layer", type=int, default=None)
-    g.add_argument("--branch-budget", type=int, default=2)
+    g.add_argument("--branch-budget", type=_int_or_auto, default=2,
+                   help="branch rollouts per Mirror-SD step, or auto (with --gamma auto: both)")
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
     g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int8-dyn (CPU; see loading.PRECISION_NOTES)")
@@ -49,9 +60,12 @@ def _progress(message: str, fraction=None) -> None:
 def run_generate(args) -> int:
     from .loading import load_pair  # heavy imports only when needed
 
+    gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
     settings = Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_p=args.top_p, top_k=args.top_k, seed=args.seed, gamma=args.gamma,
-                        kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget,
+                        top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                        gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
+                        exit_layer=args.exit_layer,
+                        branch_budget=2 if budget_auto else args.branch_budget,
                         exit_head=args.exit_head)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
@@ -60,6 +74,18 @@ def run_generate(args) -> int:
                      target_device=args.target_device, draft_device=args.draft_device,
                      trust_remote_code=args.trust_remote_code, progress=_progress)
     prompt_ids = pair.encode_prompt(args.prompt, chat=not args.no_chat)
+    auto = None
+    if gamma_auto or budget_auto:
+        from .tuning import auto_settings
+        settings.validate(pair, len(prompt_ids))
+        try:
+            settings, auto = auto_settings(pair, prompt_ids, settings, gamma_auto, budget_auto,
+                                           method="sd" if args.method == "sd" else "mirror")
+        except ValueError as e:
+            raise MirrorSDError(f"auto tuning failed: {e}") from e
+        print(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget} (projected "
+              f"{_fmt(auto.projected_speedup, '.2f')}x over AR by the latency model, probe "
+              f"{auto.probe_s:.1f} s)", file=sys.stderr)
     decoder = METHODS[args.method](pair, settings)
     spans, finish = [], None
     for event in decoder.generate(prompt_ids):
@@ -82,6 +108,7 @@ def run_generate(args) -> int:
             "prompt_ids": prompt_ids,
             "token_ids": finish.token_ids,
             "stats": stats,
+            "auto": auto.to_dict() if auto else None,
             "spans": [{"lane": s.lane, "label": s.label, "step": s.step, "detail": s.detail,
                        "start_ms": (s.start_ns - t0) / 1e6, "end_ms": (s.end_ns - t0) / 1e6}
                       for s in spans],
