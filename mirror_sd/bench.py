@@ -167,6 +167,7 @@ def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
         import torch
 
         from .pair import model_device
+        from .placement import method_threads
         from .stats import draft_hidden_fraction
 
         gc = hf_assisted_generation_config(pair, settings, assistant_tokens)
@@ -179,7 +180,7 @@ def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
         torch.manual_seed(settings.seed)
         t0 = time.perf_counter_ns()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), method_threads(pair, 1):  # one model at a time
                 out = pair.target.generate(ids, attention_mask=torch.ones_like(ids),
                                            generation_config=gc, assistant_model=pair.draft)
             new = out[0, len(prompt_ids):].tolist()

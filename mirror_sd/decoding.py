@@ -21,7 +21,7 @@ from .early_exit import EXIT_HEAD_CHOICES
 from .errors import MirrorSDError
 from .events import Commit, Error, Event, Finish, Span
 from .pair import ModelPair
-from .placement import lane_sync
+from .placement import lane_sync, method_threads
 from .stats import draft_hidden_fraction
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,7 @@ class Run:
 
 class Decoder(ABC):
     method = "base"
+    lanes = 1  # models running at the same time (placement.method_threads gives the cores)
 
     def __init__(self, pair: ModelPair, settings: Settings | None = None):
         self.pair = pair
@@ -187,22 +188,23 @@ class Decoder(ABC):
             yield Finish(run.stats(self.method), [], "")
             return
         self._prepare()  # one-time work per model (not part of this run's time)
-        run.t0 = time.perf_counter_ns()
-        try:
-            for event in self._decode(run, cancel):
-                yield event
-                if cancel.is_set() and not run.done:
-                    run.cancelled = True
-                    break
-        except MirrorSDError as e:
-            yield Error(str(e))
-        except torch.OutOfMemoryError:
-            yield Error("Out of memory while decoding: try a shorter prompt, fewer new tokens or a smaller pair.")
-        except Exception as e:  # never a traceback in the UI; the log keeps it
-            log.exception("decoding failed")
-            yield Error(f"Decoding failed: {type(e).__name__}: {e}")
-        finally:
-            self._close()
+        with method_threads(self.pair, self.lanes):
+            run.t0 = time.perf_counter_ns()
+            try:
+                for event in self._decode(run, cancel):
+                    yield event
+                    if cancel.is_set() and not run.done:
+                        run.cancelled = True
+                        break
+            except MirrorSDError as e:
+                yield Error(str(e))
+            except torch.OutOfMemoryError:
+                yield Error("Out of memory while decoding: try a shorter prompt, fewer new tokens or a smaller pair.")
+            except Exception as e:  # never a traceback in the UI; the log keeps it
+                log.exception("decoding failed")
+                yield Error(f"Decoding failed: {type(e).__name__}: {e}")
+            finally:
+                self._close()
         yield from run.new_spans()
         yield Finish(run.stats(self.method), list(run.new_ids), run.pair.decode(run.new_ids))
 

@@ -171,6 +171,7 @@ class DraftWorker(threading.Thread):
 
 class MirrorSpeculative(Decoder):
     method = "mirror"
+    lanes = 2  # the target and the draft run at the same time, one thread each on a CPU
 
     def __init__(self, pair, settings=None):
         super().__init__(pair, settings)

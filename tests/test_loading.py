@@ -172,3 +172,21 @@ def test_default_pair():
     assert pair.tokenizer.convert_ids_to_tokens(151645) == "<|im_end|>"
     assert 151645 in pair.eos_token_ids
     assert pair.decode(pair.encode_prompt("hi")).startswith("<|im_start|>")
+
+
+def test_one_lane_methods_get_every_core(tiny, monkeypatch):
+    """AR and SD run one model at a time: they get both cores; Mirror-SD keeps one per lane."""
+    from mirror_sd.autoregressive import Autoregressive
+    from mirror_sd.decoding import Settings
+    from mirror_sd.mirror import MirrorSpeculative
+
+    monkeypatch.setattr(placement_mod, "cpu_cores", lambda: 2)
+    pair = load_pair(tiny["target"], tiny["draft"], target_device="cpu", draft_device="cpu")
+    seen = {}
+    for cls in (Autoregressive, MirrorSpeculative):
+        events = cls(pair, Settings(max_new_tokens=2)).generate(pair.encode_prompt("hi"))
+        next(events)  # the first event: the run is under way
+        seen[cls.method] = torch.get_num_threads()
+        list(events)
+        assert torch.get_num_threads() == 1  # restored when the run ends
+    assert seen == {"ar": 2, "mirror": 1}
