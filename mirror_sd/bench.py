@@ -1030,6 +1030,8 @@ def write_outputs(results: dict, out_dir: str | Path) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .tuning import int_or_auto
+
     p = argparse.ArgumentParser(prog="python -m mirror_sd.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--questions", default=None, help="Spec-Bench-format .jsonl (default: the "
@@ -1044,10 +1046,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", default="default")
     p.add_argument("--draft", default="default")
-    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--gamma", type=int_or_auto, default=4,
+                   help="drafted tokens per window, or auto (a short probe on the first question "
+                        "picks it; see tuning.py)")
     p.add_argument("--kappa", type=int, default=8)
     p.add_argument("--exit-layer", type=int, default=None)
-    p.add_argument("--branch-budget", type=int, default=2)
+    p.add_argument("--branch-budget", type=int_or_auto, default=2, help="or auto")
     p.add_argument("--precision", default="fp32", help="both models (see load_pair)")
     p.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     p.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
@@ -1147,9 +1151,12 @@ def main(argv=None) -> int:
         from .loading import load_pair
 
         transformers.logging.set_verbosity_error()
+        gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
         knobs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                     top_p=args.top_p, top_k=args.top_k, seed=args.seed, gamma=args.gamma,
-                     kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget)
+                     top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                     gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
+                     exit_layer=args.exit_layer,
+                     branch_budget=2 if budget_auto else args.branch_budget)
         if "exit_head" in Settings.__dataclass_fields__:
             knobs["exit_head"] = args.exit_head
         settings = Settings(**knobs)
@@ -1158,7 +1165,17 @@ def main(argv=None) -> int:
         pair = load_pair(args.target, args.draft, precision=args.precision, **extra,
                          target_device=args.target_device, draft_device=args.draft_device,
                          progress=_progress)
-        runners, notes = {}, []
+        runners, notes, auto = {}, [], None
+        if gamma_auto or budget_auto:
+            from .tuning import auto_settings
+            ids = pair.encode_prompt(questions[0].turns[0])
+            settings.validate(pair, len(ids))
+            settings, choice = auto_settings(pair, ids, settings, gamma_auto, budget_auto)
+            auto = choice.to_dict()
+            notes.append(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget}, "
+                         f"chosen by the latency model from a {choice.probe_s:.1f} s probe on "
+                         f"question {questions[0].question_id} (projected Mirror-SD speedup "
+                         f"{_f(choice.projected_speedup)}x; a projection, not a measurement)")
         if args.baseline_precision:
             name = baseline_name(args.baseline_precision)
             ref = load_pair(args.target, args.draft, target_precision=args.baseline_precision,
@@ -1176,7 +1193,7 @@ def main(argv=None) -> int:
             pair, questions, methods, settings, out_dir=args.out, warmup=not args.no_warmup,
             progress=not args.no_progress, hf_assistant_tokens=args.hf_assistant_tokens,
             resume=args.resume, runners=runners,
-            meta={"command": command, "run_notes": notes,
+            meta={"command": command, "run_notes": notes, "auto": auto,
                   "questions_file": args.questions or str(BUILTIN_QUESTIONS.relative_to(
                       BUILTIN_QUESTIONS.parent.parent)),
                   "per_category": args.per_category})

@@ -9,15 +9,7 @@ from .decoding import Settings
 from .errors import MirrorSDError
 from .events import Commit, Error, Finish, Notice
 from .methods import METHODS
-
-
-def _int_or_auto(text: str):
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+from .tuning import int_or_auto
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,11 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--gamma", type=_int_or_auto, default=4,
+    g.add_argument("--gamma", type=int_or_auto, default=4,
                    help="drafted tokens per window, or auto: chosen by a short probe (tuning.py)")
     g.add_argument("--kappa", type=int, default=8)
     g.add_argument("--exit-layer", type=int, default=None)
-    g.add_argument("--branch-budget", type=_int_or_auto, default=2,
+    g.add_argument("--branch-budget", type=int_or_auto, default=2,
                    help="branch rollouts per Mirror-SD step, or auto (with --gamma auto: both)")
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")

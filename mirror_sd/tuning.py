@@ -8,10 +8,21 @@ not a measurement; the choice and its projected table are reported as such.
 """
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass, field, replace
 
 from . import latency_model as lm
+
+def int_or_auto(text: str):
+    """argparse type: a whole number or the word auto."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
 
 GAMMAS = range(1, 9)
 BUDGETS = range(1, 5)

@@ -83,3 +83,24 @@ def test_gamma_must_be_a_number_or_auto(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["generate", "--prompt", "x", "--gamma", "many"])
     assert e.value.code == 2 and "integer or auto" in capsys.readouterr().err
+
+
+def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path):
+    """`python -m mirror_sd.bench --gamma auto --baseline-precision fp32` end to end on tiny
+    folders: the choice is recorded, ar-fp32 runs next to AR at int8."""
+    from mirror_sd import bench
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) + "\n"
+                                 for i, (c, t) in enumerate([("code", "def f"), ("qa", "why?")])))
+    rc = bench.main(["--target", dirs[0], "--draft", dirs[1], "--questions", str(questions),
+                     "--max-new-tokens", "4", "--methods", "ar,mirror", "--gamma", "auto",
+                     "--precision", "int8", "--baseline-precision", "fp32", "--out", str(tmp_path / "o"),
+                     "--no-warmup", "--no-progress"])
+    assert rc == 0
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    meta = results["meta"]
+    assert meta["auto"]["gamma"] == meta["settings"]["gamma"] and meta["auto"]["projection"]
+    assert meta["methods"] == ["ar", "mirror", "ar-fp32"] and meta["precision"] == "int8"
+    assert all(q["methods"]["ar-fp32"]["new_tokens"] > 0 for q in results["questions"])
+    md = (tmp_path / "o" / "summary.md").read_text()
+    assert "auto: gamma" in md and "ar-fp32 = AR with the target at fp32" in md
