@@ -2,7 +2,8 @@
 
     python -m mirror_sd.bench [--questions FILE.jsonl] [--methods ar,sd,mirror,hf-assisted]
         [--per-category K] [--max-new-tokens N] [--temperature X] [--target T --draft D]
-        [--gamma G --kappa K --exit-layer L --branch-budget B --precision P] --out DIR
+        [--gamma G --kappa K --exit-layer L --branch-budget B --precision P]
+        [--exit-lens {auto,off,FILE}] --out DIR
 
     python -m mirror_sd.bench --what-if "target_scale=10,draft_device=separate;gamma=6"
         [--calibration DIR/results.json]        (latency-model projections, no models loaded)
@@ -1030,6 +1031,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
     p.add_argument("--exit-head", default="auto",
                    help="Mirror-SD's early-exit LM head: auto | exact | int8 (see early_exit.py)")
+    p.add_argument("--exit-lens", default="auto",
+                   help="Mirror-SD's trained exit lens: auto (the shipped lens of the target, if "
+                        "any) | off | a lens .safetensors file (see exit_lens.py)")
     p.add_argument("--target-device", default="auto")
     p.add_argument("--draft-device", default="auto")
     p.add_argument("--hf-assistant-tokens", type=int, default=None,
@@ -1126,6 +1130,7 @@ def main(argv=None) -> int:
                      kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget)
         if "exit_head" in Settings.__dataclass_fields__:
             knobs["exit_head"] = args.exit_head
+        knobs["exit_lens"] = args.exit_lens
         settings = Settings(**knobs)
         extra = {k: v for k, v in (("target_precision", args.target_precision),
                                    ("draft_precision", args.draft_precision)) if v}

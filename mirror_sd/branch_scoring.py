@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-EXIT_WEIGHT = 0.5  # share of P(v | stop) taken from the early exit once it has arrived
+EXIT_WEIGHT = 0.5  # share of P(v | stop) taken from the raw early exit once it has arrived
+EXIT_WEIGHT_LENS = 0.5  # the same with a trained exit lens (see exit_lens.py)
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,14 @@ class Root:
 
 
 def score_roots(drafted: list[int], q_rows: torch.Tensor, q_bonus: torch.Tensor,
-                proposals: tuple | None, kappa: int) -> list[Root]:
+                proposals: tuple | None, kappa: int, exit_weight: float = EXIT_WEIGHT) -> list[Root]:
     """All candidate roots, best first.
 
     drafted: d_1..d_gamma; q_rows: [gamma, V] the draft distributions they came from;
     q_bonus: [V] the draft's distribution after d_gamma; proposals: (ids, logprobs), each
     [gamma+1][kappa], from the early exit, or None when it has not arrived yet."""
     gamma = len(drafted)
-    weight = EXIT_WEIGHT if proposals is not None else 0.0
+    weight = exit_weight if proposals is not None else 0.0
     reach, roots = 1.0, []
     for j in range(gamma + 1):
         dist = q_rows[j] if j < gamma else q_bonus  # the draft's view of the token after d_j
