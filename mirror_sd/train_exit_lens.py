@@ -324,7 +324,8 @@ def main(argv=None) -> int:
         if cache:
             torch.save({"key": key, "train": train.to_dict(), "held_out": held.to_dict()}, cache)
     _, norm, head = exit_parts(model)
-    del model.model.layers  # only the final norm and the LM head are needed from here on
+    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    body.layers = torch.nn.ModuleList()  # only the final norm and the LM head are needed now
     lens = ExitLens(meta["hidden_size"], layers, args.rank)
     t2 = time.perf_counter()
     losses = {}
