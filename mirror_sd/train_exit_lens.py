@@ -195,7 +195,7 @@ def fit_layer(lens: ExitLens, layer: int, data: Collected, norm, head_weight: to
         q.requires_grad_(False)
     params = [lens.U[k], lens.V[k], lens.b[k]]
     opt = torch.optim.Adam(params, lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * i / steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * i / max(1, steps))))
     g = torch.Generator().manual_seed(seed * 1000 + layer)
     losses = []
     for step in range(steps):
@@ -282,7 +282,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=20000, help="positions to collect (10%% held out)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rank", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=300, help="Adam steps per layer (0: the ridge start only)")
+    ap.add_argument("--steps", type=int, default=250, help="Adam steps per layer (0: the ridge start only)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--cache", default=None, help="keep the collected states in this .pt file "
