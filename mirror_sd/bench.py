@@ -485,6 +485,8 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     finally:
         bar.close()
 
+    used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
+    exit_layer = next((L for L in used if L), exit_layer)  # the layer Mirror chose (exit lens rule)
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=pair.target_layers, gamma=settings.gamma,
                        exit_layer=exit_layer, branch_budget=settings.branch_budget,
@@ -546,6 +548,8 @@ def rerender(out_dir: str | Path) -> dict:
                     bd[k] = bd.get(k, 0.0) + v
             rec["breakdown_s"] = bd
     s = meta["settings"]
+    used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
+    exit_layer = next((L for L in used if L), exit_layer)  # the layer Mirror chose (exit lens rule)
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=meta["target_layers"], gamma=s["gamma"],
                        exit_layer=meta["exit_layer"], branch_budget=s["branch_budget"],

@@ -209,3 +209,29 @@ def test_train_command_end_to_end(tmp_path, capsys):
     assert meta["layers"] == "1,3" and "train_exit_lens" in meta["command"]
     assert set(meta["report"]["layers"]) == {"1", "3"} and meta["report"]["held_out_positions"] > 0
     assert el.find_lens(model, str(out)).lens is not None
+
+
+def test_the_shipped_lens_is_small_and_reports_its_table():
+    shipped = sorted(el.ASSETS.glob(el.SHIPPED_GLOB))
+    assert shipped, "no lens in assets/"
+    for path in shipped:
+        meta = el.read_meta(path)
+        assert meta["format"] == el.FORMAT and "train_exit_lens" in meta["command"]
+        assert path.stat().st_size < 5_000_000
+        table = meta["report"]["layers"]
+        assert set(table) == set(meta["layers"].split(","))
+        for row in table.values():  # the lens beats the raw exit on held-out text
+            assert row["lens_top8"] > row["raw_top8"] and row["lens_top1"] > row["raw_top1"]
+
+
+def test_exit_lens_flags():
+    from mirror_sd import bench, cli
+    args = cli.build_parser().parse_args(["generate", "--prompt", "x", "--exit-lens", "off"])
+    assert args.exit_lens == "off"
+    assert cli.build_parser().parse_args(["generate", "--prompt", "x"]).exit_lens == "auto"
+    assert bench.build_parser().parse_args(["--exit-lens", "off", "--out", "o"]).exit_lens == "off"
+    line = cli.summary_line({"method": "mirror", "new_tokens": 4, "wall_s": 1.0, "tokens_per_s": 4.0,
+                             "target_forwards": 2, "mean_accepted": 2.0, "hit_rate": 0.5,
+                             "draft_hidden_fraction": 0.5, "exit_layer": 21,
+                             "exit_lens": "/x/assets/exit_lens_q.safetensors"})
+    assert line.endswith("exit layer 21 (lens exit_lens_q.safetensors)")
