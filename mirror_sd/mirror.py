@@ -67,7 +67,8 @@ def lane_speeds(pair: ModelPair, gamma: int, reps: int = 2) -> tuple[float, floa
         cached = _speeds.setdefault(pair.target, {})
         if key in cached:
             return cached[key]
-        prefix = [1 + i % (pair.vocab_size - 1) for i in range(PROBE_PREFIX)]
+        probe = [1 + i % (pair.vocab_size - 1) for i in range(PROBE_PREFIX + gamma + 1)]
+        prefix, window = probe[:PROBE_PREFIX], probe[PROBE_PREFIX:]
 
         def timed(model, chunks):
             best = float("inf")
@@ -82,8 +83,8 @@ def lane_speeds(pair: ModelPair, gamma: int, reps: int = 2) -> tuple[float, floa
                 best = min(best, time.perf_counter() - t0)
             return best
 
-        t_verify = timed(pair.target, [prefix[:gamma + 1]])
-        t_draft = timed(pair.draft, [[t] for t in prefix[:gamma]]) / gamma
+        t_verify = timed(pair.target, [window])  # gamma+1 tokens in one forward
+        t_draft = timed(pair.draft, [[t] for t in window[:gamma]]) / gamma  # one token per forward
         cached[key] = (t_verify, t_draft)
         return cached[key]
 
