@@ -310,7 +310,8 @@ class MirrorSpeculative(Decoder):
             job.post_verdict((verdict.accepted, verdict.token))
             run.steps += 1
             if job.proposals:
-                yield EarlyExit(step, exit_layer, list(range(s.gamma + 1)), *job.proposals)
+                yield EarlyExit(step, exit_layer, list(range(s.gamma + 1)), *job.proposals,
+                                lens=head.lens is not None)
             yield verify_event
             if commit:
                 yield commit

@@ -115,7 +115,8 @@ def test_greedy_with_the_lens_equals_generate(lens_file):
         assert fin.token_ids == tiny.cached_reference(0, "qwen", tuple(p), N_NEW)
         assert fin.stats["exit_lens"] == str(lens_file)
         assert fin.stats["exit_layer"] in LAYERS  # chosen by the rule among the lens's layers
-        assert all(e.layer == fin.stats["exit_layer"] for e in of(events, EarlyExit))
+        exits = of(events, EarlyExit)
+        assert exits and all(e.layer == fin.stats["exit_layer"] and e.lens for e in exits)
         rolled = [b for b in of(events, DraftBranch) if b.status in ("taken", "cancelled")]
         assert rolled and all(b.score > 0 for b in rolled)  # each root's score is in the event
 
@@ -139,6 +140,7 @@ def test_metadata_mismatch_means_no_lens_with_a_message(lens_file):
     assert len(notes) == 1 and "not used" in notes[0].message and "weights" in notes[0].message
     fin = tiny.finish(events)
     assert fin.stats["exit_lens"] is None and fin.stats["exit_layer_rule"] == "N/2 (no exit lens)"
+    assert not any(e.lens for e in of(events, EarlyExit))
     assert fin.token_ids == tiny.cached_reference(1, "qwen", tuple(p), N_NEW)
 
 
