@@ -2,7 +2,8 @@
 
     python -m mirror_sd.bench [--questions FILE.jsonl] [--methods ar,sd,mirror,hf-assisted]
         [--per-category K] [--max-new-tokens N] [--temperature X] [--target T --draft D]
-        [--gamma G --kappa K --exit-layer L --branch-budget B --precision P] --out DIR
+        [--gamma G --kappa K --exit-layer L --branch-budget B --precision P]
+        [--exit-lens {auto,off,FILE}] --out DIR
 
     python -m mirror_sd.bench --what-if "target_scale=10,draft_device=separate;gamma=6"
         [--calibration DIR/results.json]        (latency-model projections, no models loaded)
@@ -505,6 +506,8 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     finally:
         bar.close()
 
+    used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
+    exit_layer = next((L for L in used if L), exit_layer)  # the layer Mirror chose (exit lens rule)
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=pair.target_layers, gamma=settings.gamma,
                        exit_layer=exit_layer, branch_budget=settings.branch_budget,
@@ -567,6 +570,8 @@ def rerender(out_dir: str | Path) -> dict:
                     bd[k] = bd.get(k, 0.0) + v
             rec["breakdown_s"] = bd
     s = meta["settings"]
+    used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
+    exit_layer = next((L for L in used if L), exit_layer)  # the layer Mirror chose (exit lens rule)
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=meta["target_layers"], gamma=s["gamma"],
                        exit_layer=meta["exit_layer"], branch_budget=s["branch_budget"],
@@ -1060,6 +1065,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "precision's own speedup, interleaved with the rest")
     p.add_argument("--exit-head", default="auto",
                    help="Mirror-SD's early-exit LM head: auto | exact | int8 (see early_exit.py)")
+    p.add_argument("--exit-lens", default="auto",
+                   help="Mirror-SD's trained exit lens: auto (the shipped lens of the target, if "
+                        "any) | off | a lens .safetensors file (see exit_lens.py)")
     p.add_argument("--target-device", default="auto")
     p.add_argument("--draft-device", default="auto")
     p.add_argument("--hf-assistant-tokens", type=int, default=None,
@@ -1159,6 +1167,7 @@ def main(argv=None) -> int:
                      branch_budget=2 if budget_auto else args.branch_budget)
         if "exit_head" in Settings.__dataclass_fields__:
             knobs["exit_head"] = args.exit_head
+        knobs["exit_lens"] = args.exit_lens
         settings = Settings(**knobs)
         extra = {k: v for k, v in (("target_precision", args.target_precision),
                                    ("draft_precision", args.draft_precision)) if v}

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="branch rollouts per Mirror-SD step, or auto (with --gamma auto: both)")
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
+    g.add_argument("--exit-lens", default="auto",
+                   help="trained exit lens: auto (the shipped lens of the target, when there is "
+                        "one), off (raw early exit), or a lens .safetensors file")
     g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int8-dyn (CPU; see loading.PRECISION_NOTES)")
     g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
@@ -58,7 +61,7 @@ def run_generate(args) -> int:
                         gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
                         exit_layer=args.exit_layer,
                         branch_budget=2 if budget_auto else args.branch_budget,
-                        exit_head=args.exit_head)
+                        exit_head=args.exit_head, exit_lens=args.exit_lens)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
     pair = load_pair(args.target, args.draft, precision=args.precision,
@@ -119,7 +122,14 @@ def summary_line(stats: dict) -> str:
     return (f"[{stats['method']}] {stats['new_tokens']} tokens in {stats['wall_s']:.2f} s "
             f"({stats['tokens_per_s']:.2f} tok/s), {stats['target_forwards']} target forwards, "
             f"mean accepted {stats['mean_accepted']:.2f}, hit rate {_fmt(stats['hit_rate'], '.0%')}, "
-            f"draft hidden {_fmt(stats['draft_hidden_fraction'], '.0%')}")
+            f"draft hidden {_fmt(stats['draft_hidden_fraction'], '.0%')}" + _exit_info(stats))
+
+
+def _exit_info(stats: dict) -> str:
+    if "exit_layer" not in stats:
+        return ""
+    lens = stats.get("exit_lens")
+    return f", exit layer {stats['exit_layer']} ({'lens ' + lens.rsplit('/', 1)[-1] if lens else 'raw'})"
 
 
 def main(argv=None) -> int:

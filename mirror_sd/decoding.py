@@ -18,6 +18,7 @@ import torch
 
 from .acceptance import Sampling
 from .early_exit import EXIT_HEAD_CHOICES
+from .exit_lens import LENS_CHOICES
 from .errors import MirrorSDError
 from .events import Commit, Error, Event, Finish, Span
 from .pair import ModelPair
@@ -36,9 +37,10 @@ class Settings:
     seed: int = 0
     gamma: int = 4  # drafted tokens per window
     kappa: int = 8  # early-exit candidates per window position
-    exit_layer: int | None = None  # None: default for the pair (see mirror.default_exit_layer)
+    exit_layer: int | None = None  # None: chosen for the pair (see mirror.MirrorSpeculative)
     branch_budget: int = 2  # branch-complete rollouts per step
     exit_head: str = "auto"  # early-exit LM head: auto | exact | int8 (see early_exit.py)
+    exit_lens: str = "auto"  # auto (the shipped lens of the target, if any) | off | a lens file
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
 
     @property
@@ -64,6 +66,8 @@ class Settings:
         ]
         checks.append((self.exit_head in EXIT_HEAD_CHOICES,
                        f"exit head must be one of {', '.join(EXIT_HEAD_CHOICES)} (got {self.exit_head!r})."))
+        checks.append((self.exit_lens in LENS_CHOICES or str(self.exit_lens).endswith(".safetensors"),
+                       f"exit lens must be auto, off or a .safetensors lens file (got {self.exit_lens!r})."))
         n = pair.target_layers
         if self.exit_layer is not None:
             checks.append((1 <= self.exit_layer <= n - 1,
@@ -95,6 +99,7 @@ class Run:
         self.hits = 0
         self.misses = 0
         self.steps = 0
+        self.info: dict = {}  # method-specific facts for the stats (e.g. Mirror's exit layer and lens)
         self.done = False
         self.cancelled = False
         self._text = ""
@@ -167,6 +172,7 @@ class Run:
             "draft_hidden_fraction": draft_hidden_fraction(self.spans),
             "cancelled": self.cancelled,
             "prompt_tokens": len(self.prompt_ids),
+            **self.info,
         }
 
 

@@ -7,6 +7,9 @@ would lengthen every target forward by about as much. `auto` therefore uses an i
 the head (fbgemm dynamic quantization: measured 12x faster on 5 rows of the default target's
 151936x1536 head, 95% of the top-8 ids shared with fp32) on CPU for large heads, and the
 exact head elsewhere.
+
+A trained exit lens (exit_lens.py), when one is given, maps the exit-layer hidden state
+before the norm: the proposals get much closer to the final layer's at the same layer.
 """
 from __future__ import annotations
 
@@ -44,26 +47,32 @@ class ExitHead:
     head: torch.nn.Module  # the target's LM head, or its int8 copy
     device: torch.device
     kind: str  # "exact" or "int8"
+    lens: object = None  # an exit_lens.ExitLens covering `layer`, or None (raw exit)
+    layer: int | None = None
 
     @torch.inference_mode()
     def proposals(self, hidden: torch.Tensor, kappa: int) -> tuple[list, list]:
         """hidden: [rows, H] at the exit layer -> top-kappa (ids, log-probs) per row."""
-        x = self.norm(hidden.to(self.device))
+        x = hidden.to(self.device)
+        if self.lens is not None:
+            x = self.lens.apply(self.layer, x)
+        x = self.norm(x)
         if self.kind == "int8":
             x = x.float()
         top = torch.log_softmax(self.head(x).float(), dim=-1).topk(kappa, dim=-1)  # [rows, kappa]
         return top.indices.tolist(), top.values.tolist()  # ids cross lanes, not tensors
 
 
-def exit_head(model, choice: str = "auto") -> ExitHead:
+def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None) -> ExitHead:
+    """The exit head of `model`; with `lens` (covering `layer`) the lens is applied first."""
     _, norm, head = exit_parts(model)
     device = norm.weight.device
     if not isinstance(head, torch.nn.Linear):  # already a reduced-precision kernel (cpu_kernels)
-        return ExitHead(norm, head, device, "exact")
+        return ExitHead(norm, head, device, "exact", lens, layer)
     use_int8 = choice == "int8" or (choice == "auto" and head.weight.numel() >= _LARGE_HEAD)
     if not (use_int8 and device.type == "cpu"):
-        return ExitHead(norm, head, device, "exact")
+        return ExitHead(norm, head, device, "exact", lens, layer)
     with _lock:  # quantizing takes seconds: once per model, shared by every run
         if model not in _cache:
             _cache[model] = _int8_copy(head)
-        return ExitHead(norm, _cache[model], device, "int8")
+        return ExitHead(norm, _cache[model], device, "int8", lens, layer)

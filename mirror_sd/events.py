@@ -26,7 +26,8 @@ class StepStart(Event):
 
 @dataclass
 class EarlyExit(Event):
-    """Top-kappa of the target's final norm + LM head applied at `layer`, per window position.
+    """Top-kappa of the target's final norm + LM head applied at `layer` (after the exit lens
+    when `lens`), per window position.
 
     Position j guesses the target's token after `y_n, d_1..d_j` (j = 0..gamma).
     """
@@ -35,6 +36,7 @@ class EarlyExit(Event):
     positions: list[int]
     token_ids: list[list[int]]  # [gamma+1][kappa]
     logprobs: list[list[float]]  # [gamma+1][kappa]
+    lens: bool = False  # read through a trained exit lens (exit_lens.py) before the norm
 
 
 @dataclass

@@ -12,6 +12,12 @@ When the verdict (A, c) arrives: a rollout rooted at (A, c) *is* the next window
 the other branches are dropped at once); otherwise the draft rolls out from c serially
 (a miss). The proposals only choose what is precomputed; every committed token is
 verified against the target's final layer, so the output is the target's own.
+
+Exit lens and exit layer (Settings.exit_lens / exit_layer): with a trained lens for the
+target (exit_lens.py) the exit head reads the lens-mapped hidden state, and when no exit
+layer is given it is chosen among the lens's layers by `exit_lens.choose_exit_layer` from
+the lens's held-out hit rates and lane speeds measured once per pair (`lane_speeds`);
+without a lens the default is the paper's N/2.
 """
 from __future__ import annotations
 
@@ -19,18 +25,22 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
+
+import torch
 
 from .autoregressive import plain_step
 from .decoding import Decoder, Run, generator_for
 from .drafting import Window, serial_rollout, to_probs
 from .early_exit import exit_head, exit_parts
 from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
+from .exit_lens import choose_exit_layer, find_lens
 from .lanes import Lane
 from .pair import ModelPair
 from .placement import lane_sync
 from .speculative import verify_window
-from .branch_scoring import Root, score_roots
+from .branch_scoring import EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root, score_roots
 from .branches import BranchBatch
 
 log = logging.getLogger(__name__)
@@ -39,8 +49,44 @@ EARLY_ROOTS = 1  # roots started on the draft's own guess, before the early exit
 
 
 def default_exit_layer(pair: ModelPair) -> int:
-    """The paper's default, N/2."""
+    """The paper's default, N/2 (used when there is no exit lens to choose with)."""
     return max(1, pair.target_layers // 2)
+
+
+_speeds: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_speeds_lock = threading.Lock()
+PROBE_PREFIX = 16  # tokens of context before the timed forwards
+
+
+@torch.inference_mode()
+def lane_speeds(pair: ModelPair, gamma: int, reps: int = 2) -> tuple[float, float]:
+    """(seconds of one target forward over gamma+1 tokens, seconds of one draft token), each
+    measured alone after a short prefix, best of `reps`; once per (pair, gamma)."""
+    key = (id(pair.draft), gamma)
+    with _speeds_lock:
+        cached = _speeds.setdefault(pair.target, {})
+        if key in cached:
+            return cached[key]
+        probe = [1 + i % (pair.vocab_size - 1) for i in range(PROBE_PREFIX + gamma + 1)]
+        prefix, window = probe[:PROBE_PREFIX], probe[PROBE_PREFIX:]
+
+        def timed(model, chunks):
+            best = float("inf")
+            for _ in range(reps):
+                lane = Lane(model, "probe")
+                lane.feed(prefix, logits_to_keep=1)
+                lane.synchronize()
+                t0 = time.perf_counter()
+                for chunk in chunks:
+                    lane.feed(chunk, logits_to_keep=len(chunk))
+                lane.synchronize()
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        t_verify = timed(pair.target, [window])  # gamma+1 tokens in one forward
+        t_draft = timed(pair.draft, [[t] for t in window[:gamma]]) / gamma  # one token per forward
+        cached[key] = (t_verify, t_draft)
+        return cached[key]
 
 
 @dataclass
@@ -85,9 +131,10 @@ class StepJob:
 class DraftWorker(threading.Thread):
     """The draft lane: owns the draft model and its cache for the whole run."""
 
-    def __init__(self, lane: Lane, run: Run):
+    def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
+        self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
         self.inbox: queue.Queue = queue.Queue()
 
     def run(self):
@@ -121,7 +168,7 @@ class DraftWorker(threading.Thread):
 
         def admit(limit):
             roots = score_roots(job.window.tokens, job.window.q_rows, q_bonus,
-                                job.proposals if exit_used else None, s.kappa)
+                                job.proposals if exit_used else None, s.kappa, self.exit_weight)
             for root in roots:
                 if len(admitted) >= limit:
                     break
@@ -181,11 +228,42 @@ class MirrorSpeculative(Decoder):
         self._active: StepJob | None = None  # the step the draft lane may still work on
 
     def _prepare(self):
-        self._head = exit_head(self.pair.target, self.settings.exit_head)
+        s, target = self.settings, self.pair.target
+        lens = find_lens(target, s.exit_lens)
+        self._notices = [lens.message] if lens.notify else []
+        self._info = {"exit_lens": lens.path, "exit_lens_note": lens.message}
+        if s.exit_layer:
+            layer = s.exit_layer
+            self._info["exit_layer_rule"] = "given"
+            if lens.lens is not None and not lens.covers(layer):
+                note = (f"The exit lens covers layers {', '.join(map(str, lens.lens.layers))}, not "
+                        f"{layer}: raw early exit at layer {layer}.")
+                self._notices.append(note)
+                self._info["exit_lens_note"] = note
+        elif lens.lens is not None and lens.lens.hit_rates():
+            t_verify, t_draft = lane_speeds(self.pair, s.gamma)
+            rates = lens.lens.hit_rates()
+            layer = choose_exit_layer(rates, self.pair.target_layers, t_verify, (s.gamma + 1) * t_draft)
+            self._info["exit_layer_rule"] = (
+                f"least expected step time over the lens's layers {sorted(rates)} (held-out top-8 "
+                f"{rates[layer]:.0%} at {layer}; target verify {t_verify * 1e3:.0f} ms, draft "
+                f"{t_draft * 1e3:.0f} ms/token, measured)")
+        else:
+            layer = default_exit_layer(self.pair)
+            self._info["exit_layer_rule"] = "N/2 (no exit lens)"
+        use = lens.lens if lens.covers(layer) else None
+        if use is None:
+            self._info["exit_lens"] = None
+        self._exit_layer = layer
+        self._info["exit_layer"] = layer
+        self._head = exit_head(target, s.exit_head, use, layer)
 
     def _decode(self, run, cancel):
         s = run.settings
-        exit_layer = s.exit_layer or default_exit_layer(self.pair)
+        exit_layer = self._exit_layer
+        run.info.update(self._info)
+        for note in self._notices:
+            yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = Lane(self.pair.draft, "draft")
         layers = exit_parts(self.pair.target)[0]
@@ -212,7 +290,7 @@ class MirrorSpeculative(Decoder):
             window = serial_rollout(draft, run.committed, s.gamma, s.sampling,
                                     generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
-        self._worker = DraftWorker(draft, run)
+        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if head.lens is not None else EXIT_WEIGHT)
         self._worker.start()
         step, lane_ok, window_hit = 0, True, False
         while not run.done and not cancel.is_set():
@@ -233,7 +311,8 @@ class MirrorSpeculative(Decoder):
             job.post_verdict((verdict.accepted, verdict.token))
             run.steps += 1
             if job.proposals:
-                yield EarlyExit(step, exit_layer, list(range(s.gamma + 1)), *job.proposals)
+                yield EarlyExit(step, exit_layer, list(range(s.gamma + 1)), *job.proposals,
+                                lens=head.lens is not None)
             yield verify_event
             if commit:
                 yield commit
@@ -261,7 +340,7 @@ class MirrorSpeculative(Decoder):
         if "exit_start" in marks:
             run.spans.remove(fwd)
             run.spans.append(Span("target", "prefix", fwd.start_ns, marks["exit_start"], step, "layers 1..exit"))
-            run.spans.append(Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, f"norm + LM head ({self._head.kind}), top-kappa"))
+            run.spans.append(Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, f"{'lens + ' if self._head.lens is not None else ''}norm + LM head ({self._head.kind}), top-kappa"))
             run.spans.append(Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N"))
 
     def _close(self):

@@ -68,7 +68,7 @@ def build_demo() -> gr.Blocks:
                                       info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
                     kappa = gr.Slider(1, 32, value=8, step=1, label="κ (kappa): early-exit candidates per position",
                                       info="How many of the target's half-way guesses are sent to the draft.")
-                    exit_layer = gr.Slider(0, 63, value=0, step=1, label="ℓₑ: early-exit layer (0 = half the target's layers)",
+                    exit_layer = gr.Slider(0, 63, value=0, step=1, label="ℓₑ: early-exit layer (0 = chosen: by the exit lens's rule, else half the layers)",
                                            info="Earlier: more overlap, weaker guesses. Later: better guesses, less time to hide the draft.")
                     branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
                                               info="Branch-complete rollouts the draft writes in parallel per step (batched).")

@@ -238,6 +238,8 @@ class Job(threading.Thread):
                 self.records[method] = rec
                 for ev in decoder.generate(prompt_ids, cancel=self.cancel):
                     texts.on_event(ev)  # before add: the page sees a token with its text
+                    if isinstance(ev, EarlyExit):  # the layer Mirror really used (lens rule)
+                        self.meta["exit_layer"] = ev.layer
                     rec.add(ev, time.perf_counter_ns() - rec.t0_ns)
                     if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
                         self.cancel.set()
