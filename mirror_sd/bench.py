@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import latency_model as lm
-from .errors import MirrorSDError
+from .errors import MirrorSDError, run_cli
 from .questions import BUILTIN_QUESTIONS, Question, categories, load_questions, per_category
 
 ENGINE_METHODS = ("ar", "sd", "mirror")
@@ -571,10 +571,10 @@ def rerender(out_dir: str | Path) -> dict:
             rec["breakdown_s"] = bd
     s = meta["settings"]
     used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
-    exit_layer = next((L for L in used if L), exit_layer)  # the layer Mirror chose (exit lens rule)
+    exit_layer = next((L for L in used if L), meta["exit_layer"])  # the layer Mirror chose
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=meta["target_layers"], gamma=s["gamma"],
-                       exit_layer=meta["exit_layer"], branch_budget=s["branch_budget"],
+                       exit_layer=exit_layer, branch_budget=s["branch_budget"],
                        kappa=s["kappa"], source=results["latency_model"]["calibration"].get("source", ""))
     results["summary"] = summarize(results)
     results["breakdown"] = breakdown_summary(results)
@@ -1128,93 +1128,89 @@ def _progress(message: str, fraction=None) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.what_if is not None:
-            try:
-                scenarios = lm.parse_what_if(args.what_if)
-                print(what_if_table(load_calibration(args.calibration), scenarios))
-            except ValueError as e:
-                raise MirrorSDError(str(e)) from e
-            return 0
-        if args.rerender:
-            try:
-                results = rerender(args.rerender)
-            except (OSError, json.JSONDecodeError, KeyError) as e:
-                raise MirrorSDError(f"Could not re-render {args.rerender}: {e}") from e
-            print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
-            return 0
-        if not args.out:
-            raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
-        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-        bad = [m for m in methods if m not in DEFAULT_METHODS]
-        if bad:
-            raise MirrorSDError(f"Unknown method(s) {', '.join(bad)}: choose from "
-                                f"{', '.join(DEFAULT_METHODS)}.")
-        questions = per_category(load_questions(args.questions), args.per_category)
+    return run_cli(_main, build_parser().parse_args(argv), argv)
 
-        import transformers
 
-        from .decoding import Settings
-        from .loading import load_pair
-
-        transformers.logging.set_verbosity_error()
-        gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
-        knobs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                     top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                     gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
-                     exit_layer=args.exit_layer,
-                     branch_budget=2 if budget_auto else args.branch_budget)
-        if "exit_head" in Settings.__dataclass_fields__:
-            knobs["exit_head"] = args.exit_head
-        knobs["exit_lens"] = args.exit_lens
-        settings = Settings(**knobs)
-        extra = {k: v for k, v in (("target_precision", args.target_precision),
-                                   ("draft_precision", args.draft_precision)) if v}
-        pair = load_pair(args.target, args.draft, precision=args.precision, **extra,
-                         target_device=args.target_device, draft_device=args.draft_device,
-                         progress=_progress)
-        runners, notes, auto = {}, [], None
-        if gamma_auto or budget_auto:
-            from .tuning import auto_settings
-            ids = pair.encode_prompt(questions[0].turns[0])
-            settings.validate(pair, len(ids))
-            settings, choice = auto_settings(pair, ids, settings, gamma_auto, budget_auto)
-            auto = choice.to_dict()
-            notes.append(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget}, "
-                         f"chosen by the latency model from a {choice.probe_s:.1f} s probe on "
-                         f"question {questions[0].question_id} (projected Mirror-SD speedup "
-                         f"{_f(choice.projected_speedup)}x; a projection, not a measurement)")
-        if args.baseline_precision:
-            name = baseline_name(args.baseline_precision)
-            ref = load_pair(args.target, args.draft, target_precision=args.baseline_precision,
-                            draft_precision=pair.info.get("draft_precision", args.precision),
-                            target_device=args.target_device, draft_device=args.draft_device,
-                            progress=_progress)
-            runners[name] = baseline_runner(replace(pair, target=ref.target), name)
-            methods.append(name)
-            del ref
-            notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
-                         "mismatches are tokens changed by the precision, not by speculation.")
-        command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in
-                                                          (sys.argv[1:] if argv is None else argv))
-        results = run_benchmark(
-            pair, questions, methods, settings, out_dir=args.out, warmup=not args.no_warmup,
-            progress=not args.no_progress, hf_assistant_tokens=args.hf_assistant_tokens,
-            resume=args.resume, runners=runners,
-            meta={"command": command, "run_notes": notes, "auto": auto,
-                  "questions_file": args.questions or str(BUILTIN_QUESTIONS.relative_to(
-                      BUILTIN_QUESTIONS.parent.parent)),
-                  "per_category": args.per_category})
-        print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
-        print(f"written to {Path(args.out).resolve()}", file=sys.stderr)
+def _main(args, argv) -> int:
+    if args.what_if is not None:
+        try:
+            scenarios = lm.parse_what_if(args.what_if)
+            print(what_if_table(load_calibration(args.calibration), scenarios))
+        except ValueError as e:
+            raise MirrorSDError(str(e)) from e
         return 0
-    except MirrorSDError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+    if args.rerender:
+        try:
+            results = rerender(args.rerender)
+        except (OSError, json.JSONDecodeError, KeyError) as e:
+            raise MirrorSDError(f"Could not re-render {args.rerender}: {e}") from e
+        print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
+        return 0
+    if not args.out:
+        raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in DEFAULT_METHODS]
+    if bad:
+        raise MirrorSDError(f"Unknown method(s) {', '.join(bad)}: choose from "
+                            f"{', '.join(DEFAULT_METHODS)}.")
+    questions = per_category(load_questions(args.questions), args.per_category)
+
+    import transformers
+
+    from .decoding import Settings
+    from .loading import load_pair
+
+    transformers.logging.set_verbosity_error()
+    gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
+    knobs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                 top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                 gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
+                 exit_layer=args.exit_layer,
+                 branch_budget=2 if budget_auto else args.branch_budget)
+    if "exit_head" in Settings.__dataclass_fields__:
+        knobs["exit_head"] = args.exit_head
+    knobs["exit_lens"] = args.exit_lens
+    settings = Settings(**knobs)
+    extra = {k: v for k, v in (("target_precision", args.target_precision),
+                               ("draft_precision", args.draft_precision)) if v}
+    pair = load_pair(args.target, args.draft, precision=args.precision, **extra,
+                     target_device=args.target_device, draft_device=args.draft_device,
+                     progress=_progress)
+    runners, notes, auto = {}, [], None
+    if gamma_auto or budget_auto:
+        from .tuning import auto_settings
+        ids = pair.encode_prompt(questions[0].turns[0])
+        settings.validate(pair, len(ids))
+        settings, choice = auto_settings(pair, ids, settings, gamma_auto, budget_auto)
+        auto = choice.to_dict()
+        notes.append(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget}, "
+                     f"chosen by the latency model from a {choice.probe_s:.1f} s probe on "
+                     f"question {questions[0].question_id} (projected Mirror-SD speedup "
+                     f"{_f(choice.projected_speedup)}x; a projection, not a measurement)")
+    if args.baseline_precision:
+        name = baseline_name(args.baseline_precision)
+        ref = load_pair(args.target, args.draft, target_precision=args.baseline_precision,
+                        draft_precision=pair.info.get("draft_precision", args.precision),
+                        target_device=args.target_device, draft_device=args.draft_device,
+                        progress=_progress)
+        runners[name] = baseline_runner(replace(pair, target=ref.target), name)
+        methods.append(name)
+        del ref
+        notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
+                     "mismatches are tokens changed by the precision, not by speculation.")
+    command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in
+                                                      (sys.argv[1:] if argv is None else argv))
+    results = run_benchmark(
+        pair, questions, methods, settings, out_dir=args.out, warmup=not args.no_warmup,
+        progress=not args.no_progress, hf_assistant_tokens=args.hf_assistant_tokens,
+        resume=args.resume, runners=runners,
+        meta={"command": command, "run_notes": notes, "auto": auto,
+              "questions_file": args.questions or str(BUILTIN_QUESTIONS.relative_to(
+                  BUILTIN_QUESTIONS.parent.parent)),
+              "per_category": args.per_category})
+    print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
+    print(f"written to {Path(args.out).resolve()}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import json
 import sys
 
 from .decoding import Settings
-from .errors import MirrorSDError
+from .errors import MirrorSDError, run_cli
 from .events import Commit, Error, Finish, Notice
 from .methods import METHODS
 from .tuning import int_or_auto
@@ -133,12 +133,4 @@ def _exit_info(stats: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return run_generate(args)
-    except MirrorSDError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+    return run_cli(run_generate, build_parser().parse_args(argv))

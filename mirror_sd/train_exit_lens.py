@@ -260,7 +260,7 @@ def format_table(table: dict, n: int) -> str:
 
 def load_target(name: str):
     """(model, tokenizer) of a target, fp32, through loading.py's resolution (no draft)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from . import loading
     if name == "default":

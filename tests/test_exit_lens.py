@@ -1,8 +1,6 @@
 """The trained exit lens on tiny float64 models: shapes, training, the file round trip, which
 lens a run uses (metadata must match), the exit-layer rule, and losslessness with the lens on
 (greedy output is transformers' own generate(), token for token)."""
-import json
-
 import pytest
 import torch
 
