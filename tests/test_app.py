@@ -250,6 +250,16 @@ def test_cached_result_and_trace_replay(client):
     assert replay[-1] == "def hello ( x ) :"
 
 
+def test_auto_gamma_and_budget(client):
+    _, final = run_app(client, auto_tune=True, gamma=1, branch_budget=1)
+    status, ar, mirror, sd, summary = final[:5]
+    assert "Done" in status and "chosen automatically" in summary and "projection" in summary
+    data = json.load(open(final[-1]))
+    auto = data["pair"]["auto"]
+    assert f"γ={auto['gamma']} " in summary and f"branch budget {auto['branch_budget']}" in summary
+    assert data["settings"]["gamma"] == auto["gamma"]
+
+
 def test_bad_settings_show_a_message_not_a_traceback(client):
     _, final = run_app(client, exit_layer=40)
     assert "exit layer must be between 1 and 3" in final[0]

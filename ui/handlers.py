@@ -131,7 +131,7 @@ def stop(request: gr.Request = None):
 
 def run(prompt, target, draft, precision, target_device, draft_device, gamma, kappa, exit_layer,
         branch_budget, temperature, top_p, seed, max_new_tokens, with_sd, use_cache,
-        draft_precision="same", request: gr.Request = None):
+        draft_precision="same", auto_tune=False, request: gr.Request = None):
     """AR, then Mirror-SD (then plain SD), streaming; ends with all outputs filled."""
     session = _session(request)
     cancel = CANCELS.current(session)
@@ -149,7 +149,7 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
                           zip((target, draft, precision, target_device, draft_device, draft_precision),
                               ("default", "default", "fp32", "auto", "auto", "same"))))
         methods = ("ar", "mirror") + (("sd",) if with_sd else ())
-        req = RunRequest(prompt, spec, settings, methods)
+        req = RunRequest(prompt, spec, settings, methods, auto=bool(auto_tune))
         settings_d = vars(settings).copy()
         cached = RESULTS.get(req.key()) if use_cache else None
         if cached is not None:
@@ -178,6 +178,8 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
                 yield _frame(status, _live_panes(job, methods))
         records = {m: r for m, r in job.records.items()}
         meta = dict(job.meta)
+        if meta.get("auto"):  # the settings the runs really used
+            settings_d.update(gamma=meta["auto"]["gamma"], branch_budget=meta["auto"]["branch_budget"])
         if job.error:
             gr.Warning(job.error)
             if not records:

@@ -72,6 +72,9 @@ def build_demo() -> gr.Blocks:
                                            info="Earlier: more overlap, weaker guesses. Later: better guesses, less time to hide the draft.")
                     branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
                                               info="Branch-complete rollouts the draft writes in parallel per step (batched).")
+                    auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
+                                            info="A short probe (AR, SD, Mirror-SD, 16 tokens each) calibrates the latency model; the setting with the best projected speedup is used (a projection, shown in the summary).",
+                                            elem_id="auto-tune")
                     with_sd = gr.Checkbox(False, label="Also run plain speculative decoding (third pane)")
                 with gr.Accordion("Sampling and length", open=True):
                     temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
@@ -138,7 +141,7 @@ def build_demo() -> gr.Blocks:
                    trace_file, state]
         inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
                   exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, with_sd,
-                  use_cache, draft_precision]
+                  use_cache, draft_precision, auto_tune]
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free)

@@ -160,11 +160,21 @@ def _settings_line(settings: dict, meta: dict) -> str:
                      f"{meta.get('target_device', '?')})")
     if meta.get("draft"):
         parts.append(f"draft {meta['draft']} ({meta.get('draft_device', '?')})")
+    if meta.get("precision"):
+        dp = meta.get("draft_precision")
+        parts.append(f"precision {meta['precision']}"
+                     + (f", draft {dp}" if dp and dp not in ("same", meta["precision"]) else ""))
     if settings:
         t = float(settings.get("temperature", 0.0))
         parts.append(f"γ={settings.get('gamma')} κ={settings.get('kappa')} "
                      f"exit layer ℓₑ={meta.get('exit_layer', settings.get('exit_layer'))} "
                      f"branch budget {settings.get('branch_budget')}")
+        auto = meta.get("auto")
+        if auto:
+            sp = auto.get("projected_speedup")
+            parts.append(f"γ and budget chosen automatically (projected {sp:.2f}× by the latency "
+                         f"model from a {auto.get('probe_s', 0):.1f} s probe: a projection)"
+                         if sp is not None else "γ and budget chosen automatically")
         parts.append("greedy" if t == 0 else
                      f"temperature {t:g}, top-p {settings.get('top_p')}, seed {settings.get('seed')}")
         parts.append(f"max {settings.get('max_new_tokens')} new tokens")

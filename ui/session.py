@@ -169,10 +169,11 @@ class RunRequest:
     spec: PairSpec
     settings: Settings
     methods: tuple[str, ...] = ("ar", "mirror")
+    auto: bool = False  # gamma and branch budget chosen by tuning.auto_settings first
 
     def key(self) -> tuple:
         return (self.prompt, self.spec, tuple(sorted(asdict(self.settings).items())), self.methods,
-                tiny_mode())
+                self.auto, tiny_mode())
 
 
 class Job(threading.Thread):
@@ -225,7 +226,17 @@ class Job(threading.Thread):
             from mirror_sd.mirror import default_exit_layer
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(pair)
         self.fraction = None
+        settings = req.settings
         with loaded.lock:
+            if req.auto and not self.cancel.is_set():
+                from mirror_sd.tuning import auto_settings
+                self.message = "Choosing γ and branch budget (a short probe of each method)"
+                settings.validate(pair, len(prompt_ids))
+                try:
+                    settings, choice = auto_settings(pair, prompt_ids, settings, True, True)
+                except ValueError as e:
+                    raise MirrorSDError(f"Automatic γ / budget failed: {e}") from e
+                self.meta["auto"] = choice.to_dict()
             for method in req.methods:
                 if self.cancel.is_set():
                     break
@@ -233,7 +244,7 @@ class Job(threading.Thread):
                 self.message = f"Running {method}"
                 rec = RunRecord(method)
                 texts = TokenTexts(pair, rec)
-                decoder = decoder_class(method)(pair, req.settings)
+                decoder = decoder_class(method)(pair, settings)
                 rec.t0_ns = time.perf_counter_ns()
                 self.records[method] = rec
                 for ev in decoder.generate(prompt_ids, cancel=self.cancel):
