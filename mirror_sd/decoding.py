@@ -40,6 +40,7 @@ class Settings:
     branch_budget: int = 2  # branch-complete rollouts per step
     exit_head: str = "auto"  # early-exit LM head: auto | exact | int8 (see early_exit.py)
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
+    streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
 
     @property
     def sampling(self) -> Sampling:
@@ -64,6 +65,7 @@ class Settings:
         ]
         checks.append((self.exit_head in EXIT_HEAD_CHOICES,
                        f"exit head must be one of {', '.join(EXIT_HEAD_CHOICES)} (got {self.exit_head!r})."))
+        checks.append((self.streams in ("auto", "off"), f"streams must be auto or off (got {self.streams!r})."))
         n = pair.target_layers
         if self.exit_layer is not None:
             checks.append((1 <= self.exit_layer <= n - 1,
