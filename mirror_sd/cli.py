@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--branch-budget", type=int, default=2)
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
+    g.add_argument("--streams", default="auto", choices=["auto", "off"],
+                   help="draft stream heads (several draft tokens per draft forward): auto = the "
+                        "pair's trained file in assets/, plain drafting when there is none")
     g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU), int8 (CPU)")
     g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
@@ -52,7 +55,7 @@ def run_generate(args) -> int:
     settings = Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, top_k=args.top_k, seed=args.seed, gamma=args.gamma,
                         kappa=args.kappa, exit_layer=args.exit_layer, branch_budget=args.branch_budget,
-                        exit_head=args.exit_head)
+                        exit_head=args.exit_head, streams=args.streams)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
     pair = load_pair(args.target, args.draft, precision=args.precision,

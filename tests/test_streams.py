@@ -196,3 +196,23 @@ def test_head_proposals_differ_from_the_draft_here(sampling_pair):
     with torch.inference_mode():
         own_next = torch.softmax(sampling_pair.draft(torch.tensor([PROMPT + w.tokens[:1]])).logits[0, -1].double(), -1)
     assert (w.q_rows[1] - own_next).abs().sum() > 0.2
+
+
+# ---------------------------------------------------------------- the benchmark's methods
+
+def test_bench_runs_stream_methods_next_to_the_plain_ones():
+    from mirror_sd import bench
+    from mirror_sd.pair import ModelPair
+    from mirror_sd.questions import load_questions
+    config = tiny.qwen_config(vocab_size=260, eos_token_id=258, max_position_embeddings=1024)
+    target = tiny.build(config, 0)
+    draft = tiny.perturb(target, 0.03, 1)
+    pair = ModelPair(target, draft, tiny.tiny_tokenizer(), target_name="t", draft_name="d")
+    pair.streams = random_heads(target, 2)
+    questions = load_questions(None)[:1]
+    res = bench.run_benchmark(pair, questions, ["sd", "sd-streams", "mirror-streams"],
+                              Settings(max_new_tokens=8, gamma=3), warmup=False, progress=False)
+    methods = res["questions"][0]["methods"]
+    assert set(methods) == {"ar", "sd", "sd-streams", "mirror-streams"}
+    for m in ("sd", "sd-streams", "mirror-streams"):
+        assert methods[m]["identical_to_ar"] is True, (m, methods[m])
