@@ -98,7 +98,7 @@ def build_prompts(tokenizer, n: int, seed: int) -> list[list[int]]:
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     prompts = [chat(t) for t in chats]
-    prompts += source_chunks(files[::-1], tokenizer, rng, n - len(prompts), 96)
+    prompts += source_chunks(files[::-1], tokenizer, rng, n - len(prompts), 64)
     rng.shuffle(prompts)
     return prompts
 
@@ -245,14 +245,17 @@ def main(argv=None) -> int:
     p.add_argument("--draft", default="default", help="'default' or a local model folder")
     p.add_argument("--out", default=None, help="default: assets/streams-<draft folder>.pt")
     p.add_argument("--heads", type=int, default=3, help="K: tokens beyond the next one per forward")
-    p.add_argument("--rank", type=int, default=128)
-    p.add_argument("--tokens", type=int, default=12000, help="generated tokens to train on (about)")
-    p.add_argument("--new-tokens", type=int, default=96, help="continuation length per prompt")
-    p.add_argument("--batch", type=int, default=16, help="prompts continued at once")
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--rank", type=int, default=96)
+    p.add_argument("--tokens", type=int, default=10000, help="generated tokens to train on (about)")
+    p.add_argument("--new-tokens", type=int, default=128, help="continuation length per prompt")
+    p.add_argument("--batch", type=int, default=24, help="prompts continued at once")
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--held-out", type=float, default=0.1, help="fraction of prompts held out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--cache", default=None,
+                   help="a .pt file for the continuations: written after generating them, read "
+                        "instead of generating when it exists (to refit without regenerating)")
     args = p.parse_args(argv)
     argv_list = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -274,8 +277,13 @@ def main(argv=None) -> int:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
         sequences = []
         t_gen = time.monotonic()
-        for i in tqdm(range(0, len(prompts), args.batch), desc="draft continuations", file=sys.stderr):
-            sequences += continuations(model, prompts[i:i + args.batch], args.new_tokens, pad, eos)
+        if args.cache and Path(args.cache).is_file():
+            sequences = torch.load(args.cache, weights_only=True)
+        else:
+            for i in tqdm(range(0, len(prompts), args.batch), desc="draft continuations", file=sys.stderr):
+                sequences += continuations(model, prompts[i:i + args.batch], args.new_tokens, pad, eos)
+            if args.cache:
+                torch.save(sequences, args.cache)
         gen_s = time.monotonic() - t_gen
         n_held = max(1, round(len(sequences) * args.held_out))
         held, train = sequences[:n_held], sequences[n_held:]
