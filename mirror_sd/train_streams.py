@@ -130,6 +130,41 @@ def continuations(model, prompts: list[list[int]], new_tokens: int, pad_id: int,
     return result
 
 
+def text_chunks(tokenizer, n_tokens: int, length: int, seed: int) -> list[list[int]]:
+    """Chunks of `length` tokens, about n_tokens in all: 3/4 stdlib source, 1/4 pydoc prose."""
+    from pydoc_data.topics import topics
+    rng = random.Random(seed)
+    files = sorted(stdlib_dir().glob("*.py")) + sorted(p for p in stdlib_dir().glob("*/*.py")
+                                                     if "test" not in p.parts[-2])
+    rng.shuffle(files)
+    n = max(2, n_tokens // length)
+    code = source_chunks(files, tokenizer, rng, n - n // 4, length)
+    prose_ids = tokenizer("\n\n".join(topics[k] for k in sorted(topics)))["input_ids"]
+    starts = sorted(rng.sample(range(0, len(prose_ids) - length), n // 4))
+    chunks = code + [prose_ids[s:s + length] for s in starts]
+    rng.shuffle(chunks)
+    return chunks
+
+
+@torch.inference_mode()
+def teacher_forced(model, chunks: list[list[int]], batch: int = 2, progress: bool = True):
+    """One forward over each chunk of real text: per chunk (h [T, H] float32, own [T]: the
+    draft's own argmax choice after each position, given the text so far). Same layout as
+    continuations(): row t of h scores own[t], so head j's target is own[t+j]."""
+    from tqdm import tqdm
+    base = getattr(model, model.base_model_prefix)
+    lm_head = model.get_output_embeddings()
+    out = []
+    for i in tqdm(range(0, len(chunks), batch), desc="draft forwards over text", file=sys.stderr,
+                  disable=not progress):
+        ids = torch.tensor(chunks[i:i + batch])  # [b, T] (equal lengths)
+        h = base(input_ids=ids).last_hidden_state  # [b, T, H], final-normed
+        for row in h:
+            own = torch.cat([lm_head(row[k:k + 128]).argmax(-1) for k in range(0, len(row), 128)])
+            out.append((row.float().clone(), own))
+    return out
+
+
 def stream_targets(sequences, n_heads: int):
     """(h [N, H], targets [N, K]: the token j+1 steps after each row's own token, -1 where the
     continuation has ended) from continuations()."""
@@ -247,6 +282,11 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=3, help="K: tokens beyond the next one per forward")
     p.add_argument("--rank", type=int, default=96)
     p.add_argument("--tokens", type=int, default=10000, help="generated tokens to train on (about)")
+    p.add_argument("--source", choices=["text", "continuations"], default="text",
+                   help="text: one draft forward over stdlib text, targets = the draft's own choice "
+                        "at each later position (cheap); continuations: the draft's greedy "
+                        "continuations of stdlib-built prompts (exact self-distillation, ~4x the CPU)")
+    p.add_argument("--chunk", type=int, default=256, help="text: tokens per chunk")
     p.add_argument("--new-tokens", type=int, default=128, help="continuation length per prompt")
     p.add_argument("--batch", type=int, default=24, help="prompts continued at once")
     p.add_argument("--epochs", type=int, default=8)
@@ -266,10 +306,6 @@ def main(argv=None) -> int:
         model, tokenizer, path, key = load_draft(args.draft)
         out = Path(args.out) if args.out else heads_path(key)
         model.generation_config.do_sample = False
-        n_prompts = max(2, round(args.tokens / args.new_tokens))
-        prompts = build_prompts(tokenizer, n_prompts, args.seed)
-        print(f"{len(prompts)} prompts, {args.new_tokens} new tokens each, batches of {args.batch}",
-              file=sys.stderr)
         from tqdm import tqdm
         gc_eos = model.generation_config.eos_token_id
         eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos]) | {tokenizer.eos_token_id}
@@ -279,7 +315,17 @@ def main(argv=None) -> int:
         t_gen = time.monotonic()
         if args.cache and Path(args.cache).is_file():
             sequences = torch.load(args.cache, weights_only=True)
+        elif args.source == "text":
+            chunks = text_chunks(tokenizer, args.tokens, args.chunk, args.seed)
+            print(f"{len(chunks)} chunks of {args.chunk} tokens", file=sys.stderr)
+            sequences = teacher_forced(model, chunks)
+            if args.cache:
+                torch.save(sequences, args.cache)
         else:
+            n_prompts = max(2, round(args.tokens / args.new_tokens))
+            prompts = build_prompts(tokenizer, n_prompts, args.seed)
+            print(f"{len(prompts)} prompts, {args.new_tokens} new tokens each, batches of {args.batch}",
+                  file=sys.stderr)
             for i in tqdm(range(0, len(prompts), args.batch), desc="draft continuations", file=sys.stderr):
                 sequences += continuations(model, prompts[i:i + args.batch], args.new_tokens, pad, eos)
             if args.cache:
@@ -303,7 +349,7 @@ def main(argv=None) -> int:
             "draft": path.split("/")[-1], "draft_path": path, "hidden": model.config.hidden_size,
             "vocab": int(lm_head.weight.shape[0]), "n_heads": args.heads, "rank": args.rank,
             "command": "python -m mirror_sd.train_streams " + " ".join(shlex.quote(a) for a in argv_list),
-            "seed": args.seed, "prompts": len(prompts), "train_positions": len(h),
+            "seed": args.seed, "source": args.source, "sequences": len(sequences), "train_positions": len(h),
             "held_out_positions": len(h_held), "losses": [round(x, 4) for x in losses],
             "held_out": held_report, "train_sample": train_report,
             "seconds": {"generation": round(gen_s), "fit": round(fit_s),
