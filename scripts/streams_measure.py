@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 from mirror_sd.acceptance import Sampling
 from mirror_sd.decoding import Settings
 from mirror_sd.drafting import serial_rollout
