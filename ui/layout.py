@@ -91,6 +91,9 @@ def build_demo() -> gr.Blocks:
                                                   label="Draft precision",
                                                   info="int8 (CPU): a ~4x faster draft; the output stays the "
                                                        "target's own, since acceptance checks every token.")
+                    streams = gr.Dropdown(["off", "auto"], value="off", label="Draft streams",
+                                          info="auto: the draft's trained stream heads propose several "
+                                               "tokens per draft forward (SD and Mirror-SD; lossless).")
                     with gr.Row():
                         target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
                                                     label="Target device")
@@ -139,7 +142,7 @@ def build_demo() -> gr.Blocks:
                    trace_file, state]
         inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
                   exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, with_sd,
-                  use_cache, draft_precision]
+                  use_cache, draft_precision, streams]
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free)
