@@ -280,7 +280,7 @@ def main(argv=None) -> int:
     p.add_argument("--draft", default="default", help="'default' or a local model folder")
     p.add_argument("--out", default=None, help="default: assets/streams-<draft folder>.pt")
     p.add_argument("--heads", type=int, default=3, help="K: tokens beyond the next one per forward")
-    p.add_argument("--rank", type=int, default=96)
+    p.add_argument("--rank", type=int, default=48)
     p.add_argument("--tokens", type=int, default=10000, help="generated tokens to train on (about)")
     p.add_argument("--source", choices=["text", "continuations"], default="text",
                    help="text: one draft forward over stdlib text, targets = the draft's own choice "
@@ -290,6 +290,8 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=128, help="continuation length per prompt")
     p.add_argument("--batch", type=int, default=24, help="prompts continued at once")
     p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--held-out", type=float, default=0.1, help="fraction of prompts held out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
@@ -340,7 +342,8 @@ def main(argv=None) -> int:
         lm_head = model.get_output_embeddings()
         heads = StreamHeads(model.config.hidden_size, args.heads, args.rank)
         t_fit = time.monotonic()
-        losses = fit(heads, lm_head.weight, h, targets, epochs=args.epochs, seed=args.seed)
+        losses = fit(heads, lm_head.weight, h, targets, epochs=args.epochs, seed=args.seed,
+                     lr=args.lr, weight_decay=args.weight_decay)
         fit_s = time.monotonic() - t_fit
         heads.eval()
         held_report = report(heads, lm_head, h_held, t_held)
