@@ -107,6 +107,7 @@ def main():
     for name, r in runs.items():
         r["identical_to_ar"] = ar is not None and r["tokens"] == ar["tokens"]
         r["speedup"] = round(r["tokens_per_s"] / ar["tokens_per_s"], 3) if ar else None
+    for r in runs.values():
         del r["tokens"]
     result["runs"] = runs
     text = json.dumps(result, indent=1)
