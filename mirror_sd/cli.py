@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--branch-budget", type=int, default=2)
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
                    help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
-    g.add_argument("--streams", default="auto", choices=["auto", "off"],
+    g.add_argument("--streams", default="off", choices=["auto", "off"],
                    help="draft stream heads (several draft tokens per draft forward): auto = the "
                         "pair's trained file in assets/, plain drafting when there is none")
     g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU), int8 (CPU)")
