@@ -44,6 +44,9 @@ ENGINE_METHODS = ("ar", "sd", "mirror")
 HF_ASSISTED = "hf-assisted"
 DEFAULT_METHODS = ENGINE_METHODS + (HF_ASSISTED,)
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD", HF_ASSISTED: "HF assisted"}
+# the engine's methods with the draft's stream heads on (streams="auto"; see streams.py)
+STREAM_METHODS = {"sd-streams": "sd", "mirror-streams": "mirror"}
+LABELS.update({"sd-streams": "SD+streams", "mirror-streams": "Mirror-SD+streams"})
 WARMUP_TOKENS = 16
 PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
 
@@ -94,7 +97,10 @@ def engine_runner(method: str) -> Runner:
         from .methods import METHODS
 
         spans, finish, error, notices = [], None, None, []
-        decoder = METHODS[method](pair, settings)
+        if method in STREAM_METHODS:
+            from dataclasses import replace
+            settings = replace(settings, streams="auto")
+        decoder = METHODS[STREAM_METHODS.get(method, method)](pair, settings)
         t0 = time.perf_counter_ns()
         for ev in decoder.generate(prompt_ids):
             if isinstance(ev, Span):
@@ -107,6 +113,7 @@ def engine_runner(method: str) -> Runner:
                 finish = ev
         t1 = time.perf_counter_ns()
         stats = dict(finish.stats) if finish else {"method": method, "new_tokens": 0}
+        stats["method"] = method
         return MethodRun(list(finish.token_ids) if finish else [], finish.text if finish else "",
                          stats, spans, (t1 - t0) / 1e9, t0, t1, error, notices)
 
@@ -231,7 +238,7 @@ def _is_ar(method: str) -> bool:
 
 
 def default_runners(hf_assistant_tokens: int | None = None) -> dict[str, Runner]:
-    runners = {m: engine_runner(m) for m in ENGINE_METHODS}
+    runners = {m: engine_runner(m) for m in ENGINE_METHODS + tuple(STREAM_METHODS)}
     runners[HF_ASSISTED] = hf_assisted_runner(hf_assistant_tokens)
     return runners
 
@@ -1042,7 +1049,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", default=None, help="Spec-Bench-format .jsonl (default: the "
                                                      "built-in assets/questions.jsonl)")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="comma-separated, from " + ", ".join(DEFAULT_METHODS) + " (AR always runs)")
+                   help="comma-separated, from " + ", ".join(DEFAULT_METHODS + tuple(STREAM_METHODS))
+                        + " (AR always runs)")
     p.add_argument("--per-category", type=int, default=None, help="first K questions per category")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (outputs checked against AR)")
@@ -1070,6 +1078,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "any) | off | a lens .safetensors file (see exit_lens.py)")
     p.add_argument("--target-device", default="auto")
     p.add_argument("--draft-device", default="auto")
+    p.add_argument("--streams", default="off", choices=["auto", "off"],
+                   help="draft stream heads for sd/mirror (sd-streams and mirror-streams always "
+                        "use them): auto = the pair's trained file in assets/, if any")
     p.add_argument("--hf-assistant-tokens", type=int, default=None,
                    help="num_assistant_tokens for hf-assisted (default: transformers' own)")
     p.add_argument("--no-warmup", action="store_true")
@@ -1149,10 +1160,11 @@ def _main(args, argv) -> int:
     if not args.out:
         raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in DEFAULT_METHODS]
+    known = DEFAULT_METHODS + tuple(STREAM_METHODS)
+    bad = [m for m in methods if m not in known]
     if bad:
         raise MirrorSDError(f"Unknown method(s) {', '.join(bad)}: choose from "
-                            f"{', '.join(DEFAULT_METHODS)}.")
+                            f"{', '.join(known)}.")
     questions = per_category(load_questions(args.questions), args.per_category)
 
     import transformers
@@ -1167,9 +1179,7 @@ def _main(args, argv) -> int:
                  gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
                  exit_layer=args.exit_layer,
                  branch_budget=2 if budget_auto else args.branch_budget)
-    if "exit_head" in Settings.__dataclass_fields__:
-        knobs["exit_head"] = args.exit_head
-    knobs["exit_lens"] = args.exit_lens
+    knobs.update(exit_head=args.exit_head, exit_lens=args.exit_lens, streams=args.streams)
     settings = Settings(**knobs)
     extra = {k: v for k, v in (("target_precision", args.target_precision),
                                ("draft_precision", args.draft_precision)) if v}

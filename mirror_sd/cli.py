@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--exit-lens", default="auto",
                    help="trained exit lens: auto (the shipped lens of the target, when there is "
                         "one), off (raw early exit), or a lens .safetensors file")
+    g.add_argument("--streams", default="off", choices=["auto", "off"],
+                   help="draft stream heads (several draft tokens per draft forward): auto = the "
+                        "pair's trained file in assets/, plain drafting when there is none")
     g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int8-dyn (CPU; see loading.PRECISION_NOTES)")
     g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
@@ -61,7 +64,8 @@ def run_generate(args) -> int:
                         gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
                         exit_layer=args.exit_layer,
                         branch_budget=2 if budget_auto else args.branch_budget,
-                        exit_head=args.exit_head, exit_lens=args.exit_lens)
+                        exit_head=args.exit_head, exit_lens=args.exit_lens,
+                        streams=args.streams)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
     pair = load_pair(args.target, args.draft, precision=args.precision,

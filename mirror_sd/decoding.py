@@ -42,6 +42,7 @@ class Settings:
     exit_head: str = "auto"  # early-exit LM head: auto | exact | int8 (see early_exit.py)
     exit_lens: str = "auto"  # auto (the shipped lens of the target, if any) | off | a lens file
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
+    streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
 
     @property
     def sampling(self) -> Sampling:
@@ -68,6 +69,7 @@ class Settings:
                        f"exit head must be one of {', '.join(EXIT_HEAD_CHOICES)} (got {self.exit_head!r})."))
         checks.append((self.exit_lens in LENS_CHOICES or str(self.exit_lens).endswith(".safetensors"),
                        f"exit lens must be auto, off or a .safetensors lens file (got {self.exit_lens!r})."))
+        checks.append((self.streams in ("auto", "off"), f"streams must be auto or off (got {self.streams!r})."))
         n = pair.target_layers
         if self.exit_layer is not None:
             checks.append((1 <= self.exit_layer <= n - 1,

@@ -55,5 +55,16 @@ class Lane:
         self.ids.extend(tokens)
         return out.logits[0]
 
+    @torch.inference_mode()
+    def feed_hidden(self, tokens: list[int]) -> torch.Tensor:
+        """Append `tokens` to the cache; return the final-normed hidden states [len(tokens), H]
+        (the LM head's input: stream heads read them)."""
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        base = getattr(self.model, self.model.base_model_prefix)
+        out = base(input_ids=ids, cache=self.cache, use_cache=True)
+        self.cache = out.cache
+        self.ids.extend(tokens)
+        return out.last_hidden_state[0]
+
     def synchronize(self):
         lane_sync(self.device)

@@ -41,11 +41,16 @@ from .pair import ModelPair
 from .placement import lane_sync
 from .speculative import verify_window
 from .branch_scoring import EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root, score_roots
+from .streams import rollout_for
 from .branches import BranchBatch
 
 log = logging.getLogger(__name__)
 
 EARLY_ROOTS = 1  # roots started on the draft's own guess, before the early exit arrives
+
+
+def _how(rollout) -> str:
+    return "serial" if rollout is serial_rollout else "streams"
 
 
 def default_exit_layer(pair: ModelPair) -> int:
@@ -131,10 +136,12 @@ class StepJob:
 class DraftWorker(threading.Thread):
     """The draft lane: owns the draft model and its cache for the whole run."""
 
-    def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT):
+    def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT,
+                 rollout=serial_rollout):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
         self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
+        self.rollout = rollout  # serial_rollout, or stream heads' rollout for the misses
         self.inbox: queue.Queue = queue.Queue()
 
     def run(self):
@@ -201,11 +208,11 @@ class DraftWorker(threading.Thread):
             lane.ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:-1]
             job.next_window = taken.window()
         else:  # 4) a miss: roll out from c serially, as plain SD would
-            with self._span("fallback", job.step, f"{gamma} tokens, serial"):
+            with self._span("fallback", job.step, f"{gamma} tokens, {_how(self.rollout)}"):
                 # the same random stream as a branch rooted at (A, c): a seeded run samples the
                 # same window whether the branch was precomputed or not (hits change speed only)
-                job.next_window = serial_rollout(lane, prefix + job.window.tokens[:A] + [c], gamma,
-                                                 sampling, generator_for(s.seed, job.step, "branch", A, c))
+                job.next_window = self.rollout(lane, prefix + job.window.tokens[:A] + [c], gamma,
+                                               sampling, generator_for(s.seed, job.step, "branch", A, c))
         job.hit = taken is not None
         for root, row in batch.history.items():
             status = "taken" if row is taken else "cancelled"
@@ -266,6 +273,9 @@ class MirrorSpeculative(Decoder):
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = Lane(self.pair.draft, "draft")
+        rollout, notice = rollout_for(self.pair, s.streams)
+        if notice:
+            yield Notice(notice)
         layers = exit_parts(self.pair.target)[0]
         head = self._head
         marks = {}  # timestamps of the hook inside the current target forward
@@ -286,11 +296,12 @@ class MirrorSpeculative(Decoder):
         if len(run.committed) > 1:
             with run.span("target", "prefill", target.device, 0):
                 target.feed(run.committed[:-1], logits_to_keep=1)
-        with run.span("draft", "prefill+draft", draft.device, 0, f"{s.gamma} tokens, serial"):
-            window = serial_rollout(draft, run.committed, s.gamma, s.sampling,
-                                    generator_for(s.seed, 0, "draft"))
+        with run.span("draft", "prefill+draft", draft.device, 0, f"{s.gamma} tokens, {_how(rollout)}"):
+            window = rollout(draft, run.committed, s.gamma, s.sampling,
+                             generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
-        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if head.lens is not None else EXIT_WEIGHT)
+        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if head.lens is not None else EXIT_WEIGHT,
+                                   rollout)
         self._worker.start()
         step, lane_ok, window_hit = 0, True, False
         while not run.done and not cancel.is_set():

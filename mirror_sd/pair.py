@@ -38,6 +38,7 @@ class ModelPair:
     draft_name: str = "draft"
     precision: str = "fp32"
     info: dict = field(default_factory=dict)  # load times, devices, parameter counts...
+    streams: Any = None  # the draft's trained stream heads (streams.py); None: looked up in assets/
 
     def __post_init__(self):
         vt, vd = model_vocab_size(self.target), model_vocab_size(self.draft)

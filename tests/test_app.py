@@ -310,3 +310,9 @@ def test_cancels_are_per_session():
     c.release("a", a)
     assert not c.stop("a")  # nothing running there any more
     assert c.current("a") is not a
+
+
+def test_streams_setting_runs_and_says_when_the_draft_has_no_heads(client):
+    _, final = run_app(client, streams="auto")
+    assert "Done" in final[0] and 'data-state="done"' in final[2]
+    assert "No trained stream heads" in final[2]  # the Mirror-SD pane says so

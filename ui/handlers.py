@@ -42,10 +42,12 @@ def _frame(status, panes, summary=None, timeline=None, slider=None, inspector=No
             *(v if v is not None else keep for v in (summary, timeline, slider, inspector, trace, state)))
 
 
-def _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens) -> Settings:
+def _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens,
+              streams="off") -> Settings:
     return Settings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                     top_p=float(top_p), seed=int(seed), gamma=int(gamma), kappa=int(kappa),
-                    exit_layer=int(exit_layer) or None, branch_budget=int(branch_budget))
+                    exit_layer=int(exit_layer) or None, branch_budget=int(branch_budget),
+                    streams=streams or "off")
 
 
 def _pane_state(rec: RunRecord | None, running: bool) -> str:
@@ -131,7 +133,7 @@ def stop(request: gr.Request = None):
 
 def run(prompt, target, draft, precision, target_device, draft_device, gamma, kappa, exit_layer,
         branch_budget, temperature, top_p, seed, max_new_tokens, with_sd, use_cache,
-        draft_precision="same", auto_tune=False, request: gr.Request = None):
+        draft_precision="same", auto_tune=False, streams="off", request: gr.Request = None):
     """AR, then Mirror-SD (then plain SD), streaming; ends with all outputs filled."""
     session = _session(request)
     cancel = CANCELS.current(session)
@@ -144,7 +146,7 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
                                        "error"), [None] * 3)
             return
         settings = _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed,
-                             max_new_tokens)
+                             max_new_tokens, streams)
         spec = PairSpec(*(str(v or "").strip() or d for v, d in
                           zip((target, draft, precision, target_device, draft_device, draft_precision),
                               ("default", "default", "fp32", "auto", "auto", "same"))))

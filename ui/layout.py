@@ -93,6 +93,9 @@ def build_demo() -> gr.Blocks:
                                             info=PRECISION_INFO)
                     draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
                                                   label="Draft precision", info=DRAFT_PRECISION_INFO)
+                    streams = gr.Dropdown(["off", "auto"], value="off", label="Draft streams",
+                                          info="auto: the draft's trained stream heads propose several "
+                                               "tokens per draft forward (SD and Mirror-SD; lossless).")
                     with gr.Row():
                         target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
                                                     label="Target device")
@@ -141,7 +144,7 @@ def build_demo() -> gr.Blocks:
                    trace_file, state]
         inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
                   exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, with_sd,
-                  use_cache, draft_precision, auto_tune]
+                  use_cache, draft_precision, auto_tune, streams]
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free)
