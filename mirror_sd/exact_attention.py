@@ -10,8 +10,8 @@ rows, so the target's logits for a verified window equal, bit for bit, those of 
 window token by token, and greedy speculative output is the target's own by construction.
 
 Assumes one sequence without padding (the target lane: batch 1, a cache of real tokens only);
-anything else (batches, prefill on an empty cache) goes to transformers' own SDPA unchanged.
-Cost: k small SDPA calls per layer instead of one (measured in docs/measurements.md).
+batches go to transformers' own SDPA unchanged. Cost: one small SDPA call per row and layer
+instead of one call per forward (a long prompt's prefill pays the most: docs/measurements.md).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def row_exact_attention(module, query, key, value, attention_mask, dropout=0.0, 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     q_len, kv_len = query.shape[2], key.shape[2]
-    if query.shape[0] != 1 or q_len >= kv_len:  # a batch, or a prefill with no cache before it
+    if query.shape[0] != 1:  # a batch (rows may be padded): transformers' own SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout,
                                       scaling, **kwargs)
     start = kv_len - q_len

@@ -127,7 +127,21 @@ def test_int8_target_verify_equals_decode_bit_for_bit(seed):
     assert not torch.equal(forward_logits(plain, context, new, False), forward_logits(plain, context, new, True))
 
 
-def test_row_exact_attention_leaves_batches_and_prefill_alone():
+@pytest.mark.parametrize("seed", [0, 1])
+def test_int8_target_prompt_split_does_not_matter(seed):
+    """AR prefills the whole prompt; SD prefills all but its last token and verifies that one
+    with the window. Every split must give the same bits for the next token."""
+    base = tiny.target(seed, hidden_size=256, intermediate_size=256, num_attention_heads=2,
+                       num_key_value_heads=1).float()  # head dim 128, as the real target's
+    exact = converted(base, "int8")
+    prompt = tiny.prompt(seed, 60)
+    full = forward_logits(exact, prompt[:1], prompt[1:], False)[-1]
+    for cut in (5, 37, 59):
+        split = forward_logits(exact, prompt[:cut], prompt[cut:], False)[-1]
+        assert torch.equal(full, split), cut
+
+
+def test_row_exact_attention_leaves_batches_alone():
     base = tiny.target(0).float()
     exact = converted(base, "int8")
     plain = cpu_kernels.row_int8(copy.deepcopy(base))
