@@ -15,6 +15,8 @@ instead of one call per forward (a long prompt's prefill pays the most: docs/mea
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 NAME = "mirror_sd_row_exact"
@@ -30,11 +32,29 @@ def row_exact_attention(module, query, key, value, attention_mask, dropout=0.0, 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout,
                                       scaling, **kwargs)
     start = kv_len - q_len
-    rows = [sdpa_attention_forward(module, query[:, :, j:j + 1], key[:, :, :start + j + 1],
-                                   value[:, :, :start + j + 1], None, dropout, scaling,
-                                   **kwargs)[0]
-            for j in range(q_len)]
+    with _one_thread():
+        rows = [sdpa_attention_forward(module, query[:, :, j:j + 1], key[:, :, :start + j + 1],
+                                       value[:, :, :start + j + 1], None, dropout, scaling,
+                                       **kwargs)[0]
+                for j in range(q_len)]
     return (rows[0] if q_len == 1 else torch.cat(rows, dim=1)), None
+
+
+@contextmanager
+def _one_thread():
+    """SDPA on a CPU splits one query row's keys over the threads once the context is long
+    (measured: 12 heads, 300+ keys), which changes its rounding: a method running the target
+    on two threads (AR, SD) would then disagree with one running it on one (Mirror-SD's target
+    lane). One thread for these small calls keeps every method's bits the same."""
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def install(model) -> None:

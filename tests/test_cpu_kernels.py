@@ -163,3 +163,27 @@ def test_load_pair_applies_the_precision_per_model(tmp_path):
     ids = pair.encode_prompt("hi")
     fin = tiny.finish(tiny.run(MirrorSpeculative, pair, ids, max_new_tokens=8))
     assert fin.token_ids == tiny.reference_greedy(pair.target, ids, 8)
+
+
+def test_row_exact_attention_does_not_depend_on_the_thread_count():
+    """AR and SD run the target on two threads, Mirror-SD's target lane on one. CPU SDPA over
+    one query row splits the keys over the threads (its rounding changes with the count);
+    the row-exact attention must give the same bits either way."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    model = tiny.target(0, hidden_size=1536, intermediate_size=64, num_attention_heads=12,
+                        num_key_value_heads=2, num_hidden_layers=1).float()
+    module = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 12, 3, 128, generator=g)
+    k, v = (torch.randn(1, 2, 400, 128, generator=g) for _ in range(2))
+    before = torch.get_num_threads()
+    out = {}
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            out[n] = (exact_attention.row_exact_attention(module, q, k, v, None, scaling=0.088)[0],
+                      sdpa_attention_forward(module, q[:, :, -1:], k, v, None, scaling=0.088)[0])
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(out[1][0], out[2][0])
+    assert not torch.equal(out[1][1], out[2][1])  # the control: plain SDPA depends on it
