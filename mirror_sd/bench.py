@@ -914,8 +914,9 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         extra.append("Resumed run: question(s) " + ", ".join(map(str, meta["resumed_questions"]))
                      + " were measured by an earlier process of this run that was interrupted.")
     if "mirror" in methods:
-        extra.append("Mirror-SD runs two lanes (target and draft threads) at once; AR, SD and "
-                     "HF assisted run one lane at a time, with the same torch threads per lane.")
+        extra.append("Mirror-SD runs two lanes (target and draft threads, one torch thread each) "
+                     "at once; AR, SD and HF assisted run one model at a time on every core the "
+                     "two lanes use (placement.method_threads).")
     if files:
         extra.append("Files: " + ", ".join(f"`{f}`" for f in files))
     if extra:
