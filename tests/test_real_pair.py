@@ -1,8 +1,8 @@
 """The bundled default pair (Qwen2.5-Coder 1.5B target, 0.5B draft), fp32, greedy:
 plain SD and Mirror-SD must reproduce transformers' own generate() token for token."""
 import pytest
-import torch
 
+import tiny
 from mirror_sd.decoding import Settings
 from mirror_sd.events import Error, Finish
 from mirror_sd.methods import METHODS
@@ -30,10 +30,7 @@ def first_difference(a, b):
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_sd_and_mirror_equal_generate(pair, prompt):
     ids = pair.encode_prompt(prompt)
-    with torch.inference_mode():
-        out = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                   max_new_tokens=NEW_TOKENS, do_sample=False)
-    reference = out[0, len(ids):].tolist()
+    reference = tiny.reference_greedy(pair.target, ids, NEW_TOKENS)  # transformers' generate()
     for method in ("sd", "mirror"):
         events = list(METHODS[method](pair, Settings(max_new_tokens=NEW_TOKENS)).generate(ids))
         assert not [e for e in events if isinstance(e, Error)]
