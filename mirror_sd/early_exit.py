@@ -67,10 +67,11 @@ def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None) 
     """The exit head of `model`; with `lens` (covering `layer`) the lens is applied first."""
     _, norm, head = exit_parts(model)
     device = norm.weight.device
-    if not isinstance(head, torch.nn.Linear):  # already a reduced-precision kernel (cpu_kernels)
-        return ExitHead(norm, head, device, "exact", lens, layer)
-    use_int8 = choice == "int8" or (choice == "auto" and head.weight.numel() >= _LARGE_HEAD)
-    if not (use_int8 and device.type == "cpu"):
+    # a reduced-precision kernel (cpu_kernels) is used as it is; an fp32 head gets an int8 copy
+    # on the CPU when asked for, or under "auto" when it is large
+    use_int8 = isinstance(head, torch.nn.Linear) and device.type == "cpu" and (
+        choice == "int8" or (choice == "auto" and head.weight.numel() >= _LARGE_HEAD))
+    if not use_int8:
         return ExitHead(norm, head, device, "exact", lens, layer)
     with _lock:  # quantizing takes seconds: once per model, shared by every run
         if model not in _cache:
