@@ -316,3 +316,50 @@ def test_streams_setting_runs_and_says_when_the_draft_has_no_heads(client):
     _, final = run_app(client, streams="auto")
     assert "Done" in final[0] and 'data-state="done"' in final[2]
     assert "No trained stream heads" in final[2]  # the Mirror-SD pane says so
+
+
+def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
+    """The slider spans 1..N-1 of the target (0 = automatic), from a loaded pair, a local
+    config or the tiny pair; unknown (a hub id not loaded yet): the wide range, checked at run."""
+    import json
+
+    from ui import handlers, session
+    from ui.tiny import LAYERS, tiny_pair
+
+    monkeypatch.delenv("MIRROR_SD_TINY", raising=False)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 24}))
+    up = handlers.exit_layer_range(str(folder), 30)
+    assert up["maximum"] == 23 and up["value"] == 0 and "24 layers: 1 to 23" in up["info"]
+    assert handlers.exit_layer_range(str(folder), 12)["value"] == 12
+    assert handlers.exit_layer_range("some-org/not-loaded", 30)["maximum"] == handlers.EXIT_LAYER_CEILING
+    from mirror_sd.loading import DEFAULT_TARGET
+    monkeypatch.setenv("MIRROR_SD_CACHE", str(tmp_path))
+    assert handlers.exit_layer_range("default", 0)["maximum"] == handlers.EXIT_LAYER_CEILING  # not built
+    (tmp_path / f"{DEFAULT_TARGET.stem}-hf").mkdir()
+    (tmp_path / f"{DEFAULT_TARGET.stem}-hf" / "config.json").write_text('{"num_hidden_layers": 28}')
+    assert handlers.exit_layer_range("default", 0)["maximum"] == 27
+    # a loaded pair answers for its target, whatever the precision
+    pairs = session.PairCache(loader=lambda spec, progress: tiny_pair())
+    pairs.get(session.PairSpec(target="some-org/loaded", precision="bf16"), lambda *a: None)
+    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    assert handlers.exit_layer_range("some-org/loaded", 0)["maximum"] == LAYERS - 1
+    monkeypatch.setenv("MIRROR_SD_TINY", "1")
+    assert handlers.exit_layer_range("anything", 2)["maximum"] == LAYERS - 1
+
+
+def test_an_out_of_range_exit_layer_is_one_message_before_any_run():
+    import threading
+
+    from mirror_sd.decoding import Settings
+    from ui.session import Job, PairCache, PairSpec, RunRequest
+    from ui.tiny import LAYERS, tiny_pair
+
+    job = Job(RunRequest("def x", PairSpec(), Settings(max_new_tokens=4, exit_layer=LAYERS)),
+              PairCache(loader=lambda spec, progress: tiny_pair()), threading.Event())
+    job.start()
+    assert job.finished.wait(30)
+    assert job.error == (f"exit layer must be between 1 and {LAYERS - 1} for this "
+                         f"{LAYERS}-layer target (got {LAYERS}).")
+    assert job.records == {}  # AR (which has no exit layer) did not run and fail

@@ -16,7 +16,7 @@ from mirror_sd.decoding import Settings
 from .inspector import render_inspector
 from .render import render_pane, render_status, render_summary
 from .runs import SHORT_NAMES, RunRecord, analyse
-from .session import Cancels, Job, PairCache, PairSpec, ResultCache, RunRequest
+from .session import Cancels, Job, PairCache, PairSpec, ResultCache, RunRequest, target_layers
 from .texts import EXAMPLES
 from .timeline import build_timeline
 from .traces import TraceError, export_trace, read_trace, write_trace
@@ -28,6 +28,10 @@ RESULTS = ResultCache()
 CANCELS = Cancels()
 POLL_S = 0.35  # page refresh while a run streams: cheap renders, decoding never waits
 PANES = ("ar", "mirror", "sd")
+EXIT_LAYER_CEILING = 127  # the slider's range until the target's layer count is known
+EXIT_LAYER_LABEL = "ℓₑ: early-exit layer (0 = chosen: by the exit lens's rule, else half the layers)"
+EXIT_LAYER_INFO = ("Earlier: more overlap, weaker guesses. Later: better guesses, less time to "
+                   "hide the draft.")
 
 
 def _session(request: gr.Request | None) -> str:
@@ -294,6 +298,18 @@ def race(state, speed):
         if t >= total:
             return
         time.sleep(0.2)
+
+
+def exit_layer_range(target, exit_layer):
+    """The early-exit slider spans the target's layers: 1..N-1, and 0 for the automatic choice.
+    Known from a loaded pair or a local config; otherwise the range stays wide and the run
+    checks the value against the loaded target (a message, not an error)."""
+    n = target_layers(target, PAIRS)
+    if n is None or n < 2:
+        return gr.update(minimum=0, maximum=EXIT_LAYER_CEILING, info=EXIT_LAYER_INFO)
+    value = int(exit_layer or 0)
+    return gr.update(minimum=0, maximum=n - 1, value=value if value <= n - 1 else 0,
+                     info=f"This target has {n} layers: 1 to {n - 1}. {EXIT_LAYER_INFO}")
 
 
 def pick_example(task):

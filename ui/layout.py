@@ -68,8 +68,11 @@ def build_demo() -> gr.Blocks:
                                       info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
                     kappa = gr.Slider(1, 32, value=8, step=1, label="κ (kappa): early-exit candidates per position",
                                       info="How many of the target's half-way guesses are sent to the draft.")
-                    exit_layer = gr.Slider(0, 63, value=0, step=1, label="ℓₑ: early-exit layer (0 = chosen: by the exit lens's rule, else half the layers)",
-                                           info="Earlier: more overlap, weaker guesses. Later: better guesses, less time to hide the draft.")
+                    # the range follows the target (handlers.exit_layer_range, on page load, on
+                    # a new target and after each run); the run checks it against the model
+                    exit_layer = gr.Slider(0, handlers.EXIT_LAYER_CEILING, value=0, step=1,
+                                           label=handlers.EXIT_LAYER_LABEL,
+                                           info=handlers.EXIT_LAYER_INFO)
                     branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
                                               info="Branch-complete rollouts the draft writes in parallel per step (batched).")
                     auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
@@ -150,9 +153,15 @@ def build_demo() -> gr.Blocks:
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free)
         with_sd.change(lambda v: gr.update(visible=bool(v)), with_sd, sd_col,
                        api_visibility="private", **free)
+        layer_range = dict(fn=handlers.exit_layer_range, inputs=[target, exit_layer],
+                           outputs=exit_layer, api_visibility="private", show_progress="hidden",
+                           **free)
+        demo.load(**layer_range)
+        target.change(**layer_range)
         run_btn.click(handlers.arm, None, None, api_visibility="private", **free).then(
             handlers.run, inputs, outputs, api_name="run", concurrency_limit=1,
-            concurrency_id="decode", show_progress="full", show_progress_on=[status])
+            concurrency_id="decode", show_progress="full", show_progress_on=[status]).then(
+            **layer_range)  # the pair is loaded now: its real layer count
         race_event = race_btn.click(handlers.race, [state, speed],
                                     [status, ar_pane, mirror_pane, sd_pane], api_name="race",
                                     concurrency_limit=8, concurrency_id="replay",

@@ -83,6 +83,45 @@ def pair_meta(spec: PairSpec, pair) -> dict:
             "tiny": tiny_mode()}
 
 
+def _config_layers(folder) -> int | None:
+    import json
+    from pathlib import Path
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    n = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
+    return int(n) if n else None
+
+
+def target_layers(target: str, pairs: "PairCache | None" = None) -> int | None:
+    """The layer count of a target without loading it: a loaded pair's, else a local
+    config.json (the default pair's cache, a model folder) or a GGUF header; None when only
+    loading would tell (a hub id not loaded yet, a default pair not built yet)."""
+    if tiny_mode():
+        from .tiny import LAYERS
+        return LAYERS
+    target = (target or "").strip() or "default"
+    if pairs is not None and (n := pairs.layers(target)) is not None:
+        return n
+    from pathlib import Path
+    from mirror_sd import loading
+    if target == "default":
+        return _config_layers(loading.default_cache_dir() / f"{loading.DEFAULT_TARGET.stem}-hf")
+    path = Path(target).expanduser()
+    if path.is_dir():
+        return _config_layers(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        import re
+        try:
+            blocks = {m.group(1) for name in loading._gguf_shapes(path)
+                      if (m := re.match(r"blk\.(\d+)\.", name))}
+        except Exception:  # not a readable GGUF: the load will say why
+            return None
+        return len(blocks) or None
+    return None
+
+
 class PairCache:
     """Loaded pairs, at most `max_pairs` (the least recently used one is dropped first)."""
 
@@ -101,6 +140,13 @@ class PairCache:
                     pass
                 del old
             gc.collect()
+
+    def layers(self, target: str) -> int | None:
+        """Layers of a loaded pair's target named `target` (any precision or device)."""
+        for (spec, _), loaded in list(self._pairs.items()):
+            if spec.target == target:
+                return loaded.meta.get("target_layers")
+        return None
 
     def loaded(self, spec: PairSpec) -> bool:
         return (spec, tiny_mode()) in self._pairs
@@ -227,11 +273,13 @@ class Job(threading.Thread):
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(pair)
         self.fraction = None
         settings = req.settings
+        # before any method: a bad setting (e.g. an exit layer past this target's layers) is
+        # one message, not an error in the AR pane, which never uses it
+        settings.validate(pair, len(prompt_ids))
         with loaded.lock:
             if req.auto and not self.cancel.is_set():
                 from mirror_sd.tuning import auto_settings
                 self.message = "Choosing γ and branch budget (a short probe of each method)"
-                settings.validate(pair, len(prompt_ids))
                 try:
                     settings, choice = auto_settings(pair, prompt_ids, settings, True, True)
                 except ValueError as e:
