@@ -143,8 +143,8 @@ class PairCache:
 
     def layers(self, target: str) -> int | None:
         """Layers of a loaded pair's target named `target` (any precision or device)."""
-        for (spec, _), loaded in list(self._pairs.items()):
-            if spec.target == target:
+        for (spec, tiny), loaded in list(self._pairs.items()):
+            if spec.target == target and tiny == tiny_mode():
                 return loaded.meta.get("target_layers")
         return None
 
