@@ -1171,7 +1171,7 @@ def _main(args, argv) -> int:
     import transformers
 
     from .decoding import Settings
-    from .loading import load_pair
+    from .loading import load_pair, load_target
 
     transformers.logging.set_verbosity_error()
     gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
@@ -1200,13 +1200,11 @@ def _main(args, argv) -> int:
                      f"{_f(choice.projected_speedup)}x; a projection, not a measurement)")
     if args.baseline_precision:
         name = baseline_name(args.baseline_precision)
-        ref = load_pair(args.target, args.draft, target_precision=args.baseline_precision,
-                        draft_precision=pair.info.get("draft_precision", args.precision),
-                        target_device=args.target_device, draft_device=args.draft_device,
-                        progress=_progress)
-        runners[name] = baseline_runner(replace(pair, target=ref.target), name)
+        ref = load_target(args.target, precision=args.baseline_precision,
+                          target_device=args.target_device, draft_device=args.draft_device,
+                          progress=_progress)  # the target alone: no second draft
+        runners[name] = baseline_runner(replace(pair, target=ref), name)
         methods.append(name)
-        del ref
         notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
                      "mismatches are tokens changed by the precision, not by speculation.")
     command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in

