@@ -412,6 +412,92 @@ def _load_model(src: _Source, role: str, prec: Precision, device_map, max_memory
     return model
 
 
+# A converted model should not keep its fp32 source in memory. transformers maps the
+# safetensors file (one private mapping) and the parameters point into it, so every page the
+# conversion reads stays mapped, counted in the process's RSS, as long as the mapping lives (the
+# embeddings and norms keep it): loading the int8 / int8-dyn default pair peaked at 10.6 GB
+# and kept 10.4 GB, 7.7 GB of it fp32 file pages (docs/measurements.md, section 9).
+# _convert_lean converts one decoder layer at a time and drops the pages of each fp32 weight
+# once converted. What stays in the file (embeddings, norms) stays there: an embedding lookup
+# reads only the rows it needs, and those pages are the kernel's to reclaim.
+
+def _mapped_files() -> list[tuple[int, int]]:
+    """Address ranges of the files mapped into this process (Linux; else []). The weights of a
+    safetensors load lie in one (a hub download's is a blob without the .safetensors name)."""
+    ranges = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)  # range, perms, offset, device, inode, path
+                if len(parts) == 6 and parts[4] != "0" and parts[5].startswith("/"):
+                    lo, hi = parts[0].split("-")
+                    ranges.append((int(lo, 16), int(hi, 16)))
+    except OSError:
+        pass
+    return ranges
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _in_files(span: tuple[int, int], files: list[tuple[int, int]]) -> bool:
+    return any(lo <= span[0] and span[1] <= hi for lo, hi in files)
+
+
+def _live_spans(model) -> list[tuple[int, int]]:
+    return [_span(t) for t in (*model.parameters(), *model.buffers()) if t.device.type == "cpu"]
+
+
+def _drop_pages(dead: list[tuple[int, int]], model, files: list[tuple[int, int]]) -> None:
+    """Give back the resident pages of file-mapped tensors the model no longer uses: whole
+    pages inside each dead span, none shared with a parameter or buffer still in the model.
+    Loaded weights are never written, so those pages hold the file's bytes: a later read by
+    anything still holding such a tensor would fault the same bytes back in."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    live = [s for s in _live_spans(model) if _in_files(s, files)]
+    page = mmap.PAGESIZE
+    for lo, hi in dead:
+        if not _in_files((lo, hi), files):
+            continue  # anonymous memory: the allocator frees it, never madvise it
+        a, b = -(-lo // page) * page, hi // page * page
+        if b > a and not any(l < b and a < h for l, h in live):
+            libc.madvise(ctypes.c_void_p(a), ctypes.c_size_t(b - a), 4)  # MADV_DONTNEED
+
+
+def _layer_list(model) -> torch.nn.ModuleList:
+    """The decoder layers: the ModuleList holding the most parameters (empty if none)."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return max(lists, key=lambda ml: sum(p.numel() for p in ml.parameters()),
+               default=torch.nn.ModuleList())
+
+
+def _convert_lean(model, name: str, role: str):
+    """apply_precision(model, name, role), with the same result, holding less memory: see
+    above. Precisions without a conversion, and models whose weights are not in a mapped file
+    (GGUF, GPU), take apply_precision as it is."""
+    files = _mapped_files() if PRECISIONS[name].post_load else []
+    if not files or not any(_in_files(_span(p), files) for p in model.parameters()
+                            if p.device.type == "cpu"):
+        return apply_precision(model, name, role)
+
+    def linear_weights(module):
+        return [_span(m.weight) for m in module.modules() if isinstance(m, torch.nn.Linear)]
+
+    layers = _layer_list(model)
+    for i, layer in enumerate(layers):
+        dead = linear_weights(layer)
+        layers[i] = PRECISIONS[name].post_load(layer)  # what apply_precision would convert
+        _drop_pages(dead, model, files)
+    dead = linear_weights(model)  # what the layers left (the LM head)
+    model = apply_precision(model, name, role)
+    _drop_pages(dead, model, files)
+    return model
+
+
 def _precisions(names_prec: dict[str, str], placement: Placement) -> dict[str, Precision]:
     precs = {}
     for role, name in names_prec.items():
@@ -447,7 +533,7 @@ def _load_role(role: str, src: _Source, prec_name: str, placement: Placement,
                         placement.target_device_map if role == "target" else placement.draft_device,
                         placement.max_memory if role == "target" else None, trust_remote_code)
     params = sum(p.numel() for p in model.parameters())
-    model = apply_precision(model, prec_name, role)
+    model = _convert_lean(model, prec_name, role)
     return model, {
         "source": src.name, "path": str(Path(src.path) / (src.gguf_file or "")),
         "load_s": round(time.perf_counter() - t0, 2),

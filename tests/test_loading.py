@@ -190,3 +190,42 @@ def test_one_lane_methods_get_every_core(tiny, monkeypatch):
         list(events)
         assert torch.get_num_threads() == 1  # restored when the run ends
     assert seen == {"ar": 2, "mirror": 1}
+
+
+def _resident_kib(path) -> int:
+    """Resident KiB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        if "-" in line.split(" ", 1)[0]:  # a mapping's header line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.parametrize("name,tied", [("int8", False), ("int8-dyn", False), ("fp16w", False),
+                                       ("int8", True)])
+def test_converted_target_matches_and_leaves_its_fp32_file(tmp_path, name, tied):
+    """load_target converts layer by layer and drops the fp32 file's pages (_convert_lean):
+    bit for bit the model apply_precision makes, with little of the file left resident."""
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from mirror_sd.loading import apply_precision, load_target
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=300, hidden_size=128, intermediate_size=512,  # many pages
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=tied)
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "m")
+    model = load_target(str(tmp_path / "m"), precision=name, target_device="cpu")
+    if sys.platform.startswith("linux"):  # what stays of the file: embeddings, norms, edges
+        file = tmp_path / "m" / "model.safetensors"
+        assert _resident_kib(file) * 1024 < 0.25 * file.stat().st_size
+    ref = apply_precision(AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float32),
+                          name, "target")
+    ids = torch.tensor([[1, 5, 9, 200, 7, 3]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, ref(ids).logits)
+        assert torch.equal(model(ids[:, :1]).logits, ref(ids[:, :1]).logits)
+    assert str(model) == str(ref)
