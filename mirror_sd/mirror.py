@@ -5,9 +5,10 @@ Per step, on two lanes at once:
       `exit_layer` reads the target's own final norm + LM head there (the early exit) and
       hands the top-kappa proposals to the draft lane *while* the remaining layers run;
       then the acceptance rule on the final distributions -> (A, c).
-  draft lane (a worker thread): extends its cache by d_gamma, scores (depth, token) roots
-      from the proposals and its own distributions, rolls out the best `branch_budget`
-      roots gamma tokens deep, batched (one draft forward per depth for all branches).
+  draft lane (a worker thread; on a GPU, its own CUDA stream): extends its cache by d_gamma,
+      scores (depth, token) roots from the proposals and its own distributions, rolls out the
+      best `branch_budget` roots gamma tokens deep, batched (one draft forward per depth for
+      all branches).
 When the verdict (A, c) arrives: a rollout rooted at (A, c) *is* the next window (a hit;
 the other branches are dropped at once); otherwise the draft rolls out from c serially
 (a miss). The proposals only choose what is precomputed; every committed token is
@@ -38,7 +39,7 @@ from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from .exit_lens import choose_exit_layer, find_lens
 from .lanes import Lane
 from .pair import ModelPair
-from .placement import lane_sync
+from .placement import cache_tensors, lane_stream, lane_sync
 from .speculative import verify_window
 from .branch_scoring import EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root, score_roots
 from .streams import rollout_for
@@ -145,6 +146,11 @@ class DraftWorker(threading.Thread):
         self.inbox: queue.Queue = queue.Queue()
 
     def run(self):
+        # On a GPU shared with the target, the draft's kernels go on a stream of their own.
+        with lane_stream(self.lane.device, adopt=cache_tensors(self.lane.cache)):
+            self._serve()
+
+    def _serve(self):
         while True:
             job = self.inbox.get()
             if job is None:

@@ -190,3 +190,17 @@ def test_one_lane_methods_get_every_core(tiny, monkeypatch):
         list(events)
         assert torch.get_num_threads() == 1  # restored when the run ends
     assert seen == {"ar": 2, "mirror": 1}
+
+
+def test_lane_stream_is_a_no_op_off_cuda_and_cache_tensors_finds_the_kv():
+    from transformers import DynamicCache
+    from mirror_sd.placement import cache_tensors, lane_stream
+    import tiny as models
+
+    model = models.target(0).float()
+    cache = DynamicCache(config=model.config)
+    with lane_stream("cpu", adopt=cache_tensors(cache)), torch.inference_mode():
+        model(torch.tensor([models.prompt(0, 5)]), past_key_values=cache, use_cache=True)
+    kv = cache_tensors(cache)
+    assert len(kv) == 2 * model.config.num_hidden_layers
+    assert all(t.shape[-2] == 5 for t in kv)  # [batch, heads, positions, head dim]
