@@ -891,6 +891,10 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
             ("contention", _f(cal["contention"])),
             ("alpha (SD/Mirror)", f"{_f(cal['alpha_sd'])}/{_f(cal['alpha_mirror'])}"),
             ("hit rate", _pct(cal["hit_rate"]))])]
+    if cal.get("hit_rates"):
+        lines[-1] += (f"; estimated hit rate at budget 1-8 (share of {cal.get('rank_steps')} steps whose "
+                      "verdict root was among the first b scored roots; ignores rollout timing): "
+                      + " / ".join(_pct(h) for h in cal["hit_rates"][:8]))
     if cal.get("notes"):
         lines.append("Calibration notes: " + "; ".join(cal["notes"]))
     lines += ["", "## What if (projections from the latency model, not measurements)", "",
