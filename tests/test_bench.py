@@ -506,3 +506,16 @@ def test_baseline_precision_method(pair, tmp_path):
     assert results["latency_model"]["predicted_vs_measured"][name]["measured_step_s"] > 0
     md = (tmp_path / "summary.md").read_text()
     assert "| ar-int8 |" in md and "a note for the summary" in md
+
+
+def test_variant_methods_change_one_setting(pair):
+    """`mirror-nolens` is Mirror-SD with the exit lens off, run by the same harness."""
+    from mirror_sd.decoding import Settings
+    ids = [5, 17, 42, 99, 7, 3]
+    settings = Settings(max_new_tokens=6, gamma=2)
+    plain = bench.engine_runner("mirror")(pair, ids, settings)
+    nolens = bench.engine_runner("mirror-nolens")(pair, ids, settings)
+    assert nolens.stats["exit_lens_note"] == "exit lens off: raw early exit"
+    assert plain.stats["exit_lens_note"] != nolens.stats["exit_lens_note"]
+    assert nolens.token_ids == plain.token_ids  # the lens only decides what is precomputed
+    assert settings.exit_lens == "auto"  # the caller's settings are not touched
