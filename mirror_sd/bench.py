@@ -44,9 +44,13 @@ ENGINE_METHODS = ("ar", "sd", "mirror")
 HF_ASSISTED = "hf-assisted"
 DEFAULT_METHODS = ENGINE_METHODS + (HF_ASSISTED,)
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD", HF_ASSISTED: "HF assisted"}
-# the engine's methods with the draft's stream heads on (streams="auto"; see streams.py)
-STREAM_METHODS = {"sd-streams": "sd", "mirror-streams": "mirror"}
-LABELS.update({"sd-streams": "SD+streams", "mirror-streams": "Mirror-SD+streams"})
+# the engine's methods with one setting changed, to compare in the same interleaved run:
+# the draft's stream heads on (streams.py), or Mirror-SD without the exit lens (the raw early
+# exit at the paper's N/2 unless --exit-layer is given; exit_lens.py)
+VARIANTS = {"sd-streams": ("sd", {"streams": "auto"}), "mirror-streams": ("mirror", {"streams": "auto"}),
+            "mirror-nolens": ("mirror", {"exit_lens": "off"})}
+LABELS.update({"sd-streams": "SD+streams", "mirror-streams": "Mirror-SD+streams",
+               "mirror-nolens": "Mirror-SD, no lens"})
 WARMUP_TOKENS = 16
 PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
 
@@ -97,10 +101,11 @@ def engine_runner(method: str) -> Runner:
         from .methods import METHODS
 
         spans, finish, error, notices = [], None, None, []
-        if method in STREAM_METHODS:
+        base, changes = VARIANTS.get(method, (method, {}))
+        if changes:
             from dataclasses import replace
-            settings = replace(settings, streams="auto")
-        decoder = METHODS[STREAM_METHODS.get(method, method)](pair, settings)
+            settings = replace(settings, **changes)
+        decoder = METHODS[base](pair, settings)
         t0 = time.perf_counter_ns()
         for ev in decoder.generate(prompt_ids):
             if isinstance(ev, Span):
@@ -238,7 +243,7 @@ def _is_ar(method: str) -> bool:
 
 
 def default_runners(hf_assistant_tokens: int | None = None) -> dict[str, Runner]:
-    runners = {m: engine_runner(m) for m in ENGINE_METHODS + tuple(STREAM_METHODS)}
+    runners = {m: engine_runner(m) for m in ENGINE_METHODS + tuple(VARIANTS)}
     runners[HF_ASSISTED] = hf_assisted_runner(hf_assistant_tokens)
     return runners
 
@@ -891,6 +896,10 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
             ("contention", _f(cal["contention"])),
             ("alpha (SD/Mirror)", f"{_f(cal['alpha_sd'])}/{_f(cal['alpha_mirror'])}"),
             ("hit rate", _pct(cal["hit_rate"]))])]
+    if cal.get("hit_rates"):
+        lines[-1] += (f"; estimated hit rate at budget 1-8 (share of {cal.get('rank_steps')} steps whose "
+                      "verdict root was among the first b scored roots; ignores rollout timing): "
+                      + " / ".join(_pct(h) for h in cal["hit_rates"][:8]))
     if cal.get("notes"):
         lines.append("Calibration notes: " + "; ".join(cal["notes"]))
     lines += ["", "## What if (projections from the latency model, not measurements)", "",
@@ -1050,7 +1059,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", default=None, help="Spec-Bench-format .jsonl (default: the "
                                                      "built-in assets/questions.jsonl)")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="comma-separated, from " + ", ".join(DEFAULT_METHODS + tuple(STREAM_METHODS))
+                   help="comma-separated, from " + ", ".join(DEFAULT_METHODS + tuple(VARIANTS))
                         + " (AR always runs)")
     p.add_argument("--per-category", type=int, default=None, help="first K questions per category")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -1161,7 +1170,7 @@ def _main(args, argv) -> int:
     if not args.out:
         raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    known = DEFAULT_METHODS + tuple(STREAM_METHODS)
+    known = DEFAULT_METHODS + tuple(VARIANTS)
     bad = [m for m in methods if m not in known]
     if bad:
         raise MirrorSDError(f"Unknown method(s) {', '.join(bad)}: choose from "

@@ -20,7 +20,11 @@ from dataclasses import dataclass
 import torch
 
 EXIT_WEIGHT = 0.5  # share of P(v | stop) taken from the raw early exit once it has arrived
-EXIT_WEIGHT_LENS = 0.5  # the same with a trained exit lens (see exit_lens.py)
+ACCEPT_WEIGHT = 0.0  # share of the acceptance estimates a_i taken from the raw early exit
+# The same with a trained exit lens (see exit_lens.py), chosen by scripts/hit_rate_sim.py on
+# recorded int8 runs (exit layer 24, gamma 3; docs/exit-lens.md section 6): 0.5 / 0 before.
+EXIT_WEIGHT_LENS = 0.4
+ACCEPT_WEIGHT_LENS = 0.3
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Root:
 
 def score_roots(drafted: list[int], q_rows: torch.Tensor, q_bonus: torch.Tensor,
                 proposals: tuple | None, kappa: int, exit_weight: float = EXIT_WEIGHT,
-                accept_weight: float = 0.0) -> list[Root]:
+                accept_weight: float = ACCEPT_WEIGHT) -> list[Root]:
     """All candidate roots, best first.
 
     drafted: d_1..d_gamma; q_rows: [gamma, V] the draft distributions they came from;
@@ -61,3 +65,9 @@ def score_roots(drafted: list[int], q_rows: torch.Tensor, q_bonus: torch.Tensor,
         reach *= a_next
     roots.sort(key=lambda r: -r.score)
     return roots
+
+
+def rank_of(roots: list[Root]) -> dict[tuple[int, int], int]:
+    """{(depth, token): place in `roots`} (0 = best). With budget b the draft lane rolls out
+    exactly the roots of place < b once the early exit has arrived."""
+    return {(r.depth, r.token): i for i, r in enumerate(roots)}

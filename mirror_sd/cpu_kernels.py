@@ -18,8 +18,9 @@ from contextlib import contextmanager
 
 import torch
 
-_PEAK = 1.0  # the +-C pinning columns
-_ROW_PEAK = 0.99  # rows are scaled a little inside (-C, C) so the zero point's nudge never clips
+_PIN = 1.0 / 0.99  # the +-pinning columns; rows are scaled to peak 1, a little inside, so
+# the zero point's rounding never clips a row (the pins multiply zero weights: their clipping
+# changes nothing)
 
 
 @contextmanager
@@ -32,7 +33,10 @@ def _quiet():
 
 class RowInt8Linear(torch.nn.Module):
     """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations
-    (one scale per row), on fbgemm; rows never affect one another (module docstring)."""
+    (one scale per row), on fbgemm; rows never affect one another (module docstring).
+
+    The wrapper is kept to a few tensor ops: at one decode row the kernel's fixed cost and the
+    wrapper's ops are a good part of a layer's time (docs/measurements.md, section 9)."""
 
     def __init__(self, linear: torch.nn.Linear, reduce_range: bool = True):
         super().__init__()
@@ -48,22 +52,85 @@ class RowInt8Linear(torch.nn.Module):
         self.reduce_range = reduce_range  # 7-bit activations: no int16 saturation in AVX2 fbgemm
         bias = linear.bias.detach().float().clone() if linear.bias is not None else None
         self.register_buffer("bias", bias, persistent=False)
-        self.register_buffer("_pins", torch.tensor([_PEAK, -_PEAK]), persistent=False)
+        self.register_buffer("_pins", torch.tensor([[_PIN, -_PIN]]), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, dtype = x.shape, x.dtype
-        rows = x.reshape(-1, self.in_features).float()
-        peak = rows.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30)
-        scaled = torch.cat([rows * (_PEAK * _ROW_PEAK / peak),
-                            self._pins.expand(rows.shape[0], 2)], dim=-1)
-        y = torch.ops.quantized.linear_dynamic(scaled, self._packed, self.reduce_range)
-        y = y * (peak / (_PEAK * _ROW_PEAK))
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*shape[:-1], self.out_features).to(dtype)
+        rows = x.reshape(-1, self.in_features)
+        if dtype != torch.float32:
+            rows = rows.float()
+        peak = rows.abs().amax(dim=-1, keepdim=True).clamp_min_(1e-30)
+        scaled = torch.cat([rows / peak, self._pins.expand(rows.shape[0], 2)], dim=-1)
+        y = _linear_dynamic(scaled, self._packed, self.reduce_range)
+        y = torch.addcmul(self.bias, y, peak) if self.bias is not None else y.mul_(peak)
+        y = y.view(*shape[:-1], self.out_features)
+        return y if dtype == torch.float32 else y.to(dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows"
+
+
+_linear_dynamic = torch.ops.quantized.linear_dynamic.default
+
+
+class _FusedInput:
+    """Projections that read the same input (q/k/v; gate/up) as one layer over their stacked
+    weights (`make` converts it; RowInt8Linear by default): one kernel call instead of several.
+    With RowInt8Linear, per-channel weight scales and per-row activation scales make every
+    output column the same bits as its own layer's (tested); with dynamic int8 the activation
+    scale is the shared input's either way."""
+
+    def __init__(self, linears: list[torch.nn.Linear], make=None):
+        stacked = torch.nn.Linear(linears[0].in_features, sum(l.out_features for l in linears),
+                                  bias=linears[0].bias is not None)
+        with torch.no_grad():
+            stacked.weight.copy_(torch.cat([l.weight.detach().float() for l in linears]))
+            if stacked.bias is not None:
+                stacked.bias.copy_(torch.cat([l.bias.detach().float() for l in linears]))
+        self.linear = (make or RowInt8Linear)(stacked)
+        self.sizes = [l.out_features for l in linears]
+        self._x, self._parts, self._unread = None, None, set()
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        # The input is held until every member has read its part, so `is` cannot be fooled by
+        # a new tensor at a recycled address.
+        if x is not self._x or index not in self._unread:
+            self._x, self._unread = x, set(range(len(self.sizes)))
+            self._parts = self.linear(x).split(self.sizes, dim=-1)
+        self._unread.discard(index)
+        out = self._parts[index]
+        if not self._unread:
+            self._x, self._parts = None, None
+        return out
+
+
+class FusedPart(torch.nn.Module):
+    """One member of a `_FusedInput` group, in its layer's place."""
+
+    def __init__(self, group: _FusedInput, index: int):
+        super().__init__()
+        self._group, self.index = group, index  # a plain attribute: not a submodule
+        self.in_features, self.out_features = group.linear.in_features, group.sizes[index]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._group.part(x, self.index)
+
+    def extra_repr(self) -> str:
+        return f"part {self.index} of {len(self._group.sizes)} of {type(self._group.linear).__name__}"
+
+
+FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # Llama/Qwen2/Mistral names
+
+
+def _fuse(model: torch.nn.Module, make=None) -> None:
+    for module in list(model.modules()):
+        for names in FUSED:
+            parts = [getattr(module, n, None) for n in names]
+            if all(isinstance(p, torch.nn.Linear) for p in parts) and \
+                    len({(p.in_features, p.bias is None) for p in parts}) == 1:
+                group = _FusedInput(parts, make)
+                for i, n in enumerate(names):
+                    setattr(module, n, FusedPart(group, i))
 
 
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
@@ -75,22 +142,37 @@ def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
     return model
 
 
-def row_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """Every nn.Linear (the LM head too) -> RowInt8Linear, in place."""
+def row_int8(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
+    """Every nn.Linear (the LM head too) -> RowInt8Linear, in place; projections that read the
+    same input (`FUSED`) share one kernel call."""
+    if fuse:
+        _fuse(model)
     return _replace_linears(model, RowInt8Linear)
 
 
-def dynamic_int8(model: torch.nn.Module) -> torch.nn.Module:
+def _quantize_dynamic(model: torch.nn.Module, dtype, fuse: bool) -> torch.nn.Module:
+    with _quiet():
+        from torch.ao.quantization import quantize_dynamic
+
+        def one(linear):  # int8: per-channel weight scales, so a stacked q/k/v keeps each
+            # projection's own range (per-tensor would give k and v the scale of q)
+            from torch.ao.quantization import float16_dynamic_qconfig, per_channel_dynamic_qconfig
+            spec = {torch.nn.Linear: per_channel_dynamic_qconfig if dtype == torch.qint8
+                    else float16_dynamic_qconfig}
+            return quantize_dynamic(torch.nn.Sequential(linear), spec, dtype=dtype)[0]
+
+        if fuse:
+            _fuse(model, one)
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=dtype, inplace=True)
+
+
+def dynamic_int8(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
     """fbgemm dynamic int8 (one activation scale per batch: rows couple). Fastest; fine for a
     draft, since a draft only proposes and q is what its tokens were drawn from."""
-    with _quiet():
-        from torch.ao.quantization import quantize_dynamic
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return _quantize_dynamic(model, torch.qint8, fuse)
 
 
-def fp16_weights(model: torch.nn.Module) -> torch.nn.Module:
+def fp16_weights(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
     """fbgemm fp16 weights with fp32 activations and accumulation: like fp32, rows differ from
     their one-row result only in the low bits."""
-    with _quiet():
-        from torch.ao.quantization import quantize_dynamic
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.float16, inplace=True)
+    return _quantize_dynamic(model, torch.float16, fuse)

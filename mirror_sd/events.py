@@ -44,8 +44,13 @@ class DraftBranch(Event):
     """One branch-complete rollout of the draft from root (depth, token).
 
     status: "taken" (reused as the next window: a hit), "cancelled" (stale when the verdict
-    came), or "serial" (rolled out one token per forward: after a miss, the first window, and
-    every plain SD window).
+    came, or dropped when the early exit ranked it below the budget), or "serial" (rolled out
+    one token per forward: after a miss, the first window, and every plain SD window).
+
+    rank (Mirror-SD): the root's place in the step's roots as scored once the early exit
+    arrived (0 = best; -1: not among them; None: not scored, e.g. the first window and SD).
+    The step's "taken" or "serial" branch is rooted at the verdict (A, c), so its rank is the
+    verdict's: the step hits exactly when 0 <= rank < branch budget.
     """
     step: int
     depth: int  # root depth j: continuation of y, d_1..d_j, root_token
@@ -54,6 +59,7 @@ class DraftBranch(Event):
     tokens: list[int]  # drafted tokens after the root
     q_probs: list[float]  # draft probability of each drafted token (as sampled)
     status: str
+    rank: int | None = None  # place among the step's scored roots (see above)
 
 
 @dataclass

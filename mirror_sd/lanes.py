@@ -7,8 +7,7 @@ nowhere else: ids come in as Python ints, logits leave on the lane's device.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
-
+from .kv_cache import GrowingCache
 from .pair import model_device
 from .placement import lane_sync
 
@@ -26,11 +25,11 @@ class Lane:
         self.model = model
         self.name = name
         self.device = model_device(model)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = GrowingCache(config=model.config)
         self.ids: list[int] = []  # tokens whose keys/values the cache holds, in order
 
     def reset(self):
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = GrowingCache(config=self.model.config)
         self.ids = []
 
     def sync(self, committed: list[int]) -> list[int]:

@@ -15,9 +15,11 @@ early exit arrives. This engine's draft lane starts at the beginning of the step
 d_gamma, rolls out its own best guess) and admits the early exit's candidates when they come,
 so its default schedule="engine" lets the draft work overlap the prefix as well:
 
-    hit = max(c * (T_prefix + T_ee + T_suffix),               the target lane
-              c * (T_prefix + T_ee) + c * gamma * t_batch,    rows admitted at the early exit
-              c * T_rollouts)                                 all the draft lane's work
+    hit = c * (T_prefix + T_ee + T_suffix)                    the target lane, then
+        + max(0, gamma * t_batch - T_suffix,                   rows admitted at the early exit
+                 T_rollouts - (T_prefix + T_ee + T_suffix))    all the draft lane's work
+    (while the target lane runs, the draft works at 1/c of its speed; what is left when the
+    verdict comes runs alone, uncontended: the target lane waits for the next window)
 
 with
     T_target(k) = t_target_1 + (k - 1) * (t_target_k - t_target_1) / gamma    (linear in the window)
@@ -31,6 +33,13 @@ with
     t_batch     = t_branch_1 + (R - 1) * t_branch_row      one batched branch forward
     c           = contention: how much slower each lane runs while the other one runs (1 = none)
                   (draft_device="separate": c = 1; "serial": one device, the lanes take turns)
+
+Hit rate and branch budget: a step hits when the target's verdict root (A, c) is one of
+the roots rolled out, i.e. among the first `branch_budget` of the roots scored once the early
+exit arrived. Runs record each step's verdict rank (Finish.stats["verdict_ranks"]), so the
+calibration carries an estimated hit rate per budget, `hit_rates`, and `what_if(...,
+branch_budget=b)` uses hit_rate_at(b) (more branches cost rows and buy hits); without ranks
+the hit rate is held. The estimate ignores whether a rollout finishes in time.
 
 All times are seconds and "uncontended" (a lane running alone); `c` puts the measured
 two-lanes-at-once slow-down back. `calibrate()` fills these from measured spans (the engine's
@@ -86,7 +95,13 @@ class Calibration:
     # acceptance
     alpha_sd: float | None = None
     alpha_mirror: float | None = None
-    hit_rate: float | None = None
+    hit_rate: float | None = None  # measured at branch_budget
+    # estimated hit rate at budget b = hit_rates[b - 1]: the share of measured Mirror steps
+    # whose verdict root (A, c) was among the first b roots scored once the early exit arrived
+    # (the roots the draft lane rolls out at budget b; see events.DraftBranch.rank). None: the
+    # runs carried no ranks, and the hit rate is held when the budget changes.
+    hit_rates: list[float] | None = None
+    rank_steps: int = 0  # steps the hit_rates come from
     # where the numbers came from
     source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -98,6 +113,26 @@ class Calibration:
     def from_dict(cls, d: dict) -> "Calibration":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+    def hit_rate_at(self, budget: int) -> float | None:
+        """Estimated hit rate with `budget` branches, from the verdict ranks (None: no ranks).
+        An estimate: it counts a root as a hit whenever it is rolled out, however late its
+        rollout finishes (the step-time model prices the time)."""
+        if not self.hit_rates:
+            return None
+        return self.hit_rates[min(max(1, budget), len(self.hit_rates)) - 1]
+
+
+MAX_BUDGET = 16  # the engine's largest branch budget (decoding.Settings.validate)
+
+
+def hit_rates_from_ranks(ranks) -> list[float] | None:
+    """[share of steps with 0 <= rank < b for b = 1..MAX_BUDGET] (ranks: -1 = not scored
+    among the roots at all; None entries are skipped); None without ranks."""
+    ranks = [r for r in ranks if r is not None]
+    if not ranks:
+        return None
+    return [sum(0 <= r < b for r in ranks) / len(ranks) for b in range(1, MAX_BUDGET + 1)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,9 +226,9 @@ def step_time(cal: Calibration, method: str) -> float | None:
             hit = head + t["T_suffix"] + t["T_rollouts"]
         elif cal.schedule == "paper":
             hit = c * head + max(c * t["T_suffix"], c * t["T_rollouts"])
-        else:
-            hit = max(c * (head + t["T_suffix"]), c * (head + t["T_rollouts_after_exit"]),
-                      c * t["T_rollouts"])
+        else:  # the draft's work left at the verdict runs alone (the target lane waits)
+            hit = c * (head + t["T_suffix"]) + max(0.0, t["T_rollouts_after_exit"] - t["T_suffix"],
+                                                   t["T_rollouts"] - head - t["T_suffix"])
         miss = c * (t["T_prefix"] + t["T_ee"] + t["T_suffix"]) + t["T_fallback"]
         h = cal.hit_rate
         return h * hit + (1.0 - h) * miss + comm + cal.t_accept
@@ -229,7 +264,8 @@ WHAT_IF_KEYS = {
     "draft_scale": "multiply every draft-lane cost",
     "gamma": "drafted tokens per window (tau follows the fitted acceptance alpha)",
     "exit_layer": "early-exit layer (the prefix/suffix split; the hit rate is held unless set)",
-    "branch_budget": "branch rollouts per step (rows per batched draft forward scale with it)",
+    "branch_budget": "branch rollouts per step (rows per batched draft forward scale with it; the "
+                     "hit rate follows the calibration's verdict ranks when it has them, else held)",
     "kappa": "early-exit candidates (no cost term: held hit rate unless hit_rate is set)",
     "hit_rate": "share of Mirror steps whose next window was precomputed",
     "alpha": "per-token acceptance probability, both methods",
@@ -273,6 +309,8 @@ def apply_changes(cal: Calibration, **changes) -> Calibration:
             raise ValueError("branch_budget must be at least 1")
         new.branch_rows = min(float(b), cal.branch_rows * b / max(1, cal.branch_budget))
         new.branch_budget = b
+        if cal.hit_rates:  # what b branches buy: the share of verdicts ranked below b
+            new.hit_rate = cal.hit_rate_at(b)
     if "kappa" in changes:
         new.kappa = int(changes["kappa"])
     if "hit_rate" in changes:
@@ -307,9 +345,20 @@ def what_if(calibration: Calibration | dict, **changes) -> dict:
     cal = calibration if isinstance(calibration, Calibration) else Calibration.from_dict(calibration)
     new = apply_changes(cal, **changes)
     held = []
-    if any(k in changes for k in ("exit_layer", "kappa", "branch_budget")) and "hit_rate" not in changes:
-        held.append(f"hit rate held at the calibrated {cal.hit_rate:.0%}" if cal.hit_rate is not None
-                    else "hit rate unknown")
+    if "hit_rate" not in changes:
+        moved = [k for k in ("exit_layer", "kappa", "branch_budget") if k in changes]
+        if "branch_budget" in changes and cal.hit_rates:
+            b = int(changes["branch_budget"])
+            note = (f"hit rate at budget {b} estimated at {cal.hit_rate_at(b):.0%}: the share of "
+                    f"{cal.rank_steps} measured steps whose verdict root was among the first {b} "
+                    f"scored roots (ignores whether a rollout finishes in time)")
+            if int(changes.get("gamma", cal.gamma)) != cal.gamma:
+                note += f"; the ranks were measured at gamma {cal.gamma}"
+            held.append(note)
+            moved.remove("branch_budget")
+        if moved:
+            held.append(f"hit rate held at the calibrated {cal.hit_rate:.0%} for {', '.join(moved)}"
+                        if cal.hit_rate is not None else "hit rate unknown")
     return {
         "projection": True,
         "note": PROJECTION_NOTE,
@@ -479,6 +528,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
     t_acc = _mean(_dur(s) for s in accepts) or 0.0
 
     tau_sd, tau_m = pooled_tau("sd"), pooled_tau("mirror")
+    ranks = [x for r in by.get("mirror", []) for x in (r["stats"].get("verdict_ranks") or []) if x is not None]
     hits = sum(r["stats"].get("hits", 0) or 0 for r in by.get("mirror", []))
     misses = sum(r["stats"].get("fallbacks", 0) or 0 for r in by.get("mirror", []))
     cal = Calibration(
@@ -490,6 +540,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         alpha_sd=None if tau_sd is None else alpha_from_tau(tau_sd, gamma),
         alpha_mirror=None if tau_m is None else alpha_from_tau(tau_m, gamma),
         hit_rate=hits / (hits + misses) if hits + misses else None,
+        hit_rates=hit_rates_from_ranks(ranks), rank_steps=len(ranks),
         gamma_measured=gamma, source=source, notes=notes)
     return cal
 

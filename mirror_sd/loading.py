@@ -416,7 +416,7 @@ def _load_model(src: _Source, role: str, prec: Precision, device_map, max_memory
 # safetensors file (one private mapping) and the parameters point into it, so every page the
 # conversion reads stays mapped, counted in the process's RSS, as long as the mapping lives (the
 # embeddings and norms keep it): loading the int8 / int8-dyn default pair peaked at 10.6 GB
-# and kept 10.4 GB, 7.7 GB of it fp32 file pages (docs/measurements.md, section 9).
+# and kept 10.4 GB, 7.7 GB of it fp32 file pages (docs/measurements.md, section 10).
 # _convert_lean converts one decoder layer at a time and drops the pages of each fp32 weight
 # once converted. What stays in the file (embeddings, norms) stays there: an embedding lookup
 # reads only the rows it needs, and those pages are the kernel's to reclaim.

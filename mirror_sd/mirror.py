@@ -5,9 +5,10 @@ Per step, on two lanes at once:
       `exit_layer` reads the target's own final norm + LM head there (the early exit) and
       hands the top-kappa proposals to the draft lane *while* the remaining layers run;
       then the acceptance rule on the final distributions -> (A, c).
-  draft lane (a worker thread): extends its cache by d_gamma, scores (depth, token) roots
-      from the proposals and its own distributions, rolls out the best `branch_budget`
-      roots gamma tokens deep, batched (one draft forward per depth for all branches).
+  draft lane (a worker thread; on a GPU, its own CUDA stream): extends its cache by d_gamma,
+      scores (depth, token) roots from the proposals and its own distributions, rolls out the
+      best `branch_budget` roots gamma tokens deep, batched (one draft forward per depth for
+      all branches).
 When the verdict (A, c) arrives: a rollout rooted at (A, c) *is* the next window (a hit;
 the other branches are dropped at once); otherwise the draft rolls out from c serially
 (a miss). The proposals only choose what is precomputed; every committed token is
@@ -38,9 +39,10 @@ from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from .exit_lens import choose_exit_layer, find_lens
 from .lanes import Lane
 from .pair import ModelPair
-from .placement import lane_sync
+from .placement import cache_tensors, lane_stream, lane_sync
 from .speculative import verify_window
-from .branch_scoring import EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root, score_roots
+from .branch_scoring import (ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root,
+                             rank_of, score_roots)
 from .streams import rollout_for
 from .branches import BranchBatch
 
@@ -109,6 +111,8 @@ class StepJob:
     # filled by the draft lane
     next_window: Window | None = None
     hit: bool = False
+    scored: list | None = None  # the roots scored once the early exit arrived, best first
+    rank: int | None = None  # the verdict root's place in `scored` (-1: not in it; None: no list)
     branches: list = field(default_factory=list)  # DraftBranch events
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -137,14 +141,20 @@ class DraftWorker(threading.Thread):
     """The draft lane: owns the draft model and its cache for the whole run."""
 
     def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT,
-                 rollout=serial_rollout):
+                 rollout=serial_rollout, accept_weight: float = ACCEPT_WEIGHT):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
         self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
+        self.accept_weight = accept_weight  # share of the acceptance estimates taken from it
         self.rollout = rollout  # serial_rollout, or stream heads' rollout for the misses
         self.inbox: queue.Queue = queue.Queue()
 
     def run(self):
+        # On a GPU shared with the target, the draft's kernels go on a stream of their own.
+        with lane_stream(self.lane.device, adopt=cache_tensors(self.lane.cache)):
+            self._serve()
+
+    def _serve(self):
         while True:
             job = self.inbox.get()
             if job is None:
@@ -168,17 +178,16 @@ class DraftWorker(threading.Thread):
         with self._span("extend", job.step, "feed d_gamma"):
             logits = lane.feed(lane.sync(prefix + job.window.tokens), logits_to_keep=1)
             q_bonus = to_probs(logits[-1:], sampling)[0]
-        # 2) branch-complete rollouts, batched, until the verdict makes them stale
+        # 2) branch-complete rollouts, batched, until the verdict makes them stale. Before the
+        # early exit arrives the draft starts on its own best root; once it is here the budget
+        # is the best `branch_budget` roots of the scored list (the early root stays only if it
+        # is one of them), so a step hits exactly when the verdict's rank is below the budget.
         batch = BranchBatch(lane.model, lane.cache, n, gamma, sampling)
         admitted: set = set()
         exit_used = False
 
-        def admit(limit):
-            roots = score_roots(job.window.tokens, job.window.q_rows, q_bonus,
-                                job.proposals if exit_used else None, s.kappa, self.exit_weight)
-            for root in roots:
-                if len(admitted) >= limit:
-                    break
+        def admit(roots, limit):
+            for root in roots[:limit]:
                 if (root.depth, root.token) not in admitted:
                     admitted.add((root.depth, root.token))
                     batch.admit(root, generator_for(s.seed, job.step, "branch", root.depth, root.token))
@@ -187,12 +196,20 @@ class DraftWorker(threading.Thread):
             job.wake.clear()
             if job.cancelled:
                 return
+            # read before the proposals: they are posted before the verdict, so a verdict seen
+            # here always finds its proposals below
+            verdict_in = job.verdict_ready.is_set()
             if not exit_used and job.proposals_ready.is_set():
-                exit_used = True  # the early exit is here: spend the rest of the budget
-                admit(s.branch_budget)
-            elif not admitted:
-                admit(min(EARLY_ROOTS, s.branch_budget))  # start on the draft's own best guess
-            if job.verdict_ready.is_set():
+                exit_used = True  # the early exit is here: the budget goes to the scored list
+                job.scored = score_roots(job.window.tokens, job.window.q_rows, q_bonus, job.proposals,
+                                         s.kappa, self.exit_weight, self.accept_weight)
+                best = {(r.depth, r.token) for r in job.scored[:s.branch_budget]}
+                batch.keep(lambda root: (root.depth, root.token) in best)
+                admit(job.scored, s.branch_budget)
+            elif not admitted:  # start on the draft's own best guess
+                admit(score_roots(job.window.tokens, job.window.q_rows, q_bonus, None, s.kappa),
+                      min(EARLY_ROOTS, s.branch_budget))
+            if verdict_in:
                 batch.keep(job.matches)  # stale branches are cancelled now
                 if batch.done or not batch.live:
                     break
@@ -214,13 +231,17 @@ class DraftWorker(threading.Thread):
                 job.next_window = self.rollout(lane, prefix + job.window.tokens[:A] + [c], gamma,
                                                sampling, generator_for(s.seed, job.step, "branch", A, c))
         job.hit = taken is not None
+        ranks = rank_of(job.scored) if job.scored is not None else None
+        job.rank = None if ranks is None else ranks.get((A, c), -1)
         for root, row in batch.history.items():
             status = "taken" if row is taken else "cancelled"
+            rank = None if ranks is None else ranks.get((root.depth, root.token), -1)
             job.branches.append(DraftBranch(job.step, root.depth, root.token, root.score, list(row.tokens),
-                                            [float(q[t]) for q, t in zip(row.q_rows, row.tokens)], status))
+                                            [float(q[t]) for q, t in zip(row.q_rows, row.tokens)], status,
+                                            rank))
         if taken is None:
             job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
-                                            job.next_window.q_probs, "serial"))
+                                            job.next_window.q_probs, "serial", job.rank))
 
 
 class MirrorSpeculative(Decoder):
@@ -300,8 +321,10 @@ class MirrorSpeculative(Decoder):
             window = rollout(draft, run.committed, s.gamma, s.sampling,
                              generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
-        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if head.lens is not None else EXIT_WEIGHT,
-                                   rollout)
+        lens_on = head.lens is not None
+        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, rollout,
+                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT)
+        ranks = run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
         step, lane_ok, window_hit = 0, True, False
         while not run.done and not cancel.is_set():
@@ -341,6 +364,7 @@ class MirrorSpeculative(Decoder):
                 yield from job.branches
                 run.hits += job.hit
                 run.misses += not job.hit
+                ranks.append(job.rank)
                 window, window_hit = job.next_window, job.hit
             yield from run.new_spans()
             step += 1

@@ -145,9 +145,39 @@ def method_threads(pair, lanes: int):
 
 
 def lane_sync(device) -> None:
-    """Wait until queued work on `device` is done, so a timer read afterwards is honest."""
+    """Wait until this lane's queued work on `device` is done, so a timer read afterwards is
+    honest. On CUDA that is the calling thread's current stream only (see `lane_stream`): a
+    whole-device synchronize would also wait for the other lane and serialize the two."""
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+        torch.cuda.current_stream(dev).synchronize()
     elif dev.type == "mps":
         torch.mps.synchronize()
+
+
+@contextmanager
+def lane_stream(device, adopt=()):
+    """Run the calling thread's work on `device` on a CUDA stream of its own, so the draft lane's
+    kernels can run at the same time as the target's (which stay on the default stream) when
+    both models share a GPU. `adopt`: tensors made on the default stream that this lane will
+    read and drop (its KV cache): the lane waits for them and the allocator is told, so their
+    memory is not reused under the lane's feet. Elsewhere (CPU, MPS) a no-op."""
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if dev.type != "cuda":
+        yield
+        return
+    stream = torch.cuda.Stream(dev)
+    stream.wait_stream(torch.cuda.default_stream(dev))
+    for t in adopt:
+        if t.is_cuda:
+            t.record_stream(stream)
+    with torch.cuda.stream(stream):
+        yield
+    stream.synchronize()
+
+
+def cache_tensors(cache) -> list:
+    """The key and value tensors of a transformers cache (for `lane_stream(adopt=...)`)."""
+    return [t for layer in getattr(cache, "layers", [])
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            if isinstance(t, torch.Tensor)]

@@ -5,6 +5,11 @@ given), calibrates the latency model from those runs' spans (target forward by w
 draft token, branch forwards, contention, acceptance, hit rate), and picks the (gamma, budget)
 whose *projected* Mirror-SD speedup is highest. The projection is a model (latency_model.py),
 not a measurement; the choice and its projected table are reported as such.
+
+The budget is a trade-off: each extra branch costs a row of the batched draft forwards
+(t_branch_row) and buys the hits of the verdicts ranked there (the probe's verdict ranks give
+an estimated hit rate per budget, Calibration.hit_rates; a short probe gives few steps, so the
+estimate is coarse). Without ranks the hit rate is held and more branches only cost.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ def int_or_auto(text: str):
 
 
 GAMMAS = range(1, 9)
-BUDGETS = range(1, 5)
+BUDGETS = range(1, 9)
 PROBE_TOKENS = 16
 
 

@@ -156,6 +156,13 @@ def test_latency_report(full_run):
     assert cal.target_layers == 4 and cal.exit_layer == 2 and cal.gamma == 3
     assert cal.hit_rate is not None and cal.t_branch_1 is not None
     assert lat["what_if"] and all("mirror" in w for w in lat["what_if"])
+    # the verdict ranks of every Mirror step: at the run's own budget (2) the estimate is the
+    # measured hit rate, since a step hits exactly when its verdict ranks below the budget
+    mirror_steps = sum(t["stats"]["hits"] + t["stats"]["fallbacks"] for q in full_run[0]["questions"]
+                       for t in q["methods"]["mirror"]["turns"])
+    assert cal.rank_steps == mirror_steps > 0
+    assert cal.hit_rate_at(2) == pytest.approx(cal.hit_rate)
+    assert cal.hit_rates == sorted(cal.hit_rates) and len(cal.hit_rates) == lm.MAX_BUDGET
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,6 +310,9 @@ def test_step_times_by_hand():
     # prefix too; the rows admitted at the exit need 2 * 5 ms after it: max(18, 8 + 10, 13) + 1
     assert lm.step_time(hand_cal(schedule="engine"), "mirror") == pytest.approx(0.019)
     assert lm.step_time(hand_cal(schedule="engine", t_extend=0.020), "mirror") == pytest.approx(0.031)
+    # with contention 1.5 the draft works at 2/3 speed while the target lane runs (1.5 * 18 =
+    # 27 ms, 18 ms of its 30 done); the 12 ms left run alone after the verdict: 27 + 12 + 1
+    assert lm.step_time(hand_cal(schedule="engine", t_extend=0.020, contention=1.5), "mirror") == pytest.approx(0.040)
     p = lm.predict(c)
     assert p["sd"]["tokens_per_step"] == pytest.approx(1.75)
     assert p["sd"]["speedup"] == pytest.approx(1.75 * 0.010 / 0.023)
@@ -333,6 +343,55 @@ def test_what_if_by_hand():
         {"target_scale": 10, "draft_device": "separate"}, {"gamma": 6}]
 
 
+def test_what_if_budget_follows_the_hit_rate_per_budget():
+    """With verdict ranks the budget buys hits: what_if(branch_budget=b) projects the step
+    time at hit_rate_at(b) (and b rows); without ranks the hit rate is held, as before."""
+    from dataclasses import replace
+    c = hand_cal(hit_rate=0.5, hit_rates=[0.5, 0.8, 0.9], rank_steps=10, branch_budget=2,
+                 branch_rows=2.0)
+    for b, h in ((1, 0.5), (2, 0.8), (3, 0.9), (6, 0.9)):
+        w = lm.what_if(c, branch_budget=b)
+        expect = lm.step_time(replace(c, hit_rate=h, branch_budget=b, branch_rows=float(b)), "mirror")
+        assert w["projected"]["mirror"]["step_s"] == pytest.approx(expect), b
+        assert f"estimated at {h:.0%}" in " ".join(w["assumptions"]) and w["projection"] is True
+    assert lm.what_if(c, branch_budget=3)["projected"]["mirror"]["step_s"] < lm.what_if(
+        replace(c, hit_rates=None), branch_budget=3)["projected"]["mirror"]["step_s"]
+    held = lm.what_if(replace(c, hit_rates=None), branch_budget=3)
+    assert "held" in " ".join(held["assumptions"])
+    expect = lm.step_time(replace(c, branch_budget=3, branch_rows=3.0), "mirror")  # hit rate 0.5
+    assert held["projected"]["mirror"]["step_s"] == pytest.approx(expect)
+    assert lm.what_if(c, hit_rate=0.1, branch_budget=3)["projected"]["mirror"]["step_s"] == pytest.approx(
+        lm.step_time(replace(c, hit_rate=0.1, branch_budget=3, branch_rows=3.0), "mirror"))
+    assert "gamma 2" in " ".join(lm.what_if(c, branch_budget=2, gamma=4)["assumptions"])
+
+
+def int8_like_cal(**over):
+    """Roughly the int8 benchmark's calibration (docs/measurements.md section 7), gamma 3."""
+    kw = dict(target_layers=28, exit_layer=24, gamma=3, gamma_measured=3, branch_budget=2,
+              t_target_1=0.199, t_target_k=0.202, head_share=0.07, t_exit_head=0.018,
+              t_accept=0.002, t_draft_token=0.079, t_fallback_token=0.079, t_extend=0.06,
+              t_branch_1=0.063, t_branch_row=0.004, branch_forwards=1.2, branch_rows=2.0,
+              contention=1.8, alpha_sd=0.76, alpha_mirror=0.76, hit_rate=0.6, schedule="engine")
+    kw.update(over)
+    return lm.Calibration(**kw)
+
+
+def test_tuning_buys_branches_only_when_the_hits_pay():
+    from mirror_sd import tuning
+    rising = [0.45, 0.6, 0.7, 0.78, 0.82, 0.84, 0.85, 0.85]
+    g, b, s, table = tuning.choose(int8_like_cal(hit_rates=rising), fixed_gamma=3)
+    assert b > 1 and s == max(r["speedup"] for r in table if r["speedup"] is not None)
+    one = next(r["speedup"] for r in table if r["branch_budget"] == 1)
+    assert s > one  # the extra rows cost less than the hits they buy
+    # the same costs, no hit-rate gain: more branches only cost
+    assert tuning.choose(int8_like_cal(hit_rates=[0.45] * 8), fixed_gamma=3)[1] == 1
+    # no ranks at all (the old behaviour): held hit rate, budget 1
+    assert tuning.choose(int8_like_cal(), fixed_gamma=3)[1] == 1
+    # rows as dear as a whole forward (fp32-like): the gain does not pay for them
+    dear = int8_like_cal(hit_rates=rising, t_branch_row=0.063)
+    assert tuning.choose(dear, fixed_gamma=3)[1] < b
+
+
 def test_calibrate_from_spans_by_hand():
     ms = 1_000_000
 
@@ -350,7 +409,7 @@ def test_calibrate_from_spans_by_hand():
          "spans": spans(("draft", "draft", 6, "2 tokens, serial"), ("target", "verify_forward", 16, "3 tokens"),
                         ("verify", "accept", 1, ""))},
         {"method": "mirror", "stats": {"new_tokens": 7, "target_forwards": 4, "steps": 2, "hits": 3,
-                                       "fallbacks": 1},
+                                       "fallbacks": 1, "verdict_ranks": [0, 2, -1, 1, None]},
          "spans": spans(("target", "prefix", 9, ""), ("target", "exit_head", 3, ""), ("target", "suffix", 15, ""),
                         ("draft", "extend", 4.5, ""), ("draft", "branches", 6, "1 rows"),
                         ("draft", "branches", 7.5, "2 rows"), ("draft", "fallback", 8, ""),
@@ -370,6 +429,10 @@ def test_calibrate_from_spans_by_hand():
     assert c.branch_rows == pytest.approx(1.5) and c.branch_forwards == pytest.approx(1.0)
     assert c.t_fallback_token == pytest.approx(0.004)
     assert c.hit_rate == pytest.approx(0.75)
+    # ranks 0, 2, -1 (not scored), 1; None (no list) skipped
+    assert c.rank_steps == 4
+    assert c.hit_rates[:4] == pytest.approx([0.25, 0.5, 0.75, 0.75])
+    assert c.hit_rate_at(1) == 0.25 and c.hit_rate_at(99) == pytest.approx(0.75)
     assert c.alpha_sd == pytest.approx(0.5, abs=1e-9)
     # the same from a flat event stream (Span ... Finish per run)
     from mirror_sd.events import Finish
@@ -443,3 +506,16 @@ def test_baseline_precision_method(pair, tmp_path):
     assert results["latency_model"]["predicted_vs_measured"][name]["measured_step_s"] > 0
     md = (tmp_path / "summary.md").read_text()
     assert "| ar-int8 |" in md and "a note for the summary" in md
+
+
+def test_variant_methods_change_one_setting(pair):
+    """`mirror-nolens` is Mirror-SD with the exit lens off, run by the same harness."""
+    from mirror_sd.decoding import Settings
+    ids = [5, 17, 42, 99, 7, 3]
+    settings = Settings(max_new_tokens=6, gamma=2)
+    plain = bench.engine_runner("mirror")(pair, ids, settings)
+    nolens = bench.engine_runner("mirror-nolens")(pair, ids, settings)
+    assert nolens.stats["exit_lens_note"] == "exit lens off: raw early exit"
+    assert plain.stats["exit_lens_note"] != nolens.stats["exit_lens_note"]
+    assert nolens.token_ids == plain.token_ids  # the lens only decides what is precomputed
+    assert settings.exit_lens == "auto"  # the caller's settings are not touched

@@ -187,3 +187,31 @@ def test_row_exact_attention_does_not_depend_on_the_thread_count():
         torch.set_num_threads(before)
     assert torch.equal(out[1][0], out[2][0])
     assert not torch.equal(out[1][1], out[2][1])  # the control: plain SDPA depends on it
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fused_projections_give_the_bits_of_separate_layers(seed):
+    """q/k/v and gate/up share one kernel call at int8; per-channel weight scales and per-row
+    activation scales make that exact: the logits equal those of one layer per projection."""
+    base = tiny.target(seed).float()
+    fused = cpu_kernels.row_int8(copy.deepcopy(base))
+    separate = cpu_kernels.row_int8(copy.deepcopy(base), fuse=False)
+    layer = fused.model.layers[0]
+    assert isinstance(layer.self_attn.k_proj, cpu_kernels.FusedPart)
+    assert isinstance(layer.mlp.up_proj, cpu_kernels.FusedPart)
+    assert isinstance(separate.model.layers[0].self_attn.k_proj, cpu_kernels.RowInt8Linear)
+    context, new = tiny.prompt(seed, 12), tiny.prompt(seed + 3, 5)
+    for one_by_one in (False, True):
+        assert torch.equal(forward_logits(fused, context, new, one_by_one),
+                           forward_logits(separate, context, new, one_by_one))
+
+
+def test_fused_part_recomputes_for_a_new_input():
+    torch.manual_seed(0)
+    parts = [torch.nn.Linear(16, n) for n in (8, 4)]
+    group = cpu_kernels._FusedInput(parts)
+    a, b = torch.randn(2, 16), torch.randn(2, 16)
+    first = group.part(a, 0)
+    assert torch.equal(group.part(b, 0), cpu_kernels.RowInt8Linear(parts[0])(b))  # not a's
+    assert torch.equal(group.part(b, 1), cpu_kernels.RowInt8Linear(parts[1])(b))
+    assert torch.equal(first, cpu_kernels.RowInt8Linear(parts[0])(a))

@@ -119,6 +119,39 @@ def check_mirror_events(events, settings: Settings):
             assert len(b.tokens) == settings.gamma
     lanes = {s.lane for s in of(events, Span)}
     assert {"target", "draft"} <= lanes
+    check_ranks(events, settings)
+
+
+def check_ranks(events, settings: Settings):
+    """Each step's verdict rank (the rank of its taken or serial branch, rooted at (A, c))
+    decides the hit: taken exactly when 0 <= rank < budget. The roots rolled out are the best
+    `budget` of the scored list, plus at most EARLY_ROOTS started on the draft's own guess
+    before the exit and dropped (cancelled) when the exit ranked them lower."""
+    budget = settings.branch_budget
+    verifies = {v.step: v for v in of(events, Verify)}
+    scored = [b for b in of(events, DraftBranch) if b.rank is not None]  # not the first window
+    ranks = []
+    for step in sorted({b.step for b in scored}):
+        mine = [b for b in scored if b.step == step]
+        (verdict,) = [b for b in mine if b.status in ("taken", "serial")]
+        v = verifies[step]
+        assert (verdict.depth, verdict.root_token) == (v.accepted, v.token)
+        assert verdict.rank >= -1
+        assert (verdict.status == "taken") == (0 <= verdict.rank < budget), (step, verdict)
+        rolled = [b for b in mine if b.status != "serial"]
+        assert len({b.rank for b in rolled}) == len(rolled) and all(b.rank >= 0 for b in rolled)
+        best = {b.rank for b in rolled if b.rank < budget}
+        assert best == set(range(len(best)))  # all of the best `budget` (fewer: a short list)
+        assert len(best) == budget or verdict.rank < len(best)
+        extra = [b for b in rolled if b.rank >= budget]
+        assert len(extra) <= mirror_mod.EARLY_ROOTS and all(b.status == "cancelled" for b in extra)
+        ranks.append(verdict.rank)
+    st = events[-1].stats
+    assert st["verdict_ranks"] == ranks
+    assert st["hits"] == sum(0 <= r < budget for r in ranks)
+    for sp in of(events, Span):  # never more rows than the budget in one draft forward
+        if sp.label == "branches":
+            assert 1 <= int(sp.detail.split()[0]) <= budget
 
 
 def settings_for(method, seed, **over):
@@ -194,8 +227,9 @@ def test_mirror_settings_grid(gamma, kappa, exit_layer, budget):
     events, fin = run_and_check("mirror", pair, p, s)
     assert fin.token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 24)
     assert of(events, EarlyExit) and all(e.layer == exit_layer for e in of(events, EarlyExit))
-    for b in of(events, DraftBranch):  # never more rows than the budget per step
-        assert sum(x.step == b.step and x.status != "serial" for x in of(events, DraftBranch)) <= budget
+    for b in of(events, DraftBranch):  # the best `budget` roots per step, plus the early guess
+        assert sum(x.step == b.step and x.status != "serial" and x.rank is not None
+                   for x in of(events, DraftBranch)) <= budget + mirror_mod.EARLY_ROOTS
 
 
 @pytest.mark.parametrize("method", ["ar", "sd", "mirror"])

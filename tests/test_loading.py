@@ -229,3 +229,17 @@ def test_converted_target_matches_and_leaves_its_fp32_file(tmp_path, name, tied)
         assert torch.equal(model(ids).logits, ref(ids).logits)
         assert torch.equal(model(ids[:, :1]).logits, ref(ids[:, :1]).logits)
     assert str(model) == str(ref)
+
+
+def test_lane_stream_is_a_no_op_off_cuda_and_cache_tensors_finds_the_kv():
+    from transformers import DynamicCache
+    from mirror_sd.placement import cache_tensors, lane_stream
+    import tiny as models
+
+    model = models.target(0).float()
+    cache = DynamicCache(config=model.config)
+    with lane_stream("cpu", adopt=cache_tensors(cache)), torch.inference_mode():
+        model(torch.tensor([models.prompt(0, 5)]), past_key_values=cache, use_cache=True)
+    kv = cache_tensors(cache)
+    assert len(kv) == 2 * model.config.num_hidden_layers
+    assert all(t.shape[-2] == 5 for t in kv)  # [batch, heads, positions, head dim]
