@@ -239,7 +239,7 @@ def test_lane_stream_is_a_no_op_off_cuda_and_cache_tensors_finds_the_kv():
     model = models.target(0).float()
     cache = DynamicCache(config=model.config)
     with lane_stream("cpu", adopt=cache_tensors(cache)), torch.inference_mode():
-        model(torch.tensor([models.prompt(0, 5)]), past_key_values=cache, use_cache=True)
+        model(torch.tensor([models.prompt(0, 5)]), cache=cache, use_cache=True)
     kv = cache_tensors(cache)
     assert len(kv) == 2 * model.config.num_hidden_layers
     assert all(t.shape[-2] == 5 for t in kv)  # [batch, heads, positions, head dim]
