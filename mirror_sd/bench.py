@@ -93,6 +93,36 @@ Runner = Callable[..., MethodRun]  # runner(pair, prompt_ids, settings) -> Metho
 # runners
 
 
+# settings a method name may change after a colon: "mirror:exit_layer=21:branch_budget=3"
+TUNABLE = {"gamma": int, "kappa": int, "exit_layer": int, "branch_budget": int, "exit_lens": str,
+           "exit_head": str, "streams": str}
+
+
+def variant(method: str) -> tuple[str, dict]:
+    """(engine method, setting changes) of a method name: ar / sd / mirror, a named variant
+    (VARIANTS), or either followed by ":key=value" pairs from TUNABLE. Raises MirrorSDError."""
+    name, *pairs = method.split(":")
+    if name in VARIANTS:
+        base, changes = VARIANTS[name][0], dict(VARIANTS[name][1])
+    elif name in ENGINE_METHODS:
+        base, changes = name, {}
+    else:
+        raise MirrorSDError(f"Unknown method {method!r}: choose from "
+                            f"{', '.join(DEFAULT_METHODS + tuple(VARIANTS))}, optionally with "
+                            f":key=value settings ({', '.join(TUNABLE)}).")
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in TUNABLE:
+            raise MirrorSDError(f"Bad setting {pair!r} in method {method!r}: use key=value with a key "
+                                f"from {', '.join(TUNABLE)}.")
+        try:
+            changes[key] = TUNABLE[key](value)
+        except ValueError:
+            raise MirrorSDError(f"Bad value in {pair!r} (method {method!r}): {key} takes "
+                                f"{TUNABLE[key].__name__}.") from None
+    return base, changes
+
+
 def engine_runner(method: str) -> Runner:
     """A runner for one of the engine's decoders (methods.METHODS)."""
 
@@ -101,7 +131,7 @@ def engine_runner(method: str) -> Runner:
         from .methods import METHODS
 
         spans, finish, error, notices = [], None, None, []
-        base, changes = VARIANTS.get(method, (method, {}))
+        base, changes = variant(method)
         if changes:
             from dataclasses import replace
             settings = replace(settings, **changes)
@@ -441,6 +471,7 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     settings = settings or Settings()
     methods = list(dict.fromkeys(["ar"] + [m for m in methods if m != "ar"]))
     table = {**default_runners(hf_assistant_tokens), **(runners or {})}
+    table.update({m: engine_runner(m) for m in methods if ":" in m and m not in table})
     unknown = [m for m in methods if m not in table]
     if unknown:
         raise MirrorSDError(f"Unknown method(s) {', '.join(unknown)}: choose from "
@@ -1060,7 +1091,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "built-in assets/questions.jsonl)")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated, from " + ", ".join(DEFAULT_METHODS + tuple(VARIANTS))
-                        + " (AR always runs)")
+                        + "; an engine method may change settings after colons, e.g. "
+                          "mirror:exit_layer=21:branch_budget=3 (AR always runs)")
     p.add_argument("--per-category", type=int, default=None, help="first K questions per category")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (outputs checked against AR)")
@@ -1170,11 +1202,9 @@ def _main(args, argv) -> int:
     if not args.out:
         raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    known = DEFAULT_METHODS + tuple(VARIANTS)
-    bad = [m for m in methods if m not in known]
-    if bad:
-        raise MirrorSDError(f"Unknown method(s) {', '.join(bad)}: choose from "
-                            f"{', '.join(known)}.")
+    for m in methods:
+        if m != HF_ASSISTED:
+            variant(m)  # a clear message for an unknown method or a bad setting
     questions = per_category(load_questions(args.questions), args.per_category)
 
     import transformers

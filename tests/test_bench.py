@@ -519,3 +519,14 @@ def test_variant_methods_change_one_setting(pair):
     assert plain.stats["exit_lens_note"] != nolens.stats["exit_lens_note"]
     assert nolens.token_ids == plain.token_ids  # the lens only decides what is precomputed
     assert settings.exit_lens == "auto"  # the caller's settings are not touched
+
+
+def test_method_names_can_change_settings(pair):
+    base, changes = bench.variant("mirror-nolens:exit_layer=2:branch_budget=3")
+    assert (base, changes) == ("mirror", {"exit_lens": "off", "exit_layer": 2, "branch_budget": 3})
+    for bad in ("mirror:exit_layer", "mirror:temperature=1", "mirror:gamma=x", "medusa"):
+        with pytest.raises(MirrorSDError):
+            bench.variant(bad)
+    from mirror_sd.decoding import Settings
+    run = bench.engine_runner("mirror:exit_layer=1")(pair, [5, 17, 42, 99], Settings(max_new_tokens=4, gamma=2))
+    assert run.error is None and run.stats["exit_layer"] == 1
