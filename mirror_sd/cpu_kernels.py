@@ -153,13 +153,14 @@ def row_int8(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
 
 def _quantize_dynamic(model: torch.nn.Module, dtype, fuse: bool) -> torch.nn.Module:
     with _quiet():
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import (float16_dynamic_qconfig, per_channel_dynamic_qconfig,
+                                           quantize_dynamic)
+        # a stacked q/k/v: int8 weights get per-channel scales, so each projection keeps its own
+        # range (per-tensor would give k and v the scale of q)
+        spec = {torch.nn.Linear: per_channel_dynamic_qconfig if dtype == torch.qint8
+                else float16_dynamic_qconfig}
 
-        def one(linear):  # int8: per-channel weight scales, so a stacked q/k/v keeps each
-            # projection's own range (per-tensor would give k and v the scale of q)
-            from torch.ao.quantization import float16_dynamic_qconfig, per_channel_dynamic_qconfig
-            spec = {torch.nn.Linear: per_channel_dynamic_qconfig if dtype == torch.qint8
-                    else float16_dynamic_qconfig}
+        def one(linear):
             return quantize_dynamic(torch.nn.Sequential(linear), spec, dtype=dtype)[0]
 
         if fuse:

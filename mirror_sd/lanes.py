@@ -7,6 +7,7 @@ nowhere else: ids come in as Python ints, logits leave on the lane's device.
 from __future__ import annotations
 
 import torch
+
 from .kv_cache import GrowingCache
 from .pair import model_device
 from .placement import lane_sync
@@ -25,12 +26,11 @@ class Lane:
         self.model = model
         self.name = name
         self.device = model_device(model)
-        self.cache = GrowingCache(config=model.config)
-        self.ids: list[int] = []  # tokens whose keys/values the cache holds, in order
+        self.reset()
 
     def reset(self):
         self.cache = GrowingCache(config=self.model.config)
-        self.ids = []
+        self.ids: list[int] = []  # tokens whose keys/values the cache holds, in order
 
     def sync(self, committed: list[int]) -> list[int]:
         """Cut the cache back to its longest prefix shared with `committed`; return the

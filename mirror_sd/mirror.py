@@ -111,8 +111,7 @@ class StepJob:
     # filled by the draft lane
     next_window: Window | None = None
     hit: bool = False
-    scored: list | None = None  # the roots scored once the early exit arrived, best first
-    rank: int | None = None  # the verdict root's place in `scored` (-1: not in it; None: no list)
+    rank: int | None = None  # the verdict root's place in the lane's scored roots (-1: not in it; None: no list)
     branches: list = field(default_factory=list)  # DraftBranch events
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -184,7 +183,7 @@ class DraftWorker(threading.Thread):
         # is one of them), so a step hits exactly when the verdict's rank is below the budget.
         batch = BranchBatch(lane.model, lane.cache, n, gamma, sampling)
         admitted: set = set()
-        exit_used = False
+        scored = None  # the roots scored once the early exit arrived, best first
 
         def admit(roots, limit):
             for root in roots[:limit]:
@@ -199,13 +198,13 @@ class DraftWorker(threading.Thread):
             # read before the proposals: they are posted before the verdict, so a verdict seen
             # here always finds its proposals below
             verdict_in = job.verdict_ready.is_set()
-            if not exit_used and job.proposals_ready.is_set():
-                exit_used = True  # the early exit is here: the budget goes to the scored list
-                job.scored = score_roots(job.window.tokens, job.window.q_rows, q_bonus, job.proposals,
-                                         s.kappa, self.exit_weight, self.accept_weight)
-                best = {(r.depth, r.token) for r in job.scored[:s.branch_budget]}
+            if scored is None and job.proposals_ready.is_set():
+                # the early exit is here: the budget goes to the scored list
+                scored = score_roots(job.window.tokens, job.window.q_rows, q_bonus, job.proposals,
+                               s.kappa, self.exit_weight, self.accept_weight)
+                best = {(r.depth, r.token) for r in scored[:s.branch_budget]}
                 batch.keep(lambda root: (root.depth, root.token) in best)
-                admit(job.scored, s.branch_budget)
+                admit(scored, s.branch_budget)
             elif not admitted:  # start on the draft's own best guess
                 admit(score_roots(job.window.tokens, job.window.q_rows, q_bonus, None, s.kappa),
                       min(EARLY_ROOTS, s.branch_budget))
@@ -231,7 +230,7 @@ class DraftWorker(threading.Thread):
                 job.next_window = self.rollout(lane, prefix + job.window.tokens[:A] + [c], gamma,
                                                sampling, generator_for(s.seed, job.step, "branch", A, c))
         job.hit = taken is not None
-        ranks = rank_of(job.scored) if job.scored is not None else None
+        ranks = rank_of(scored) if scored is not None else None
         job.rank = None if ranks is None else ranks.get((A, c), -1)
         for root, row in batch.history.items():
             status = "taken" if row is taken else "cancelled"

@@ -148,7 +148,7 @@ def lane_sync(device) -> None:
     """Wait until this lane's queued work on `device` is done, so a timer read afterwards is
     honest. On CUDA that is the calling thread's current stream only (see `lane_stream`): a
     whole-device synchronize would also wait for the other lane and serialize the two."""
-    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.current_stream(dev).synchronize()
     elif dev.type == "mps":
@@ -162,7 +162,7 @@ def lane_stream(device, adopt=()):
     both models share a GPU. `adopt`: tensors made on the default stream that this lane will
     read and drop (its KV cache): the lane waits for them and the allocator is told, so their
     memory is not reused under the lane's feet. Elsewhere (CPU, MPS) a no-op."""
-    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    dev = torch.device(device)
     if dev.type != "cuda":
         yield
         return

@@ -28,6 +28,7 @@ Here, a smoke test of the script itself on tiny shapes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -161,7 +162,7 @@ def overlap(pair, gamma: int, reps: int = 5) -> dict:
         t.synchronize()
 
     def draft_work(d, own_stream):
-        ctx = lane_stream(d.device, adopt=cache_tensors(d.cache)) if own_stream else _null()
+        ctx = lane_stream(d.device, adopt=cache_tensors(d.cache)) if own_stream else contextlib.nullcontext()
         with ctx:
             for k in range(gamma):
                 d.feed([20 + k], 1)
@@ -191,14 +192,6 @@ def overlap(pair, gamma: int, reps: int = 5) -> dict:
     draft_work(d, False)
     out["draft_alone_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
     return out
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def main():
