@@ -7,8 +7,8 @@ nowhere else: ids come in as Python ints, logits leave on the lane's device.
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
-from .kv_cache import GrowingCache
 from .pair import model_device
 from .placement import lane_sync
 
@@ -29,7 +29,7 @@ class Lane:
         self.reset()
 
     def reset(self):
-        self.cache = GrowingCache(config=self.model.config)
+        self.cache = DynamicCache(config=self.model.config)
         self.ids: list[int] = []  # tokens whose keys/values the cache holds, in order
 
     def sync(self, committed: list[int]) -> list[int]:
