@@ -24,6 +24,7 @@ def plain_step(run: Run, target: Lane, step: int):
 
 class Autoregressive(Decoder):
     method = "ar"
+    drafts = False
 
     def _decode(self, run, cancel):
         target = Lane(self.pair.target, "target")

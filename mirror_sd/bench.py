@@ -46,11 +46,15 @@ DEFAULT_METHODS = ENGINE_METHODS + (HF_ASSISTED,)
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD", HF_ASSISTED: "HF assisted"}
 # the engine's methods with one setting changed, to compare in the same interleaved run:
 # the draft's stream heads on (streams.py), or Mirror-SD without the exit lens (the raw early
-# exit at the paper's N/2 unless --exit-layer is given; exit_lens.py)
+# exit at the paper's N/2 unless --exit-layer is given; exit_lens.py), or the draft's LM head cut
+# to the shipped frequent-token vocabulary (draft_vocab.py)
 VARIANTS = {"sd-streams": ("sd", {"streams": "auto"}), "mirror-streams": ("mirror", {"streams": "auto"}),
-            "mirror-nolens": ("mirror", {"exit_lens": "off"})}
+            "mirror-nolens": ("mirror", {"exit_lens": "off"}),
+            "sd-vocab": ("sd", {"draft_vocab": "auto"}),
+            "mirror-vocab": ("mirror", {"draft_vocab": "auto"})}
 LABELS.update({"sd-streams": "SD+streams", "mirror-streams": "Mirror-SD+streams",
-               "mirror-nolens": "Mirror-SD, no lens"})
+               "mirror-nolens": "Mirror-SD, no lens", "sd-vocab": "SD, cut draft vocab",
+               "mirror-vocab": "Mirror-SD, cut draft vocab"})
 WARMUP_TOKENS = 16
 PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
 
@@ -95,7 +99,7 @@ Runner = Callable[..., MethodRun]  # runner(pair, prompt_ids, settings) -> Metho
 
 # settings a method name may change after a colon: "mirror:exit_layer=21:branch_budget=3"
 TUNABLE = {"gamma": int, "kappa": int, "exit_layer": int, "branch_budget": int, "exit_lens": str,
-           "exit_head": str, "streams": str}
+           "exit_head": str, "streams": str, "draft_vocab": str}
 
 
 def variant(method: str) -> tuple[str, dict]:
@@ -1123,6 +1127,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", default="off", choices=["auto", "off"],
                    help="draft stream heads for sd/mirror (sd-streams and mirror-streams always "
                         "use them): auto = the pair's trained file in assets/, if any")
+    p.add_argument("--draft-vocab", default="full",
+                   help="the draft's proposal vocabulary for sd/mirror: full | auto (the shipped "
+                        "file for the tokenizer, if any) | a .safetensors file (draft_vocab.py)")
     p.add_argument("--hf-assistant-tokens", type=int, default=None,
                    help="num_assistant_tokens for hf-assisted (default: transformers' own)")
     p.add_argument("--no-warmup", action="store_true")
@@ -1219,7 +1226,8 @@ def _main(args, argv) -> int:
                  gamma=4 if gamma_auto else args.gamma, kappa=args.kappa,
                  exit_layer=args.exit_layer,
                  branch_budget=2 if budget_auto else args.branch_budget)
-    knobs.update(exit_head=args.exit_head, exit_lens=args.exit_lens, streams=args.streams)
+    knobs.update(exit_head=args.exit_head, exit_lens=args.exit_lens, streams=args.streams,
+                 draft_vocab=args.draft_vocab)
     settings = Settings(**knobs)
     extra = {k: v for k, v in (("target_precision", args.target_precision),
                                ("draft_precision", args.draft_precision)) if v}

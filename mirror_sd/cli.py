@@ -33,13 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--branch-budget", type=int_or_auto, default=2,
                    help="branch rollouts per Mirror-SD step, or auto (with --gamma auto: both)")
     g.add_argument("--exit-head", default="auto", choices=["auto", "exact", "int8"],
-                   help="early-exit LM head: auto = int8 copy on CPU for large heads (proposals only)")
+                   help="early-exit LM head: auto = int8 copy on CPU for large heads, cut to the shipped "
+                        "frequent-token set of the tokenizer when there is one (proposals only)")
     g.add_argument("--exit-lens", default="auto",
                    help="trained exit lens: auto (the shipped lens of the target, when there is "
                         "one), off (raw early exit), or a lens .safetensors file")
     g.add_argument("--streams", default="off", choices=["auto", "off"],
                    help="draft stream heads (several draft tokens per draft forward): auto = the "
                         "pair's trained file in assets/, plain drafting when there is none")
+    g.add_argument("--draft-vocab", default="full",
+                   help="the draft's proposal vocabulary: full (default), auto (the shipped "
+                        "frequent-token set for the pair's tokenizer, when there is one), or a "
+                        ".safetensors file (draft_vocab.py; proposals only, output unchanged)")
     g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int8-dyn (CPU; see loading.PRECISION_NOTES)")
     g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
@@ -65,7 +70,7 @@ def run_generate(args) -> int:
                         exit_layer=args.exit_layer,
                         branch_budget=2 if budget_auto else args.branch_budget,
                         exit_head=args.exit_head, exit_lens=args.exit_lens,
-                        streams=args.streams)
+                        streams=args.streams, draft_vocab=args.draft_vocab)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
     pair = load_pair(args.target, args.draft, precision=args.precision,

@@ -38,22 +38,33 @@ class RowInt8Linear(torch.nn.Module):
     The wrapper is kept to a few tensor ops: at one decode row the kernel's fixed cost and the
     wrapper's ops are a good part of a layer's time (docs/measurements.md, section 9)."""
 
-    def __init__(self, linear: torch.nn.Linear, reduce_range: bool = True):
+    def __init__(self, linear: torch.nn.Linear | None, reduce_range: bool = True, *, _q=None,
+                 _bias=None):
         super().__init__()
-        weight = linear.weight.detach().float()
-        out_f, in_f = weight.shape
-        padded = torch.cat([weight, weight.new_zeros(out_f, 2)], dim=1)
-        # the per-channel peak without an abs() copy of the weight (the LM head's is 0.9 GB)
-        scale = (torch.linalg.vector_norm(weight, float("inf"), dim=1) / 127.0).clamp_min(1e-12).double()
+        if linear is not None:
+            weight = linear.weight.detach().float()
+            out_f = weight.shape[0]
+            padded = torch.cat([weight, weight.new_zeros(out_f, 2)], dim=1)
+            # the per-channel peak without an abs() copy of the weight (the LM head's is 0.9 GB)
+            scale = (torch.linalg.vector_norm(weight, float("inf"), dim=1) / 127.0).clamp_min(1e-12).double()
+            with _quiet():
+                _q = torch.quantize_per_channel(padded, scale, torch.zeros(out_f, dtype=torch.long),
+                                                0, torch.qint8)
+            _bias = linear.bias.detach().float().clone() if linear.bias is not None else None
         with _quiet():
-            q = torch.quantize_per_channel(padded, scale, torch.zeros(out_f, dtype=torch.long), 0,
-                                           torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(q, None)
-        self.in_features, self.out_features = in_f, out_f
+            self._packed = torch.ops.quantized.linear_prepack(_q, None)
+        self.out_features, self.in_features = _q.shape[0], _q.shape[1] - 2
         self.reduce_range = reduce_range  # 7-bit activations: no int16 saturation in AVX2 fbgemm
-        bias = linear.bias.detach().float().clone() if linear.bias is not None else None
-        self.register_buffer("bias", bias, persistent=False)
+        self.register_buffer("bias", _bias, persistent=False)
         self.register_buffer("_pins", torch.tensor([[_PIN, -_PIN]]), persistent=False)
+
+    def rows(self, ids: torch.Tensor) -> "RowInt8Linear":
+        """The layer restricted to output channels `ids`: the same int8 weights and scales, so
+        each kept column computes the same bits."""
+        with _quiet():
+            q, _ = torch.ops.quantized.linear_unpack(self._packed)
+        bias = self.bias[ids].clone() if self.bias is not None else None
+        return RowInt8Linear(None, self.reduce_range, _q=_channel_rows(q, ids), _bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, dtype = x.shape, x.dtype
@@ -178,3 +189,43 @@ def fp16_weights(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
     """fbgemm fp16 weights with fp32 activations and accumulation: like fp32, rows differ from
     their one-row result only in the low bits."""
     return _quantize_dynamic(model, torch.float16, fuse)
+
+
+def _channel_rows(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of a per-channel (axis 0) quantized weight, with their own scales."""
+    return torch._make_per_channel_quantized_tensor(
+        q.int_repr()[ids], q.q_per_channel_scales()[ids], q.q_per_channel_zero_points()[ids], 0)
+
+
+def output_rows(layer: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module | None:
+    """`layer` (nn.Linear or one of the kernels above) restricted to output channels `ids`, in
+    the same kernel and precision: the kept outputs are what the whole layer gives them (int8
+    weights are sliced, not quantized again). None for a layer kind not handled here."""
+    ids = ids.to(torch.long)
+    if isinstance(layer, RowInt8Linear):
+        return layer.rows(ids)
+    if isinstance(layer, torch.nn.Linear):
+        out = torch.nn.Linear(layer.in_features, len(ids), bias=layer.bias is not None,
+                              device=layer.weight.device, dtype=layer.weight.dtype)
+        with torch.no_grad():
+            out.weight.copy_(layer.weight[ids.to(layer.weight.device)])
+            if layer.bias is not None:
+                out.bias.copy_(layer.bias[ids.to(layer.bias.device)])
+        return out.requires_grad_(False)
+    with _quiet():
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+        if not isinstance(layer, DynamicLinear):
+            return None
+        weight, bias = layer.weight(), layer.bias()
+        dtype = layer._packed_params.dtype
+        if weight.is_quantized and weight.qscheme() not in (torch.per_channel_affine,
+                                                             torch.per_channel_symmetric):
+            weight = torch._make_per_tensor_quantized_tensor(  # a per-tensor scale: kept as is
+                weight.int_repr()[ids], weight.q_scale(), weight.q_zero_point())
+        elif weight.is_quantized:
+            weight = _channel_rows(weight, ids)
+        else:  # fp16 weights: unpacked as float, exact in fp16
+            weight = weight[ids]
+        out = DynamicLinear(layer.in_features, len(ids), bias_=bias is not None, dtype=dtype)
+        out.set_weight_bias(weight, bias[ids] if bias is not None else None)
+        return out

@@ -10,17 +10,18 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 
+from . import draft_vocab
 from .acceptance import Sampling
 from .early_exit import EXIT_HEAD_CHOICES
 from .exit_lens import LENS_CHOICES
 from .errors import MirrorSDError
-from .events import Commit, Error, Event, Finish, Span
+from .events import Commit, Error, Event, Finish, Notice, Span
 from .pair import ModelPair
 from .placement import lane_sync, method_threads
 from .stats import draft_hidden_fraction
@@ -43,6 +44,7 @@ class Settings:
     exit_lens: str = "auto"  # auto (the shipped lens of the target, if any) | off | a lens file
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
     streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
+    draft_vocab: str = "full"  # the draft's proposal vocabulary: full | auto (the shipped file) | a file
 
     @property
     def sampling(self) -> Sampling:
@@ -70,6 +72,8 @@ class Settings:
         checks.append((self.exit_lens in LENS_CHOICES or str(self.exit_lens).endswith(".safetensors"),
                        f"exit lens must be auto, off or a .safetensors lens file (got {self.exit_lens!r})."))
         checks.append((self.streams in ("auto", "off"), f"streams must be auto or off (got {self.streams!r})."))
+        checks.append((self.draft_vocab in draft_vocab.CHOICES or str(self.draft_vocab).endswith(".safetensors"),
+                       f"draft vocab must be auto, full or a .safetensors vocabulary file (got {self.draft_vocab!r})."))
         n = pair.target_layers
         if self.exit_layer is not None:
             checks.append((1 <= self.exit_layer <= n - 1,
@@ -180,6 +184,7 @@ class Run:
 
 class Decoder(ABC):
     method = "base"
+    drafts = True  # uses the draft model (AR does not)
     lanes = 1  # models running at the same time (placement.method_threads gives the cores)
 
     def __init__(self, pair: ModelPair, settings: Settings | None = None):
@@ -195,7 +200,22 @@ class Decoder(ABC):
             yield Error(str(e))
             yield Finish(run.stats(self.method), [], "")
             return
-        self._prepare()  # one-time work per model (not part of this run's time)
+        with self._proposals() as vocab:
+            self._vocab = vocab
+            if vocab is not None:
+                run.info.update(draft_vocab=vocab.size, draft_vocab_note=vocab.line)
+                if vocab.warn:
+                    yield Notice(vocab.line)
+            self._prepare()  # one-time work per model (not part of this run's time)
+            yield from self._timed(run, cancel)
+        yield from run.new_spans()
+        yield Finish(run.stats(self.method), list(run.new_ids), run.pair.decode(run.new_ids))
+
+    def _proposals(self):
+        """The draft's proposal vocabulary for this run (draft_vocab.py); AR has no draft."""
+        return draft_vocab.use(self.pair, self.settings.draft_vocab) if self.drafts else nullcontext()
+
+    def _timed(self, run: Run, cancel: threading.Event) -> Iterator[Event]:
         with method_threads(self.pair, self.lanes):
             run.t0 = time.perf_counter_ns()
             try:
@@ -213,8 +233,6 @@ class Decoder(ABC):
                 yield Error(f"Decoding failed: {type(e).__name__}: {e}")
             finally:
                 self._close()
-        yield from run.new_spans()
-        yield Finish(run.stats(self.method), list(run.new_ids), run.pair.decode(run.new_ids))
 
     @abstractmethod
     def _decode(self, run: Run, cancel: threading.Event) -> Iterator[Event]:

@@ -10,6 +10,10 @@ exact head elsewhere.
 
 A trained exit lens (exit_lens.py), when one is given, maps the exit-layer hidden state
 before the norm: the proposals get much closer to the final layer's at the same layer.
+
+With token ids given (draft_vocab.py: the run's cut draft vocabulary, or under `auto` the
+shipped frequent-token set), the head keeps only those rows: measured on the default pair,
+10.4 -> 6.1 ms per generated token with the same hit rate (docs/measurements.md section 11).
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import weakref
 from dataclasses import dataclass
 
 import torch
+
+from .pair import model_vocab_size
 
 EXIT_HEAD_CHOICES = ("auto", "exact", "int8")
 _LARGE_HEAD = 1 << 24  # parameters; tiny test models stay exact under "auto"
@@ -59,21 +65,34 @@ class ExitHead:
         x = self.norm(x)
         if self.kind == "int8":
             x = x.float()
+        kept = getattr(self.head, "ids", None)  # a proposal vocabulary: never more than it has
+        kappa = min(kappa, len(kept)) if kept is not None else kappa
         top = torch.log_softmax(self.head(x).float(), dim=-1).topk(kappa, dim=-1)  # [rows, kappa]
         return top.indices.tolist(), top.values.tolist()  # ids cross lanes, not tensors
 
 
-def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None) -> ExitHead:
-    """The exit head of `model`; with `lens` (covering `layer`) the lens is applied first."""
+def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None,
+              ids: torch.Tensor | None = None) -> ExitHead:
+    """The exit head of `model`; with `lens` (covering `layer`) the lens is applied first; with
+    `ids` (draft_vocab.py) it proposes from those token ids only."""
     _, norm, head = exit_parts(model)
     device = norm.weight.device
     # a reduced-precision kernel (cpu_kernels) is used as it is; an fp32 head gets an int8 copy
     # on the CPU when asked for, or under "auto" when it is large
     use_int8 = isinstance(head, torch.nn.Linear) and device.type == "cpu" and (
         choice == "int8" or (choice == "auto" and head.weight.numel() >= _LARGE_HEAD))
-    if not use_int8:
-        return ExitHead(norm, head, device, "exact", lens, layer)
-    with _lock:  # quantizing takes seconds: once per model, shared by every run
-        if model not in _cache:
-            _cache[model] = _int8_copy(head)
-        return ExitHead(norm, _cache[model], device, "int8", lens, layer)
+    kind = "int8" if use_int8 else "exact"
+    with _lock:  # quantizing and cutting take seconds: once per model, shared by every run
+        heads = _cache.setdefault(model, {})
+        if use_int8 and "int8" not in heads:
+            heads["int8"] = _int8_copy(head)
+        base = heads["int8"] if use_int8 else head
+        if ids is not None:
+            key = (kind, len(ids), int(ids.sum()))
+            if key not in heads:
+                from .draft_vocab import cut_head
+                heads[key] = cut_head(base, ids, model_vocab_size(model))
+                if heads[key] is not None:
+                    heads[key].active = True
+            base = heads[key] or base
+    return ExitHead(norm, base, device, kind, lens, layer)

@@ -38,7 +38,8 @@ from .early_exit import exit_head, exit_parts
 from .events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from .exit_lens import choose_exit_layer, find_lens
 from .lanes import Lane
-from .pair import ModelPair
+from .draft_vocab import shipped_ids
+from .pair import ModelPair, model_vocab_size
 from .placement import cache_tensors, lane_stream, lane_sync
 from .speculative import verify_window
 from .branch_scoring import (ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root,
@@ -69,7 +70,8 @@ PROBE_PREFIX = 16  # tokens of context before the timed forwards
 def lane_speeds(pair: ModelPair, gamma: int, reps: int = 2) -> tuple[float, float]:
     """(seconds of one target forward over gamma+1 tokens, seconds of one draft token), each
     measured alone after a short prefix, best of `reps`; once per (pair, gamma)."""
-    key = (id(pair.draft), gamma)
+    head = pair.draft.get_output_embeddings()  # a cut proposal head is timed as such
+    key = (id(pair.draft), gamma, bool(getattr(head, "active", False)))
     with _speeds_lock:
         cached = _speeds.setdefault(pair.target, {})
         if key in cached:
@@ -283,7 +285,18 @@ class MirrorSpeculative(Decoder):
             self._info["exit_lens"] = None
         self._exit_layer = layer
         self._info["exit_layer"] = layer
-        self._head = exit_head(target, s.exit_head, use, layer)
+        self._head = exit_head(target, s.exit_head, use, layer, self._exit_vocab())
+
+    def _exit_vocab(self):
+        """Token ids the exit head proposes from: the draft's vocabulary when the run cuts it;
+        under exit head `auto`, the shipped frequent-token set (it only picks branches: measured,
+        the same hit rate at about half the head's time, docs/measurements.md section 11)."""
+        vocab = getattr(self, "_vocab", None)
+        if vocab is not None and vocab.ids is not None:
+            return vocab.ids
+        if self.settings.exit_head == "auto" and self.pair.tokenizer is not None:
+            return shipped_ids(self.pair.tokenizer, model_vocab_size(self.pair.target))
+        return None
 
     def _decode(self, run, cancel):
         s = run.settings

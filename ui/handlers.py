@@ -47,11 +47,11 @@ def _frame(status, panes, summary=None, timeline=None, slider=None, inspector=No
 
 
 def _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens,
-              streams="off") -> Settings:
+              streams="off", draft_vocab="full") -> Settings:
     return Settings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                     top_p=float(top_p), seed=int(seed), gamma=int(gamma), kappa=int(kappa),
                     exit_layer=int(exit_layer) or None, branch_budget=int(branch_budget),
-                    streams=streams or "off")
+                    streams=streams or "off", draft_vocab=draft_vocab or "full")
 
 
 def _pane_state(rec: RunRecord | None, running: bool) -> str:
@@ -137,7 +137,8 @@ def stop(request: gr.Request = None):
 
 def run(prompt, target, draft, precision, target_device, draft_device, gamma, kappa, exit_layer,
         branch_budget, temperature, top_p, seed, max_new_tokens, with_sd, use_cache,
-        draft_precision="same", auto_tune=False, streams="off", request: gr.Request = None):
+        draft_precision="same", auto_tune=False, streams="off", draft_vocab="full",
+        request: gr.Request = None):
     """AR, then Mirror-SD (then plain SD), streaming; ends with all outputs filled."""
     session = _session(request)
     cancel = CANCELS.current(session)
@@ -150,7 +151,7 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
                                        "error"), [None] * 3)
             return
         settings = _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed,
-                             max_new_tokens, streams)
+                             max_new_tokens, streams, draft_vocab)
         spec = PairSpec(*(str(v or "").strip() or d for v, d in
                           zip((target, draft, precision, target_device, draft_device, draft_precision),
                               ("default", "default", "fp32", "auto", "auto", "same"))))

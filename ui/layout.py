@@ -99,6 +99,10 @@ def build_demo() -> gr.Blocks:
                     streams = gr.Dropdown(["off", "auto"], value="off", label="Draft streams",
                                           info="auto: the draft's trained stream heads propose several "
                                                "tokens per draft forward (SD and Mirror-SD; lossless).")
+                    draft_vocab = gr.Dropdown(["full", "auto"], value="full", label="Draft vocabulary",
+                                              info="auto: the draft proposes from the 65,536 most frequent "
+                                                   "tokens (a smaller LM head; measured break-even here); "
+                                                   "full: all ids. Output unchanged either way.")
                     with gr.Row():
                         target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
                                                     label="Target device")
@@ -147,7 +151,7 @@ def build_demo() -> gr.Blocks:
                    trace_file, state]
         inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
                   exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, with_sd,
-                  use_cache, draft_precision, auto_tune, streams]
+                  use_cache, draft_precision, auto_tune, streams, draft_vocab]
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free)

@@ -85,7 +85,14 @@ METRICS = [  # (label, key in Finish.stats, format)
     ("hit rate (next window reused)", "hit_rate", ".0%"),
     ("fallbacks (serial redrafts)", "fallbacks", "d"),
     ("draft time hidden behind the target", "draft_hidden_fraction", ".0%"),
+    ("draft proposal vocabulary (token ids)", "draft_vocab", "vocab"),
 ]
+
+
+def _metric(stats: dict, key: str, spec: str) -> str:
+    if spec == "vocab":  # None: the draft's full head; absent: no draft (AR)
+        return ("full" if stats.get(key) is None else f"{stats[key]:,}") if key in stats else "–"
+    return _fmt(stats.get(key), spec)
 
 
 def _greedy_check(records: dict[str, RunRecord], method: str) -> str:
@@ -129,7 +136,7 @@ def render_summary(records: dict[str, RunRecord], settings: dict | None = None,
     order = [m for m in ("ar", "mirror", "sd") if m in done]
     rows = "".join(
         "<tr><th>" + esc(label) + "</th>" + "".join(
-            f"<td>{esc(_fmt(done[m].finish.stats.get(key), spec))}</td>" for m in order) + "</tr>"
+            f"<td>{esc(_metric(done[m].finish.stats, key, spec))}</td>" for m in order) + "</tr>"
         for label, key, spec in METRICS)
     if ar_tps:
         rows += "<tr><th>speedup over AR (tokens/s ÷ AR tokens/s)</th>" + "".join(
