@@ -14,7 +14,7 @@ from mirror_sd.mirror import MirrorSpeculative
 from mirror_sd.speculative import Speculative
 
 import tiny
-from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)
+from tiny import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -191,34 +191,18 @@ PROMPT = tiny.prompt(SEED, 4, vocab=V)
 KEEP = [0, 2, 3, 5, 8, 9, 11]  # 5 of 12 ids the draft can never propose
 
 
-@torch.inference_mode()
-def exact_marginals(model, prompt_ids, temperature):
-    def warp(logits):
-        return torch.softmax(logits.double() / temperature, dim=-1)
-    p1 = warp(model(torch.tensor([prompt_ids])).logits[0, -1])
-    ctx = torch.tensor([prompt_ids + [v] for v in range(V)])
-    return p1.tolist(), (p1[:, None] * warp(model(ctx).logits[:, -1])).sum(0).tolist()
-
-
 @pytest.mark.parametrize("method,temperature,gamma,runs", [
     ("sd", 1.0, 3, 400), ("mirror", 0.8, 2, 300)])
 def test_sampled_tokens_follow_the_target_with_a_cut_draft_head(tmp_path, method, temperature, gamma, runs):
     pair = tiny.pair_perturbed(SEED, scale=0.2, vocab_size=V, initializer_range=0.3)
     path = tmp_path / "v.safetensors"
     draft_vocab.save(path, torch.tensor(KEEP), {"vocab_size": V})
-    p1, p2 = exact_marginals(pair.target, PROMPT, temperature)
+    p1, _ = tiny.exact_marginals(pair.target, PROMPT, temperature, V)
     outside = [t for t in range(V) if t not in KEEP]
     assert sum(p1[t] for t in outside) > 0.2  # tokens the draft cannot propose carry real mass
-    first, second = [0] * V, [0] * V
-    for seed in range(runs):
-        s = Settings(max_new_tokens=2, temperature=temperature, gamma=gamma, branch_budget=2,
-                     kappa=4, seed=seed, draft_vocab=str(path))
-        tokens = tiny.finish(list(DECODERS[method](pair, s).generate(PROMPT))).token_ids
-        first[tokens[0]] += 1
-        second[tokens[1]] += 1
-    for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
-        stat, dof = chi_square(counts, probs)
-        assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
+    tiny.assert_first_two_follow_the_target(DECODERS[method], pair, PROMPT, V, runs, temperature,
+                                            gamma=gamma, branch_budget=2, kappa=4,
+                                            draft_vocab=str(path))
 
 
 def test_build_command_writes_a_file_that_fits(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from mirror_sd.streams import StreamHeads, find_heads, rollout_for
 from mirror_sd.train_streams import continuations, fit, report, stream_targets
 
 import tiny
-from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)
+from tiny import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -153,33 +153,12 @@ def sampling_pair():
     return with_heads(pair, random_heads(pair.draft, 2, rank=4, seed=1, scale=2.0))
 
 
-def warp(logits, temperature):
-    return torch.softmax(logits.double() / temperature, dim=-1)
-
-
-@torch.inference_mode()
-def exact_marginals(model, prompt_ids, temperature):
-    p1 = warp(model(torch.tensor([prompt_ids])).logits[0, -1], temperature)
-    ctx = torch.tensor([prompt_ids + [v] for v in range(V)])
-    p2_given = warp(model(ctx).logits[:, -1], temperature)
-    return p1.tolist(), (p1[:, None] * p2_given).sum(0).tolist()
-
-
 @pytest.mark.parametrize("method,temperature,gamma,runs", [
     ("sd", 1.0, 3, 400), ("mirror", 0.8, 2, 300)])
 def test_sampled_tokens_follow_the_target_with_streams(sampling_pair, method, temperature, gamma, runs):
-    pair = sampling_pair
-    p1, p2 = exact_marginals(pair.target, PROMPT, temperature)
-    first, second = [0] * V, [0] * V
-    for seed in range(runs):
-        s = Settings(max_new_tokens=2, temperature=temperature, gamma=gamma, branch_budget=2,
-                     kappa=4, seed=seed, streams="auto")
-        tokens = tiny.finish(list(DECODERS[method](pair, s).generate(PROMPT))).token_ids
-        first[tokens[0]] += 1
-        second[tokens[1]] += 1
-    for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
-        stat, dof = chi_square(counts, probs)
-        assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
+    tiny.assert_first_two_follow_the_target(DECODERS[method], sampling_pair, PROMPT, V, runs,
+                                            temperature, gamma=gamma, branch_budget=2, kappa=4,
+                                            streams="auto")
 
 
 def test_head_proposals_differ_from_the_draft_here(sampling_pair):

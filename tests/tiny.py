@@ -226,6 +226,31 @@ def chi_square(counts: list[int], probs: list[float]) -> tuple[float, int]:
     return stat, len(bins) - 1
 
 
+@torch.inference_mode()
+def exact_marginals(model, prompt_ids: list[int], temperature: float, vocab: int):
+    """The target's exact distributions of the 1st and 2nd sampled tokens (warped softmax)."""
+    def warp(logits):
+        return torch.softmax(logits.double() / temperature, dim=-1)
+    p1 = warp(model(torch.tensor([prompt_ids])).logits[0, -1])
+    ctx = torch.tensor([prompt_ids + [v] for v in range(vocab)])
+    return p1.tolist(), (p1[:, None] * warp(model(ctx).logits[:, -1])).sum(0).tolist()
+
+
+def assert_first_two_follow_the_target(decoder_cls, pair, prompt_ids: list[int], vocab: int,
+                                       runs: int, temperature: float, **settings) -> None:
+    """Sample 2 tokens `runs` times (seeds 0..runs-1) and chi-square both against the target."""
+    p1, p2 = exact_marginals(pair.target, prompt_ids, temperature, vocab)
+    first, second = [0] * vocab, [0] * vocab
+    for seed in range(runs):
+        s = Settings(max_new_tokens=2, temperature=temperature, seed=seed, **settings)
+        tokens = finish(list(decoder_cls(pair, s).generate(prompt_ids))).token_ids
+        first[tokens[0]] += 1
+        second[tokens[1]] += 1
+    for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
+        stat, dof = chi_square(counts, probs)
+        assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
+
+
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
