@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from .draft_vocab import save, tokenizer_fingerprint
+from .train_streams import stdlib_sources
 
 LANGUAGES = "de,fr,es,it,pt_BR,nl,pl,ru,zh_CN,ja,ko,tr,sv,cs"
 SOURCES = ("code", "prose", "markdown", "words", "languages")
@@ -46,11 +47,8 @@ WEIGHTS = "0.3,0.1,0.2,0.3,0.1"
 
 
 def code_documents(max_bytes: int) -> list[str]:
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(stdlib.glob("*.py")) + sorted(p for p in stdlib.glob("*/*.py")
-                                                  if "test" not in p.parts[-2])
     docs, total = [], 0
-    for path in files:
+    for path in stdlib_sources():
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
@@ -165,17 +163,15 @@ def choose(counts: dict[str, Counter], weights: dict[str, float], specials: list
         for t, n in c.items():
             score[t] += weights[src] * n / total
     keep = dict.fromkeys(t for t in specials if 0 <= t < vocab_size)
-    keep.update(dict.fromkeys(range(min(base, vocab_size))))
-    for t, _ in score.most_common():
-        if len(keep) >= size:
-            break
-        if t < vocab_size:
+    # then the low ids, the best scores and the low ids left, each only while there is room
+    ranked = (range(min(base, vocab_size)), (t for t, _ in score.most_common() if t < vocab_size),
+              range(vocab_size))
+    for source in ranked:
+        for t in source:
+            if len(keep) >= size:
+                break
             keep.setdefault(t)
-    for t in range(vocab_size):
-        if len(keep) >= size:
-            break
-        keep.setdefault(t)
-    return torch.tensor(sorted(keep)[:size] if len(keep) > size else sorted(keep), dtype=torch.int64)
+    return torch.tensor(sorted(keep), dtype=torch.int64)
 
 
 def coverage(ids: torch.Tensor, counts: Counter) -> float:

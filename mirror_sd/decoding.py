@@ -190,6 +190,7 @@ class Decoder(ABC):
     def __init__(self, pair: ModelPair, settings: Settings | None = None):
         self.pair = pair
         self.settings = settings or Settings()
+        self._vocab: draft_vocab.InUse | None = None  # set per run by generate()
 
     def generate(self, prompt_ids: list[int], cancel: threading.Event | None = None) -> Iterator[Event]:
         cancel = cancel or threading.Event()

@@ -197,10 +197,7 @@ def use(pair, choice: str):
     head = install(pair.draft, vf, vocab_size) if vf is not None else None
     if vf is not None and head is None:
         line, warn = "the draft's LM head kernel cannot be cut: the full LM head is used", True
-    current = pair.draft.get_output_embeddings()
     if head is None:
-        if isinstance(current, ProposalHead):
-            current.active = False
         yield InUse(None, line, warn)
         return
     head.active = True

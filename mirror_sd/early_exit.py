@@ -17,6 +17,7 @@ shipped frequent-token set), the head keeps only those rows: measured on the def
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import warnings
 import weakref
@@ -88,7 +89,7 @@ def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None,
             heads["int8"] = _int8_copy(head)
         base = heads["int8"] if use_int8 else head
         if ids is not None:
-            key = (kind, len(ids), int(ids.sum()))
+            key = (kind, hashlib.sha1(ids.cpu().numpy().tobytes()).hexdigest())
             if key not in heads:
                 from .draft_vocab import cut_head
                 heads[key] = cut_head(base, ids, model_vocab_size(model))

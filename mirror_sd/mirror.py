@@ -203,7 +203,7 @@ class DraftWorker(threading.Thread):
             if scored is None and job.proposals_ready.is_set():
                 # the early exit is here: the budget goes to the scored list
                 scored = score_roots(job.window.tokens, job.window.q_rows, q_bonus, job.proposals,
-                               s.kappa, self.exit_weight, self.accept_weight)
+                                     s.kappa, self.exit_weight, self.accept_weight)
                 best = {(r.depth, r.token) for r in scored[:s.branch_budget]}
                 batch.keep(lambda root: (root.depth, root.token) in best)
                 admit(scored, s.branch_budget)
@@ -291,9 +291,8 @@ class MirrorSpeculative(Decoder):
         """Token ids the exit head proposes from: the draft's vocabulary when the run cuts it;
         under exit head `auto`, the shipped frequent-token set (it only picks branches: measured,
         the same hit rate at about half the head's time, docs/measurements.md section 11)."""
-        vocab = getattr(self, "_vocab", None)
-        if vocab is not None and vocab.ids is not None:
-            return vocab.ids
+        if self._vocab is not None and self._vocab.ids is not None:
+            return self._vocab.ids
         if self.settings.exit_head == "auto" and self.pair.tokenizer is not None:
             return shipped_ids(self.pair.tokenizer, model_vocab_size(self.pair.target))
         return None

@@ -38,6 +38,12 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def stdlib_sources() -> list[Path]:
+    """The standard library's modules and packages' modules, tests left out, in a fixed order."""
+    return sorted(stdlib_dir().glob("*.py")) + sorted(p for p in stdlib_dir().glob("*/*.py")
+                                                      if "test" not in p.parts[-2])
+
+
 def function_requests(files: list[Path], rng: random.Random, limit: int) -> list[str]:
     """'Write a Python function `name(args)` that <docstring line>.' from stdlib sources."""
     out = []
@@ -88,8 +94,7 @@ def source_chunks(files: list[Path], tokenizer, rng: random.Random, limit: int, 
 def build_prompts(tokenizer, n: int, seed: int) -> list[list[int]]:
     """n prompt id lists: 1/2 function requests, 1/6 topic questions (chat), 1/3 raw source."""
     rng = random.Random(seed)
-    files = sorted(p for p in stdlib_dir().glob("*.py"))
-    files += sorted(p for p in stdlib_dir().glob("*/*.py") if "test" not in p.parts[-2])
+    files = stdlib_sources()
     rng.shuffle(files)
     chats = function_requests(files, rng, n // 2) + topic_requests(rng, n // 6)
 
@@ -135,8 +140,7 @@ def text_chunks(tokenizer, n_tokens: int, length: int, seed: int) -> list[list[i
     """Chunks of `length` tokens, about n_tokens in all: 3/4 stdlib source, 1/4 pydoc prose."""
     from pydoc_data.topics import topics
     rng = random.Random(seed)
-    files = sorted(stdlib_dir().glob("*.py")) + sorted(p for p in stdlib_dir().glob("*/*.py")
-                                                     if "test" not in p.parts[-2])
+    files = stdlib_sources()
     rng.shuffle(files)
     n = max(2, n_tokens // length)
     code = source_chunks(files, tokenizer, rng, n - n // 4, length)
