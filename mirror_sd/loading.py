@@ -31,7 +31,7 @@ from typing import Callable
 
 import torch
 
-from . import cpu_kernels, exact_attention
+from . import cpu_kernels, exact_attention, lean_layers
 from .errors import MirrorSDError
 from .pair import ModelPair, model_device
 from .placement import configure_cpu_threads, Placement, resolve_placement
@@ -56,12 +56,14 @@ class Precision:
 
 def apply_precision(model, name: str, role: str):
     """The precision's conversion after loading; a target whose linears are row-independent
-    also gets row-exact attention, so verifying k tokens equals decoding them one by one."""
+    also gets row-exact attention, so verifying k tokens equals decoding them one by one.
+    Decoder layers it knows run lean_layers' forward on a CPU (transformers' bits, fewer ops)."""
     prec = PRECISIONS[name]
     if prec.post_load:
         model = prec.post_load(model)
     if prec.exact_rows and role == "target":
         exact_attention.install(model)
+    lean_layers.install(model)  # CPU fp32-activation layers it knows; same bits, fewer ops
     return model
 
 
