@@ -154,12 +154,23 @@ def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
     return model
 
 
-def row_int8(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
-    """Every nn.Linear (the LM head too) -> RowInt8Linear, in place; projections that read the
-    same input (`FUSED`) share one kernel call."""
+def row_kernel(native: bool | None = None):
+    """The row-exact int8 layer class: the AVX2 kernel of native_int8 where it builds (faster
+    at one row and at a few: docs/measurements.md section 12), else fbgemm's RowInt8Linear.
+    native=None picks by availability, False forces fbgemm."""
+    from . import native_int8
+    if native is not False and native_int8.available():
+        return native_int8.NativeInt8Linear
+    return RowInt8Linear
+
+
+def row_int8(model: torch.nn.Module, fuse: bool = True, native: bool | None = None) -> torch.nn.Module:
+    """Every nn.Linear (the LM head too) -> a row-exact int8 layer (`row_kernel`), in place;
+    projections that read the same input (`FUSED`) share one kernel call."""
+    make = row_kernel(native)
     if fuse:
-        _fuse(model)
-    return _replace_linears(model, RowInt8Linear)
+        _fuse(model, make)
+    return _replace_linears(model, make)
 
 
 def _quantize_dynamic(model: torch.nn.Module, dtype, fuse: bool) -> torch.nn.Module:
@@ -202,7 +213,7 @@ def output_rows(layer: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module | 
     the same kernel and precision: the kept outputs are what the whole layer gives them (int8
     weights are sliced, not quantized again). None for a layer kind not handled here."""
     ids = ids.to(torch.long)
-    if isinstance(layer, RowInt8Linear):
+    if isinstance(layer, RowInt8Linear) or type(layer).__name__ == "NativeInt8Linear":
         return layer.rows(ids)
     if isinstance(layer, torch.nn.Linear):
         out = torch.nn.Linear(layer.in_features, len(ids), bias=layer.bias is not None,

@@ -84,9 +84,10 @@ PRECISION_NOTES = {
     "bf16": "bfloat16 weights and activations",
     "fp16": "float16 weights and activations (GPU)",
     "fp16w": "fp16 weights, fp32 activations (CPU, fbgemm)",
-    "int8": "int8 weights per channel, int8 activations per row, row-exact attention (CPU): "
-            "verifying k tokens gives the bits of decoding them one by one",
-    "int8-dyn": "int8 with one activation scale per batch (CPU; fastest, rows couple: draft only)",
+    "int8": "int8 weights per channel, int8 activations per row (AVX2 kernel, else fbgemm), "
+            "row-exact attention for a target (CPU): verifying k tokens gives the bits of "
+            "decoding them one by one",
+    "int8-dyn": "fbgemm int8 with one activation scale per batch (CPU; rows couple: draft only)",
 }
 
 

@@ -33,10 +33,15 @@ def batch(rows, in_f=96, seed=1):
     return x
 
 
+ROW_KERNELS = [cpu_kernels.RowInt8Linear] + \
+    ([cpu_kernels.row_kernel()] if cpu_kernels.row_kernel() is not cpu_kernels.RowInt8Linear else [])
+
+
+@pytest.mark.parametrize("kernel", ROW_KERNELS, ids=lambda k: k.__name__)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [2, 5, 8])
-def test_row_int8_rows_are_independent_bit_for_bit(rows, bias):
-    lin = cpu_kernels.RowInt8Linear(linear(bias=bias))
+def test_row_int8_rows_are_independent_bit_for_bit(rows, bias, kernel):
+    lin = kernel(linear(bias=bias))
     x = batch(rows)
     together = lin(x)
     alone = torch.cat([lin(x[i:i + 1]) for i in range(rows)])
@@ -59,21 +64,23 @@ def relative_error(module, ref, x):
     return float((module(x) - ref(x)).norm() / ref(x).norm())
 
 
-def test_accuracy_against_fp32():
+@pytest.mark.parametrize("kernel", ROW_KERNELS, ids=lambda k: k.__name__)
+def test_accuracy_against_fp32(kernel):
     ref = linear(in_f=256, out_f=192)
     x = torch.randn(6, 256)
     with torch.no_grad():
-        assert relative_error(cpu_kernels.RowInt8Linear(ref), ref, x) < 0.03
+        assert relative_error(kernel(ref), ref, x) < 0.03
         fp16 = cpu_kernels.fp16_weights(torch.nn.Sequential(copy.deepcopy(ref)))
         assert relative_error(fp16, ref, x) < 1e-3
 
 
-def test_shapes_and_dtype_follow_the_input():
-    lin = cpu_kernels.RowInt8Linear(linear())
+@pytest.mark.parametrize("kernel", ROW_KERNELS, ids=lambda k: k.__name__)
+def test_shapes_and_dtype_follow_the_input(kernel):
+    lin = kernel(linear())
     x = torch.randn(2, 3, 96, dtype=torch.float64)
     y = lin(x)
     assert y.shape == (2, 3, 80) and y.dtype == torch.float64
-    assert lin.out_features == 80 and "int8 rows" in repr(lin)
+    assert lin.out_features == 80 and lin.in_features == 96 and "int8 rows" in repr(lin)
 
 
 def converted(model, kind, role="target"):
@@ -156,9 +163,9 @@ def test_load_pair_applies_the_precision_per_model(tmp_path):
     pair = load_pair(tdir, ddir, precision="int8", draft_precision="int8-dyn",
                      target_device="cpu", draft_device="cpu")
     head = pair.target.get_output_embeddings()
-    assert isinstance(head, cpu_kernels.RowInt8Linear) and pair.vocab_size == 300
+    assert isinstance(head, cpu_kernels.row_kernel()) and pair.vocab_size == 300
     assert pair.info["precision"] == "int8" and pair.info["draft_precision"] == "int8-dyn"
-    assert not isinstance(pair.draft.get_output_embeddings(), cpu_kernels.RowInt8Linear)
+    assert not isinstance(pair.draft.get_output_embeddings(), cpu_kernels.row_kernel())
     assert exact_attention.installed(pair.target) and not exact_attention.installed(pair.draft)
     ids = pair.encode_prompt("hi")
     fin = tiny.finish(tiny.run(MirrorSpeculative, pair, ids, max_new_tokens=8))
@@ -199,7 +206,7 @@ def test_fused_projections_give_the_bits_of_separate_layers(seed):
     layer = fused.model.layers[0]
     assert isinstance(layer.self_attn.k_proj, cpu_kernels.FusedPart)
     assert isinstance(layer.mlp.up_proj, cpu_kernels.FusedPart)
-    assert isinstance(separate.model.layers[0].self_attn.k_proj, cpu_kernels.RowInt8Linear)
+    assert isinstance(separate.model.layers[0].self_attn.k_proj, cpu_kernels.row_kernel())
     context, new = tiny.prompt(seed, 12), tiny.prompt(seed + 3, 5)
     for one_by_one in (False, True):
         assert torch.equal(forward_logits(fused, context, new, one_by_one),

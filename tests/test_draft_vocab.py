@@ -31,7 +31,8 @@ def _linear(out_f=300, in_f=64, bias=False, seed=0):
 
 KERNELS = {
     "fp32": lambda lin: lin,
-    "int8": cpu_kernels.RowInt8Linear,
+    "int8": cpu_kernels.row_kernel(),
+    "int8-fbgemm": cpu_kernels.RowInt8Linear,
     "int8-dyn": lambda lin: cpu_kernels.dynamic_int8(torch.nn.Sequential(lin), fuse=False)[0],
     "fp16w": lambda lin: cpu_kernels.fp16_weights(torch.nn.Sequential(lin), fuse=False)[0],
 }

@@ -93,14 +93,16 @@ def parse_prompt(text: str) -> str | list[dict]:
 
 # Precision choices (mirror_sd.loading.PRECISIONS; measured in docs/measurements.md, section 4)
 TARGET_PRECISIONS = ["fp32", "int8", "fp16w", "int8-dyn", "bf16", "fp16"]
-DRAFT_PRECISIONS = ["fp32", "int8-dyn", "int8", "fp16w"]
+DRAFT_PRECISIONS = ["fp32", "int8", "int8-dyn", "fp16w"]
 PRECISION_INFO = (
     "int8 (CPU): int8 weights, each token's activations quantized on its own and row-exact "
     "attention, so verifying k tokens gives bit for bit what decoding them one by one gives: "
-    "~4x faster than fp32 here. fp16w: fp16 weights, fp32 math (~2x). int8-dyn: fastest, but "
+    "~4x faster than fp32 here (an AVX2 kernel built on first use, about a minute once; "
+    "fbgemm where it cannot build). fp16w: fp16 weights, fp32 math (~2x). int8-dyn: fbgemm's "
     "one activation scale per batch couples the rows: measured on the 1.5B target, a verify "
     "forward flipped 2 of 8 greedy tokens against one-by-one decoding, so speculative output "
     "can differ from its baseline (the summary counts it). fp16 needs a GPU. The AR baseline "
     "always runs this same target.")
-DRAFT_PRECISION_INFO = ("int8-dyn (CPU): a ~4x faster draft. Any draft keeps the output the "
-                        "target's own, since acceptance checks every token.")
+DRAFT_PRECISION_INFO = ("int8 (CPU): the fastest draft here (AVX2 kernel; int8-dyn where it "
+                        "cannot build). Any draft keeps the output the target's own, since "
+                        "acceptance checks every token.")

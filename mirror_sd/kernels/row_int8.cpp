@@ -1,0 +1,181 @@
+// y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one
+// scale per row), for a few rows at a time on an AVX2 CPU (mirror_sd/native_int8.py).
+//
+// Every row is quantized on its own and its dot products are exact int32 sums, finished by
+// the same float ops in the same order: a row's output is bit-identical whatever other rows
+// share the call, so verifying k tokens gives the bits of decoding them one by one.
+// Activations (|q| <= 63) and weights (|q| <= 127) are symmetric: with the sign trick (|x| as
+// unsigned bytes, w times the sign of x as signed bytes), vpmaddubsw's pair sums stay within
+// 2 * 63 * 127 and two of them add in int16 without saturating (dot_rows).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kAlign = 32;  // K is padded to whole 32-byte vectors (zeros)
+constexpr float kActMax = 63.f;  // 7-bit activations: see dot_rows
+
+inline int32_t hsum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// dots[r] = sum_k q[r][k] * w[k] for R rows (R accumulators held in registers). Activations
+// are 7-bit (|q| <= 63), so the int16 pair sums of two vectors (<= 4 * 63 * 127 = 32004) add
+// before one widening vpmaddwd: 1.5 multiplies per 32 products instead of 2, which is what
+// bounds a verify forward of several rows. One row (a decode step) is bound by how fast the
+// weights stream in; both prefetch ahead.
+template <int R>
+inline void dot_rows(const int8_t* w, const int8_t* qs, int64_t kp,
+                     int64_t vecs, int32_t* dots) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+  int64_t v = 0;
+  for (; v + 1 < vecs; v += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + v * kAlign + 1024), _MM_HINT_T0);
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + v * kAlign));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + v * kAlign + kAlign));
+    for (int r = 0; r < R; ++r) {
+      const int64_t off = r * kp + v * kAlign;
+      const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + off));
+      const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + off + kAlign));
+      const __m256i a0 = _mm256_abs_epi8(s0), a1 = _mm256_abs_epi8(s1);
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(w0, s0)),
+                                         _mm256_maddubs_epi16(a1, _mm256_sign_epi8(w1, s1)));
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, ones));
+    }
+  }
+  for (; v < vecs; ++v) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + v * kAlign));
+    for (int r = 0; r < R; ++r) {
+      const int64_t off = r * kp + v * kAlign;
+      const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + off));
+      const __m256i a0 = _mm256_abs_epi8(s0);
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(w0, s0)), ones));
+    }
+  }
+  for (int r = 0; r < R; ++r) dots[r] = hsum(acc[r]);
+}
+
+// Quantize row x[0..k) into q[0..kp) (int8, zero padded); returns the row's scale.
+float quantize_row(const float* x, int64_t k, int64_t kp, int8_t* q) {
+  float peak = 0.f;
+  bool finite = true;
+  for (int64_t i = 0; i < k; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && std::isfinite(a);
+    peak = std::max(peak, a);
+  }
+  if (!finite || !(peak > 0.f)) {  // a NaN or inf row stays NaN; an all-zero row gives the bias
+    for (int64_t i = 0; i < kp; ++i) q[i] = 0;
+    return finite ? 0.f : NAN;
+  }
+  const float inv = kActMax / peak;
+  for (int64_t i = 0; i < k; ++i) {
+    float v = std::nearbyint(x[i] * inv);
+    v = std::min(kActMax, std::max(-kActMax, v));
+    q[i] = static_cast<int8_t>(v);
+  }
+  for (int64_t i = k; i < kp; ++i) q[i] = 0;
+  return peak / kActMax;
+}
+
+}  // namespace
+
+// w: [N, Kp] int8 (Kp a multiple of 32, zero padded), wscale: [N] float, bias: [N] float or
+// an empty tensor; x: [M, K] float. Returns [M, N] float.
+torch::Tensor row_int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
+                              torch::Tensor bias) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x: [M, K] float32");
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kChar && w.is_contiguous(), "w: [N, Kp] int8");
+  x = x.contiguous();
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0), kp = w.size(1);
+  TORCH_CHECK(kp % kAlign == 0 && kp >= k && kp - k < kAlign, "w's K must be x's padded to 32");
+  TORCH_CHECK(wscale.numel() == n && wscale.scalar_type() == torch::kFloat, "wscale: [N] float32");
+  const bool has_bias = bias.numel() > 0;
+  TORCH_CHECK(!has_bias || (bias.numel() == n && bias.scalar_type() == torch::kFloat), "bias: [N] float32");
+
+  // each row quantized on its own
+  std::vector<int8_t> qs(static_cast<size_t>(m * kp));
+  std::vector<float> xs(static_cast<size_t>(m));
+  const float* xp = x.data_ptr<float>();
+  for (int64_t r = 0; r < m; ++r) {
+    xs[r] = quantize_row(xp + r * k, k, kp, qs.data() + r * kp);
+  }
+
+  auto y = torch::empty({m, n}, x.options());
+  float* yp = y.data_ptr<float>();
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const float* sp = wscale.data_ptr<float>();
+  const float* bp = has_bias ? bias.contiguous().data_ptr<float>() : nullptr;
+  const int8_t* qsp = qs.data();
+  const float* xsp = xs.data();
+  const int64_t vecs = kp / kAlign;
+  // about 64 KiB of weights per task: large enough to amortize, small enough to split evenly
+  const int64_t grain = std::max<int64_t>(1, (64 * 1024) / kp);
+
+  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int8_t* wrow = wp + c * kp;
+      for (int64_t r0 = 0; r0 < m; r0 += 4) {
+        int32_t dots[4];
+        const int64_t off = r0 * kp;
+        switch (std::min<int64_t>(4, m - r0)) {
+          case 1: dot_rows<1>(wrow, qsp + off, kp, vecs, dots); break;
+          case 2: dot_rows<2>(wrow, qsp + off, kp, vecs, dots); break;
+          case 3: dot_rows<3>(wrow, qsp + off, kp, vecs, dots); break;
+          default: dot_rows<4>(wrow, qsp + off, kp, vecs, dots); break;
+        }
+        const int64_t rows = std::min<int64_t>(4, m - r0);
+        for (int64_t r = 0; r < rows; ++r) {
+          float out = static_cast<float>(dots[r]) * xsp[r0 + r];
+          out = out * sp[c];
+          if (bp) out = out + bp[c];
+          yp[(r0 + r) * n + c] = out;
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// Weights -> (int8 [N, Kp], scale [N]): one symmetric scale per output channel, |q| <= 127.
+std::vector<torch::Tensor> quantize_weight(torch::Tensor weight) {
+  TORCH_CHECK(weight.dim() == 2, "weight: [N, K]");
+  auto wf = weight.to(torch::kFloat).contiguous();
+  const int64_t n = wf.size(0), k = wf.size(1), kp = (k + kAlign - 1) / kAlign * kAlign;
+  auto q = torch::zeros({n, kp}, torch::dtype(torch::kChar));
+  auto s = torch::empty({n}, torch::dtype(torch::kFloat));
+  const float* src = wf.data_ptr<float>();
+  int8_t* qp = q.data_ptr<int8_t>();
+  float* sp = s.data_ptr<float>();
+  at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const float* row = src + c * k;
+      float peak = 0.f;
+      for (int64_t i = 0; i < k; ++i) peak = std::max(peak, std::fabs(row[i]));
+      const float scale = peak > 0.f ? peak / 127.f : 1.f;
+      sp[c] = scale;
+      for (int64_t i = 0; i < k; ++i) {
+        float v = std::nearbyint(row[i] / scale);
+        qp[c * kp + i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, v)));
+      }
+    }
+  });
+  return {q, s};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("row_int8_linear", &row_int8_linear, "int8 rows x int8 weights (AVX2)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("quantize_weight", &quantize_weight, "per-channel symmetric int8 weights",
+        py::call_guard<py::gil_scoped_release>());
+}

@@ -1,0 +1,112 @@
+"""A row-exact int8 linear kernel for AVX2 CPUs, built on first use (kernels/row_int8.cpp).
+
+fbgemm's dynamic int8 kernel reads one activation scale per call, so `RowInt8Linear` has to
+pin each call's range with two extra columns and scale the rows around it, and at one or a
+few rows fbgemm streams the weights at well under the machine's read bandwidth
+(docs/measurements.md section 12). This kernel quantizes each row on its own (symmetric int8,
+one scale per row; weights symmetric int8, one scale per output channel) and computes exact
+int32 dot products with AVX2: a row's output is bit-identical whatever else is in the call.
+
+Built with torch.utils.cpp_extension (g++ and ninja; about a minute, once, cached under
+~/.cache/mirror-sd/torch_extensions). Where it cannot be built or the CPU lacks AVX2,
+`available()` says why and the int8 precision keeps fbgemm's `RowInt8Linear`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("kernels") / "row_int8.cpp"
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    except Exception:  # noqa: BLE001 - an old torch: read the flags
+        try:
+            return " avx2 " in Path("/proc/cpuinfo").read_text().replace("\n", " ")
+        except OSError:
+            return False
+
+
+def load():
+    """The compiled extension module, or None (see `unavailable_reason`)."""
+    with _lock:
+        if "module" in _state:
+            return _state["module"]
+        module, reason = None, None
+        if os.environ.get("MIRROR_SD_NATIVE_INT8", "1") == "0":
+            reason = "turned off by MIRROR_SD_NATIVE_INT8=0"
+        elif not _cpu_has_avx2():
+            reason = "this CPU has no AVX2"
+        else:
+            try:
+                from torch.utils import cpp_extension
+                build = Path(os.environ.get("MIRROR_SD_EXT_DIR",
+                                            Path.home() / ".cache" / "mirror-sd" / "torch_extensions"))
+                build.mkdir(parents=True, exist_ok=True)
+                module = cpp_extension.load(
+                    name="mirror_sd_row_int8", sources=[str(SOURCE)], build_directory=str(build),
+                    extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
+                    extra_ldflags=["-fopenmp"], verbose=False)
+            except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a build error
+                reason = f"could not build the AVX2 int8 kernel ({type(e).__name__}: " \
+                         f"{str(e).strip().splitlines()[-1][:200] if str(e).strip() else ''})"
+        _state["module"], _state["reason"] = module, reason
+        return module
+
+
+def available() -> bool:
+    return load() is not None
+
+
+def unavailable_reason() -> str | None:
+    load()
+    return _state.get("reason")
+
+
+class NativeInt8Linear(torch.nn.Module):
+    """y = x W^T + b: int8 weights (a scale per output channel), int8 activations (a scale
+    per row), AVX2 kernel; rows never affect one another."""
+
+    def __init__(self, linear: torch.nn.Linear | None, *, _q=None, _scale=None, _bias=None):
+        super().__init__()
+        ext = load()
+        if ext is None:
+            raise RuntimeError(unavailable_reason())
+        self._ext = ext
+        if linear is not None:
+            _q, _scale = ext.quantize_weight(linear.weight.detach().float())
+            _bias = linear.bias.detach().float().clone() if linear.bias is not None else None
+        self.in_features = linear.in_features if linear is not None else None
+        self.out_features = _q.shape[0]
+        self.register_buffer("qweight", _q, persistent=False)
+        self.register_buffer("scale", _scale, persistent=False)
+        self.register_buffer("bias", _bias, persistent=False)
+        self._empty = torch.empty(0)
+
+    def rows(self, ids: torch.Tensor) -> "NativeInt8Linear":
+        """The layer restricted to output channels `ids`: the same int8 weights and scales."""
+        bias = self.bias[ids].clone() if self.bias is not None else None
+        out = NativeInt8Linear(None, _q=self.qweight[ids].contiguous(),
+                               _scale=self.scale[ids].contiguous(), _bias=bias)
+        out.in_features = self.in_features
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape, dtype = x.shape, x.dtype
+        rows = x.reshape(-1, shape[-1])
+        if dtype != torch.float32:
+            rows = rows.float()
+        y = self._ext.row_int8_linear(rows, self.qweight, self.scale,
+                                      self.bias if self.bias is not None else self._empty)
+        y = y.view(*shape[:-1], self.out_features)
+        return y if dtype == torch.float32 else y.to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows (AVX2)"

@@ -1,0 +1,91 @@
+"""The int8 target with the AVX2 row kernel (native_int8) against fbgemm's RowInt8Linear,
+interleaved in one process (docs/measurements.md section 12).
+
+    flock /tmp/mirror-sd-cpu.lock python scripts/native_int8_ab.py [--rounds 6]
+
+Median ms of 10 forwards (after 2 warm-up ones) at a 100-token context: decode 1 token and
+verify 4, at 2 threads and at 1 (Mirror-SD's target lane), the order alternating by round.
+Then, on the native target: the logits of a 4-token verify forward against 4 one-token
+decode steps over the same tokens (bit for bit), and the top-1 of both kernels over 64
+greedy tokens of the first built-in question.
+"""
+import argparse
+import dataclasses
+import functools
+import os
+import statistics
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+warnings.filterwarnings("ignore")
+import torch  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
+
+from mirror_sd import cpu_kernels, loading  # noqa: E402
+from mirror_sd.loading import load_pair  # noqa: E402
+
+
+@torch.inference_mode()
+def timings(model, ids, rows, n=10):
+    cache = DynamicCache(config=model.config)
+    model(ids[:, :100], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    times = []
+    for i in range(n + 2):
+        t = time.perf_counter_ns()
+        model(ids[:, 100:100 + rows], past_key_values=cache, use_cache=True)
+        if i >= 2:
+            times.append((time.perf_counter_ns() - t) / 1e6)
+        cache.crop(-rows)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def verify_equals_decode(model, ids):
+    cache = DynamicCache(config=model.config)
+    model(ids[:, :100], past_key_values=cache, use_cache=True)
+    steps = torch.cat([model(ids[:, 100 + i:101 + i], past_key_values=cache, use_cache=True).logits
+                       for i in range(4)], 1)
+    cache.crop(-4)
+    window = model(ids[:, 100:104], past_key_values=cache, use_cache=True).logits
+    return torch.equal(steps, window)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=6)
+    args = ap.parse_args()
+    ids = torch.randint(0, 20000, (1, 108), generator=torch.Generator().manual_seed(0))
+    native = load_pair(precision="int8", draft_precision="int8-dyn").target
+    fbgemm_prec = dataclasses.replace(loading.PRECISIONS["int8"],
+                                      post_load=functools.partial(cpu_kernels.row_int8, native=False))
+    loading.PRECISIONS["int8"], saved = fbgemm_prec, loading.PRECISIONS["int8"]
+    try:
+        fbgemm = load_pair(precision="int8", draft_precision="int8-dyn").target
+    finally:
+        loading.PRECISIONS["int8"] = saved
+    print("kernels:", type(native.lm_head).__name__, "/", type(fbgemm.lm_head).__name__)
+    models = {"native AVX2": native, "fbgemm rows": fbgemm}
+    results = {}
+    for r in range(args.rounds):
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            for rows in (1, 4):
+                for name in (list(models) if r % 2 else list(models)[::-1]):
+                    results.setdefault((name, threads, rows), []).append(
+                        timings(models[name], ids, rows))
+    torch.set_num_threads(2)
+    print("| kernel | threads | decode 1 ms | verify 4 ms | verify 4 / decode 1 |")
+    print("|---|---|---|---|---|")
+    for threads in (2, 1):
+        for name in models:
+            d = statistics.median(results[(name, threads, 1)])
+            v = statistics.median(results[(name, threads, 4)])
+            print(f"| {name} | {threads} | {d:.1f} | {v:.1f} | {v / d:.2f} |")
+    print("native: verify 4 == 4 decode steps, bit for bit:", verify_equals_decode(native, ids))
+    print("fbgemm: verify 4 == 4 decode steps, bit for bit:", verify_equals_decode(fbgemm, ids))
+
+
+if __name__ == "__main__":
+    main()

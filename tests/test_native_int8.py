@@ -1,0 +1,94 @@
+"""native_int8: the AVX2 row-exact int8 kernel (built on first use) and its fallback."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mirror_sd import cpu_kernels, native_int8
+
+CAN_BUILD = shutil.which("g++") is not None and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+needs_kernel = pytest.mark.skipif(not CAN_BUILD, reason="no g++ or no AVX2 here")
+
+
+@needs_kernel
+def test_builds_where_a_compiler_and_avx2_exist():
+    assert native_int8.available(), native_int8.unavailable_reason()
+    assert cpu_kernels.row_kernel() is native_int8.NativeInt8Linear
+    assert cpu_kernels.row_kernel(native=False) is cpu_kernels.RowInt8Linear
+
+
+def layer(out_f, in_f, bias, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lin = torch.nn.Linear(in_f, out_f, bias=bias)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(out_f, in_f, generator=g) * 0.05)
+        if bias:
+            lin.bias.copy_(torch.randn(out_f, generator=g))
+    return lin
+
+
+@needs_kernel
+@pytest.mark.parametrize("in_f", [7, 32, 100, 1000])  # K below, at and off the 32-byte vector
+@pytest.mark.parametrize("bias", [False, True])
+def test_each_row_has_its_own_bits_in_any_batch(in_f, bias):
+    lin = native_int8.NativeInt8Linear(layer(70, in_f, bias))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(9, in_f, generator=g)  # 9 rows: the 4-row blocks and a remainder of 1
+    x[0] *= 1e4
+    x[5] *= 1e-4
+    together = lin(x)
+    for i in range(9):
+        assert torch.equal(lin(x[i:i + 1])[0], together[i])
+    assert torch.equal(lin(x[3:7]), together[3:7])
+    neighbours = torch.cat([torch.randn(2, in_f, generator=g) * 300, x[4:5]])
+    assert torch.equal(lin(neighbours)[2], together[4])
+
+
+@needs_kernel
+def test_close_to_fp32_and_exact_on_integer_grids():
+    lin = layer(300, 512, True)
+    x = torch.randn(5, 512)
+    with torch.no_grad():
+        ref = lin(x)
+        err = (native_int8.NativeInt8Linear(lin)(x) - ref).norm() / ref.norm()
+    assert err < 0.03
+    # weights and inputs already on the int8 grids: the int32 sums are exact
+    exact = torch.nn.Linear(64, 3, bias=False)
+    with torch.no_grad():
+        exact.weight.copy_(torch.randint(-127, 128, (3, 64)).float())
+        exact.weight[:, 0] = 127.0
+        xi = torch.randint(-63, 64, (2, 64)).float()
+        xi[:, 1] = 63.0
+        assert torch.equal(native_int8.NativeInt8Linear(exact)(xi), exact(xi))
+
+
+@needs_kernel
+def test_zero_and_non_finite_rows():
+    lin = native_int8.NativeInt8Linear(layer(16, 40, True))
+    x = torch.zeros(3, 40)
+    x[1, 3] = float("nan")
+    x[2, 5] = 2.0
+    y = lin(x)
+    assert torch.equal(y[0], lin.bias)  # an all-zero row: only the bias
+    assert torch.isnan(y[1]).all()  # a NaN is not hidden
+    assert torch.isfinite(y[2]).all()
+
+
+@needs_kernel
+def test_rows_keep_the_full_layers_outputs():
+    lin = native_int8.NativeInt8Linear(layer(200, 96, True))
+    ids = torch.tensor([0, 5, 77, 199])
+    x = torch.randn(3, 96)
+    assert torch.equal(cpu_kernels.output_rows(lin, ids)(x), lin(x)[:, ids])
+
+
+def test_turned_off_by_the_environment_falls_back_to_fbgemm():
+    code = ("from mirror_sd import cpu_kernels, native_int8; "
+            "print(cpu_kernels.row_kernel().__name__, '|', native_int8.unavailable_reason())")
+    env = dict(os.environ, MIRROR_SD_NATIVE_INT8="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
+    assert out.stdout.strip() == "RowInt8Linear | turned off by MIRROR_SD_NATIVE_INT8=0", out.stderr
