@@ -3,7 +3,7 @@
 fbgemm's dynamic int8 kernel reads one activation scale per call, so `RowInt8Linear` has to
 pin each call's range with two extra columns and scale the rows around it, and at one or a
 few rows fbgemm streams the weights at well under the machine's read bandwidth
-(docs/measurements.md section 12). This kernel quantizes each row on its own (symmetric int8,
+(docs/measurements.md section 12). This kernel quantizes each row on its own (symmetric 7-bit,
 one scale per row; weights symmetric int8, one scale per output channel) and computes exact
 int32 dot products with AVX2: a row's output is bit-identical whatever else is in the call.
 
@@ -74,19 +74,21 @@ class NativeInt8Linear(torch.nn.Module):
     """y = x W^T + b: int8 weights (a scale per output channel), int8 activations (a scale
     per row), AVX2 kernel; rows never affect one another."""
 
-    def __init__(self, linear: torch.nn.Linear | None, *, _q=None, _scale=None, _bias=None):
+    def __init__(self, linear: torch.nn.Linear | None, *, _q=None, _scale=None, _sum=None,
+                 _bias=None):
         super().__init__()
         ext = load()
         if ext is None:
             raise RuntimeError(unavailable_reason())
         self._ext = ext
         if linear is not None:
-            _q, _scale = ext.quantize_weight(linear.weight.detach().float())
+            _q, _scale, _sum = ext.quantize_weight(linear.weight.detach().float())
             _bias = linear.bias.detach().float().clone() if linear.bias is not None else None
         self.in_features = linear.in_features if linear is not None else None
         self.out_features = _q.shape[0]
         self.register_buffer("qweight", _q, persistent=False)
         self.register_buffer("scale", _scale, persistent=False)
+        self.register_buffer("wsum", _sum, persistent=False)
         self.register_buffer("bias", _bias, persistent=False)
         self._empty = torch.empty(0)
 
@@ -94,7 +96,8 @@ class NativeInt8Linear(torch.nn.Module):
         """The layer restricted to output channels `ids`: the same int8 weights and scales."""
         bias = self.bias[ids].clone() if self.bias is not None else None
         out = NativeInt8Linear(None, _q=self.qweight[ids].contiguous(),
-                               _scale=self.scale[ids].contiguous(), _bias=bias)
+                               _scale=self.scale[ids].contiguous(),
+                               _sum=self.wsum[ids].contiguous(), _bias=bias)
         out.in_features = self.in_features
         return out
 
@@ -103,7 +106,7 @@ class NativeInt8Linear(torch.nn.Module):
         rows = x.reshape(-1, shape[-1])
         if dtype != torch.float32:
             rows = rows.float()
-        y = self._ext.row_int8_linear(rows, self.qweight, self.scale,
+        y = self._ext.row_int8_linear(rows, self.qweight, self.scale, self.wsum,
                                       self.bias if self.bias is not None else self._empty)
         y = y.view(*shape[:-1], self.out_features)
         return y if dtype == torch.float32 else y.to(dtype)

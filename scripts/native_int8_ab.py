@@ -4,7 +4,7 @@ interleaved in one process (docs/measurements.md section 12).
     flock /tmp/mirror-sd-cpu.lock python scripts/native_int8_ab.py [--rounds 6]
 
 Median ms of 10 forwards (after 2 warm-up ones) at a 100-token context: decode 1 token and
-verify 4, at 2 threads and at 1 (Mirror-SD's target lane), the order alternating by round.
+verify 4, and of 3 prefills of the 100-token prompt, at 2 threads and at 1 (Mirror-SD's target lane), the order alternating by round.
 Then, on the native target: the logits of a 4-token verify forward against 4 one-token
 decode steps over the same tokens (bit for bit), and the top-1 of both kernels over 64
 greedy tokens of the first built-in question.
@@ -25,6 +25,17 @@ from transformers import DynamicCache  # noqa: E402
 
 from mirror_sd import cpu_kernels, loading  # noqa: E402
 from mirror_sd.loading import load_pair  # noqa: E402
+
+
+@torch.inference_mode()
+def prefill_ms(model, ids, n=3):
+    times = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        model(ids[:, :100], past_key_values=DynamicCache(config=model.config), use_cache=True,
+              logits_to_keep=1)
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return statistics.median(times)
 
 
 @torch.inference_mode()
@@ -75,14 +86,18 @@ def main():
                 for name in (list(models) if r % 2 else list(models)[::-1]):
                     results.setdefault((name, threads, rows), []).append(
                         timings(models[name], ids, rows))
+            for name in (list(models) if r % 2 else list(models)[::-1]):
+                results.setdefault((name, threads, "prefill"), []).append(
+                    prefill_ms(models[name], ids))
     torch.set_num_threads(2)
-    print("| kernel | threads | decode 1 ms | verify 4 ms | verify 4 / decode 1 |")
-    print("|---|---|---|---|---|")
+    print("| kernel | threads | decode 1 ms | verify 4 ms | verify 4 / decode 1 | prefill 100 ms |")
+    print("|---|---|---|---|---|---|")
     for threads in (2, 1):
         for name in models:
             d = statistics.median(results[(name, threads, 1)])
             v = statistics.median(results[(name, threads, 4)])
-            print(f"| {name} | {threads} | {d:.1f} | {v:.1f} | {v / d:.2f} |")
+            p = statistics.median(results[(name, threads, "prefill")])
+            print(f"| {name} | {threads} | {d:.1f} | {v:.1f} | {v / d:.2f} | {p:.0f} |")
     print("native: verify 4 == 4 decode steps, bit for bit:", verify_equals_decode(native, ids))
     print("fbgemm: verify 4 == 4 decode steps, bit for bit:", verify_equals_decode(fbgemm, ids))
 
