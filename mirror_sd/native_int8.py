@@ -36,6 +36,9 @@ def _cpu_has_avx2() -> bool:
 
 def load():
     """The compiled extension module, or None (see `unavailable_reason`)."""
+    module = _state.get("module")
+    if module is not None:
+        return module
     with _lock:
         if "module" in _state:
             return _state["module"]
@@ -77,10 +80,9 @@ class NativeInt8Linear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear | None, *, _q=None, _scale=None, _sum=None,
                  _bias=None):
         super().__init__()
-        ext = load()
+        ext = load()  # held by this module, not the layer: layers stay deep-copyable
         if ext is None:
             raise RuntimeError(unavailable_reason())
-        self._ext = ext
         if linear is not None:
             _q, _scale, _sum = ext.quantize_weight(linear.weight.detach().float())
             _bias = linear.bias.detach().float().clone() if linear.bias is not None else None
@@ -106,7 +108,7 @@ class NativeInt8Linear(torch.nn.Module):
         rows = x.reshape(-1, shape[-1])
         if dtype != torch.float32:
             rows = rows.float()
-        y = self._ext.row_int8_linear(rows, self.qweight, self.scale, self.wsum,
+        y = load().row_int8_linear(rows, self.qweight, self.scale, self.wsum,
                                       self.bias if self.bias is not None else self._empty)
         y = y.view(*shape[:-1], self.out_features)
         return y if dtype == torch.float32 else y.to(dtype)

@@ -78,6 +78,16 @@ def test_zero_and_non_finite_rows():
 
 
 @needs_kernel
+def test_a_layer_deep_copies_and_saves():
+    import copy
+    import io
+    lin = native_int8.NativeInt8Linear(layer(8, 40, True))
+    x = torch.randn(2, 40)
+    assert torch.equal(copy.deepcopy(lin)(x), lin(x))
+    torch.save(lin.state_dict(), io.BytesIO())
+
+
+@needs_kernel
 def test_rows_keep_the_full_layers_outputs():
     lin = native_int8.NativeInt8Linear(layer(200, 96, True))
     ids = torch.tensor([0, 5, 77, 199])

@@ -1,4 +1,4 @@
-// y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one
+// y = x W^T + b with int8 weights (one scale per output channel) and 7-bit activations (one
 // scale per row), for a few rows at a time on an AVX2 CPU (mirror_sd/native_int8.py).
 //
 // Every row is quantized on its own and its dot products are exact int32 sums, finished by
