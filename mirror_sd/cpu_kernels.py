@@ -213,7 +213,7 @@ def output_rows(layer: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module | 
     the same kernel and precision: the kept outputs are what the whole layer gives them (int8
     weights are sliced, not quantized again). None for a layer kind not handled here."""
     ids = ids.to(torch.long)
-    if isinstance(layer, RowInt8Linear) or type(layer).__name__ == "NativeInt8Linear":
+    if callable(getattr(layer, "rows", None)):  # the row-exact int8 kernels slice themselves
         return layer.rows(ids)
     if isinstance(layer, torch.nn.Linear):
         out = torch.nn.Linear(layer.in_features, len(ids), bias=layer.bias is not None,

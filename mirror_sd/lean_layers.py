@@ -84,6 +84,7 @@ def _lean_forward(layer):
     eager = getattr(sys.modules[type(attn).__module__], "eager_attention_forward", None)
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     extra = {"sliding_window": None} if hasattr(attn, "sliding_window") else {}
+    act = _silu if type(mlp.act_fn).__name__ in ("SiLUActivation", "SiLU") else mlp.act_fn
 
     def forward(hidden_states, attention_mask=None, position_ids=None, cache=None,
                 use_cache=False, position_embeddings=None, past_key_values=None, **kwargs):
@@ -125,7 +126,6 @@ def _lean_forward(layer):
             g, u = gate._group.linear(x).split(gate._group.sizes, dim=-1)
         else:
             g, u = gate(x), mlp.up_proj(x)
-        act = _silu if type(mlp.act_fn).__name__ in ("SiLUActivation", "SiLU") else mlp.act_fn
         return hidden_states + mlp.down_proj(act(g) * u)
 
     forward.lean = True

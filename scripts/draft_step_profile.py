@@ -9,9 +9,7 @@ body's linears called back to back, and a torch.profiler table of 5 decode steps
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -20,16 +18,12 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
 from mirror_sd import cpu_kernels  # noqa: E402
+from script_timing import median_ms  # noqa: E402
 from mirror_sd.loading import DEFAULT_DRAFT, default_cache_dir  # noqa: E402
 
 
 def ms(f, n=15):
-    r = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        f()
-        r.append((time.perf_counter_ns() - t) / 1e6)
-    return statistics.median(r)
+    return median_ms(f, n)
 
 
 def main():

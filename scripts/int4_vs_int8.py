@@ -5,22 +5,17 @@
 Median ms of `_weight_int4pack_mm_for_cpu` (group 32, fp32 and bf16 input) and of fbgemm's
 dynamic int8 linear, 1 thread, on the draft's and the target's layer shapes and the draft's LM head.
 """
-import statistics
-import time
 import warnings
 
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from torch.ao.quantization import quantize_dynamic  # noqa: E402
 
+from script_timing import median_ms  # noqa: E402
+
 
 def ms(f, n=100):
-    r = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        f()
-        r.append((time.perf_counter_ns() - t) / 1e6)
-    return statistics.median(r)
+    return median_ms(f, n)
 
 
 def main():

@@ -23,15 +23,11 @@ from mirror_sd.decoding import Settings  # noqa: E402
 from mirror_sd.events import Span  # noqa: E402
 from mirror_sd.loading import load_pair  # noqa: E402
 from mirror_sd.questions import load_questions  # noqa: E402
+from script_timing import median_ms  # noqa: E402
 
 
 def ms(f, n=20):
-    r = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        f()
-        r.append((time.perf_counter_ns() - t) / 1e6)
-    return statistics.median(r)
+    return median_ms(f, n)
 
 
 @torch.inference_mode()

@@ -11,30 +11,15 @@ import argparse
 import os
 import statistics
 import sys
-import time
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
-from transformers import DynamicCache  # noqa: E402
 
 from mirror_sd import lean_layers  # noqa: E402
 from mirror_sd.loading import load_pair  # noqa: E402
-
-
-@torch.inference_mode()
-def timings(model, ids, rows, n=10):
-    cache = DynamicCache(config=model.config)
-    model(ids[:, :100], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    out, times = None, []
-    for i in range(n + 2):  # two warm-up forwards
-        t = time.perf_counter_ns()
-        out = model(ids[:, 100:100 + rows], past_key_values=cache, use_cache=True).logits
-        if i >= 2:
-            times.append((time.perf_counter_ns() - t) / 1e6)
-        cache.crop(-rows)
-    return statistics.median(times), out
+from script_timing import forward_ms  # noqa: E402
 
 
 def main():
@@ -57,7 +42,7 @@ def main():
                         lean_layers.install(model)
                     else:
                         lean_layers.uninstall(model)
-                    ms, logits[lean] = timings(model, ids, rows)
+                    ms, logits[lean] = forward_ms(model, ids, rows)
                     results.setdefault((name, threads, rows, lean), []).append(ms)
                 assert torch.equal(logits[True], logits[False]), name
                 lean_layers.install(model)

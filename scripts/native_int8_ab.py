@@ -15,7 +15,6 @@ import functools
 import os
 import statistics
 import sys
-import time
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -25,31 +24,13 @@ from transformers import DynamicCache  # noqa: E402
 
 from mirror_sd import cpu_kernels, loading  # noqa: E402
 from mirror_sd.loading import load_pair  # noqa: E402
+from script_timing import forward_ms, median_ms  # noqa: E402
 
 
 @torch.inference_mode()
 def prefill_ms(model, ids, n=3):
-    times = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        model(ids[:, :100], past_key_values=DynamicCache(config=model.config), use_cache=True,
-              logits_to_keep=1)
-        times.append((time.perf_counter_ns() - t) / 1e6)
-    return statistics.median(times)
-
-
-@torch.inference_mode()
-def timings(model, ids, rows, n=10):
-    cache = DynamicCache(config=model.config)
-    model(ids[:, :100], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    times = []
-    for i in range(n + 2):
-        t = time.perf_counter_ns()
-        model(ids[:, 100:100 + rows], past_key_values=cache, use_cache=True)
-        if i >= 2:
-            times.append((time.perf_counter_ns() - t) / 1e6)
-        cache.crop(-rows)
-    return statistics.median(times)
+    return median_ms(lambda: model(ids[:, :100], past_key_values=DynamicCache(config=model.config),
+                                   use_cache=True, logits_to_keep=1), n)
 
 
 @torch.inference_mode()
@@ -85,7 +66,7 @@ def main():
             for rows in (1, 4):
                 for name in (list(models) if r % 2 else list(models)[::-1]):
                     results.setdefault((name, threads, rows), []).append(
-                        timings(models[name], ids, rows))
+                        forward_ms(models[name], ids, rows)[0])
             for name in (list(models) if r % 2 else list(models)[::-1]):
                 results.setdefault((name, threads, "prefill"), []).append(
                     prefill_ms(models[name], ids))

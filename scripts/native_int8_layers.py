@@ -16,11 +16,9 @@ with torch.no_grad():
     ref = lin(x); yn = nat(x); yr = row(x)
     print("rel err native", ((yn-ref).norm()/ref.norm()).item(), "fbgemm rows", ((yr-ref).norm()/ref.norm()).item())
     print("row-exact", all(torch.equal(nat(x[i:i+1])[0], yn[i]) for i in range(7)), torch.equal(nat(x[2:6]), yn[2:6]))
-def ms(f,n=7):
-    f(); r=[]
-    for _ in range(n):
-        t=time.perf_counter_ns(); f(); r.append((time.perf_counter_ns()-t)/1e6)
-    return statistics.median(r)
+from script_timing import median_ms
+def ms(f, n=7):
+    return median_ms(f, n, warmup=1)
 for shape in [(17920,1536),(1536,8960),(1536,1536)]:
     N = max(2, int(800e6 / (shape[0]*shape[1])))
     lins=[torch.nn.Linear(shape[1],shape[0]) for _ in range(N)]

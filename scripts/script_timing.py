@@ -1,0 +1,34 @@
+"""Timing helpers shared by the measurement scripts in this folder."""
+import statistics
+import time
+
+import torch
+from transformers import DynamicCache
+
+
+def median_ms(f, n, warmup=0):
+    """Median wall time of n calls of f(), in ms, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        f()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        f()
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def forward_ms(model, ids, rows, n=10):
+    """(median ms, last logits) of n forwards of `rows` new tokens on a 100-token context
+    (ids[:, :100]), after two warm-up forwards; the cache is cropped back, untimed, each time."""
+    cache = DynamicCache(config=model.config)
+    model(ids[:, :100], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out, times = None, []
+    for i in range(n + 2):
+        t = time.perf_counter_ns()
+        out = model(ids[:, 100:100 + rows], past_key_values=cache, use_cache=True).logits
+        if i >= 2:
+            times.append((time.perf_counter_ns() - t) / 1e6)
+        cache.crop(-rows)
+    return statistics.median(times), out
