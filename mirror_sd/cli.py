@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the draft's proposal vocabulary: full (default), auto (the shipped "
                         "frequent-token set for the pair's tokenizer, when there is one), or a "
                         ".safetensors file (draft_vocab.py; proposals only, output unchanged)")
-    g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int8-dyn (CPU; see loading.PRECISION_NOTES)")
+    g.add_argument("--precision", default="fp32", help="both models: fp32, bf16, fp16 (GPU); fp16w, int8, int4, int8-dyn (CPU; see loading.PRECISION_NOTES)")
     g.add_argument("--target-precision", default=None, help="overrides --precision for the target")
     g.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
     g.add_argument("--target-device", default="auto")

@@ -173,6 +173,28 @@ def row_int8(model: torch.nn.Module, fuse: bool = True, native: bool | None = No
     return _replace_linears(model, make)
 
 
+def _int4_or_int8(linear: torch.nn.Linear) -> torch.nn.Module:
+    from .native_int4 import MAX_IN_FEATURES, NativeInt4Linear
+    from .native_int8 import NativeInt8Linear
+    return NativeInt4Linear(linear) if linear.in_features <= MAX_IN_FEATURES else NativeInt8Linear(linear)
+
+
+def row_int4(model: torch.nn.Module, fuse: bool = True) -> torch.nn.Module:
+    """Every nn.Linear -> 4-bit weights in groups of 32 (native_int4, row-exact), in place,
+    except the LM head, which gets the row-exact int8 kernel: the output projection decides
+    every token, and GGUF's Q4_K_M keeps it at 6 bits too. Needs the AVX2 extension."""
+    from . import native_int8
+    if not native_int8.available():
+        raise RuntimeError(f"int4 needs the AVX2 kernel: {native_int8.unavailable_reason()}")
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if isinstance(head, torch.nn.Linear):
+        model.set_output_embeddings(native_int8.NativeInt8Linear(head))
+    if fuse:
+        _fuse(model, _int4_or_int8)
+    return _replace_linears(model, _int4_or_int8)
+
+
 def _quantize_dynamic(model: torch.nn.Module, dtype, fuse: bool) -> torch.nn.Module:
     with _quiet():
         from torch.ao.quantization import (float16_dynamic_qconfig, per_channel_dynamic_qconfig,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("kernels") / "row_int8.cpp"
+SOURCES = [Path(__file__).with_name("kernels") / f for f in ("module.cpp", "row_int8.cpp", "row_int4.cpp", "fast_layer.cpp")]
 _lock = threading.Lock()
 _state: dict = {}
 
@@ -54,7 +54,7 @@ def load():
                                             Path.home() / ".cache" / "mirror-sd" / "torch_extensions"))
                 build.mkdir(parents=True, exist_ok=True)
                 module = cpp_extension.load(
-                    name="mirror_sd_row_int8", sources=[str(SOURCE)], build_directory=str(build),
+                    name="mirror_sd_avx2", sources=[str(p) for p in SOURCES], build_directory=str(build),
                     extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a build error

@@ -14,6 +14,13 @@ from mirror_sd import lean_layers
 from mirror_sd.loading import apply_precision
 
 
+@pytest.fixture(autouse=True)
+def no_fast_layers(monkeypatch):
+    """These tests are about the lean forward: keep fast_layers (installed over it on the AVX2
+    kernels' layers) out of the way."""
+    monkeypatch.setenv("MIRROR_SD_FAST_LAYERS", "0")
+
+
 def fp32_model(arch, seed, **over):
     config = (tiny.qwen_config if arch == "qwen" else tiny.llama_config)(**over)
     return tiny.build(config, seed).float()

@@ -92,8 +92,8 @@ def parse_prompt(text: str) -> str | list[dict]:
 
 
 # Precision choices (mirror_sd.loading.PRECISIONS; measured in docs/measurements.md, section 4)
-TARGET_PRECISIONS = ["fp32", "int8", "fp16w", "int8-dyn", "bf16", "fp16"]
-DRAFT_PRECISIONS = ["fp32", "int8", "int8-dyn", "fp16w"]
+TARGET_PRECISIONS = ["fp32", "int8", "int4", "fp16w", "int8-dyn", "bf16", "fp16"]
+DRAFT_PRECISIONS = ["fp32", "int8", "int4", "int8-dyn", "fp16w"]
 PRECISION_INFO = (
     "int8 (CPU): int8 weights, each token's activations quantized on its own and row-exact "
     "attention, so verifying k tokens gives bit for bit what decoding them one by one gives: "

@@ -174,10 +174,3 @@ std::vector<torch::Tensor> quantize_weight(torch::Tensor weight) {
   });
   return {q, s, sum};
 }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("row_int8_linear", &row_int8_linear, "int8 rows x int8 weights (AVX2)",
-        py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_weight", &quantize_weight, "per-channel symmetric int8 weights",
-        py::call_guard<py::gil_scoped_release>());
-}
