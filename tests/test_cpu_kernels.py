@@ -148,7 +148,8 @@ def test_int8_target_prompt_split_does_not_matter(seed):
         assert torch.equal(full, split), cut
 
 
-def test_row_exact_attention_leaves_batches_alone():
+def test_row_exact_attention_leaves_batches_alone(monkeypatch):
+    monkeypatch.setenv("MIRROR_SD_FAST_LAYERS", "0")  # about exact_attention, not fast_layers
     base = tiny.target(0).float()
     exact = converted(base, "int8")
     plain = cpu_kernels.row_int8(copy.deepcopy(base))
