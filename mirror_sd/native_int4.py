@@ -51,14 +51,8 @@ class NativeInt4Linear(torch.nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape, dtype = x.shape, x.dtype
-        rows = x.reshape(-1, shape[-1])
-        if dtype != torch.float32:
-            rows = rows.float()
-        y = native_int8.load().row_int4_linear(
-            rows, *self.parts(), self.bias if self.bias is not None else self._empty)
-        y = y.view(*shape[:-1], self.out_features)
-        return y if dtype == torch.float32 else y.to(dtype)
+        return native_int8.over_rows(x, self.out_features, lambda rows: native_int8.load().row_int4_linear(
+            rows, *self.parts(), self.bias if self.bias is not None else self._empty))
 
     def dequantized(self) -> torch.Tensor:
         """The float weights the kernel multiplies by, [out_features, in_features] (tests, docs)."""

@@ -73,6 +73,17 @@ def unavailable_reason() -> str | None:
     return _state.get("reason")
 
 
+def over_rows(x: torch.Tensor, out_features: int, kernel) -> torch.Tensor:
+    """Run `kernel` ([M, K] float32 -> [M, N] float32) over the rows of x [..., K], in x's
+    dtype."""
+    shape, dtype = x.shape, x.dtype
+    rows = x.reshape(-1, shape[-1])
+    if dtype != torch.float32:
+        rows = rows.float()
+    y = kernel(rows).view(*shape[:-1], out_features)
+    return y if dtype == torch.float32 else y.to(dtype)
+
+
 class NativeInt8Linear(torch.nn.Module):
     """y = x W^T + b: int8 weights (a scale per output channel), int8 activations (a scale
     per row), AVX2 kernel; rows never affect one another."""
@@ -104,14 +115,9 @@ class NativeInt8Linear(torch.nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape, dtype = x.shape, x.dtype
-        rows = x.reshape(-1, shape[-1])
-        if dtype != torch.float32:
-            rows = rows.float()
-        y = load().row_int8_linear(rows, self.qweight, self.scale, self.wsum,
-                                      self.bias if self.bias is not None else self._empty)
-        y = y.view(*shape[:-1], self.out_features)
-        return y if dtype == torch.float32 else y.to(dtype)
+        return over_rows(x, self.out_features, lambda rows: load().row_int8_linear(
+            rows, self.qweight, self.scale, self.wsum,
+            self.bias if self.bias is not None else self._empty))
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows (AVX2)"

@@ -17,14 +17,9 @@ import warnings
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
 
 from mirror_sd import fast_layers, lean_layers  # noqa: E402
-from mirror_sd.loading import (DEFAULT_DRAFT, DEFAULT_TARGET, apply_precision,  # noqa: E402
-                               default_cache_dir, ensure_default_pair)
-from script_timing import forward_ms  # noqa: E402
-
-SHAPES = (("decode 1 token", 1, 1), ("batch of 4 rows", 1, 4), ("4 tokens of one row", 4, 1))
+from script_timing import SHAPES, default_model, forward_ms  # noqa: E402
 
 
 def main():
@@ -33,11 +28,7 @@ def main():
     ap.add_argument("--precision", default="int4")
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
-    ensure_default_pair()
-    bundled = DEFAULT_DRAFT if args.model == "draft" else DEFAULT_TARGET
-    path = default_cache_dir() / f"{bundled.stem}-hf"
-    fast = apply_precision(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(),
-                           args.precision, args.model)
+    fast = default_model(args.model, args.precision)
     lean = copy.deepcopy(fast)
     for module in lean.modules():
         vars(module).pop("forward", None)

@@ -32,3 +32,18 @@ def forward_ms(model, ids, rows, n=10):
             times.append((time.perf_counter_ns() - t) / 1e6)
         cache.crop(-rows)
     return statistics.median(times), out
+
+
+SHAPES = (("decode 1 token", 1, 1), ("batch of 4 rows", 1, 4), ("4 tokens of one row", 4, 1))
+
+
+def default_model(role: str, precision: str):
+    """The default pair's target or draft at `precision`, converted as load_pair converts it."""
+    from transformers import AutoModelForCausalLM
+    from mirror_sd.loading import (DEFAULT_DRAFT, DEFAULT_TARGET, apply_precision,
+                                   default_cache_dir, ensure_default_pair)
+    ensure_default_pair()
+    bundled = DEFAULT_DRAFT if role == "draft" else DEFAULT_TARGET
+    path = default_cache_dir() / f"{bundled.stem}-hf"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return apply_precision(model, precision, role)

@@ -100,9 +100,14 @@ def test_greedy_equals_generate_at_reduced_precision(kind, seed):
     d = converted(tiny.perturb(base, tiny.PERTURB_SCALE, seed + 20_000), kind, "draft")
     if kind == "int8":
         assert not any(isinstance(m, torch.nn.Linear) for m in t.modules())
-    pair = ModelPair(t, d)
+    assert_decoders_equal_generate(t, d, seed)
+
+
+def assert_decoders_equal_generate(target, draft, seed):
+    """AR, SD and Mirror-SD on (target, draft) give transformers' generate() on the target."""
+    pair = ModelPair(target, draft)
     prompt = tiny.prompt(seed, 5 + 3 * seed)
-    expected = tiny.reference_greedy(t, prompt, 24)
+    expected = tiny.reference_greedy(target, prompt, 24)
     for cls in (Autoregressive, Speculative, MirrorSpeculative):
         fin = tiny.finish(tiny.run(cls, pair, prompt, max_new_tokens=24, gamma=4, kappa=4))
         assert fin.token_ids == expected, cls.__name__

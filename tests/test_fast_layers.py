@@ -13,12 +13,9 @@ from transformers import DynamicCache
 
 import tiny
 from mirror_sd import fast_layers, lean_layers
-from mirror_sd.autoregressive import Autoregressive
 from mirror_sd.loading import apply_precision
-from mirror_sd.mirror import MirrorSpeculative
-from mirror_sd.pair import ModelPair
-from mirror_sd.speculative import Speculative
 
+from test_cpu_kernels import assert_decoders_equal_generate
 from test_lean_layers import fp32_model, logits_of_a_run
 from test_native_int8 import needs_kernel
 
@@ -147,9 +144,4 @@ def test_decoders_equal_generate_on_fast_layers(kind, seed):
     t = apply_precision(copy.deepcopy(base), kind, "target")
     d = apply_precision(tiny.perturb(base, tiny.PERTURB_SCALE, seed + 20_000).float(), kind, "draft")
     assert fast_layers.installed(t) == fast_layers.installed(d) == tiny.LAYERS
-    pair = ModelPair(t, d)
-    prompt = tiny.prompt(seed, 5 + 3 * seed)
-    expected = tiny.reference_greedy(t, prompt, 24)
-    for cls in (Autoregressive, Speculative, MirrorSpeculative):
-        fin = tiny.finish(tiny.run(cls, pair, prompt, max_new_tokens=24, gamma=4, kappa=4))
-        assert fin.token_ids == expected, cls.__name__
+    assert_decoders_equal_generate(t, d, seed)

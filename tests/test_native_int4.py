@@ -11,7 +11,7 @@ import torch
 from mirror_sd import cpu_kernels, native_int8
 from mirror_sd.native_int4 import MAX_IN_FEATURES, NativeInt4Linear
 
-from test_native_int8 import layer, needs_kernel
+from test_native_int8 import assert_rows_independent, layer, needs_kernel
 
 pytestmark = needs_kernel
 
@@ -19,17 +19,7 @@ pytestmark = needs_kernel
 @pytest.mark.parametrize("in_f", [7, 32, 64, 100, 896, 1000])  # K below, at and off 64
 @pytest.mark.parametrize("bias", [False, True])
 def test_each_row_has_its_own_bits_in_any_batch(in_f, bias):
-    lin = NativeInt4Linear(layer(70, in_f, bias))
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(9, in_f, generator=g)  # 9 rows: the 4-row blocks and a remainder of 1
-    x[0] *= 1e4
-    x[5] *= 1e-4
-    together = lin(x)
-    for i in range(9):
-        assert torch.equal(lin(x[i:i + 1])[0], together[i])
-    assert torch.equal(lin(x[3:7]), together[3:7])
-    neighbours = torch.cat([torch.randn(2, in_f, generator=g) * 300, x[4:5]])
-    assert torch.equal(lin(neighbours)[2], together[4])
+    assert_rows_independent(NativeInt4Linear(layer(70, in_f, bias)), in_f)
 
 
 def test_weights_on_a_16_level_grid_per_group():

@@ -34,7 +34,11 @@ def layer(out_f, in_f, bias, seed=0):
 @pytest.mark.parametrize("in_f", [7, 32, 100, 1000])  # K below, at and off the 32-byte vector
 @pytest.mark.parametrize("bias", [False, True])
 def test_each_row_has_its_own_bits_in_any_batch(in_f, bias):
-    lin = native_int8.NativeInt8Linear(layer(70, in_f, bias))
+    assert_rows_independent(native_int8.NativeInt8Linear(layer(70, in_f, bias)), in_f)
+
+
+def assert_rows_independent(lin, in_f):
+    """Each row of a batch gets the bits it gets alone or next to any other rows."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(9, in_f, generator=g)  # 9 rows: the 4-row blocks and a remainder of 1
     x[0] *= 1e4
