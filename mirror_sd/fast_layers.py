@@ -26,12 +26,12 @@ import torch
 
 from . import lean_layers, native_int8
 from .cpu_kernels import FusedPart
+from .native_int4 import NativeInt4Linear
 
 _EMPTY = torch.empty(0)
 
 
 def _params(module) -> list[torch.Tensor] | None:
-    from .native_int4 import NativeInt4Linear
     bias = module.bias if getattr(module, "bias", None) is not None else _EMPTY
     if isinstance(module, native_int8.NativeInt8Linear):
         return [module.qweight, module.scale, module.wsum, bias]
