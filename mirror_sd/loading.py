@@ -98,8 +98,9 @@ PRECISION_NOTES = {
             "row-exact attention for a target (CPU): verifying k tokens gives the bits of "
             "decoding them one by one",
     "int8-dyn": "fbgemm int8 with one activation scale per batch (CPU; rows couple: draft only)",
-    "int4": "4-bit weights in groups of 32 (Q4_K's layout), int8 LM head, 8-bit activations per "
-            "row (AVX2 kernel only; CPU): row-exact like int8; AR 1.3x int8 on the default pair",
+    "int4": "4-bit weights in groups of 32 with a zero point (Q4_K's grain), int8 LM head, "
+            "8-bit activations per row (AVX2 kernel only; CPU): row-exact like int8; AR 1.3x "
+            "int8 on the default pair",
 }
 
 
