@@ -2,10 +2,11 @@
 
 At one decode row the int4 0.5B draft's 24 layers took 27.4 ms of a 37.3 ms forward, while its
 49 linear layers called back to back took 14.6 ms, the LM head 7.7 of it: most of a layer's
-time was tensor ops and Python around the weight kernels (docs/measurements.md section 13). `kernels/fast_layer.cpp` does a
-Qwen2/Llama layer's norm, projections, rotary, attention and MLP in two calls (`layer_pre`,
-`layer_post`), with the KV cache update between them left to the cache object, so every
-transformers cache, crop and batch operation the engine uses still works.
+time was tensor ops and Python around the weight kernels (docs/measurements.md section 13).
+`kernels/fast_layer.cpp` does a Qwen2/Llama layer's norm, projections, rotary, attention and
+MLP in two calls (`layer_pre`, `layer_post`), with the KV cache update between them left to the
+cache object, so every transformers cache, crop and batch operation the engine uses still
+works.
 
 Numerics: the same operations in float32, not transformers' exact bits (sums run in another
 order). Each query row is computed on its own, in a fixed order by one thread, and the
@@ -27,18 +28,14 @@ import torch
 
 from . import lean_layers, native_int8
 from .cpu_kernels import FusedPart
-from .native_int4 import NativeInt4Linear
 
 _EMPTY = torch.empty(0)
 
 
 def _params(module) -> list[torch.Tensor] | None:
-    bias = module.bias if getattr(module, "bias", None) is not None else _EMPTY
-    if isinstance(module, native_int8.NativeInt8Linear):
-        return [module.qweight, module.scale, module.wsum, bias]
-    if isinstance(module, NativeInt4Linear):
-        return [*module.parts(), bias]
-    return None
+    """The kernel arguments of an extension layer (native_int8 / native_int4), else None."""
+    args = getattr(module, "kernel_args", None)
+    return args() if callable(args) else None
 
 
 def _fused(parts, order) -> object | None:

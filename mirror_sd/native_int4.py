@@ -50,9 +50,13 @@ class NativeInt4Linear(torch.nn.Module):
         out.in_features = self.in_features
         return out
 
+    def kernel_args(self) -> list[torch.Tensor]:
+        """What the extension's int4 kernel takes after the input (fast_layers passes it on)."""
+        return [*self.parts(), self.bias if self.bias is not None else self._empty]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return native_int8.over_rows(x, self.out_features, lambda rows: native_int8.load().row_int4_linear(
-            rows, *self.parts(), self.bias if self.bias is not None else self._empty))
+        return native_int8.over_rows(x, self.out_features,
+                                     lambda rows: native_int8.load().row_int4_linear(rows, *self.kernel_args()))
 
     def dequantized(self) -> torch.Tensor:
         """The float weights the kernel multiplies by, [out_features, in_features] (tests, docs)."""

@@ -114,10 +114,12 @@ class NativeInt8Linear(torch.nn.Module):
         out.in_features = self.in_features
         return out
 
+    def kernel_args(self) -> list[torch.Tensor]:
+        """What the extension's int8 kernel takes after the input (fast_layers passes it on)."""
+        return [self.qweight, self.scale, self.wsum, self.bias if self.bias is not None else self._empty]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return over_rows(x, self.out_features, lambda rows: load().row_int8_linear(
-            rows, self.qweight, self.scale, self.wsum,
-            self.bias if self.bias is not None else self._empty))
+        return over_rows(x, self.out_features, lambda rows: load().row_int8_linear(rows, *self.kernel_args()))
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows (AVX2)"

@@ -8,18 +8,14 @@ section 13).
     flock /tmp/mirror-sd-cpu.lock python scripts/fast_layers_ab.py --model target --precision int8
 """
 import argparse
-import copy
 import os
-import statistics
 import sys
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
-import torch  # noqa: E402
-
 from mirror_sd import fast_layers, lean_layers  # noqa: E402
-from script_timing import SHAPES, default_model, forward_ms  # noqa: E402
+from script_timing import SHAPES, default_model, interleaved, lean_copy  # noqa: E402
 
 
 def main():
@@ -29,29 +25,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
     fast = default_model(args.model, args.precision)
-    lean = copy.deepcopy(fast)
-    for module in lean.modules():
-        vars(module).pop("forward", None)
-    lean_layers.install(lean)
+    lean = lean_copy(fast)
     print(f"fast layers: {fast_layers.installed(fast)}; lean copy: {lean_layers.installed(lean)}")
-    models = {"lean": lean, "fast": fast}
-    ids = torch.randint(0, 20000, (4, 108), generator=torch.Generator().manual_seed(0))
-    res, diff = {}, {}
-    for rnd in range(args.rounds):
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            for label, rows, batch in SHAPES:
-                outs = {}
-                for name in (("lean", "fast") if rnd % 2 == 0 else ("fast", "lean")):
-                    ms, outs[name] = forward_ms(models[name], ids[:batch], rows)
-                    res.setdefault((threads, label, name), []).append(ms)
-                diff[(threads, label)] = float((outs["lean"] - outs["fast"]).abs().max())
+    times, logits = interleaved({"lean": lean, "fast": fast}, args.rounds)
     print(f"| {args.model} {args.precision} | threads | lean ms | fast ms | lean / fast | max logit difference |")
     print("|---|---|---|---|---|---|")
     for threads in (1, 2):
         for label, _, _ in SHAPES:
-            a, b = (statistics.median(res[(threads, label, n)]) for n in ("lean", "fast"))
-            print(f"| {label} | {threads} | {a:.1f} | {b:.1f} | {a / b:.2f} | {diff[(threads, label)]:.2g} |")
+            a, b = (times[(threads, label, n)] for n in ("lean", "fast"))
+            diff = float((logits[(threads, label, "lean")] - logits[(threads, label, "fast")]).abs().max())
+            print(f"| {label} | {threads} | {a:.1f} | {b:.1f} | {a / b:.2f} | {diff:.2g} |")
 
 
 if __name__ == "__main__":

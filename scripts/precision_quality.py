@@ -6,7 +6,6 @@ equals fp32's and the mean KL(fp32 || precision); with fast_layers and with the 
     flock /tmp/mirror-sd-cpu.lock python scripts/precision_quality.py --model draft --precisions int8,int4
 """
 import argparse
-import copy
 import inspect
 import json.decoder
 import os
@@ -18,9 +17,9 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from mirror_sd import fast_layers, lean_layers  # noqa: E402
+from mirror_sd import fast_layers  # noqa: E402
 from mirror_sd.loading import DEFAULT_DRAFT, DEFAULT_TARGET, default_cache_dir  # noqa: E402
-from script_timing import default_model  # noqa: E402
+from script_timing import default_model, lean_copy  # noqa: E402
 
 
 @torch.inference_mode()
@@ -39,11 +38,7 @@ def main():
         model = default_model(args.model, name)
         variants = {"fast" if fast_layers.installed(model) else "lean": model}
         if fast_layers.installed(model):
-            lean = copy.deepcopy(model)
-            for module in lean.modules():
-                vars(module).pop("forward", None)
-            lean_layers.install(lean)
-            variants["lean"] = lean
+            variants["lean"] = lean_copy(model)
         for kind, m in variants.items():
             lp = m(ids).logits[0].log_softmax(-1)
             kl = float((ref.exp() * (ref - lp)).sum(-1).mean())

@@ -47,3 +47,31 @@ def default_model(role: str, precision: str):
     path = default_cache_dir() / f"{bundled.stem}-hf"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return apply_precision(model, precision, role)
+
+
+def interleaved(models: dict, rounds: int, threads=(1, 2), shapes=SHAPES):
+    """Forward times of each model over `shapes` and thread counts, interleaved (the models'
+    order alternating by round). Returns ({(threads, label, name): median ms},
+    {(threads, label, name): the last round's logits})."""
+    ids = torch.randint(0, 20000, (4, 108), generator=torch.Generator().manual_seed(0))
+    names = list(models)
+    times, logits = {}, {}
+    for rnd in range(rounds):
+        for n_threads in threads:
+            torch.set_num_threads(n_threads)
+            for label, rows, batch in shapes:
+                for name in (names if rnd % 2 == 0 else names[::-1]):
+                    ms, logits[(n_threads, label, name)] = forward_ms(models[name], ids[:batch], rows)
+                    times.setdefault((n_threads, label, name), []).append(ms)
+    return {k: statistics.median(v) for k, v in times.items()}, logits
+
+
+def lean_copy(model):
+    """A copy of `model` on lean_layers' forward (transformers' arithmetic) instead of fast_layers'."""
+    import copy
+    from mirror_sd import lean_layers
+    other = copy.deepcopy(model)
+    for module in other.modules():
+        vars(module).pop("forward", None)
+    lean_layers.install(other)
+    return other
