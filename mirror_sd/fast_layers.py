@@ -1,8 +1,9 @@
 """A decoder layer in two C++ calls, for models on the AVX2 kernels (int8, int4) on a CPU.
 
-At one decode row the int4 0.5B draft's 24 layers took 27.4 ms of a 37.3 ms forward, while its
-49 linear layers called back to back took 14.6 ms, the LM head 7.7 of it: most of a layer's
-time was tensor ops and Python around the weight kernels (docs/measurements.md section 13).
+At one decode row the int4 0.5B draft's 24 layers took 27.4 ms of a 36.5 ms forward, while its
+49 linear layers called back to back took 14.6 ms, the LM head 7.8 of it: most of a layer's
+time was tensor ops and Python around the weight kernels (scripts/draft_step_split.py;
+docs/measurements.md section 13).
 `kernels/fast_layer.cpp` does a Qwen2/Llama layer's norm, projections, rotary, attention and
 MLP in two calls (`layer_pre`, `layer_post`), with the KV cache update between them left to the
 cache object, so every transformers cache, crop and batch operation the engine uses still
