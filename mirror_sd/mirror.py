@@ -22,6 +22,7 @@ without a lens the default is the paper's N/2.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -40,7 +41,7 @@ from .exit_lens import choose_exit_layer, find_lens
 from .lanes import Lane
 from .draft_vocab import shipped_ids
 from .pair import ModelPair, model_vocab_size
-from .placement import cache_tensors, lane_stream, lane_sync
+from .placement import cache_tensors, lane_alone, lane_stream, lane_sync
 from .speculative import verify_window
 from .branch_scoring import (ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS, Root,
                              rank_of, score_roots)
@@ -142,13 +143,15 @@ class DraftWorker(threading.Thread):
     """The draft lane: owns the draft model and its cache for the whole run."""
 
     def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT,
-                 rollout=serial_rollout, accept_weight: float = ACCEPT_WEIGHT):
+                 rollout=serial_rollout, accept_weight: float = ACCEPT_WEIGHT,
+                 alone=contextlib.nullcontext):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
         self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
         self.accept_weight = accept_weight  # share of the acceptance estimates taken from it
         self.rollout = rollout  # serial_rollout, or stream heads' rollout for the misses
         self.inbox: queue.Queue = queue.Queue()
+        self.alone = alone  # () -> context: the lane works alone (the target waits for it)
 
     def run(self):
         # On a GPU shared with the target, the draft's kernels go on a stream of their own.
@@ -161,7 +164,8 @@ class DraftWorker(threading.Thread):
             if job is None:
                 return
             try:
-                self._step(job)
+                with contextlib.ExitStack() as alone:  # left before the target lane resumes
+                    self._step(job, alone)
             except BaseException as e:  # reported to the target lane, which goes on alone
                 log.exception("draft lane failed")
                 job.error = e
@@ -171,7 +175,7 @@ class DraftWorker(threading.Thread):
     def _span(self, label, step, detail=""):
         return self.run_.span("draft", label, self.lane.device, step, detail)
 
-    def _step(self, job: StepJob):
+    def _step(self, job: StepJob, alone: contextlib.ExitStack):
         s, lane = self.run_.settings, self.lane
         sampling, gamma, n = s.sampling, s.gamma, job.n
         prefix = self.run_.committed[:n]
@@ -186,6 +190,7 @@ class DraftWorker(threading.Thread):
         batch = BranchBatch(lane.model, lane.cache, n, gamma, sampling)
         admitted: set = set()
         scored = None  # the roots scored once the early exit arrived, best first
+        alone_now = False
 
         def admit(roots, limit):
             for root in roots[:limit]:
@@ -211,6 +216,9 @@ class DraftWorker(threading.Thread):
                 admit(score_roots(job.window.tokens, job.window.q_rows, q_bonus, None, s.kappa),
                       min(EARLY_ROOTS, s.branch_budget))
             if verdict_in:
+                if not alone_now:  # the target lane now waits for this one: use its cores too
+                    alone.enter_context(self.alone())
+                    alone_now = True
                 batch.keep(job.matches)  # stale branches are cancelled now
                 if batch.done or not batch.live:
                     break
@@ -325,16 +333,18 @@ class MirrorSpeculative(Decoder):
             marks["exit_end"] = time.perf_counter_ns()
 
         self._hook = layers[exit_layer - 1].register_forward_hook(on_exit_layer)
-        if len(run.committed) > 1:
-            with run.span("target", "prefill", target.device, 0):
-                target.feed(run.committed[:-1], logits_to_keep=1)
-        with run.span("draft", "prefill+draft", draft.device, 0, f"{s.gamma} tokens, {_how(rollout)}"):
-            window = rollout(draft, run.committed, s.gamma, s.sampling,
-                             generator_for(s.seed, 0, "draft"))
+        with lane_alone(self.pair):  # one lane at a time until the draft lane starts
+            if len(run.committed) > 1:
+                with run.span("target", "prefill", target.device, 0):
+                    target.feed(run.committed[:-1], logits_to_keep=1)
+            with run.span("draft", "prefill+draft", draft.device, 0, f"{s.gamma} tokens, {_how(rollout)}"):
+                window = rollout(draft, run.committed, s.gamma, s.sampling,
+                                 generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         lens_on = head.lens is not None
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, rollout,
-                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT)
+                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT,
+                                   alone=lambda: lane_alone(self.pair))
         ranks = run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
         step, lane_ok, window_hit = 0, True, False

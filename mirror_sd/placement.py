@@ -144,6 +144,15 @@ def method_threads(pair, lanes: int):
         torch.set_num_threads(before)
 
 
+def lane_alone(pair):
+    """Inside a two-lane method (Mirror-SD), a stretch where only one lane works (the target's
+    prefill, the draft's first window, the draft's work after the target has delivered its
+    verdict and waits): the working thread gets the cores of both lanes, as AR and SD have.
+    Torch's thread count is per calling thread here, so the other lane keeps its one thread;
+    the count goes back to one when the stretch ends, before the other lane resumes."""
+    return method_threads(pair, 1)
+
+
 def lane_sync(device) -> None:
     """Wait until this lane's queued work on `device` is done, so a timer read afterwards is
     honest. On CUDA that is the calling thread's current stream only (see `lane_stream`): a

@@ -5,6 +5,7 @@ cancelled, a failing draft lane degrades to plain decoding, bad input is one Err
 Everything is compared with `model.generate(do_sample=False)` (tests/tiny.py), never with
 another of our decoders.
 """
+import contextlib
 import math
 import threading
 import time
@@ -435,10 +436,76 @@ def test_cancel_after_first_commit(method):
     assert wait_no_draft_lane() == []
 
 
+# ---------------------------------------------------------------- one lane alone
+
+def test_a_lane_takes_both_cores_only_while_the_other_waits(monkeypatch):
+    """Mirror-SD gives the working lane the other lane's cores (placement.lane_alone) for the
+    prefill and the first window, and in the draft lane from the verdict on; never while the
+    target lane runs a forward, and always given back before the next step starts."""
+    seed = 2
+    pair = tiny.pair_perturbed(seed)
+    entered = {"main": 0, "worker": 0}
+    worker_alone = threading.Event()
+    bad = []
+
+    @contextlib.contextmanager
+    def recording_alone(_pair):
+        worker = threading.current_thread().name == "mirror-draft-lane"
+        entered["worker" if worker else "main"] += 1
+        if worker:
+            job = decoder._active
+            if job is None or not job.verdict_ready.is_set():
+                bad.append("the draft lane took both cores before the verdict")
+            worker_alone.set()
+        try:
+            yield
+        finally:
+            worker_alone.clear()
+
+    def target_forward_starts(module, args):
+        if threading.current_thread().name != "mirror-draft-lane" and worker_alone.is_set():
+            bad.append("the target ran while the draft lane held both cores")
+
+    monkeypatch.setattr(mirror_mod, "lane_alone", recording_alone)
+    hook = pair.target.register_forward_pre_hook(target_forward_starts)
+    try:
+        p = tiny.prompt(seed, 6)
+        decoder = MirrorSpeculative(pair, Settings(max_new_tokens=24, gamma=3, branch_budget=2))
+        events = list(decoder.generate(p))
+    finally:
+        hook.remove()
+    fin = tiny.finish(events)
+    assert fin.token_ids == tiny.reference_greedy(pair.target, p, 24)
+    assert bad == []
+    assert entered["main"] == 1  # the prefill and the first window
+    assert 1 <= entered["worker"] <= fin.stats["steps"]  # at most once per step
+    assert not worker_alone.is_set()
+
+
+def test_lane_alone_gives_a_cpu_lane_both_cores_and_takes_them_back():
+    from mirror_sd.placement import Placement, cpu_cores, lane_alone
+    placement = Placement("cpu", "cpu")
+    placement.target_threads = placement.draft_threads = 1
+    pair = ModelPair(tiny.target(1), tiny.target(1), None, info={"placement": placement})
+    seen = {}
+
+    def lane():
+        torch.set_num_threads(1)
+        with lane_alone(pair):
+            seen["inside"] = torch.get_num_threads()
+        seen["after"] = torch.get_num_threads()
+
+    t = threading.Thread(target=lane)
+    t.start()
+    t.join()
+    assert seen["inside"] == (2 if cpu_cores() >= 2 else 1)
+    assert seen["after"] == 1
+
+
 # ---------------------------------------------------------------- draft lane failure
 
 def test_draft_lane_failure_falls_back_to_plain_decoding(monkeypatch):
-    def broken(self, job):
+    def broken(self, job, alone):
         raise RuntimeError("draft device lost")
 
     monkeypatch.setattr(mirror_mod.DraftWorker, "_step", broken)
