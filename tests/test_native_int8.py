@@ -40,7 +40,7 @@ def test_each_row_has_its_own_bits_in_any_batch(in_f, bias):
 def assert_rows_independent(lin, in_f):
     """Each row of a batch gets the bits it gets alone or next to any other rows."""
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(9, in_f, generator=g)  # 9 rows: the 4-row blocks and a remainder of 1
+    x = torch.randn(9, in_f, generator=g)  # 9 rows: a full row block (int8: 8, int4: 4) and a remainder
     x[0] *= 1e4
     x[5] *= 1e-4
     together = lin(x)

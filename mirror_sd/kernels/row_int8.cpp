@@ -21,6 +21,9 @@ namespace {
 constexpr int64_t kAlign = 32;  // K is padded to whole 32-byte vectors (zeros)
 constexpr float kActMax = 63.f;  // 7-bit activations ...
 constexpr int kOffset = 64;  // ... stored as q + 64 (1..127)
+// Rows per pass over a channel block: a verify window of up to 7 tokens (8 rows) reads each
+// weight once; the accumulators (8) and operands fit AVX2's 16 registers.
+constexpr int64_t kRowBlock = 8;
 
 inline int32_t hsum(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -112,23 +115,28 @@ torch::Tensor row_int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor ws
   const int64_t grain = std::max<int64_t>(1, (64 * 1024) / kp);
 
   // Channels in blocks of about 16 KiB of weights, so that with many rows (a prompt) each
-  // 4-row block of activations is read from L1 for the whole channel block instead of once
-  // per channel. Integer sums are exact in any order: the blocking does not change a bit.
+  // block of kRowBlock rows of activations is read from L1 for the whole channel block
+  // instead of once per channel. Integer sums are exact in any order: the blocking does not
+  // change a bit.
   const int64_t block = std::max<int64_t>(1, (16 * 1024) / kp);
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t c0 = begin; c0 < end; c0 += block) {
       const int64_t c1 = std::min(end, c0 + block);
-      for (int64_t r0 = 0; r0 < m; r0 += 4) {
-        const int64_t rows = std::min<int64_t>(4, m - r0);
+      for (int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
+        const int64_t rows = std::min<int64_t>(kRowBlock, m - r0);
         const uint8_t* xq = qsp + r0 * kp;
         for (int64_t c = c0; c < c1; ++c) {
           const int8_t* wrow = wp + c * kp;
-          int32_t dots[4];
+          int32_t dots[kRowBlock];
           switch (rows) {
             case 1: dot_rows<1>(wrow, xq, kp, vecs, dots); break;
             case 2: dot_rows<2>(wrow, xq, kp, vecs, dots); break;
             case 3: dot_rows<3>(wrow, xq, kp, vecs, dots); break;
-            default: dot_rows<4>(wrow, xq, kp, vecs, dots); break;
+            case 4: dot_rows<4>(wrow, xq, kp, vecs, dots); break;
+            case 5: dot_rows<5>(wrow, xq, kp, vecs, dots); break;
+            case 6: dot_rows<6>(wrow, xq, kp, vecs, dots); break;
+            case 7: dot_rows<7>(wrow, xq, kp, vecs, dots); break;
+            default: dot_rows<8>(wrow, xq, kp, vecs, dots); break;
           }
           for (int64_t r = 0; r < rows; ++r) {
             float out = static_cast<float>(dots[r] - kOffset * wsp[c]) * xsp[r0 + r];
