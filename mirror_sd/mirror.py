@@ -14,6 +14,10 @@ the other branches are dropped at once); otherwise the draft rolls out from c se
 (a miss). The proposals only choose what is precomputed; every committed token is
 verified against the target's final layer, so the output is the target's own.
 
+On a CPU the two lanes have one core each while both work; where one works alone (the
+prefill and first window, the draft lane's work from the verdict on while the target waits)
+it takes both (placement.lane_alone).
+
 Exit lens and exit layer (Settings.exit_lens / exit_layer): with a trained lens for the
 target (exit_lens.py) the exit head reads the lens-mapped hidden state, and when no exit
 layer is given it is chosen among the lens's layers by `exit_lens.choose_exit_layer` from
