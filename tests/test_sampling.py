@@ -133,9 +133,9 @@ def test_mirror_seeded_output_does_not_depend_on_lane_timing(pair, monkeypatch):
     original_step = DraftWorker._step
     main = threading.main_thread()
 
-    def late_draft(self, job):
+    def late_draft(self, job, *rest):
         time.sleep(0.04)
-        return original_step(self, job)
+        return original_step(self, job, *rest)
 
     def once(seed, late):
         hook = None
