@@ -355,7 +355,8 @@ class MirrorSpeculative(Decoder):
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids), list(window.tokens) if lane_ok else [])
             if not lane_ok:  # the draft lane failed: finish with plain decoding, still lossless
-                yield from plain_step(run, target, step)
+                with lane_alone(self.pair):  # the target is the only lane left
+                    yield from plain_step(run, target, step)
                 step += 1
                 continue
             job = StepJob(step, len(run.committed), window)
