@@ -52,13 +52,14 @@ class Precision:
     gpu_ok: bool = True
     post_load: Callable | None = None  # e.g. a quantizer: model -> model, run after loading
     exact_rows: bool = False  # the target also gets row-exact attention (exact_attention.py)
-    unavailable: Callable[[], str | None] | None = None  # why it cannot run here, or None
+    unavailable: Callable[[], str | None] | None = None  # why it cannot run here (and what to use), or None
 
 
 def _int4_unavailable() -> str | None:
     from . import native_int8
     reason = native_int8.unavailable_reason()
-    return f"int4 needs the AVX2 kernel, which is not available here: {reason}" if reason else None
+    return (f"int4 needs the AVX2 kernel, which is not available here: {reason}. Use int8 instead "
+            f"(it falls back to fbgemm).") if reason else None
 
 
 def apply_precision(model, name: str, role: str):
@@ -527,7 +528,7 @@ def _precisions(names_prec: dict[str, str], placement: Placement) -> dict[str, P
             raise MirrorSDError(f"{name} is not supported for a {role} on {where}: use {ok}.")
         reason = prec.unavailable() if prec.unavailable else None
         if reason:
-            raise MirrorSDError(f"{reason}. Use int8 instead (it falls back to fbgemm).")
+            raise MirrorSDError(reason)
     return precs
 
 
