@@ -318,6 +318,21 @@ def test_streams_setting_runs_and_says_when_the_draft_has_no_heads(client):
     assert "No trained stream heads" in final[2]  # the Mirror-SD pane says so
 
 
+def test_the_done_message_points_an_fp32_cpu_run_to_int8():
+    """After a run in fp32 on a CPU the status says where the faster precision is; not after
+    int8, nor on a GPU; the measured speed stays first."""
+    from ui.handlers import _done_message
+    from ui.texts import CPU_PRECISION_TIP
+
+    records = {"ar": ar_record([1, 2, 3, 4]), "mirror": ar_record([1, 2, 3, 4])}
+    fp32_cpu = _done_message(records, {"precision": "fp32", "target_device": "cpu"})
+    assert fp32_cpu.startswith("Done: Mirror-SD ran at 1.00× the speed of the AR baseline.")
+    assert fp32_cpu.endswith(CPU_PRECISION_TIP) and "int8" in CPU_PRECISION_TIP
+    assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "int8", "target_device": "cpu"})
+    assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "fp32", "target_device": "cuda:0"})
+    assert _done_message({}, {}) == "Done."
+
+
 def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
     """The slider spans 1..N-1 of the target (0 = automatic), from a loaded pair, a local
     config or the tiny pair; unknown (a hub id not loaded yet): the wide range, checked at run."""

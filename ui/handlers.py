@@ -17,7 +17,7 @@ from .inspector import render_inspector
 from .render import render_pane, render_status, render_summary
 from .runs import SHORT_NAMES, RunRecord, analyse
 from .session import Cancels, Job, PairCache, PairSpec, ResultCache, RunRequest, target_layers
-from .texts import EXAMPLES
+from .texts import CPU_PRECISION_TIP, EXAMPLES
 from .timeline import build_timeline
 from .traces import TraceError, export_trace, read_trace, write_trace
 
@@ -205,7 +205,7 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
             return
         RESULTS.put(req.key(), {"records": records, "meta": meta,
                                 "when": time.strftime("%H:%M:%S")})
-        yield final_outputs(records, settings_d, meta, prompt, _done_message(records))
+        yield final_outputs(records, settings_d, meta, prompt, _done_message(records, meta))
     except Exception as e:  # a bug here must not leave a traceback or a silent stall
         log.exception("run handler failed")
         gr.Warning(f"Internal error: {type(e).__name__}: {e}")
@@ -227,13 +227,17 @@ def _live_status(job: Job, methods, t_start: float) -> str:
                          f"alone on the hardware{tail}", "info", (i - 1) / len(methods))
 
 
-def _done_message(records: dict[str, RunRecord]) -> str:
+def _done_message(records: dict[str, RunRecord], meta: dict | None = None) -> str:
     ar, mirror = records.get("ar"), records.get("mirror")
+    message = "Done."
     if ar and mirror and ar.finish and mirror.finish and ar.finish.stats["tokens_per_s"]:
         speed = mirror.finish.stats["tokens_per_s"] / ar.finish.stats["tokens_per_s"]
-        return (f"Done: Mirror-SD ran at {speed:.2f}× the speed of the AR baseline. "
-                f"Press “Race replay” to watch them side by side at their measured pace.")
-    return "Done."
+        message = (f"Done: Mirror-SD ran at {speed:.2f}× the speed of the AR baseline. "
+                   f"Press “Race replay” to watch them side by side at their measured pace.")
+    meta = meta or {}
+    if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
+        message += f" {CPU_PRECISION_TIP}"
+    return message
 
 
 def inspect(state, which, step):
