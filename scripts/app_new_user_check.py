@@ -22,7 +22,7 @@ DONE = ("w => (document.querySelector('#summary').innerText.includes(w)"
 
 def run(page, out: Path, tokens: int, precision: str | None):
     if precision:
-        page.get_by_text("Model pair and devices").click()
+        page.get_by_role("button", name="Model pair and devices").click()
         page.get_by_label("Precision", exact=True).click()
         page.get_by_role("option", name=precision, exact=True).click()
     box = page.locator("#max-new-tokens input[type=number]")
