@@ -35,25 +35,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
-from script_timing import default_model  # noqa: E402
+from script_timing import default_model, kernel_bytes, kernel_layers  # noqa: E402
 
 
 def kernels(model):
     """(callables running each of the model's kernel layers on one random row, total bytes of
     their parameters)."""
-    from mirror_sd.cpu_kernels import FusedPart
-    mods = {}
-    for m in model.modules():
-        m = m._group.linear if isinstance(m, FusedPart) else m  # q/k/v and gate/up: one fused layer
-        if callable(getattr(m, "kernel_args", None)):
-            mods[id(m)] = m
-    mods = list(mods.values())
-    calls, total = [], 0
-    for m in mods:
-        x = torch.randn(1, m.in_features)
-        calls.append(lambda m=m, x=x: m(x))
-        total += sum(t.numel() * t.element_size() for t in m.kernel_args())
-    return calls, total
+    layers = kernel_layers(model)
+    calls = [lambda m=m, x=torch.randn(1, m.in_features): m(x) for m in layers]
+    return calls, sum(kernel_bytes(m) for m in layers)
 
 
 def sweep(calls):
@@ -132,7 +122,7 @@ def main():
     t_calls, b_t = kernels(target)
     d_calls, b_d = kernels(draft)
     head = target.get_output_embeddings()
-    b_x = sum(t.numel() * t.element_size() for t in head.kernel_args())  # the exit head reads the LM head
+    b_x = kernel_bytes(head)  # the exit head reads the LM head
     bw2 = {n: alone_gbs(c, b, 2, args.rounds) for n, (c, b) in (("target", (t_calls, b_t)), ("draft", (d_calls, b_d)))}
     bw1 = {n: alone_gbs(c, b, 1, args.rounds) for n, (c, b) in (("target", (t_calls, b_t)), ("draft", (d_calls, b_d)))}
     each, bw_pair = pair_gbs((t_calls, b_t), (d_calls, b_d), args.seconds)

@@ -75,3 +75,20 @@ def lean_copy(model):
         vars(module).pop("forward", None)
     lean_layers.install(other)
     return other
+
+
+def kernel_layers(model) -> list:
+    """The model's layers on the extension's kernels (native_int8 / native_int4), each once:
+    the fused q/k/v and gate/up groups (cpu_kernels.FusedPart's shared layer) included."""
+    from mirror_sd.cpu_kernels import FusedPart
+    layers = {}
+    for m in model.modules():
+        m = m._group.linear if isinstance(m, FusedPart) else m
+        if callable(getattr(m, "kernel_args", None)):
+            layers[id(m)] = m
+    return list(layers.values())
+
+
+def kernel_bytes(layer) -> int:
+    """Bytes of a kernel layer's parameters: what one forward over it reads."""
+    return sum(t.numel() * t.element_size() for t in layer.kernel_args())

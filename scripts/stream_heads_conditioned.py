@@ -5,7 +5,7 @@ continuations --cache FILE` writes (the draft's own greedy continuations and fin
     flock /tmp/mirror-sd-cpu.lock python scripts/stream_heads_conditioned.py --cache out/streams-cont.pt
 
 Fits, on the same positions, split (every 10th continuation held out) and seed:
-  - residual heads, the shipped design (as streams.StreamHeads): h_j = h + W2_j SiLU(W1_j h),
+  - residual heads, the shipped design (streams.StreamHeads): h_j = h + W2_j SiLU(W1_j h),
     every head from h alone;
   - token-conditioned heads (Hydra-like): h_j = h_{j-1} + W2_j SiLU(W1_j [h_{j-1}; g E(t_j)]),
     where t_j is the token the previous position proposed (the draft's own next token for
@@ -26,33 +26,18 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from mirror_sd.streams import StreamHeads  # noqa: E402
+from mirror_sd.train_streams import stream_targets  # noqa: E402
+
 K = 3  # heads
 
 
 def positions(sequences):
     """(h [N, H], tokens [N, K+1]): column 0 the draft's own token at row t, column j the
-    token j steps later; -1 past the end of a continuation."""
-    hs, ts = [], []
-    for h, tokens in sequences:
-        m = len(tokens)
-        t = torch.full((m, K + 1), -1, dtype=torch.long)
-        for j in range(K + 1):
-            if m > j:
-                t[:m - j, j] = tokens[j:]
-        hs.append(h.float())
-        ts.append(t)
-    return torch.cat(hs), torch.cat(ts)
-
-
-class Residual(nn.Module):
-    def __init__(self, hidden, rank):
-        super().__init__()
-        self.down = nn.Parameter(torch.randn(K, rank, hidden) / hidden ** 0.5)
-        self.up = nn.Parameter(torch.zeros(K, hidden, rank))
-
-    def forward(self, h, fed=None):
-        z = F.silu(torch.einsum("krh,nh->nkr", self.down, h))
-        return h[:, None] + torch.einsum("khr,nkr->nkh", self.up, z)
+    token j steps later (train_streams.stream_targets); -1 past the end of a continuation."""
+    h, later = stream_targets(sequences, K)
+    own = torch.cat([tokens for _, tokens in sequences])
+    return h.float(), torch.cat([own[:, None], later], 1)
 
 
 class Conditioned(nn.Module):
@@ -88,7 +73,7 @@ def train(model, h, tokens, w_vocab, remap, epochs, lr=3e-3, batch=256):
         for i in range(0, len(h), batch):
             idx = order[i:i + batch]
             t = tokens[idx]
-            out = model(h[idx], t[:, :K])
+            out = model(h[idx], t[:, :K]) if isinstance(model, Conditioned) else model(h[idx])
             local = torch.where(t[:, 1:] >= 0, remap[t[:, 1:].clamp(min=0)], -1)
             loss = F.cross_entropy((out @ w_vocab.T).reshape(-1, len(w_vocab)), local.reshape(-1), ignore_index=-1)
             opt.zero_grad()
@@ -152,7 +137,7 @@ def main():
     hidden = h_train.shape[1]
     gain = h_train.norm(dim=1).mean().item() / embed.norm(dim=1).mean().item()
     models = [("conditioned on the drafted token", Conditioned(hidden, args.rank, embed, gain)),
-              ("residual, from h alone (shipped design)", Residual(hidden, args.rank))]
+              ("residual, from h alone (shipped design)", StreamHeads(hidden, K, args.rank))]
     results = {}
     for name, m in models:
         print(name, file=sys.stderr)

@@ -227,14 +227,13 @@ def _live_status(job: Job, methods, t_start: float) -> str:
                          f"alone on the hardware{tail}", "info", (i - 1) / len(methods))
 
 
-def _done_message(records: dict[str, RunRecord], meta: dict | None = None) -> str:
+def _done_message(records: dict[str, RunRecord], meta: dict) -> str:
     ar, mirror = records.get("ar"), records.get("mirror")
     message = "Done."
     if ar and mirror and ar.finish and mirror.finish and ar.finish.stats["tokens_per_s"]:
         speed = mirror.finish.stats["tokens_per_s"] / ar.finish.stats["tokens_per_s"]
         message = (f"Done: Mirror-SD ran at {speed:.2f}× the speed of the AR baseline. "
                    f"Press “Race replay” to watch them side by side at their measured pace.")
-    meta = meta or {}
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message
