@@ -1,9 +1,9 @@
 """A decoder layer in two C++ calls, for models on the AVX2 kernels (int8, int4) on a CPU.
 
-At one decode row the int4 0.5B draft's 24 layers took 27.4 ms of a 36.5 ms forward, while its
-49 linear layers called back to back took 14.6 ms, the LM head 7.8 of it: most of a layer's
-time was tensor ops and Python around the weight kernels (scripts/draft_step_split.py;
-docs/measurements.md section 13).
+At one decode row, on lean layers, the int4 0.5B draft's 24 layers took 38.5 ms of a 49.8 ms
+forward, while its 97 kernel layers called back to back took 25.2 ms, the LM head 9.5 of it:
+most of a layer's time was tensor ops and Python around the weight kernels
+(scripts/draft_step_split.py; docs/measurements.md section 13, with its session-8 correction).
 `kernels/fast_layer.cpp` does a Qwen2/Llama layer's norm, projections, rotary, attention and
 MLP in two calls (`layer_pre`, `layer_post`), with the KV cache update between them left to the
 cache object, so every transformers cache, crop and batch operation the engine uses still

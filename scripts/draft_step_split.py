@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from mirror_sd import fast_layers  # noqa: E402
-from script_timing import default_model, median_ms  # noqa: E402
+from script_timing import default_model, kernel_layers, median_ms  # noqa: E402
 
 
 @torch.inference_mode()
@@ -43,7 +43,7 @@ def main():
 
     whole = median_ms(step, 20, warmup=3)
     in_layers = statistics.median(spans[-20:]) / 1e6
-    kernels = [m for m in model.modules() if callable(getattr(m, "kernel_args", None))]
+    kernels = kernel_layers(model)  # fused q/k/v and gate/up counted once each
     rows = [torch.randn(1, m.in_features) for m in kernels]
     back_to_back = median_ms(lambda: [m(x) for m, x in zip(kernels, rows)], 20, warmup=2)
     head = model.get_output_embeddings()
