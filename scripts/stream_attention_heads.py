@@ -16,14 +16,18 @@ own next-token output is untouched (the lossless engine would keep its acceptanc
 Steps:
 1. The prompts of the cache are rebuilt (train_streams.build_prompts, same seed and count:
    the cache keeps only the continuations); one int8-dyn draft forward over prompt +
-   continuation gives the hidden states entering the top N_s layers (checked: the forward's
-   own argmax reproduces the cached tokens). Kept in --pre so a refit needs no draft forwards.
-2. Fit: the stream rows through the frozen top layers (fp32) with the adapters, cross-entropy
-   over the tokens the continuations contain, AdamW, one-cycle, seed 0, every 10th
-   continuation held out (the split of scripts/stream_heads_conditioned.py).
-3. Held out, full vocabulary: how often stream j's top-1 equals the draft's own token j+1
-   steps ahead, and how often streams 1..j and the draft's own next token all do: the numbers
-   of section 15's table for the residual and conditioned heads.
+   continuation gives the hidden states entering the top N_s layers (printed: how often the
+   forward's argmax equals the cached token; 83% measured, the whole-sequence int8-dyn
+   forward is not the token-by-token one that generated them). Kept in --pre so a refit needs
+   no draft forwards.
+2. Targets: the draft's own choices along that text (the main stream through the last layer
+   in fp32, then the LM head), so stream j at row t learns own[t+j].
+3. Fit: the stream rows through the frozen top layers (fp32) with the adapters, cross-entropy
+   over the tokens the targets contain, AdamW, one-cycle, seed 0, every 10th continuation held
+   out (the split of scripts/stream_heads_conditioned.py).
+4. Held out, full vocabulary: how often stream j's top-1 equals the draft's own token j+1
+   steps ahead, and how often streams 1..j all do (section 15's table has the same for the
+   residual and conditioned heads, against the generated tokens).
 """
 import argparse
 import math
