@@ -170,19 +170,20 @@ def teacher_forced(model, chunks: list[list[int]], batch: int = 2, progress: boo
     return out
 
 
+def later_tokens(tokens: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[M, K]: the token j+1 steps after each row's own token (column j-1), -1 past the end."""
+    m = len(tokens)
+    tgt = torch.full((m, n_heads), -1, dtype=torch.long)
+    for j in range(1, n_heads + 1):
+        if m > j:
+            tgt[:m - j, j - 1] = tokens[j:]
+    return tgt
+
+
 def stream_targets(sequences, n_heads: int):
-    """(h [N, H], targets [N, K]: the token j+1 steps after each row's own token, -1 where the
-    continuation has ended) from continuations()."""
-    hs, ts = [], []
-    for h, tokens in sequences:
-        m = len(tokens)
-        tgt = torch.full((m, n_heads), -1, dtype=torch.long)
-        for j in range(1, n_heads + 1):
-            if m > j:
-                tgt[:m - j, j - 1] = tokens[j:]
-        hs.append(h)
-        ts.append(tgt)
-    return torch.cat(hs), torch.cat(ts)
+    """(h [N, H], targets [N, K]: later_tokens of every sequence) from continuations()."""
+    return (torch.cat([h for h, _ in sequences]),
+            torch.cat([later_tokens(tokens, n_heads) for _, tokens in sequences]))
 
 
 # ---------------------------------------------------------------------------------------------

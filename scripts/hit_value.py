@@ -27,25 +27,32 @@ warnings.filterwarnings("ignore")
 
 from mirror_sd import bench  # noqa: E402
 from mirror_sd.decoding import Settings  # noqa: E402
-from mirror_sd.events import Commit, Span  # noqa: E402
+from mirror_sd.events import Commit, Finish, Span  # noqa: E402
 from mirror_sd.loading import load_pair  # noqa: E402
 from mirror_sd.methods import METHODS  # noqa: E402
 from mirror_sd.questions import load_questions, per_category  # noqa: E402
 
 
-def decode(pair, ids, settings, method):
+def gap_runner(method, rows):
+    """A bench runner for `method` that also appends every step's (hit, gap, step) to rows."""
     from dataclasses import replace
     base, changes = bench.variant(method)
-    decoder = METHODS[base](pair, replace(settings, **changes))
-    spans, hits, finish = [], {}, None
-    for ev in decoder.generate(ids):
-        if isinstance(ev, Span):
-            spans.append(ev)
-        elif isinstance(ev, Commit) and ev.hit is not None:
-            hits[ev.step] = ev.hit
-        elif type(ev).__name__ == "Finish":
-            finish = ev
-    return spans, hits, finish
+
+    def run(pair, ids, settings):
+        decoder = METHODS[base](pair, replace(settings, **changes))
+        spans, hits, finish = [], {}, None
+        for ev in decoder.generate(ids):
+            if isinstance(ev, Span):
+                spans.append(ev)
+            elif isinstance(ev, Commit) and ev.hit is not None:
+                hits[ev.step] = ev.hit
+            elif isinstance(ev, Finish):
+                finish = ev
+        rows.extend(step_gaps(spans, hits))
+        return bench.MethodRun(list(finish.token_ids), finish.text, dict(finish.stats), spans,
+                               finish.stats["wall_s"])
+
+    return run
 
 
 def step_gaps(spans, hits):
@@ -76,26 +83,20 @@ def main():
     pair = load_pair("default", "default", precision=args.precision, progress=lambda m, f=None: None)
     questions = per_category(load_questions(args.questions), args.per_category)
     settings = Settings(max_new_tokens=args.max_new_tokens, gamma=args.gamma, branch_budget=1)
+    rows = {m: [] for m in methods}
+    runners = {m: gap_runner(m, rows[m]) for m in methods}
     # warm-up: one short decode per method, not counted
     warm = pair.encode_prompt([{"role": "user", "content": "Say hello."}])
     for m in methods:
-        decode(pair, warm, Settings(max_new_tokens=8, gamma=args.gamma, branch_budget=1), m)
-    rows = {m: [] for m in methods}
+        gap_runner(m, [])(pair, warm, Settings(max_new_tokens=8, gamma=args.gamma, branch_budget=1))
     wall = {m: {} for m in methods}
     layer = {}
     for qi, q in enumerate(questions):
         for m in bench.rotated_order(methods, qi):
-            messages, total = [], 0.0
-            for turn in q.turns:
-                messages.append({"role": "user", "content": turn})
-                ids = pair.encode_prompt(list(messages))
-                spans, hits, finish = decode(pair, ids, settings, m)
-                rows[m] += step_gaps(spans, hits)
-                total += (finish.stats.get("wall_s") or 0.0) if finish else 0.0
-                layer[m] = finish.stats.get("exit_layer") if finish else None
-                messages.append({"role": "assistant", "content": bench._answer_text(pair, finish.token_ids)})
-            wall[m][q.question_id] = total
-            print(f"question {q.question_id} {m}: {total:.1f} s", file=sys.stderr, flush=True)
+            runs, _ = bench.answer_question(pair, q, runners[m], settings)
+            wall[m][q.question_id] = sum(r.wall_s for r in runs)
+            layer[m] = runs[-1].stats.get("exit_layer")
+            print(f"question {q.question_id} {m}: {wall[m][q.question_id]:.1f} s", file=sys.stderr, flush=True)
     ms = 1e-6
     first = methods[0]
     print(f"| method | exit layer | steps | hit rate | mean gap, hit (ms) | mean gap, miss (ms) | "

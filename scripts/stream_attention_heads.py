@@ -40,16 +40,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from mirror_sd.train_streams import later_tokens, load_draft  # noqa: E402
+
 K = 3  # streams beyond the main one
-
-
-def load_draft():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from mirror_sd.loading import DEFAULT_DRAFT, _ensure_bundled, default_cache_dir
-    path = _ensure_bundled(DEFAULT_DRAFT, default_cache_dir(), None)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(str(path))
 
 
 @torch.inference_mode()
@@ -180,16 +173,6 @@ class StreamLayers(nn.Module):
         return self.norm(x).view(M, K, H)
 
 
-def targets_of(tokens):
-    """[M, K]: the token j+1 steps after row t's own token, -1 past the end."""
-    M = len(tokens)
-    t = torch.full((M, K), -1, dtype=torch.long)
-    for j in range(1, K + 1):
-        if M > j:
-            t[:M - j, j - 1] = tokens[j:]
-    return t
-
-
 def fit(streams, train, w_vocab, remap, epochs, lr, max_minutes, batch_seqs=2):
     params = [p for p in streams.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
@@ -206,7 +189,7 @@ def fit(streams, train, w_vocab, remap, epochs, lr, max_minutes, batch_seqs=2):
             for k in order[i:i + batch_seqs]:
                 h_in, first, tokens = train[k]
                 out = streams(h_in.float(), first)  # [M, K, H]
-                tgt = targets_of(tokens)
+                tgt = later_tokens(tokens, K)
                 local = torch.where(tgt >= 0, remap[tgt.clamp(min=0)], -1)
                 loss = F.cross_entropy((out @ w_vocab.T).reshape(-1, len(w_vocab)), local.reshape(-1),
                                        ignore_index=-1) / batch_seqs
@@ -232,7 +215,7 @@ def evaluate(streams, held, lm_weight):
     for h_in, first, tokens in held:
         out = streams(h_in.float(), first)
         preds = (out @ lm_weight.T).argmax(-1)  # [M, K]
-        tgt = targets_of(tokens)
+        tgt = later_tokens(tokens, K)
         running = torch.ones(len(tokens), dtype=torch.bool)
         for j in range(1, K + 1):
             valid = tgt[:, j - 1] >= 0
@@ -258,7 +241,7 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(2)
     data = torch.load(args.cache, weights_only=True)
-    model, tokenizer = load_draft()
+    model, tokenizer, _, _ = load_draft("default")
     t0 = time.time()
     if os.path.exists(args.pre) and not args.limit:
         pre = torch.load(args.pre, weights_only=True)
@@ -269,8 +252,6 @@ def main():
         if not args.limit:
             torch.save(pre, args.pre)
     assert pre[0][0].shape[1] == args.top, "--pre was made for another --top"
-    if args.limit:
-        pre, data = pre[:args.limit], data[:args.limit]
     lm_weight = model.get_output_embeddings().weight.detach()
     streams = StreamLayers(model, args.top, args.rank)
     t1 = time.time()
