@@ -7,7 +7,7 @@ ENV PYTHONUNBUFFERED=1 \
     GRADIO_SERVER_PORT=7860 \
     MIRROR_SD_CACHE=/home/app/.cache/mirror-sd
 
-# g++ builds the AVX2 kernels (mirror_sd/native_int8.py: int8, int4, fast layers); without it
+# g++ builds the AVX2 kernels (mirror_sd/cpu/int8.py: int8, int4, fast layers); without it
 # int8 uses fbgemm and int4 is refused with the reason
 RUN apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 1000 app
@@ -23,7 +23,7 @@ RUN pip install -r requirements.txt
 COPY --chown=app:app . .
 USER app
 # Convert the bundled default pair once at build time, so the first request is fast
-RUN python -m mirror_sd.loading --prepare-default && \
+RUN python -m mirror_sd.models.loading --prepare-default && \
     python -c "from mirror_sd import native_int8; print('AVX2 kernels (int8, int4):', native_int8.available() or native_int8.unavailable_reason())"
 
 EXPOSE 7860

@@ -5,11 +5,11 @@ import argparse
 import json
 import sys
 
-from .decoding import Settings
-from .errors import MirrorSDError, run_cli
-from .events import Commit, Error, Finish, Notice
-from .methods import METHODS
-from .tuning import int_or_auto
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.errors import MirrorSDError, run_cli
+from mirror_sd.engine.events import Commit, Error, Finish, Notice
+from mirror_sd.engine.registry import METHODS
+from mirror_sd.bench.tuning import int_or_auto
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +61,7 @@ def _progress(message: str, fraction=None) -> None:
 
 
 def run_generate(args) -> int:
-    from .loading import load_pair  # heavy imports only when needed
+    from mirror_sd.models.loading import load_pair  # heavy imports only when needed
 
     gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
     settings = Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -80,7 +80,7 @@ def run_generate(args) -> int:
     prompt_ids = pair.encode_prompt(args.prompt, chat=not args.no_chat)
     auto = None
     if gamma_auto or budget_auto:
-        from .tuning import auto_settings
+        from mirror_sd.bench.tuning import auto_settings
         settings.validate(pair, len(prompt_ids))
         try:
             settings, auto = auto_settings(pair, prompt_ids, settings, gamma_auto, budget_auto,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import MirrorSDError
+from mirror_sd.errors import MirrorSDError
 
 
 @dataclass

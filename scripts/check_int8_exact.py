@@ -8,10 +8,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mirror_sd.decoding import Settings  # noqa: E402
-from mirror_sd.loading import load_pair  # noqa: E402
-from mirror_sd.methods import METHODS  # noqa: E402
-from mirror_sd.questions import load_questions  # noqa: E402
+from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.models.loading import load_pair  # noqa: E402
+from mirror_sd.engine.registry import METHODS  # noqa: E402
+from mirror_sd.bench.questions import load_questions  # noqa: E402
 
 qid = sys.argv[1] if len(sys.argv) > 1 else "4"
 gamma = int(sys.argv[2]) if len(sys.argv) > 2 else 4

@@ -9,7 +9,7 @@ import sys, time, statistics, warnings
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..")); warnings.filterwarnings("ignore")
 import torch
 from transformers import DynamicCache
-from mirror_sd.loading import load_pair
+from mirror_sd.models.loading import load_pair
 a = load_pair(precision="int8", draft_precision="int8").draft
 b = load_pair(precision="int8", draft_precision="int8-dyn").draft
 print(type(a.lm_head).__name__, type(b.lm_head).__name__)

@@ -17,9 +17,9 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
-from mirror_sd import cpu_kernels  # noqa: E402
+from mirror_sd.cpu import linears as cpu_kernels  # noqa: E402
 from script_timing import median_ms  # noqa: E402
-from mirror_sd.loading import DEFAULT_DRAFT, default_cache_dir  # noqa: E402
+from mirror_sd.models.loading import DEFAULT_DRAFT, default_cache_dir  # noqa: E402
 
 
 def ms(f, n=15):

@@ -17,7 +17,7 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
-from mirror_sd import fast_layers  # noqa: E402
+from mirror_sd.cpu import fast_layers  # noqa: E402
 from script_timing import default_model, kernel_layers, median_ms  # noqa: E402
 
 

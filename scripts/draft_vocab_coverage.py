@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mirror_sd import draft_vocab  # noqa: E402
+from mirror_sd.proposals import draft_vocab  # noqa: E402
 
 
 def outputs(pattern="out/*/results.json"):

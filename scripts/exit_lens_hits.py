@@ -25,14 +25,15 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from mirror_sd import branch_scoring, mirror  # noqa: E402
-from mirror_sd.decoding import Settings  # noqa: E402
-from mirror_sd.early_exit import exit_head, exit_parts  # noqa: E402
-from mirror_sd.events import Error, Verify  # noqa: E402
-from mirror_sd.exit_lens import find_lens  # noqa: E402
-from mirror_sd.loading import PRECISIONS, load_pair  # noqa: E402
-from mirror_sd.pair import ModelPair  # noqa: E402
-from mirror_sd.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.engine.mirror import scoring as branch_scoring  # noqa: E402
+from mirror_sd.engine.mirror import decoder as mirror  # noqa: E402
+from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts  # noqa: E402
+from mirror_sd.engine.events import Error, Verify  # noqa: E402
+from mirror_sd.proposals.exit_lens import find_lens  # noqa: E402
+from mirror_sd.models.loading import PRECISIONS, load_pair  # noqa: E402
+from mirror_sd.models.pair import ModelPair  # noqa: E402
+from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--prompts", type=int, default=4)

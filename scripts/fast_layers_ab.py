@@ -14,7 +14,8 @@ import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
-from mirror_sd import fast_layers, lean_layers  # noqa: E402
+from mirror_sd.cpu import fast_layers  # noqa: E402
+from mirror_sd.cpu import lean_layers  # noqa: E402
 from script_timing import SHAPES, default_model, interleaved, lean_copy  # noqa: E402
 
 

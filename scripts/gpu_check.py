@@ -56,7 +56,7 @@ REPEATS = 2
 
 def prepare(dest: Path) -> None:
     """Copy the default target's config and tokenizer files into `dest` (small: ~10 MB)."""
-    from mirror_sd.loading import DEFAULT_TARGET, default_cache_dir
+    from mirror_sd.models.loading import DEFAULT_TARGET, default_cache_dir
     src = default_cache_dir() / f"{DEFAULT_TARGET.stem}-hf"
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("config.json",) + TOKENIZER_FILES:
@@ -108,7 +108,7 @@ def reference(model, ids: list[int], n: int) -> list[int]:
 
 
 def run_methods(pair, prompts, settings) -> dict:
-    from mirror_sd.methods import METHODS
+    from mirror_sd.engine.registry import METHODS
     rows = {m: {"tok_s": [], "mean_accepted": [], "hit_rate": [], "draft_hidden": [],
                 "mismatches": 0, "first_mismatch": None} for m in METHOD_ORDER}
     for p_i, text in enumerate(prompts):
@@ -145,7 +145,7 @@ def run_methods(pair, prompts, settings) -> dict:
 def overlap(pair, gamma: int, reps: int = 5) -> dict:
     """Target forward over gamma+1 tokens and gamma one-token draft forwards: back to back,
     at once on one stream, and at once with the draft on its own stream (placement.lane_stream)."""
-    from mirror_sd.lanes import Lane
+    from mirror_sd.engine.lanes import Lane
     from mirror_sd.placement import cache_tensors, lane_stream, lane_sync
     prefix = [1 + i for i in range(64)]
 
@@ -206,8 +206,8 @@ def main():
     args = ap.parse_args()
     if args.prepare:
         return prepare(args.prepare)
-    from mirror_sd.decoding import Settings
-    from mirror_sd.loading import load_pair
+    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.models.loading import load_pair
 
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/gpu_check_models")

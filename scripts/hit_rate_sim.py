@@ -45,7 +45,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mirror_sd import branch_scoring  # noqa: E402
+from mirror_sd.engine.mirror import scoring as branch_scoring  # noqa: E402
 
 TOP_K = 32  # draft probabilities kept per distribution
 BUDGETS = range(1, 9)
@@ -69,11 +69,11 @@ def _top(row: torch.Tensor, k: int) -> list:
 def record(args) -> None:
     import warnings
     warnings.filterwarnings("ignore")
-    from mirror_sd import mirror
-    from mirror_sd.decoding import Settings
-    from mirror_sd.events import DraftBranch, Error, Finish, Verify
-    from mirror_sd.loading import load_pair
-    from mirror_sd.questions import load_questions
+    from mirror_sd.engine.mirror import decoder as mirror
+    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.events import DraftBranch, Error, Finish, Verify
+    from mirror_sd.models.loading import load_pair
+    from mirror_sd.bench.questions import load_questions
 
     t0 = time.perf_counter()
     pair = load_pair("default", "default", precision=args.precision, draft_precision=args.draft_precision)
@@ -135,12 +135,12 @@ def timing(args) -> None:
     import statistics
     import warnings
     warnings.filterwarnings("ignore")
-    from mirror_sd.decoding import Settings
-    from mirror_sd.events import Error, Finish
-    from mirror_sd.loading import load_pair
-    from mirror_sd.mirror import MirrorSpeculative
-    from mirror_sd.questions import load_questions
-    from mirror_sd.tuning import choose, probe
+    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.events import Error, Finish
+    from mirror_sd.models.loading import load_pair
+    from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+    from mirror_sd.bench.questions import load_questions
+    from mirror_sd.bench.tuning import choose, probe
 
     pair = load_pair("default", "default", precision=args.precision, draft_precision=args.draft_precision)
     qs = split_questions(load_questions(None), args.split)[:args.prompts]

@@ -25,12 +25,12 @@ import warnings
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 
-from mirror_sd import bench  # noqa: E402
-from mirror_sd.decoding import Settings  # noqa: E402
-from mirror_sd.events import Commit, Finish, Span  # noqa: E402
-from mirror_sd.loading import load_pair  # noqa: E402
-from mirror_sd.methods import METHODS  # noqa: E402
-from mirror_sd.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.bench import harness as bench  # noqa: E402
+from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.events import Commit, Finish, Span  # noqa: E402
+from mirror_sd.models.loading import load_pair  # noqa: E402
+from mirror_sd.engine.registry import METHODS  # noqa: E402
+from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
 
 
 def gap_runner(method, rows):

@@ -18,11 +18,11 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
-from mirror_sd.autoregressive import Autoregressive  # noqa: E402
-from mirror_sd.decoding import Settings  # noqa: E402
-from mirror_sd.events import Span  # noqa: E402
-from mirror_sd.loading import load_pair  # noqa: E402
-from mirror_sd.questions import load_questions  # noqa: E402
+from mirror_sd.engine.autoregressive import Autoregressive  # noqa: E402
+from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.events import Span  # noqa: E402
+from mirror_sd.models.loading import load_pair  # noqa: E402
+from mirror_sd.bench.questions import load_questions  # noqa: E402
 from script_timing import median_ms  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 
     flock /tmp/mirror-sd-cpu.lock python scripts/int8_row_block_ab.py --base 9344f19
 
-Builds both versions of mirror_sd/kernels/row_int8.cpp as two small extensions (in a temporary
+Builds both versions of mirror_sd/cpu/kernels/row_int8.cpp as two small extensions (in a temporary
 folder), asserts that they give bit-identical outputs, then times them interleaved (order
 alternating by round), 2 threads, weights cycled through enough copies to leave the caches.
 Prints median ms per call, base / working tree.
@@ -21,7 +21,7 @@ import torch
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = "mirror_sd/kernels/row_int8.cpp"
+SOURCE = "mirror_sd/cpu/kernels/row_int8.cpp"
 BINDING = """#include <torch/extension.h>
 torch::Tensor row_int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
                               torch::Tensor wsum, torch::Tensor bias);

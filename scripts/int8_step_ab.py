@@ -1,6 +1,6 @@
 """The int8 target's forward step, A/B in one process (docs/measurements.md section 9).
 
-    git show b6119ab:mirror_sd/cpu_kernels.py > /tmp/old_kernels.py
+    git show b6119ab:mirror_sd/cpu/linears.py > /tmp/old_kernels.py
     flock /tmp/mirror-sd-cpu.lock python scripts/int8_step_ab.py kernels --old /tmp/old_kernels.py
 
 kernels: the target converted by an older cpu_kernels.py (--old), by this one without fused
@@ -21,8 +21,9 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
-from mirror_sd import cpu_kernels, exact_attention  # noqa: E402
-from mirror_sd.loading import DEFAULT_TARGET, default_cache_dir  # noqa: E402
+from mirror_sd.cpu import linears as cpu_kernels  # noqa: E402
+from mirror_sd.cpu import exact_attention  # noqa: E402
+from mirror_sd.models.loading import DEFAULT_TARGET, default_cache_dir  # noqa: E402
 
 
 def fp32_target():

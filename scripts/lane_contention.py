@@ -18,7 +18,7 @@ import warnings
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..")); warnings.filterwarnings("ignore")
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
-from mirror_sd.loading import apply_precision, default_cache_dir
+from mirror_sd.models.loading import apply_precision, default_cache_dir
 
 def load(name, prec, role):
     m = AutoModelForCausalLM.from_pretrained(default_cache_dir() / name, dtype=torch.float32).eval()

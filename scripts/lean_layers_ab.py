@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
-from mirror_sd import lean_layers  # noqa: E402
-from mirror_sd.loading import load_pair  # noqa: E402
+from mirror_sd.cpu import lean_layers  # noqa: E402
+from mirror_sd.models.loading import load_pair  # noqa: E402
 from script_timing import forward_ms  # noqa: E402
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mirror_sd import loading  # noqa: E402
+from mirror_sd.models import loading  # noqa: E402
 
 
 def rss() -> str:

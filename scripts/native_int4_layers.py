@@ -12,7 +12,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch  # noqa: E402
 
-from mirror_sd import native_int8  # noqa: E402
+from mirror_sd.cpu import int8 as native_int8  # noqa: E402
 
 SHAPES = ((17920, 1536, 6), (1536, 8960, 12), (1536, 1536, 60), (9728, 896, 20), (896, 4864, 30))
 INT4_BYTES = (16 + 2 + 1) / 32  # nibbles, a 16-bit step and an 8-bit zero point per 32 weights

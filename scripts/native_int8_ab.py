@@ -22,8 +22,9 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
-from mirror_sd import cpu_kernels, loading  # noqa: E402
-from mirror_sd.loading import load_pair  # noqa: E402
+from mirror_sd.cpu import linears as cpu_kernels  # noqa: E402
+from mirror_sd.models import loading  # noqa: E402
+from mirror_sd.models.loading import load_pair  # noqa: E402
 from script_timing import forward_ms, median_ms  # noqa: E402
 
 

@@ -6,8 +6,8 @@ the relative error of both against fp32 (docs/measurements.md section 12).
 """
 import torch, time, statistics, warnings, sys
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..")); warnings.filterwarnings("ignore")
-from mirror_sd.cpu_kernels import RowInt8Linear
-from mirror_sd.native_int8 import NativeInt8Linear
+from mirror_sd.cpu.linears import RowInt8Linear
+from mirror_sd.cpu.int8 import NativeInt8Linear
 torch.manual_seed(0)
 lin = torch.nn.Linear(1536, 2048)
 nat = NativeInt8Linear(lin); row = RowInt8Linear(lin)

@@ -17,8 +17,8 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from mirror_sd import fast_layers  # noqa: E402
-from mirror_sd.loading import DEFAULT_DRAFT, DEFAULT_TARGET, default_cache_dir  # noqa: E402
+from mirror_sd.cpu import fast_layers  # noqa: E402
+from mirror_sd.models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, default_cache_dir  # noqa: E402
 from script_timing import default_model, lean_copy  # noqa: E402
 
 

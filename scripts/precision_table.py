@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
 
-from mirror_sd.loading import apply_precision, default_cache_dir  # noqa: E402
+from mirror_sd.models.loading import apply_precision, default_cache_dir  # noqa: E402
 
 PATHS = {"target": "qwen2.5-coder-1.5b-instruct-q4_k_m-hf", "draft": "qwen2.5-coder-0.5b-instruct-q4_k_m-hf"}
 PROMPTS = ["Write a Python function that returns the n-th Fibonacci number, with a docstring.",

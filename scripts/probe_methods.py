@@ -7,11 +7,11 @@ For orientation only: the benchmark (python -m mirror_sd.bench) is the measureme
 """
 import sys, statistics, torch, copy, warnings
 warnings.filterwarnings("ignore")
-from mirror_sd.loading import load_pair, PRECISIONS
-from mirror_sd.pair import ModelPair
-from mirror_sd.decoding import Settings
-from mirror_sd.methods import METHODS
-from mirror_sd.events import Error
+from mirror_sd.models.loading import load_pair, PRECISIONS
+from mirror_sd.models.pair import ModelPair
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.registry import METHODS
+from mirror_sd.engine.events import Error
 pair = load_pair("default", "default", progress=lambda m, f=None: None)
 d8 = PRECISIONS["int8"].post_load(copy.deepcopy(pair.draft))
 pair8 = ModelPair(pair.target, d8, pair.tokenizer)

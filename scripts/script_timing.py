@@ -40,7 +40,7 @@ SHAPES = (("decode 1 token", 1, 1), ("batch of 4 rows", 1, 4), ("4 tokens of one
 def default_model(role: str, precision: str):
     """The default pair's target or draft at `precision`, converted as load_pair converts it."""
     from transformers import AutoModelForCausalLM
-    from mirror_sd.loading import (DEFAULT_DRAFT, DEFAULT_TARGET, apply_precision,
+    from mirror_sd.models.loading import (DEFAULT_DRAFT, DEFAULT_TARGET, apply_precision,
                                    default_cache_dir, ensure_default_pair)
     ensure_default_pair()
     bundled = DEFAULT_DRAFT if role == "draft" else DEFAULT_TARGET
@@ -69,7 +69,7 @@ def interleaved(models: dict, rounds: int, threads=(1, 2), shapes=SHAPES):
 def lean_copy(model):
     """A copy of `model` on lean_layers' forward (transformers' arithmetic) instead of fast_layers'."""
     import copy
-    from mirror_sd import lean_layers
+    from mirror_sd.cpu import lean_layers
     other = copy.deepcopy(model)
     for module in other.modules():
         vars(module).pop("forward", None)
@@ -80,7 +80,7 @@ def lean_copy(model):
 def kernel_layers(model) -> list:
     """The model's layers on the extension's kernels (native_int8 / native_int4), each once:
     the fused q/k/v and gate/up groups (cpu_kernels.FusedPart's shared layer) included."""
-    from mirror_sd.cpu_kernels import FusedPart
+    from mirror_sd.cpu.linears import FusedPart
     layers = {}
     for m in model.modules():
         m = m._group.linear if isinstance(m, FusedPart) else m

@@ -1,6 +1,6 @@
 """Would the paper's stream design do better than the shipped residual heads? (issue 5;
 docs/measurements.md section 16). Offline, on the training cache that `python -m
-mirror_sd.train_streams --source continuations --cache FILE` writes:
+mirror_sd.training.streams --source continuations --cache FILE` writes:
 
     flock /tmp/mirror-sd-cpu.lock python scripts/stream_attention_heads.py --cache out/streams-cont.pt
 
@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from mirror_sd.train_streams import later_tokens, load_draft  # noqa: E402
+from mirror_sd.training.streams import later_tokens, load_draft  # noqa: E402
 
 K = 3  # streams beyond the main one
 
@@ -54,8 +54,8 @@ def precompute(model, tokenizer, data, n_top, limit=None, seed=0):
 
     from tqdm import tqdm
 
-    from mirror_sd.loading import apply_precision
-    from mirror_sd.train_streams import build_prompts
+    from mirror_sd.models.loading import apply_precision
+    from mirror_sd.training.streams import build_prompts
     prompts = build_prompts(tokenizer, len(data), seed)
     fast = apply_precision(copy.deepcopy(model), "int8-dyn", "draft")
     n = model.config.num_hidden_layers

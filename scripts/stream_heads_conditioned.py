@@ -1,5 +1,5 @@
 """Would stream heads that also see the drafted token do better? (issue 5; docs/measurements.md
-section 15). Offline, on the training cache that `python -m mirror_sd.train_streams --source
+section 15). Offline, on the training cache that `python -m mirror_sd.training.streams --source
 continuations --cache FILE` writes (the draft's own greedy continuations and final hidden states):
 
     flock /tmp/mirror-sd-cpu.lock python scripts/stream_heads_conditioned.py --cache out/streams-cont.pt
@@ -26,8 +26,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from mirror_sd.streams import StreamHeads  # noqa: E402
-from mirror_sd.train_streams import stream_targets  # noqa: E402
+from mirror_sd.proposals.streams import StreamHeads  # noqa: E402
+from mirror_sd.training.streams import stream_targets  # noqa: E402
 
 K = 3  # heads
 
@@ -122,7 +122,7 @@ def main():
     held_seqs = [d for i, d in enumerate(data) if i % 10 == 0]
     from transformers import AutoModelForCausalLM
 
-    from mirror_sd.loading import DEFAULT_DRAFT, default_cache_dir
+    from mirror_sd.models.loading import DEFAULT_DRAFT, default_cache_dir
     model = AutoModelForCausalLM.from_pretrained(default_cache_dir() / f"{DEFAULT_DRAFT.stem}-hf", dtype=torch.float32)
     lm_weight = model.get_output_embeddings().weight.detach().clone()
     embed = model.get_input_embeddings().weight.detach().clone()

@@ -17,15 +17,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
-from mirror_sd.acceptance import Sampling
-from mirror_sd.decoding import Settings
-from mirror_sd.drafting import serial_rollout
-from mirror_sd.events import Finish, Notice, Span, Verify
-from mirror_sd.lanes import Lane
-from mirror_sd.loading import load_pair
-from mirror_sd.methods import METHODS
-from mirror_sd.questions import load_questions
-from mirror_sd.streams import rollout_for
+from mirror_sd.engine.acceptance import Sampling
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.drafting import serial_rollout
+from mirror_sd.engine.events import Finish, Notice, Span, Verify
+from mirror_sd.engine.lanes import Lane
+from mirror_sd.models.loading import load_pair
+from mirror_sd.engine.registry import METHODS
+from mirror_sd.bench.questions import load_questions
+from mirror_sd.proposals.streams import rollout_for
 
 
 def rollout_times(pair, committed, gamma, reps=5):

@@ -28,11 +28,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
-from mirror_sd.decoding import Settings  # noqa: E402
-from mirror_sd.lanes import Lane  # noqa: E402
-from mirror_sd.loading import load_pair  # noqa: E402
-from mirror_sd.methods import METHODS  # noqa: E402
-from mirror_sd.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.lanes import Lane  # noqa: E402
+from mirror_sd.models.loading import load_pair  # noqa: E402
+from mirror_sd.engine.registry import METHODS  # noqa: E402
+from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
 
 
 def answer_and_confidence(pair, prompt_ids, new_tokens):

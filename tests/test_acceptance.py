@@ -1,4 +1,4 @@
-"""Table tests of the pure acceptance rule (mirror_sd/acceptance.py) and the warpers.
+"""Table tests of the pure acceptance rule (mirror_sd/engine/acceptance.py) and the warpers.
 
 Greedy: accept d_i while d_i == argmax p_i, then the target's argmax (correction or bonus).
 Sampling: accept with min(1, p/q), resample from normalize(max(0, p - q)) at the first
@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from mirror_sd.acceptance import (Sampling, Verdict, probs_from_logits, residual, verify,
+from mirror_sd.engine.acceptance import (Sampling, Verdict, probs_from_logits, residual, verify,
                                   verify_greedy, verify_sampling)
-from mirror_sd.drafting import serial_rollout, to_probs
-from mirror_sd.lanes import Lane
+from mirror_sd.engine.drafting import serial_rollout, to_probs
+from mirror_sd.engine.lanes import Lane
 
 import tiny
 from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from mirror_sd.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
+from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
 from ui.inspector import render_inspector
 from ui.render import render_legend, render_pane, render_summary
 from ui.runs import RunRecord, analyse, compare_tokens
@@ -286,7 +286,7 @@ def test_stop_cancels_within_a_step(client):
 def test_a_bad_model_name_is_a_message():
     import threading
 
-    from mirror_sd.decoding import Settings
+    from mirror_sd.engine.decoding import Settings
     from mirror_sd.errors import MirrorSDError
     from ui.session import Job, PairCache, PairSpec, RunRequest
 
@@ -349,7 +349,7 @@ def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
     assert up["maximum"] == 23 and up["value"] == 0 and "24 layers: 1 to 23" in up["info"]
     assert handlers.exit_layer_range(str(folder), 12)["value"] == 12
     assert handlers.exit_layer_range("some-org/not-loaded", 30)["maximum"] == handlers.EXIT_LAYER_CEILING
-    from mirror_sd.loading import DEFAULT_TARGET
+    from mirror_sd.models.loading import DEFAULT_TARGET
     monkeypatch.setenv("MIRROR_SD_CACHE", str(tmp_path))
     assert handlers.exit_layer_range("default", 0)["maximum"] == handlers.EXIT_LAYER_CEILING  # not built
     (tmp_path / f"{DEFAULT_TARGET.stem}-hf").mkdir()
@@ -367,7 +367,7 @@ def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
 def test_an_out_of_range_exit_layer_is_one_message_before_any_run():
     import threading
 
-    from mirror_sd.decoding import Settings
+    from mirror_sd.engine.decoding import Settings
     from ui.session import Job, PairCache, PairSpec, RunRequest
     from ui.tiny import LAYERS, tiny_pair
 

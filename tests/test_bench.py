@@ -9,13 +9,13 @@ import torch
 from tiny import tiny_tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from mirror_sd import bench
-from mirror_sd import latency_model as lm
-from mirror_sd.decoding import Settings
+from mirror_sd.bench import harness as bench
+from mirror_sd.bench import latency_model as lm
+from mirror_sd.engine.decoding import Settings
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.events import Span
-from mirror_sd.pair import ModelPair
-from mirror_sd.questions import BUILTIN_QUESTIONS, load_questions, per_category
+from mirror_sd.engine.events import Span
+from mirror_sd.models.pair import ModelPair
+from mirror_sd.bench.questions import BUILTIN_QUESTIONS, load_questions, per_category
 
 SAMPLE = Path(__file__).parent / "data" / "spec_bench_sample.jsonl"
 NEW = 12
@@ -377,7 +377,7 @@ def int8_like_cal(**over):
 
 
 def test_tuning_buys_branches_only_when_the_hits_pay():
-    from mirror_sd import tuning
+    from mirror_sd.bench import tuning
     rising = [0.45, 0.6, 0.7, 0.78, 0.82, 0.84, 0.85, 0.85]
     g, b, s, table = tuning.choose(int8_like_cal(hit_rates=rising), fixed_gamma=3)
     assert b > 1 and s == max(r["speedup"] for r in table if r["speedup"] is not None)
@@ -435,7 +435,7 @@ def test_calibrate_from_spans_by_hand():
     assert c.hit_rate_at(1) == 0.25 and c.hit_rate_at(99) == pytest.approx(0.75)
     assert c.alpha_sd == pytest.approx(0.5, abs=1e-9)
     # the same from a flat event stream (Span ... Finish per run)
-    from mirror_sd.events import Finish
+    from mirror_sd.engine.events import Finish
     events = [e for r in records for e in r["spans"] + [Finish({"method": r["method"], **r["stats"]}, [], "")]]
     assert lm.calibrate(events, target_layers=4, gamma=2).to_dict() == c.to_dict()
 
@@ -491,7 +491,7 @@ def test_baseline_precision_method(pair, tmp_path):
     its steps count as AR steps in the latency table."""
     import copy
 
-    from mirror_sd import cpu_kernels
+    from mirror_sd.cpu import linears as cpu_kernels
     from dataclasses import replace
     other = replace(pair, target=cpu_kernels.row_int8(copy.deepcopy(pair.target)))
     name = bench.baseline_name("int8")
@@ -510,7 +510,7 @@ def test_baseline_precision_method(pair, tmp_path):
 
 def test_variant_methods_change_one_setting(pair):
     """`mirror-nolens` is Mirror-SD with the exit lens off, run by the same harness."""
-    from mirror_sd.decoding import Settings
+    from mirror_sd.engine.decoding import Settings
     ids = [5, 17, 42, 99, 7, 3]
     settings = Settings(max_new_tokens=6, gamma=2)
     plain = bench.engine_runner("mirror")(pair, ids, settings)
@@ -527,6 +527,6 @@ def test_method_names_can_change_settings(pair):
     for bad in ("mirror:exit_layer", "mirror:temperature=1", "mirror:gamma=x", "medusa"):
         with pytest.raises(MirrorSDError):
             bench.variant(bad)
-    from mirror_sd.decoding import Settings
+    from mirror_sd.engine.decoding import Settings
     run = bench.engine_runner("mirror:exit_layer=1")(pair, [5, 17, 42, 99], Settings(max_new_tokens=4, gamma=2))
     assert run.error is None and run.stats["exit_layer"] == 1

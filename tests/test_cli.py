@@ -6,9 +6,10 @@ import pytest
 from test_loading import make_model_dir
 
 import tiny
-from mirror_sd import cli, tuning
-from mirror_sd import latency_model as lm
-from mirror_sd.loading import load_pair
+from mirror_sd import cli
+from mirror_sd.bench import tuning
+from mirror_sd.bench import latency_model as lm
+from mirror_sd.models.loading import load_pair
 from tiny import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -89,7 +90,8 @@ def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path, monkeypatch):
     """`python -m mirror_sd.bench --gamma auto --baseline-precision fp32` end to end on tiny
     folders: the choice is recorded, ar-fp32 runs next to AR at int8, and the baseline loads
     a second target only (no second draft)."""
-    from mirror_sd import bench, loading
+    from mirror_sd.bench import harness as bench
+    from mirror_sd.models import loading
     loads = []
     real_load = loading._load_model
 

@@ -6,13 +6,13 @@ import copy
 import pytest
 import torch
 
-from mirror_sd import cpu_kernels
-from mirror_sd.autoregressive import Autoregressive
-from mirror_sd import exact_attention
-from mirror_sd.loading import apply_precision, load_pair
-from mirror_sd.mirror import MirrorSpeculative
-from mirror_sd.pair import ModelPair
-from mirror_sd.speculative import Speculative
+from mirror_sd.cpu import linears as cpu_kernels
+from mirror_sd.engine.autoregressive import Autoregressive
+from mirror_sd.cpu import exact_attention
+from mirror_sd.models.loading import apply_precision, load_pair
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.models.pair import ModelPair
+from mirror_sd.engine.speculative import Speculative
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)

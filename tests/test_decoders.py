@@ -13,16 +13,16 @@ import time
 import pytest
 import torch
 
-from mirror_sd import mirror as mirror_mod
-from mirror_sd.autoregressive import Autoregressive
-from mirror_sd.acceptance import Sampling, probs_from_logits
-from mirror_sd.decoding import Settings
-from mirror_sd.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
+from mirror_sd.engine.mirror import decoder as mirror_mod
+from mirror_sd.engine.autoregressive import Autoregressive
+from mirror_sd.engine.acceptance import Sampling, probs_from_logits
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                               StepStart, Verify)
-from mirror_sd.lanes import Lane
-from mirror_sd.mirror import MirrorSpeculative
-from mirror_sd.pair import ModelPair
-from mirror_sd.speculative import Speculative
+from mirror_sd.engine.lanes import Lane
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.models.pair import ModelPair
+from mirror_sd.engine.speculative import Speculative
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)

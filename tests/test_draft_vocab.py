@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 
-from mirror_sd import cpu_kernels, draft_vocab
-from mirror_sd.decoding import Settings
-from mirror_sd.events import Notice
-from mirror_sd.mirror import MirrorSpeculative
-from mirror_sd.speculative import Speculative
+from mirror_sd.cpu import linears as cpu_kernels
+from mirror_sd.proposals import draft_vocab
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import Notice
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.engine.speculative import Speculative
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)
@@ -207,7 +208,7 @@ def test_sampled_tokens_follow_the_target_with_a_cut_draft_head(tmp_path, method
 
 
 def test_build_command_writes_a_file_that_fits(tmp_path, monkeypatch):
-    from mirror_sd import build_draft_vocab
+    from mirror_sd.training import draft_vocab as build_draft_vocab
     tok = tiny.tiny_tokenizer()
     monkeypatch.setattr(build_draft_vocab, "load_tokenizer", lambda name: (tok, "tiny"))
     out = tmp_path / "v.safetensors"
@@ -219,7 +220,7 @@ def test_build_command_writes_a_file_that_fits(tmp_path, monkeypatch):
     assert set(tok.all_special_ids) <= set(vf.ids.tolist())
     assert draft_vocab.find(str(out), tok, len(tok))[0] is not None
     report = vf.meta["report"]
-    assert 0 < report["coverage"]["code"] <= 1 and "build_draft_vocab" in vf.meta["command"]
+    assert 0 < report["coverage"]["code"] <= 1 and "mirror_sd.training.draft_vocab" in vf.meta["command"]
     json.dumps(report)
 
 

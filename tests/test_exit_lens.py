@@ -4,12 +4,12 @@ lens a run uses (metadata must match), the exit-layer rule, and losslessness wit
 import pytest
 import torch
 
-from mirror_sd import exit_lens as el
-from mirror_sd import train_exit_lens as tel
-from mirror_sd.early_exit import exit_head, exit_parts
-from mirror_sd.events import DraftBranch, EarlyExit, Error, Notice
-from mirror_sd.mirror import MirrorSpeculative
-from mirror_sd.pair import ModelPair
+from mirror_sd.proposals import exit_lens as el
+from mirror_sd.training import exit_lens as tel
+from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
+from mirror_sd.engine.events import DraftBranch, EarlyExit, Error, Notice
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.models.pair import ModelPair
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)
@@ -206,7 +206,7 @@ def test_train_command_end_to_end(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| raw top-8 |" in table and "| lens top-8 |" in table
     meta = el.read_meta(out)
-    assert meta["layers"] == "1,3" and "train_exit_lens" in meta["command"]
+    assert meta["layers"] == "1,3" and "mirror_sd.training.exit_lens" in meta["command"]
     assert set(meta["report"]["layers"]) == {"1", "3"} and meta["report"]["held_out_positions"] > 0
     assert el.find_lens(model, str(out)).lens is not None
 
@@ -216,7 +216,7 @@ def test_the_shipped_lens_is_small_and_reports_its_table():
     assert shipped, "no lens in assets/"
     for path in shipped:
         meta = el.read_meta(path)
-        assert meta["format"] == el.FORMAT and "train_exit_lens" in meta["command"]
+        assert meta["format"] == el.FORMAT and "mirror_sd.training.exit_lens" in meta["command"]
         assert path.stat().st_size < 5_000_000
         table = meta["report"]["layers"]
         assert set(table) == set(meta["layers"].split(","))
@@ -225,7 +225,8 @@ def test_the_shipped_lens_is_small_and_reports_its_table():
 
 
 def test_exit_lens_flags():
-    from mirror_sd import bench, cli
+    from mirror_sd.bench import harness as bench
+    from mirror_sd import cli
     args = cli.build_parser().parse_args(["generate", "--prompt", "x", "--exit-lens", "off"])
     assert args.exit_lens == "off"
     assert cli.build_parser().parse_args(["generate", "--prompt", "x"]).exit_lens == "auto"

@@ -12,8 +12,9 @@ import torch
 from transformers import DynamicCache
 
 import tiny
-from mirror_sd import fast_layers, lean_layers
-from mirror_sd.loading import apply_precision
+from mirror_sd.cpu import fast_layers
+from mirror_sd.cpu import lean_layers
+from mirror_sd.models.loading import apply_precision
 
 from test_cpu_kernels import assert_decoders_equal_generate
 from test_lean_layers import fp32_model, logits_of_a_run

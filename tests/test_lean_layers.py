@@ -10,8 +10,8 @@ import torch
 from transformers import DynamicCache
 
 import tiny
-from mirror_sd import lean_layers
-from mirror_sd.loading import apply_precision
+from mirror_sd.cpu import lean_layers
+from mirror_sd.models.loading import apply_precision
 
 
 @pytest.fixture(autouse=True)

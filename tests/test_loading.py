@@ -11,7 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mirror_sd import placement as placement_mod
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.loading import ensure_default_pair, load_pair
+from mirror_sd.models.loading import ensure_default_pair, load_pair
 from mirror_sd.placement import configure_cpu_threads, lane_sync, resolve_placement
 
 
@@ -108,7 +108,7 @@ def test_unknown_hub_id_fails_fast(tiny):
 
 
 def test_memory_check_before_loading(tiny, monkeypatch):
-    import mirror_sd.loading as loading
+    import mirror_sd.models.loading as loading
 
     def no_load(*a, **k):
         raise AssertionError("weights must not be read when memory is short")
@@ -176,9 +176,9 @@ def test_default_pair():
 
 def test_one_lane_methods_get_every_core(tiny, monkeypatch):
     """AR and SD run one model at a time: they get both cores; Mirror-SD keeps one per lane."""
-    from mirror_sd.autoregressive import Autoregressive
-    from mirror_sd.decoding import Settings
-    from mirror_sd.mirror import MirrorSpeculative
+    from mirror_sd.engine.autoregressive import Autoregressive
+    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 
     monkeypatch.setattr(placement_mod, "cpu_cores", lambda: 2)
     pair = load_pair(tiny["target"], tiny["draft"], target_device="cpu", draft_device="cpu")
@@ -212,7 +212,7 @@ def test_converted_target_matches_and_leaves_its_fp32_file(tmp_path, name, tied)
 
     from transformers import AutoModelForCausalLM
 
-    from mirror_sd.loading import apply_precision, load_target
+    from mirror_sd.models.loading import apply_precision, load_target
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=300, hidden_size=128, intermediate_size=512,  # many pages
                          num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,

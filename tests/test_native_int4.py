@@ -8,8 +8,9 @@ import sys
 import pytest
 import torch
 
-from mirror_sd import cpu_kernels, native_int8
-from mirror_sd.native_int4 import MAX_IN_FEATURES, NativeInt4Linear
+from mirror_sd.cpu import linears as cpu_kernels
+from mirror_sd.cpu import int8 as native_int8
+from mirror_sd.cpu.int4 import MAX_IN_FEATURES, NativeInt4Linear
 
 from test_native_int8 import assert_rows_independent, layer, needs_kernel
 
@@ -96,7 +97,7 @@ def test_model_conversion_keeps_the_lm_head_at_int8_and_wide_layers_too():
 
 
 def test_without_the_kernel_int4_is_refused_with_a_reason(tmp_path):
-    code = ("from mirror_sd.loading import load_pair\n"
+    code = ("from mirror_sd.models.loading import load_pair\n"
             "from mirror_sd.errors import MirrorSDError\n"
             "try:\n"
             "    load_pair('no/such-target', 'no/such-draft', precision='int4')\n"

@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from mirror_sd import cpu_kernels, native_int8
+from mirror_sd.cpu import linears as cpu_kernels
+from mirror_sd.cpu import int8 as native_int8
 
 CAN_BUILD = shutil.which("g++") is not None and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 needs_kernel = pytest.mark.skipif(not CAN_BUILD, reason="no g++ or no AVX2 here")
@@ -100,7 +101,7 @@ def test_rows_keep_the_full_layers_outputs():
 
 
 def test_turned_off_by_the_environment_falls_back_to_fbgemm():
-    code = ("from mirror_sd import cpu_kernels, native_int8; "
+    code = ("from mirror_sd.cpu import linears as cpu_kernels, int8 as native_int8; "
             "print(cpu_kernels.row_kernel().__name__, '|', native_int8.unavailable_reason())")
     env = dict(os.environ, MIRROR_SD_NATIVE_INT8="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

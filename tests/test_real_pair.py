@@ -3,9 +3,9 @@ plain SD and Mirror-SD must reproduce transformers' own generate() token for tok
 import pytest
 
 import tiny
-from mirror_sd.decoding import Settings
-from mirror_sd.events import Error, Finish
-from mirror_sd.methods import METHODS
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import Error, Finish
+from mirror_sd.engine.registry import METHODS
 
 pytestmark = pytest.mark.real_pair
 
@@ -19,7 +19,7 @@ NEW_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def pair():
-    from mirror_sd.loading import load_pair
+    from mirror_sd.models.loading import load_pair
     return load_pair("default", "default")
 
 

@@ -7,9 +7,9 @@ import torch
 from transformers import DynamicCache
 
 import tiny
-from mirror_sd.decoding import Settings
-from mirror_sd.events import Error
-from mirror_sd.methods import METHODS
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import Error
+from mirror_sd.engine.registry import METHODS
 
 pytestmark = pytest.mark.real_pair
 
@@ -22,7 +22,7 @@ NEW_TOKENS = 48
 
 @pytest.fixture(scope="module")
 def pair():
-    from mirror_sd.loading import load_pair
+    from mirror_sd.models.loading import load_pair
     return load_pair("default", "default", precision="int8", draft_precision="int8-dyn")
 
 

@@ -16,11 +16,11 @@ import time
 import pytest
 import torch
 
-from mirror_sd.autoregressive import Autoregressive
-from mirror_sd.decoding import Settings
-from mirror_sd.events import DraftBranch
-from mirror_sd.mirror import DraftWorker, MirrorSpeculative
-from mirror_sd.speculative import Speculative
+from mirror_sd.engine.autoregressive import Autoregressive
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import DraftBranch
+from mirror_sd.engine.mirror.decoder import DraftWorker, MirrorSpeculative
+from mirror_sd.engine.speculative import Speculative
 
 import tiny
 from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)

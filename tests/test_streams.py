@@ -4,12 +4,12 @@ equals transformers' generate(); sampled tokens follow the target's distribution
 import pytest
 import torch
 
-from mirror_sd.decoding import Settings
-from mirror_sd.events import Notice, Span, Verify
-from mirror_sd.mirror import MirrorSpeculative
-from mirror_sd.speculative import Speculative
-from mirror_sd.streams import StreamHeads, find_heads, rollout_for
-from mirror_sd.train_streams import continuations, fit, report, stream_targets
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import Notice, Span, Verify
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.engine.speculative import Speculative
+from mirror_sd.proposals.streams import StreamHeads, find_heads, rollout_for
+from mirror_sd.training.streams import continuations, fit, report, stream_targets
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)
@@ -164,8 +164,8 @@ def test_sampled_tokens_follow_the_target_with_streams(sampling_pair, method, te
 def test_head_proposals_differ_from_the_draft_here(sampling_pair):
     """Guard for the test above: the heads' q rows are not the draft's own next-token rows, so a
     rule that used the wrong q (or emitted head tokens unverified) would be caught."""
-    from mirror_sd.acceptance import Sampling
-    from mirror_sd.lanes import Lane
+    from mirror_sd.engine.acceptance import Sampling
+    from mirror_sd.engine.lanes import Lane
     heads, _ = find_heads(sampling_pair)
     rollout, _ = rollout_for(sampling_pair, "auto")
     lane = Lane(sampling_pair.draft, "draft")
@@ -180,9 +180,9 @@ def test_head_proposals_differ_from_the_draft_here(sampling_pair):
 # ---------------------------------------------------------------- the benchmark's methods
 
 def test_bench_runs_stream_methods_next_to_the_plain_ones():
-    from mirror_sd import bench
-    from mirror_sd.pair import ModelPair
-    from mirror_sd.questions import load_questions
+    from mirror_sd.bench import harness as bench
+    from mirror_sd.models.pair import ModelPair
+    from mirror_sd.bench.questions import load_questions
     config = tiny.qwen_config(vocab_size=260, eos_token_id=258, max_position_embeddings=1024)
     target = tiny.build(config, 0)
     draft = tiny.perturb(target, 0.03, 1)

@@ -24,9 +24,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from mirror_sd.decoding import Settings
-from mirror_sd.events import Finish
-from mirror_sd.pair import ModelPair
+from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.events import Finish
+from mirror_sd.models.pair import ModelPair
 
 VOCAB = 97
 LAYERS = 4

@@ -11,7 +11,7 @@ import time
 
 import gradio as gr
 
-from mirror_sd.decoding import Settings
+from mirror_sd.engine.decoding import Settings
 
 from .inspector import render_inspector
 from .render import render_pane, render_status, render_summary

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mirror_sd.events import (Commit, DraftBranch, EarlyExit, Error, Event, Finish, Notice,
+from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Event, Finish, Notice,
                               Span, StepStart, Verify, event_from_dict)
 
 METHOD_NAMES = {"ar": "Autoregressive (target only)", "mirror": "Mirror-SD",

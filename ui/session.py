@@ -20,9 +20,9 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
-from mirror_sd.decoding import Settings
+from mirror_sd.engine.decoding import Settings
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.events import Commit, DraftBranch, EarlyExit, Error, Verify
+from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Error, Verify
 
 from .runs import RunRecord
 from .texts import parse_prompt
@@ -37,7 +37,7 @@ def tiny_mode() -> bool:
 
 
 def decoder_class(method: str):
-    from mirror_sd.methods import METHODS as DECODERS
+    from mirror_sd.engine.registry import METHODS as DECODERS
     return DECODERS[method]
 
 
@@ -53,7 +53,7 @@ class PairSpec:
 
 @dataclass
 class LoadedPair:
-    pair: object  # mirror_sd.pair.ModelPair
+    pair: object  # mirror_sd.models.pair.ModelPair
     lock: threading.Lock = field(default_factory=threading.Lock)
     meta: dict = field(default_factory=dict)
 
@@ -66,7 +66,7 @@ def _load(spec: PairSpec, progress) -> object:
         progress("building the tiny test pair (MIRROR_SD_TINY=1)", 0.5)
         torch.set_num_threads(1)  # tiny matmuls: threads only fight over the cores
         return tiny_pair()
-    from mirror_sd.loading import load_pair  # it also sets the lanes' CPU threads
+    from mirror_sd.models.loading import load_pair  # it also sets the lanes' CPU threads
     return load_pair(spec.target, spec.draft, precision=spec.precision,
                      draft_precision=None if spec.draft_precision == "same" else spec.draft_precision,
                      target_device=spec.target_device, draft_device=spec.draft_device,
@@ -105,7 +105,7 @@ def target_layers(target: str, pairs: "PairCache | None" = None) -> int | None:
     if pairs is not None and (n := pairs.layers(target)) is not None:
         return n
     from pathlib import Path
-    from mirror_sd import loading
+    from mirror_sd.models import loading
     if target == "default":
         return _config_layers(loading.default_cache_dir() / f"{loading.DEFAULT_TARGET.stem}-hf")
     path = Path(target).expanduser()
@@ -269,7 +269,7 @@ class Job(threading.Thread):
         prompt_ids = pair.encode_prompt(parse_prompt(req.prompt))
         self.meta["prompt_tokens"] = len(prompt_ids)
         if "mirror" in req.methods:
-            from mirror_sd.mirror import default_exit_layer
+            from mirror_sd.engine.mirror.decoder import default_exit_layer
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(pair)
         self.fraction = None
         settings = req.settings
@@ -278,7 +278,7 @@ class Job(threading.Thread):
         settings.validate(pair, len(prompt_ids))
         with loaded.lock:
             if req.auto and not self.cancel.is_set():
-                from mirror_sd.tuning import auto_settings
+                from mirror_sd.bench.tuning import auto_settings
                 self.message = "Choosing γ and branch budget (a short probe of each method)"
                 try:
                     settings, choice = auto_settings(pair, prompt_ids, settings, True, True)

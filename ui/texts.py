@@ -91,7 +91,7 @@ def parse_prompt(text: str) -> str | list[dict]:
     return messages
 
 
-# Precision choices (mirror_sd.loading.PRECISIONS; measured in docs/measurements.md, section 4)
+# Precision choices (mirror_sd.models.loading.PRECISIONS; measured in docs/measurements.md, section 4)
 TARGET_PRECISIONS = ["fp32", "int8", "int4", "fp16w", "int8-dyn", "bf16", "fp16"]
 DRAFT_PRECISIONS = ["fp32", "int8", "int4", "int8-dyn", "fp16w"]
 PRECISION_INFO = (

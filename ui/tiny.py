@@ -38,7 +38,7 @@ def tiny_pair(seed: int = 0):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from mirror_sd.pair import ModelPair
+    from mirror_sd.models.pair import ModelPair
 
     config = Qwen2Config(vocab_size=len(WORDS), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,

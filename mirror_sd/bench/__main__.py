@@ -1,0 +1,5 @@
+"""`python -m mirror_sd.bench`: see harness.py."""
+from mirror_sd.bench.harness import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""Token choice and the serial draft rollout, shared by the decoders."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mirror_sd.engine.acceptance import Sampling, probs_from_logits, sample
+from mirror_sd.engine.lanes import Lane
+
+
+@dataclass
+class Window:
+    """gamma drafted tokens and the draft distributions they were drawn from."""
+    tokens: list[int]
+    q_rows: torch.Tensor  # [gamma, V] float64 on CPU: warped q (softmax for greedy)
+
+    @property
+    def q_probs(self) -> list[float]:
+        return [float(self.q_rows[i, t]) for i, t in enumerate(self.tokens)]
+
+
+def choose(probs_row: torch.Tensor, logits_row: torch.Tensor, sampling: Sampling,
+           generator: torch.Generator | None) -> int:
+    """Greedy: exact argmax of the logits. Sampling: a draw from the warped distribution."""
+    if sampling.greedy:
+        return int(logits_row.argmax())
+    return sample(probs_row, generator)
+
+
+def to_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """[rows, V] logits on any device -> float64 probabilities on the CPU (lane boundary)."""
+    return probs_from_logits(logits.detach().to("cpu"), sampling)
+
+
+def serial_rollout(lane: Lane, committed: list[int], gamma: int, sampling: Sampling,
+                   generator: torch.Generator | None) -> Window:
+    """Draft gamma tokens after `committed`, one forward each (the last one is not fed)."""
+    logits = lane.feed(lane.sync(committed), logits_to_keep=1)[-1:]
+    tokens, rows = [], []
+    for k in range(gamma):
+        probs = to_probs(logits, sampling)
+        token = choose(probs[0], logits[0], sampling, generator)
+        tokens.append(token)
+        rows.append(probs[0])
+        if k < gamma - 1:
+            logits = lane.feed([token], logits_to_keep=1)
+    return Window(tokens, torch.stack(rows))

@@ -1,0 +1,120 @@
+"""Branch-complete rollouts of the draft, batched: one draft forward per depth for all rows.
+
+Every row shares the draft cache of y_1..y_n, d_1..d_gamma (the base). A row rooted at
+(depth j, token v) masks the base entries of d_{j+1}..d_gamma out of its attention and
+feeds v at position n+j, then its own tokens. Rows may join while others are mid-rollout
+(the rollout slots written before a row joined are masked out for it), so the draft can
+start on its own best guess before the target's early exit arrives and add the exit's
+candidates later. A row that has drafted gamma tokens leaves the batch with its cache cut to
+a contiguous batch-1 cache: the draft cache of the next step if its root is the verdict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from mirror_sd.engine.acceptance import Sampling
+from mirror_sd.engine.mirror.scoring import Root
+from mirror_sd.engine.drafting import Window, choose, to_probs
+
+
+@dataclass
+class Row:
+    root: Root
+    start_slot: int  # rollout slot where this row's entries begin
+    generator: torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    q_rows: list[torch.Tensor] = field(default_factory=list)
+    cache: DynamicCache | None = None  # contiguous batch-1 cache once complete
+
+    def window(self) -> Window:
+        return Window(list(self.tokens), torch.stack(self.q_rows))
+
+
+class BranchBatch:
+    def __init__(self, model, base: DynamicCache, n: int, gamma: int, sampling: Sampling):
+        self.model, self.base, self.n, self.gamma, self.sampling = model, base, n, gamma, sampling
+        self.base_len = base.get_seq_length()  # n + gamma
+        self.device = base.layers[0].keys.device
+        self.live: list[Row] = []  # rows still drafting, in batch order
+        self.done: list[Row] = []
+        self.cache: DynamicCache | None = None
+        self.mask: torch.Tensor | None = None  # [rows, base_len + slots]
+        self.slots = 0  # rollout slots written so far (all rows share the slot axis)
+        self.history: dict[Root, Row] = {}  # every row ever admitted, for the events
+
+    @property
+    def rows(self) -> list[Row]:
+        return self.done + self.live
+
+    def admit(self, root: Root, generator) -> None:
+        row = Row(root, self.slots, generator)
+        mask = torch.ones(1, self.base_len + self.slots, dtype=torch.long, device=self.device)
+        mask[0, self.n + root.depth:] = 0  # hide d_{depth+1}..d_gamma and earlier rows' slots
+        new = DynamicCache(config=self.model.config)
+        for i, layer in enumerate(self.base.layers):
+            k, v = layer.keys, layer.values  # [1, H, base_len, D]
+            if self.slots:
+                pad = k.new_zeros(k.shape[0], k.shape[1], self.slots, k.shape[3])
+                k, v = torch.cat([k, pad], 2), torch.cat([v, pad], 2)
+            if self.cache is not None:
+                k = torch.cat([self.cache.layers[i].keys, k], 0)
+                v = torch.cat([self.cache.layers[i].values, v], 0)
+            new.update(k, v, i)
+        self.cache = new
+        self.mask = mask if self.mask is None else torch.cat([self.mask, mask], 0)
+        self.live.append(row)
+        self.history[root] = row
+
+    def keep(self, predicate) -> None:
+        """Drop live rows whose root fails `predicate` (stale once the verdict is known)."""
+        idx = [i for i, r in enumerate(self.live) if predicate(r.root)]
+        self.done = [r for r in self.done if predicate(r.root)]
+        if len(idx) == len(self.live):
+            return
+        self._select(idx)
+
+    def _select(self, idx: list[int]) -> None:
+        self.live = [self.live[i] for i in idx]
+        if not idx:
+            self.cache, self.mask, self.slots = None, None, 0
+            return
+        sel = torch.tensor(idx, device=self.device)
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys.index_select(0, sel), layer.values.index_select(0, sel)
+        self.mask = self.mask.index_select(0, sel)
+
+    @torch.inference_mode()
+    def forward(self) -> None:
+        """One draft forward: every live row drafts its next token."""
+        rows = self.live
+        inputs = [[r.tokens[-1] if r.tokens else r.root.token] for r in rows]
+        pos = torch.tensor([[self.n + r.root.depth + len(r.tokens)] for r in rows], device=self.device)
+        mask = torch.cat([self.mask, torch.ones(len(rows), 1, dtype=torch.long, device=self.device)], 1)
+        out = self.model(input_ids=torch.tensor(inputs, device=self.device), attention_mask=mask,
+                         position_ids=pos, cache=self.cache, use_cache=True)
+        self.cache, self.mask = out.cache, mask
+        self.slots += 1
+        logits = out.logits[:, -1]  # [rows, V]
+        probs = to_probs(logits, self.sampling)
+        for i, r in enumerate(rows):
+            r.tokens.append(choose(probs[i], logits[i], self.sampling, r.generator))
+            r.q_rows.append(probs[i])
+        finished = [i for i, r in enumerate(rows) if len(r.tokens) == self.gamma]
+        for i in finished:
+            rows[i].cache = self._cut(i, rows[i])
+            self.done.append(rows[i])
+        if finished:
+            self._select([i for i in range(len(rows)) if i not in finished])
+
+    def _cut(self, i: int, row: Row) -> DynamicCache:
+        """Row i as a contiguous batch-1 cache: y, d_1..d_j, v, e_1..e_{gamma-1}."""
+        start = self.base_len + row.start_slot
+        index = torch.cat([torch.arange(self.n + row.root.depth),
+                           torch.arange(start, start + self.gamma)]).to(self.device)
+        out = DynamicCache(config=self.model.config)
+        for li, layer in enumerate(self.cache.layers):
+            out.update(layer.keys[i:i + 1].index_select(2, index), layer.values[i:i + 1].index_select(2, index), li)
+        return out

@@ -1,0 +1,66 @@
+"""Plain speculative decoding: the draft writes gamma tokens, then the target verifies them.
+
+The two models never run at the same time: step time = T_draft(gamma) + T_target(gamma+1).
+"""
+from __future__ import annotations
+
+from mirror_sd.engine.acceptance import verify
+from mirror_sd.engine.decoding import Decoder, Run, generator_for
+from mirror_sd.engine.drafting import Window, serial_rollout, to_probs
+from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
+from mirror_sd.engine.lanes import Lane
+from mirror_sd.proposals.streams import rollout_for
+
+
+def verify_window(run: Run, target: Lane, step: int, window: Window, hook_step=None):
+    """Target forward over [y_n, d_1..d_gamma] and the acceptance rule.
+
+    Returns (verdict, Verify event, Commit event or None)."""
+    s = run.settings
+    drafted = window.tokens
+    pending = target.sync(run.committed)
+    with run.span("target", "verify_forward", target.device, step, f"{len(pending) + len(drafted)} tokens"):
+        logits = target.feed(pending + drafted)[-(len(drafted) + 1):]  # [gamma+1, V]
+    run.target_forwards += 1
+    with run.span("verify", "accept", None, step):
+        verdict = verify(drafted, logits.to("cpu"), window.q_rows, s.sampling,
+                         generator_for(s.seed, step, "verify"))
+        p_rows = to_probs(logits[:-1], s.sampling)
+        p_probs = [float(p_rows[i, t]) for i, t in enumerate(drafted)]
+    run.drafted += len(drafted)
+    run.accepted += verdict.accepted
+    kind = "bonus" if verdict.bonus else "correction"
+    event = Verify(step, list(drafted), verdict.accepted, p_probs, window.q_probs, verdict.token, kind)
+    tokens = drafted[:verdict.accepted] + [verdict.token]
+    commit = run.commit(step, tokens, ["accepted"] * verdict.accepted + [kind])
+    return verdict, event, commit
+
+
+class Speculative(Decoder):
+    method = "sd"
+
+    def _decode(self, run, cancel):
+        s = run.settings
+        target = Lane(self.pair.target, "target")
+        draft = Lane(self.pair.draft, "draft")
+        rollout, notice = rollout_for(self.pair, s.streams)
+        if notice:
+            yield Notice(notice)
+        how = "streams" if rollout is not serial_rollout else "serial"
+        if len(run.committed) > 1:
+            with run.span("target", "prefill", target.device, 0):
+                target.feed(run.committed[:-1], logits_to_keep=1)
+        step = 0
+        while not run.done and not cancel.is_set():
+            yield StepStart(step, len(run.new_ids))
+            with run.span("draft", "draft", draft.device, step, f"{s.gamma} tokens, {how}"):
+                window = rollout(draft, run.committed, s.gamma, s.sampling,
+                                 generator_for(s.seed, step, "draft"))
+            yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
+            verdict, event, commit = verify_window(run, target, step, window)
+            run.steps += 1
+            yield event
+            if commit:
+                yield commit
+            yield from run.new_spans()
+            step += 1

@@ -1,0 +1,96 @@
+"""A checked (target, draft, tokenizer) triple, as the decoders use it.
+
+`loading.load_pair()` builds one from names; tests build one from tiny in-memory models.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mirror_sd.errors import MirrorSDError
+
+
+def model_vocab_size(model) -> int:
+    head = model.get_output_embeddings()
+    if isinstance(getattr(head, "out_features", None), int):  # nn.Linear and the int8 kernels
+        return head.out_features
+    weight = head.weight
+    return int((weight() if callable(weight) else weight).shape[0])
+
+
+def num_layers(model) -> int:
+    return int(model.config.num_hidden_layers)
+
+
+def model_device(model) -> torch.device:
+    """Device of the input embeddings: where input ids must go."""
+    return model.get_input_embeddings().weight.device
+
+
+@dataclass
+class ModelPair:
+    target: Any  # a transformers causal LM
+    draft: Any
+    tokenizer: Any = None  # None in tests that work on ids only
+    target_name: str = "target"
+    draft_name: str = "draft"
+    precision: str = "fp32"
+    info: dict = field(default_factory=dict)  # load times, devices, parameter counts...
+    streams: Any = None  # the draft's trained stream heads (streams.py); None: looked up in assets/
+
+    def __post_init__(self):
+        vt, vd = model_vocab_size(self.target), model_vocab_size(self.draft)
+        if vt != vd:
+            raise MirrorSDError(
+                f"The target and the draft must share one vocabulary: target {self.target_name!r} "
+                f"has {vt} token ids, draft {self.draft_name!r} has {vd}.")
+        self.target.eval()
+        self.draft.eval()
+
+    @property
+    def vocab_size(self) -> int:
+        return model_vocab_size(self.target)
+
+    @property
+    def target_layers(self) -> int:
+        return num_layers(self.target)
+
+    @property
+    def context_length(self) -> int:
+        return int(getattr(self.target.config, "max_position_embeddings", 2048))
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids = set()
+        for src in (getattr(self.target, "generation_config", None), self.target.config):
+            eos = getattr(src, "eos_token_id", None) if src is not None else None
+            if eos is None:
+                continue
+            ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def encode_prompt(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
+        """Token ids fed to the target: the target's chat template applied when it has one.
+
+        `prompt` is a user message, or a list of {role, content} messages (multi-turn)."""
+        if self.tokenizer is None:
+            raise MirrorSDError("This pair has no tokenizer: pass token ids.")
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        if not messages or not any(str(m.get("content", "")).strip() for m in messages):
+            raise MirrorSDError("The prompt is empty: type something for the model to answer.")
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                     tokenize=True)
+            if hasattr(ids, "keys"):  # BatchEncoding in some versions
+                ids = ids["input_ids"]
+            return list(ids)
+        return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
