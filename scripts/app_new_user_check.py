@@ -3,7 +3,7 @@ chromium via Playwright: a run at the default settings (32 tokens), then Precisi
 tokens, set in the "Model pair and devices" accordion). Prints each run's status and summary
 and any page errors; the app's log and full-page screenshots go to --out.
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/app_new_user_check.py --out /tmp/appcheck
+    python scripts/app_new_user_check.py [--out out/app-check]
 """
 import argparse
 import os
@@ -40,7 +40,7 @@ def run(page, out: Path, tokens: int, precision: str | None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="/tmp/appcheck")
+    ap.add_argument("--out", default="out/app-check")
     ap.add_argument("--port", type=int, default=7861)
     args = ap.parse_args()
     out = Path(args.out)

@@ -1,8 +1,8 @@
-"""The CUDA path in one short run, for a session that is lent a GPU (issues 2 and 7).
+"""The CUDA path in one short run, for a machine with a GPU.
 
-The real models cannot travel to the GPU machine (a few GB; the device tool carries 64 MiB),
-so this builds models of the *real shapes* from the default pair's config.json files with
-random weights (seeded), and the real tokenizer:
+The real models need not travel to the GPU machine (a few GB): this builds models of the *real
+shapes* from the default pair's config.json files with random weights (seeded), and the real
+tokenizer:
   target: the Qwen2.5-Coder-1.5B architecture (28 layers), random init;
   draft:  the target's first DRAFT_LAYERS layers with its embeddings, norm and LM head (a
           layer-skip draft: random weights make an unrelated draft useless, a shared trunk
@@ -18,12 +18,13 @@ Checks, each written to OUT/gpu_check.json and a readable OUT/gpu_check.md:
   2. the overlap itself: a target forward over gamma+1 tokens with gamma draft forwards in
      another thread, on one stream vs on two, against back to back.
 
-Prepare here (once; the folder is ignored by git and carried to the device):
+Prepare on a machine with the default pair's cache (once; the folder is ignored by git, copy it
+with the checkout):
     python scripts/gpu_check.py --prepare .gpu
-On the device (`run` with carry [".gpu"]):
-    PYTHONUNBUFFERED=1 python3 scripts/gpu_check.py --assets .gpu --out $OUT
+On the GPU machine:
+    PYTHONUNBUFFERED=1 python3 scripts/gpu_check.py --assets .gpu --out out/gpu_check
 Here, a smoke test of the script itself on tiny shapes:
-    python scripts/gpu_check.py --assets .gpu --out /tmp/gpu_check --device cpu --small
+    python scripts/gpu_check.py --assets .gpu --out out/gpu_check_smoke --device cpu --small
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -210,7 +212,7 @@ def main():
     from mirror_sd.models.loading import load_pair
 
     args.out.mkdir(parents=True, exist_ok=True)
-    work = Path("/tmp/gpu_check_models")
+    work = Path(tempfile.mkdtemp(prefix="mirror-sd-gpu-check-"))  # large: kept out of --out
     report = {"torch": torch.__version__, "cuda": torch.cuda.is_available(),
               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
               "note": "random-weight models of the real shapes (target: Qwen2.5-Coder-1.5B "

@@ -1,9 +1,9 @@
 """Where one decode step of a default-pair model goes, 2 threads, 100-token context: the whole
 forward, its decoder layers (forward hooks on the first and last layer), the LM head, and the
-model's linear layers called back to back on random rows (docs/measurements.md section 13).
+model's linear layers called back to back on random rows (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock env MIRROR_SD_FAST_LAYERS=0 python scripts/draft_step_split.py --precision int4
-    flock /tmp/mirror-sd-cpu.lock python scripts/draft_step_split.py --precision int4
+    env MIRROR_SD_FAST_LAYERS=0 python research/draft_step_split.py --precision int4
+    python research/draft_step_split.py --precision int4
 """
 import argparse
 import os

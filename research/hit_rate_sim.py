@@ -1,8 +1,8 @@
 """Branch hit rate of Mirror-SD vs branch budget, re-scored offline with other scoring parameters.
 
-Record (real models: wrap in `flock /tmp/mirror-sd-cpu.lock`, a few minutes):
+Record (real models, a few minutes):
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/hit_rate_sim.py record --split choose \
+    python research/hit_rate_sim.py record --split choose \
         --prompts 6 --max-new-tokens 64 --gamma 3 --out out/hitrate/choose.jsonl
 
 runs greedy Mirror-SD (int8 target, int8-dyn draft, the exit lens, by default exit layer 24 as
@@ -15,20 +15,20 @@ Splits of assets/questions.jsonl by index: `choose` = index % 3 == 0, `report` =
 
 Simulate (no models, seconds):
 
-    python scripts/hit_rate_sim.py grid out/hitrate/choose.jsonl       # search w, u, kappa
-    python scripts/hit_rate_sim.py table out/hitrate/report.jsonl      # old vs new defaults
+    python research/hit_rate_sim.py grid out/hitrate/choose.jsonl       # search w, u, kappa
+    python research/hit_rate_sim.py table out/hitrate/report.jsonl      # the recorded weights vs the shipped lens defaults
 
 In greedy decoding the windows do not depend on which branches were precomputed (a hit only
 saves time), so one recording replays any scoring. Simulated hit rate at budget b = share of
 steps whose verdict root is among the first b of the scored list (the engine admits exactly
 those once the exit has arrived). An estimate: it ignores how long each rollout takes (a late
-hit still waits for its rollout) and, for the "old engine" rows, replays the old admission
-(the draft's own best guess first, when it was admitted before the exit in the recording).
+hit still waits for its rollout) and, for the "draft-first admission" rows, replays an admission that keeps
+the draft's own best guess first (when it was admitted before the exit in the recording).
 Top-K truncation: tokens outside the draft's recorded top-K get draft probability 0.
 
-End to end (real models, under flock):
+End to end (real models):
 
-    python scripts/hit_rate_sim.py timing --split report --prompts 3 --budgets 1,2,4
+    python research/hit_rate_sim.py timing --split report --prompts 3 --budgets 1,2,4
 
 the auto-tuner's probe (its estimated hit rate per budget and its choice), then Mirror-SD at
 each budget (and the choice), interleaved per question: tok/s and measured hit rate.
@@ -49,7 +49,7 @@ from mirror_sd.engine.mirror import scoring as branch_scoring  # noqa: E402
 
 TOP_K = 32  # draft probabilities kept per distribution
 BUDGETS = range(1, 9)
-OLD = {"exit_weight": 0.5, "accept_weight": 0.0, "kappa": 8}  # the defaults before this script
+RAW = {"exit_weight": 0.5, "accept_weight": 0.0, "kappa": 8}  # the raw exit's scoring weights, the comparison row
 
 
 def split_questions(questions, split):
@@ -243,13 +243,13 @@ def hit_curve(steps, **p) -> list[float]:
 def draft_only_curve(steps) -> list[float]:
     ranks = []
     for st in steps:
-        roots = [(r.depth, r.token) for r in scored(st, 0.0, 0.0, OLD["kappa"], with_exit=False)]
+        roots = [(r.depth, r.token) for r in scored(st, 0.0, 0.0, RAW["kappa"], with_exit=False)]
         ranks.append(roots.index(st["c_verdict"]) if st["c_verdict"] in roots else -1)
     return curve_from_ranks(ranks)
 
 
-def old_engine_curve(steps, **p) -> list[float]:
-    """The admission before this change: the draft's own best root first (when it was admitted
+def draft_first_curve(steps, **p) -> list[float]:
+    """An admission that keeps the draft's own best root first (when it was admitted
     before the exit in the recording), then the final list up to the budget."""
     out = []
     for b in BUDGETS:
@@ -322,7 +322,7 @@ def grid(args) -> None:
 
 
 def parse_params(text: str) -> dict:
-    d = dict(OLD)
+    d = dict(RAW)
     for item in text.split(","):
         k, v = item.split("=")
         d[{"w": "exit_weight", "u": "accept_weight", "kappa": "kappa"}[k.strip()]] = (
@@ -334,12 +334,12 @@ def table(args) -> None:
     steps = load_steps(args.files)
     print(describe(steps))
     new = {"exit_weight": branch_scoring.EXIT_WEIGHT_LENS, "accept_weight": branch_scoring.ACCEPT_WEIGHT_LENS,
-           "kappa": OLD["kappa"]} if args.new is None else parse_params(args.new)
+           "kappa": RAW["kappa"]} if args.new is None else parse_params(args.new)
     print(header())
-    print(_row("old engine: the draft's own guess first, then w 0.5 u 0", old_engine_curve(steps, **OLD)))
+    print(_row("draft-first admission: the draft's own guess first, then w 0.5 u 0", draft_first_curve(steps, **RAW)))
     print(_row("draft only (no exit)", draft_only_curve(steps)))
-    print(_row("w 0.5 u 0 (old lens defaults)", hit_curve(steps, **OLD)))
-    print(_row(f"w {new['exit_weight']} u {new['accept_weight']} (new lens defaults)" if args.new is None
+    print(_row("w 0.5 u 0 (raw-exit weights)", hit_curve(steps, **RAW)))
+    print(_row(f"w {new['exit_weight']} u {new['accept_weight']} (shipped lens defaults)" if args.new is None
                else f"w {new['exit_weight']} u {new['accept_weight']} kappa {new['kappa']}", hit_curve(steps, **new)))
     ranks = [st["engine_rank"] for st in steps if st.get("engine_rank") is not None]
     if ranks:
@@ -372,7 +372,7 @@ def main(argv=None) -> None:
     g = sub.add_parser("grid", help="search exit_weight, accept_weight and kappa on a recording")
     g.add_argument("files", nargs="+")
     g.add_argument("--top", type=int, default=12)
-    t = sub.add_parser("table", help="simulated hit rate vs budget: old vs new defaults")
+    t = sub.add_parser("table", help="simulated hit rate vs budget: raw-exit weights vs the shipped lens defaults")
     t.add_argument("files", nargs="+")
     t.add_argument("--new", default=None, help="e.g. w=0.8,u=0.6,kappa=8 (default: the shipped lens defaults)")
     args = ap.parse_args(argv)

@@ -1,10 +1,10 @@
 """One model of the default pair at several precisions, interleaved: median ms of a forward
 at a 100-token context for 1 new token (decode), a batch of 4 rows of 1 token (branch
 rollouts) and 4 tokens of one row (a verify window), at 1 and 2 threads; the order of the
-precisions alternates by round (docs/measurements.md section 13).
+precisions alternates by round (docs/performance.md, "Precisions").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/precision_ab.py --model draft --precisions int8,int4
-    flock /tmp/mirror-sd-cpu.lock python scripts/precision_ab.py --model target --precisions int8,int4
+    python research/precision_ab.py --model draft --precisions int8,int4
+    python research/precision_ab.py --model target --precisions int8,int4
 """
 import argparse
 import os

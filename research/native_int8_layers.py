@@ -1,8 +1,8 @@
 """One layer shape at a time: the AVX2 row kernel (native_int8) against fbgemm's RowInt8Linear,
 1 and 2 threads, 1 and 4 rows, weights cold (enough copies of the layer to fill ~800 MB), and
-the relative error of both against fp32 (docs/measurements.md section 12).
+the relative error of both against fp32 (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/native_int8_layers.py
+    python research/native_int8_layers.py
 """
 import torch, time, statistics, warnings, sys
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..")); warnings.filterwarnings("ignore")

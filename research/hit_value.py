@@ -1,6 +1,6 @@
-"""What is one Mirror-SD hit worth on this machine? (issue 6; docs/measurements.md section 16)
+"""What is one Mirror-SD hit worth on this machine? (docs/performance.md, "The exit lens")
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/hit_value.py --questions out/s7/heldout-questions.jsonl
+    python research/hit_value.py --questions out/heldout-questions.jsonl
 
 A hit saves the draft work that already ran while the target finished its forward: after the
 verdict the target waits for the next window, and on a hit that window is partly or wholly

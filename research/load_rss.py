@@ -1,7 +1,7 @@
 """Peak and current RSS of loading the default pair (int8 target, int8-dyn draft by default),
 read from /proc/self/status after each phase of load_pair.
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/load_rss.py [TARGET_PRECISION] [DRAFT_PRECISION]
+    python research/load_rss.py [TARGET_PRECISION] [DRAFT_PRECISION]
 """
 import os
 import sys

@@ -1,11 +1,11 @@
 """fast_layers (two C++ calls a layer) against lean_layers (transformers' arithmetic) on one
 model of the default pair, interleaved: median ms of a forward at a 100-token context for 1
 new token, a batch of 4 rows and 4 tokens of one row, at 1 and 2 threads, the order
-alternating by round; and the largest logit difference between the two (docs/measurements.md
-section 13).
+alternating by round; and the largest logit difference between the two
+(docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/fast_layers_ab.py --model draft --precision int4
-    flock /tmp/mirror-sd-cpu.lock python scripts/fast_layers_ab.py --model target --precision int8
+    python research/fast_layers_ab.py --model draft --precision int4
+    python research/fast_layers_ab.py --model target --precision int8
 """
 import argparse
 import os

@@ -1,6 +1,6 @@
 """Which draft window policy pays on this machine: fixed gamma, or stop when the draft is unsure.
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/window_policy_sim.py --precision int8
+    python research/window_policy_sim.py --precision int8
 
 For each built-in question (first per category) the target's greedy answer is decoded (AR),
 then the draft runs once over prompt + answer: at every answer position that gives the draft's

@@ -1,6 +1,6 @@
-"""Whole-model speed and exactness of each CPU precision (docs/measurements.md, section 4).
+"""Whole-model speed and exactness of each CPU precision (docs/performance.md, "Precisions").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/precision_table.py [--models target,draft]
+    python research/precision_table.py [--models target,draft]
 
 For each model and precision: median ms of one decode step and of one 8-token verify forward
 (100-token context) at 1 and 2 threads; "row-exact": the logits of an 8-token verify forward
@@ -73,7 +73,7 @@ def main():
     ap.add_argument("--models", default="target,draft")
     ap.add_argument("--precisions", default="fp32,fp16w,int8,int8-dyn")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--out", default="docs/precision_table.json")
+    ap.add_argument("--out", default="research/precision_table.json")
     args = ap.parse_args()
     torch.manual_seed(0)
     results = []

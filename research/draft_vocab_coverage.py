@@ -1,7 +1,7 @@
-"""How many of the target's own greedy tokens a proposal vocabulary holds (docs/measurements.md
-section 11).
+"""How many of the target's own greedy tokens a proposal vocabulary holds
+(docs/performance.md, "The draft vocabulary").
 
-    python scripts/draft_vocab_coverage.py assets/draft_vocab_qwen2.5-coder.safetensors [more files]
+    python research/draft_vocab_coverage.py assets/draft_vocab_qwen2.5-coder.safetensors [more files]
 
 Reads the token ids of every AR run (`ar`, `ar-*`) in out/*/results.json (benchmark outputs;
 each distinct output counted once) and prints, per file and for the plain "ids < N" sets, the

@@ -1,8 +1,8 @@
-"""Would stream heads that also see the drafted token do better? (issue 5; docs/measurements.md
-section 15). Offline, on the training cache that `python -m mirror_sd.training.streams --source
+"""Would stream heads that also see the drafted token do better?
+(docs/performance.md, "Stream heads"). Offline, on the training cache that `python -m mirror_sd.training.streams --source
 continuations --cache FILE` writes (the draft's own greedy continuations and final hidden states):
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/stream_heads_conditioned.py --cache out/streams-cont.pt
+    python research/stream_heads_conditioned.py --cache out/streams-cont.pt
 
 Fits, on the same positions, split (every 10th continuation held out) and seed:
   - residual heads, the shipped design (streams.StreamHeads): h_j = h + W2_j SiLU(W1_j h),

@@ -1,10 +1,10 @@
 """Mirror-SD with and without `placement.lane_alone`, interleaved in one benchmark run.
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/lane_alone_ab.py --out out/bench-s7-alone
+    python research/lane_alone_ab.py [--out out/bench-lane-alone]
 
 On a CPU, Mirror-SD's two lanes get one core each. Where one lane works alone (the prefill,
 the first window, the draft lane's work after the target has delivered its verdict and waits
-for the next window) the engine now gives it both cores, as AR and SD have. The method
+for the next window) the engine gives it both cores, as AR and SD have. The method
 `mirror-one-core` runs the engine with that switched off (lane_alone replaced by a no-op for
 the run), so the two can be compared question by question in one interleaved run.
 """
@@ -49,13 +49,13 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--gamma", type=int, default=3)
     ap.add_argument("--branch-budget", type=int, default=1)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default="out/bench-lane-alone")
     args = ap.parse_args()
     pair = load_pair("default", "default", precision=args.precision, progress=lambda m, f=None: None)
     questions = per_category(load_questions(args.questions), args.per_category)
     settings = Settings(max_new_tokens=args.max_new_tokens, gamma=args.gamma,
                         branch_budget=args.branch_budget)
-    command = "python scripts/lane_alone_ab.py " + " ".join(sys.argv[1:])
+    command = "python research/lane_alone_ab.py " + " ".join(sys.argv[1:])
     results = bench.run_benchmark(pair, questions, ["ar", "sd", "mirror", "mirror-one-core"], settings,
                                   out_dir=args.out, runners={"mirror-one-core": one_core_runner()},
                                   progress=False, meta={"command": command})

@@ -1,7 +1,7 @@
-"""The int8 target's forward step, A/B in one process (docs/measurements.md section 9).
+"""The int8 target's forward step, A/B in one process (docs/performance.md, "Kernels").
 
-    git show b6119ab:mirror_sd/cpu/linears.py > /tmp/old_kernels.py
-    flock /tmp/mirror-sd-cpu.lock python scripts/int8_step_ab.py kernels --old /tmp/old_kernels.py
+    git show REVISION:mirror_sd/cpu/linears.py > out/old_linears.py
+    python research/int8_step_ab.py kernels --old out/old_linears.py
 
 kernels: the target converted by an older cpu_kernels.py (--old), by this one without fused
 projections, and by this one; median ms of decode (1 token) and verify (4 tokens) after a

@@ -1,7 +1,7 @@
 """Stream heads on the default pair: draft time per rollout, per-position acceptance by the
 target, and SD / Mirror-SD with and without streams against AR on one code prompt (greedy).
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/streams_measure.py [--max-new-tokens 128] [--question 1]
+    python research/streams_measure.py [--max-new-tokens 128] [--question 1]
 
 Prints a JSON object (and writes it to --out when given)."""
 from __future__ import annotations

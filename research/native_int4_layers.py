@@ -1,8 +1,8 @@
 """The int4 kernel against the int8 kernel per layer shape of the default pair, weights cold
 (enough copies of each layer to overflow the L3 cache, cycled), 2 threads, 1/2/4 rows; median
-ms and GB/s of weights read (docs/measurements.md section 13).
+ms and GB/s of weights read (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/native_int4_layers.py
+    python research/native_int4_layers.py
 """
 import os
 import statistics

@@ -1,7 +1,7 @@
-"""Where a draft forward goes (docs/measurements.md section 11).
+"""Where a draft forward goes (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/draft_step_profile.py --threads 1
-    flock /tmp/mirror-sd-cpu.lock python scripts/draft_step_profile.py --threads 2
+    python research/draft_step_profile.py --threads 1
+    python research/draft_step_profile.py --threads 2
 
 The int8-dyn default draft after a 100-token context: median ms of a whole forward, of the body
 alone (no LM head) and of the LM head, full and cut to 32,768 rows, at 1 and 4 rows; then the

@@ -1,11 +1,12 @@
-"""Do the two lanes slow each other less as two processes than as two threads? (issue 2)
+"""Do the two lanes slow each other less as two processes than as two threads?
+(docs/performance.md, "Speculative decoding on this CPU")
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/lane_contention.py
+    python research/lane_contention.py
 
 The int8 target verifies 4 tokens on one torch thread (median of 12 forwards, 100-token
 context) alone, then while the int8-dyn draft decodes without pause on one thread in (a) a
 Python thread of the same process, (b) a separate process. Prints the target's ms and the
-draft's ms per token in each case (docs/measurements.md, section 9).
+draft's ms per token in each case.
 """
 import multiprocessing as mp
 import os

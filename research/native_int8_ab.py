@@ -1,7 +1,7 @@
 """The int8 target with the AVX2 row kernel (native_int8) against fbgemm's RowInt8Linear,
-interleaved in one process (docs/measurements.md section 12).
+interleaved in one process (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/native_int8_ab.py [--rounds 6]
+    python research/native_int8_ab.py [--rounds 6]
 
 Median ms of 10 forwards (after 2 warm-up ones) at a 100-token context: decode 1 token and
 verify 4, and of 3 prefills of the 100-token prompt, at 2 threads and at 1 (Mirror-SD's target lane), the order alternating by round.

@@ -1,8 +1,8 @@
-"""Would the paper's stream design do better than the shipped residual heads? (issue 5;
-docs/measurements.md section 16). Offline, on the training cache that `python -m
+"""Would the paper's stream design do better than the shipped residual heads?
+(docs/performance.md, "Stream heads"). Offline, on the training cache that `python -m
 mirror_sd.training.streams --source continuations --cache FILE` writes:
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/stream_attention_heads.py --cache out/streams-cont.pt
+    python research/stream_attention_heads.py --cache out/streams-cont.pt
 
 Speculative Streaming (Bhendawade et al. 2024, arXiv 2402.11131) runs K extra "stream" rows
 per position through the draft's top N_s layers: row (t, j) enters layer L-N_s as the main
@@ -24,9 +24,9 @@ Steps:
    in fp32, then the LM head), so stream j at row t learns own[t+j].
 3. Fit: the stream rows through the frozen top layers (fp32) with the adapters, cross-entropy
    over the tokens the targets contain, AdamW, one-cycle, seed 0, every 10th continuation held
-   out (the split of scripts/stream_heads_conditioned.py).
+   out (the split of research/stream_heads_conditioned.py).
 4. Held out, full vocabulary: how often stream j's top-1 equals the draft's own token j+1
-   steps ahead, and how often streams 1..j all do (section 15's table has the same for the
+   steps ahead, and how often streams 1..j all do (the table in the docs has the same for the
    residual and conditioned heads, against the generated tokens).
 """
 import argparse

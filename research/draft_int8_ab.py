@@ -1,9 +1,9 @@
 """The default draft (0.5B) at int8 (the AVX2 row kernel) against int8-dyn (fbgemm, one
 activation scale per batch), interleaved: median ms of 10 forwards at a 100-token context,
 decode 1 row, a batch of 4 rows (branch rollouts), 4 tokens of one row; 1 and 2 threads
-(docs/measurements.md section 12).
+(docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/draft_int8_ab.py
+    python research/draft_int8_ab.py
 """
 import sys, time, statistics, warnings
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..")); warnings.filterwarnings("ignore")

@@ -1,6 +1,6 @@
-"""int4 weight-only kernels against fbgemm int8 at one row (docs/measurements.md section 11).
+"""int4 weight-only kernels against fbgemm int8 at one row (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/int4_vs_int8.py
+    python research/int4_vs_int8.py
 
 Median ms of `_weight_int4pack_mm_for_cpu` (group 32, fp32 and bf16 input) and of fbgemm's
 dynamic int8 linear, 1 thread, on the draft's and the target's layer shapes and the draft's LM head.

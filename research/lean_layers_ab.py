@@ -1,7 +1,7 @@
 """Decode and verify forwards through lean_layers against transformers' own layers,
-interleaved in one process (docs/measurements.md section 12).
+interleaved in one process (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/lean_layers_ab.py [--rounds 5]
+    python research/lean_layers_ab.py [--rounds 5]
 
 The default pair at int8 (target) / int8-dyn (draft), and the fp32 target: median ms of 10
 forwards (after 2 warm-up ones) at a 100-token context, 2 threads (the draft also at 1 thread, as in Mirror-SD's

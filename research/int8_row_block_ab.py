@@ -1,7 +1,7 @@
 """The int8 kernel of a git revision against the working tree's, per layer and row count
-(docs/measurements.md section 14: row blocks of 4 against 8).
+(how the kernel's row blocking was chosen; docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/int8_row_block_ab.py --base 9344f19
+    python research/int8_row_block_ab.py --base REVISION
 
 Builds both versions of mirror_sd/cpu/kernels/row_int8.cpp as two small extensions (in a temporary
 folder), asserts that they give bit-identical outputs, then times them interleaved (order

@@ -1,7 +1,7 @@
 """How fast could SD and Mirror-SD be on this machine at all? A bound from weight bytes and
-measured memory bandwidth (issue 7; docs/measurements.md section 15). A projection, not a run.
+measured memory bandwidth (docs/performance.md, "The bandwidth bound"). A projection, not a run.
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/bandwidth_bound.py --results out/bench-s7-gamma/results.json
+    python research/bandwidth_bound.py --results out/bench-gamma/results.json
 
 At one decode row every weight of a model is read once per forward, and the AVX2 kernels are
 bound by how fast those bytes stream in. This measures, with the engine's own kernels on the

@@ -1,9 +1,9 @@
 """How far a precision moves a model of the default pair from its fp32 self: on the first 400
 tokens of the standard library's json/decoder.py, the share of positions whose top-1 token
 equals fp32's and the mean KL(fp32 || precision); with fast_layers and with the lean layers
-(transformers' arithmetic) where fast layers are installed (docs/measurements.md section 13).
+(transformers' arithmetic) where fast layers are installed (docs/performance.md, "Precisions").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/precision_quality.py --model draft --precisions int8,int4
+    python research/precision_quality.py --model draft --precisions int8,int4
 """
 import argparse
 import inspect

@@ -1,11 +1,11 @@
 """Exit lens on real decoding: exit top-8 and branch hit rates per layer, raw vs lens, and an
 interleaved end-to-end timing of Mirror-SD without and with the lens.
 
-    python scripts/exit_lens_hits.py [--prompts 4] [--max-new-tokens 48] [--gamma 7]
+    python research/exit_lens_hits.py [--prompts 4] [--max-new-tokens 48] [--gamma 7]
         [--branch-budget 3] [--draft-precision int8] [--layers 14,18,21,24]
 
 Per prompt (the built-in questions, which the lens never saw), two greedy Mirror-SD runs back
-to back, order alternating: A = raw exit at N/2 (exit_lens=off, the old default), B = the
+to back, order alternating: A = raw exit at N/2 (exit_lens=off), B = the
 defaults (exit_lens=auto: lens and rule-chosen layer). Run A is recorded: the hidden states
 of every verify forward at each candidate layer, the draft's distributions and the verdicts.
 In greedy decoding the windows do not depend on which branches were precomputed (a hit only
@@ -16,6 +16,8 @@ run, then the best by score up to the budget), exactly as DraftWorker admits the
 """
 import argparse
 import copy
+import os
+import sys
 import statistics
 import threading
 import time
@@ -23,6 +25,7 @@ import warnings
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 
 from mirror_sd.engine.mirror import scoring as branch_scoring  # noqa: E402

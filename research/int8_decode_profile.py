@@ -1,6 +1,6 @@
-"""The int8 target's decode step (docs/measurements.md section 11).
+"""The int8 target's decode step (docs/performance.md, "Kernels").
 
-    flock /tmp/mirror-sd-cpu.lock python scripts/int8_decode_profile.py
+    python research/int8_decode_profile.py
 
 1) the int8 target alone, 2 threads, 200-token context: median decode and 4-token verify, the
    LM head, and a torch.profiler table of 5 decode steps;
