@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError, run_cli
 from mirror_sd.engine.events import Commit, Error, Finish, Notice
 from mirror_sd.engine.registry import METHODS

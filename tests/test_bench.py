@@ -11,7 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mirror_sd.bench import harness as bench
 from mirror_sd.bench import latency_model as lm
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.events import Span
 from mirror_sd.models.pair import ModelPair
@@ -510,7 +510,7 @@ def test_baseline_precision_method(pair, tmp_path):
 
 def test_variant_methods_change_one_setting(pair):
     """`mirror-nolens` is Mirror-SD with the exit lens off, run by the same harness."""
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     ids = [5, 17, 42, 99, 7, 3]
     settings = Settings(max_new_tokens=6, gamma=2)
     plain = bench.engine_runner("mirror")(pair, ids, settings)
@@ -527,6 +527,6 @@ def test_method_names_can_change_settings(pair):
     for bad in ("mirror:exit_layer", "mirror:temperature=1", "mirror:gamma=x", "medusa"):
         with pytest.raises(MirrorSDError):
             bench.variant(bad)
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     run = bench.engine_runner("mirror:exit_layer=1")(pair, [5, 17, 42, 99], Settings(max_new_tokens=4, gamma=2))
     assert run.error is None and run.stats["exit_layer"] == 1

@@ -16,7 +16,7 @@ import torch
 from mirror_sd.engine.mirror import decoder as mirror_mod
 from mirror_sd.engine.autoregressive import Autoregressive
 from mirror_sd.engine.acceptance import Sampling, probs_from_logits
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                               StepStart, Verify)
 from mirror_sd.engine.lanes import Lane

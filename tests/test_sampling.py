@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from mirror_sd.engine.autoregressive import Autoregressive
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import DraftBranch
 from mirror_sd.engine.mirror.decoder import DraftWorker, MirrorSpeculative
 from mirror_sd.engine.speculative import Speculative

@@ -469,7 +469,7 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     import torch
     from tqdm import tqdm
 
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.mirror.decoder import default_exit_layer
     from mirror_sd.placement import configure_cpu_threads
 
@@ -1217,7 +1217,7 @@ def _main(args, argv) -> int:
 
     import transformers
 
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     from mirror_sd.models.loading import load_pair, load_target
 
     transformers.logging.set_verbosity_error()

@@ -1,7 +1,8 @@
 """The baseline: the target alone, one token per forward."""
 from __future__ import annotations
 
-from mirror_sd.engine.decoding import Decoder, Run, generator_for
+from mirror_sd.engine.decoder import Decoder
+from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import choose, to_probs
 from mirror_sd.engine.events import StepStart
 from mirror_sd.engine.lanes import Lane

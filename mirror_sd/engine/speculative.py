@@ -5,7 +5,8 @@ The two models never run at the same time: step time = T_draft(gamma) + T_target
 from __future__ import annotations
 
 from mirror_sd.engine.acceptance import verify
-from mirror_sd.engine.decoding import Decoder, Run, generator_for
+from mirror_sd.engine.decoder import Decoder
+from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import Window, serial_rollout, to_probs
 from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
 from mirror_sd.engine.lanes import Lane

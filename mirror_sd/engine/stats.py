@@ -34,3 +34,19 @@ def draft_hidden_fraction(spans) -> float | None:
     if busy == 0:
         return None
     return overlap_ns(draft, target) / busy
+
+
+def split_prefill(start_ns: int, end_ns: int, new_tokens: int, first_commit) -> dict:
+    """A run's time to its first committed tokens and its decode speed after them.
+
+    prefill_s: from the run's start to its first commit (the prompt's prefill, which gives
+    AR its first token; SD and Mirror-SD also draft and verify their first window in it).
+    decode_tokens_per_s: the tokens committed after the first commit over the time after
+    it; None when there are none. first_commit: (perf_counter_ns, tokens) or None."""
+    if first_commit is None:
+        return {"prefill_s": None, "decode_s": None, "decode_tokens": 0, "decode_tokens_per_s": None}
+    at_ns, first_tokens = first_commit
+    decode_s = (end_ns - at_ns) / 1e9
+    decode_tokens = new_tokens - first_tokens
+    return {"prefill_s": (at_ns - start_ns) / 1e9, "decode_s": decode_s, "decode_tokens": decode_tokens,
+            "decode_tokens_per_s": decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None}

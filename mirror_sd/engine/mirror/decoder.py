@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 import torch
 
 from mirror_sd.engine.autoregressive import plain_step
-from mirror_sd.engine.decoding import Decoder, Run, generator_for
+from mirror_sd.engine.decoder import Decoder
+from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import Window, serial_rollout, to_probs
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart
