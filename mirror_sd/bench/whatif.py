@@ -1,0 +1,383 @@
+"""What if: a recorded run replayed on other hardware. Every number here is a projection.
+
+A run's decode phase is replayed step by step through the latency model of latency_model.py
+(the paper's eq. 10, calibrated from spans): the recorded steps keep what happened (how many
+decode steps, which Mirror-SD steps hit or missed, the windows and accepted lengths), and a
+hardware profile says what each step costs there.
+
+Profiles:
+  a  this machine as measured: costs calibrated from the run's own spans (target forward per
+     token, verify of gamma+1 tokens, draft per token, the branch rollouts, the lanes'
+     contention when both run at once) plus the host time per step that no lane span covers
+     (sampling, commits, thread hand-offs), measured per method. It should reproduce each
+     method's measured decode time; the gap is the model's error.
+  b  this machine with the draft on a device of its own: no shared memory bus (contention 1),
+     each lane at its measured alone speed; host time as measured. AR and SD are unchanged
+     (they never run two lanes at once), Mirror-SD can only get faster.
+  c  a heterogeneous accelerator pair (whatif_hardware.py): target on a GPU, draft on an NPU
+     or second device, costs from weight bytes over each device's memory bandwidth.
+
+The decode phase starts at the first commit (stats `decode_s`), as the benchmark and the
+headline count it. Replayed decode steps per method: AR, every target forward after the
+prefill; SD, every step after the first; Mirror-SD, the outcome (hit or miss) of every step
+but the last: the decode phase holds step 0's draft work after its verdict, every later step,
+and the last step's target lane, which is one full step per outcome.
+
+Pure Python: no torch, no models; spans may be `events.Span` objects or dicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from mirror_sd.bench import latency_model as lm
+
+METHODS = ("ar", "sd", "mirror")
+PROFILE_NAMES = {
+    "a": "this machine, as measured",
+    "b": "this machine, draft on a device of its own",
+    "c": "accelerator pair (target GPU, draft NPU)",
+}
+
+
+def _get(obj, name, default=None):
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _kind(event) -> str:
+    return event.get("type", "") if isinstance(event, dict) else type(event).__name__
+
+
+def base_method(name: str) -> str:
+    """'mirror:exit_layer=21' -> 'mirror'."""
+    return str(name).split(":", 1)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1) the recorded steps
+
+
+@dataclass
+class RecordedSteps:
+    """What one run did in its decode phase, independent of what it cost."""
+    method: str
+    gamma: int
+    outcomes: list  # one per replayed decode step: True hit, False miss (Mirror-SD); None
+    tokens: int  # tokens committed in the decode phase
+    decode_s: float | None  # measured decode time (None: the run did not say)
+    host_s: float = 0.0  # measured seconds per decode step outside every lane span
+    windows: list[int] = field(default_factory=list)  # drafted tokens per verified step
+    accepted: list[int] = field(default_factory=list)  # accepted drafts per verified step
+
+    @property
+    def steps(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def hits(self) -> int:
+        return sum(o is True for o in self.outcomes)
+
+    @property
+    def misses(self) -> int:
+        return sum(o is False for o in self.outcomes)
+
+
+def _dur(s) -> float:
+    return (_get(s, "end_ns") - _get(s, "start_ns")) / 1e9
+
+
+def _union_s(intervals) -> float:
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e9
+
+
+def _decode_start_ns(method: str, spans) -> int | None:
+    """Span time of the first commit: the end of AR's first target forward, or of the first
+    step's acceptance rule (SD, Mirror-SD)."""
+    if method == "ar":
+        first = [s for s in spans if _get(s, "lane") == "target"]
+    else:
+        first = [s for s in spans if _get(s, "lane") == "verify" and _get(s, "step") == 0]
+    return min((_get(s, "end_ns") for s in first), default=None)
+
+
+def mirror_outcomes(method_steps: int, spans, events=None) -> list:
+    """Hit (True) or miss (False) of each step but the last, in step order: from the typed
+    events (a "taken" branch is a hit) when there are any, else from the spans (a "fallback"
+    span is a serial rollout after a miss)."""
+    n = max(0, method_steps - 1)
+    if events:
+        hit_steps = {_get(e, "step") for e in events
+                     if _kind(e) == "DraftBranch" and _get(e, "status") == "taken"}
+        return [s in hit_steps for s in range(n)]
+    miss_steps = {_get(s, "step") for s in spans if _get(s, "label") == "fallback"}
+    return [s not in miss_steps for s in range(n)]
+
+
+def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
+    """The decode steps of one run. `record`: {method, stats (Finish.stats), spans, and
+    optionally events (the typed events, for per-step accepted lengths and hits)}."""
+    method = base_method(record["method"])
+    if method not in METHODS:
+        return None
+    stats, spans, events = record.get("stats") or {}, list(record.get("spans") or []), record.get("events")
+    if method == "ar":
+        outcomes = [None] * max(0, (stats.get("target_forwards") or 0) - 1)
+    elif method == "sd":
+        outcomes = [None] * max(0, (stats.get("steps") or 0) - 1)
+    else:
+        outcomes = mirror_outcomes(stats.get("steps") or 0, spans, events)
+    decode_s = stats.get("decode_s")
+    if decode_s is None and stats.get("prefill_s") is not None and stats.get("wall_s") is not None:
+        decode_s = stats["wall_s"] - stats["prefill_s"]
+    tokens = stats.get("decode_tokens")
+    if tokens is None:
+        tokens = max(0, (stats.get("new_tokens") or 0) - (1 if method == "ar" else 0))
+    verifies = [e for e in (events or []) if _kind(e) == "Verify" and _get(e, "step", 0) > 0]
+    rec = RecordedSteps(method, gamma, outcomes, int(tokens), decode_s,
+                        windows=[len(_get(e, "drafted")) for e in verifies],
+                        accepted=[int(_get(e, "accepted")) for e in verifies])
+    start = _decode_start_ns(method, spans)
+    if decode_s is not None and start is not None and outcomes:
+        end = start + int(decode_s * 1e9)
+        busy = _union_s((max(_get(s, "start_ns"), start), min(_get(s, "end_ns"), end)) for s in spans
+                        if _get(s, "end_ns") > start and _get(s, "start_ns") < end)
+        rec.host_s = max(0.0, decode_s - busy) / len(outcomes)
+    return rec
+
+
+def record_from_run(rec) -> dict:
+    """A UI RunRecord (ui.runs) as a record dict: its Finish stats, spans and typed events."""
+    finish = rec.finish
+    return {"method": rec.method, "stats": dict(finish.stats) if finish else {},
+            "spans": rec.spans, "events": rec.events}
+
+
+# ---------------------------------------------------------------------------------------------
+# 2) profiles (a) and (b): this machine
+
+
+@dataclass
+class Profile:
+    key: str  # "a" | "b" | "c"
+    name: str
+    calibration: lm.Calibration
+    host_s: dict  # method -> host seconds per decode step (not in any lane)
+    notes: list[str] = field(default_factory=list)
+    acceptance_from_run: bool = True  # replay the recorded steps (else expected values)
+
+
+def decode_spans_only(record: dict) -> dict:
+    """The record without SD's first draft span: it also prefills the draft on the prompt,
+    which would inflate the per-token draft cost of every later window."""
+    if base_method(record["method"]) != "sd":
+        return record
+    spans = [s for s in record["spans"] if not (_get(s, "lane") == "draft" and _get(s, "step") == 0)]
+    return {**record, "spans": spans}
+
+
+def calibrate_machine(records, *, target_layers: int, gamma: int, exit_layer: int | None = None,
+                      branch_budget: int = 2, kappa: int = 8, source: str = "") -> lm.Calibration:
+    """latency_model.calibrate over the runs' decode-phase spans (engine methods only)."""
+    usable = [decode_spans_only({**r, "method": base_method(r["method"])}) for r in records
+              if base_method(r["method"]) in METHODS and not r.get("error")]
+    return lm.calibrate(usable, target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
+                        branch_budget=branch_budget, kappa=kappa, source=source)
+
+
+def host_times(recorded: list[RecordedSteps]) -> dict:
+    """Host seconds per decode step per method, pooled over runs (weighted by steps)."""
+    out = {}
+    for m in METHODS:
+        rs = [r for r in recorded if r.method == m and r.steps]
+        steps = sum(r.steps for r in rs)
+        out[m] = sum(r.host_s * r.steps for r in rs) / steps if steps else 0.0
+    return out
+
+
+def machine_profiles(cal: lm.Calibration, host_s: dict) -> dict[str, Profile]:
+    """Profiles (a) and (b) from one calibration of this machine."""
+    a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), list(cal.notes))
+    b_cal = lm.apply_changes(cal, draft_device="separate")
+    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s),
+                [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"])
+    return {"a": a, "b": b}
+
+
+# ---------------------------------------------------------------------------------------------
+# 3) projection
+
+
+def step_seconds(cal: lm.Calibration, method: str, hit: bool | None = None) -> float | None:
+    """Seconds of one step of `method` under `cal` (a Mirror-SD hit or miss when `hit` is set)."""
+    if method == "mirror" and hit is not None:
+        return lm.step_time(replace(cal, hit_rate=1.0 if hit else 0.0), "mirror")
+    return lm.step_time(cal, method)
+
+
+def project_run(rec: RecordedSteps, profile: Profile) -> dict:
+    """Projected decode time of one recorded run under `profile`: the recorded steps when the
+    profile keeps the run's window and acceptance, else their expected number (tokens over
+    tau, hits at the profile's hit rate)."""
+    cal, m = profile.calibration, rec.method
+    host = profile.host_s.get(m, 0.0)
+    replay = profile.acceptance_from_run and (m == "ar" or cal.gamma == rec.gamma)
+    if replay:
+        steps, hits = float(rec.steps), float(rec.hits)
+    else:
+        tau = lm.tokens_per_step(cal, m) or 1.0
+        steps = rec.tokens / tau
+        hits = steps * (cal.hit_rate or 0.0) if m == "mirror" else 0.0
+    if m == "mirror":
+        t_hit, t_miss = step_seconds(cal, m, True), step_seconds(cal, m, False)
+        busy = None if t_hit is None or t_miss is None else hits * t_hit + (steps - hits) * t_miss
+    else:
+        t = step_seconds(cal, m)
+        busy = None if t is None else steps * t
+    decode = None if busy is None else busy + steps * host
+    return {"method": m, "profile": profile.key, "projection": True, "replayed": replay,
+            "steps": steps, "hits": hits if m == "mirror" else None, "tokens": rec.tokens,
+            "decode_s": decode, "measured_decode_s": rec.decode_s,
+            "tokens_per_s": rec.tokens / decode if decode else None}
+
+
+def project(recorded: list[RecordedSteps], profile: Profile) -> dict:
+    """{method: pooled projection over runs, with speedup over AR}: decode tokens/s ratios."""
+    out = {}
+    for m in METHODS:
+        parts = [project_run(r, profile) for r in recorded if r.method == m]
+        if not parts or any(p["decode_s"] is None for p in parts):
+            continue
+        decode = sum(p["decode_s"] for p in parts)
+        measured = [p["measured_decode_s"] for p in parts]
+        tokens = sum(p["tokens"] for p in parts)
+        out[m] = {"method": m, "profile": profile.key, "projection": True,
+                  "replayed": all(p["replayed"] for p in parts),
+                  "steps": sum(p["steps"] for p in parts), "tokens": tokens, "decode_s": decode,
+                  "tokens_per_s": tokens / decode if decode else None,
+                  "measured_decode_s": None if None in measured else sum(measured)}
+    ar = out.get("ar")
+    for row in out.values():
+        row["speedup"] = (row["tokens_per_s"] / ar["tokens_per_s"]
+                          if ar and ar["tokens_per_s"] and row["tokens_per_s"] else None)
+        me = row["measured_decode_s"]
+        row["ratio"] = row["decode_s"] / me if me else None  # projection / measured
+    return out
+
+
+def measured_speedups(recorded: list[RecordedSteps]) -> dict:
+    """Measured decode tokens/s per method over AR's (the numbers the projection faces)."""
+    tps = {}
+    for m in METHODS:
+        rs = [r for r in recorded if r.method == m and r.decode_s]
+        if rs:
+            tps[m] = sum(r.tokens for r in rs) / sum(r.decode_s for r in rs)
+    return {m: v / tps["ar"] for m, v in tps.items()} if tps.get("ar") else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# 4) the projected per-step timeline
+
+
+def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 0.0):
+    """Bars [(lane, label, start_s, end_s)] of one projected step, and its duration; the
+    duration equals step_seconds(...) + host (the model's step time, laid out on lanes)."""
+    t = lm.step_terms(cal)
+    bars = []
+    if method == "ar":
+        bars.append(("target", "decode", 0.0, t["T_AR"]))
+        end = t["T_AR"]
+    elif method == "sd":
+        draft, fwd = t["T_draft(gamma)"], t["T_target(gamma+1)"]
+        bars += [("draft", "draft", 0.0, draft), ("target", "verify_forward", draft, draft + fwd),
+                 ("verify", "accept", draft + fwd, draft + fwd + cal.t_accept)]
+        end = draft + fwd + cal.t_accept
+    else:
+        c = cal.contention if cal.draft_device == "shared" else 1.0
+        if cal.draft_device == "serial":
+            c = 1.0
+        p, ee, s = c * t["T_prefix"], c * t["T_ee"], c * t["T_suffix"]
+        comm_ee = cal.t_comm_ee
+        total = step_seconds(cal, "mirror", hit)
+        tail = t["T_fallback"] if not hit else None
+        bars += [("target", "prefix", 0.0, p), ("target", "exit_head", p, p + ee)]
+        if comm_ee:
+            bars.append(("transfer", "early exit -> draft", p + ee, p + ee + comm_ee))
+        bars.append(("target", "suffix", p + ee, p + ee + s))
+        verdict = p + ee + s
+        bars.append(("verify", "accept", verdict, verdict + cal.t_accept))
+        verdict += cal.t_accept
+        if cal.t_comm_verify:
+            bars.append(("transfer", "verdict -> draft", verdict, verdict + cal.t_comm_verify))
+        draft_start = 0.0 if cal.schedule == "engine" else p + ee + comm_ee
+        if cal.draft_device == "serial":
+            draft_start = verdict
+        if hit:  # the rollouts run beside the target lane; what is left runs after the verdict
+            draft_end = draft_start + c * t["T_rollouts"]
+            if cal.schedule == "engine" and total > verdict + 1e-12:
+                draft_end = total
+            bars.append(("draft", "branches", draft_start, min(total, max(draft_start, draft_end))))
+        else:
+            bars.append(("draft", "branches", draft_start, max(draft_start, verdict)))
+            bars.append(("draft", "fallback", total - tail, total))
+        end = total
+    if host:
+        bars.append(("host", "host", end, end + host))
+    return bars, end + host
+
+
+def projected_timeline(rec: RecordedSteps, profile: Profile, max_steps: int = 12) -> dict:
+    """The first `max_steps` replayed decode steps laid end to end: {bars, end_s, steps}."""
+    cal, host = profile.calibration, profile.host_s.get(rec.method, 0.0)
+    bars, t0 = [], 0.0
+    for i, outcome in enumerate(rec.outcomes[:max_steps]):
+        step, dur = step_bars(cal, rec.method, outcome, host)
+        bars += [(lane, label, t0 + a, t0 + b, i) for lane, label, a, b in step]
+        t0 += dur
+    return {"bars": bars, "end_s": t0, "steps": min(max_steps, rec.steps), "projection": True}
+
+
+def measured_timeline(record: dict, max_steps: int = 12) -> dict:
+    """The same steps as measured: the run's spans from the first commit on, in seconds."""
+    method = base_method(record["method"])
+    spans = list(record.get("spans") or [])
+    start = _decode_start_ns(method, spans)
+    rec = recorded_steps(record, 0)
+    if start is None or rec is None:
+        return {"bars": [], "end_s": 0.0, "steps": 0}
+    first = 1 if method in ("ar", "sd") else 0  # Mirror-SD: step 0's draft work after its verdict
+    keep = [s for s in spans if _get(s, "end_ns") > start and first <= _get(s, "step", 0) < first + max_steps]
+    bars = [(_get(s, "lane"), _get(s, "label"), (max(_get(s, "start_ns"), start) - start) / 1e9,
+             (_get(s, "end_ns") - start) / 1e9, _get(s, "step", 0)) for s in keep]
+    end = max((b[3] for b in bars), default=0.0)
+    return {"bars": bars, "end_s": end, "steps": min(max_steps, rec.steps)}
+
+
+# ---------------------------------------------------------------------------------------------
+# 5) everything for one set of runs
+
+
+def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,
+                branch_budget: int = 2, kappa: int = 8, accelerators=None, source: str = "") -> dict:
+    """Profiles (a), (b) and (c) for `records` (record dicts, see recorded_steps): measured
+    speedups, per-profile projections, the profiles, and the recorded steps. `accelerators`:
+    whatif_hardware.Accelerators (None: its defaults)."""
+    from mirror_sd.bench.whatif_hardware import Accelerators, accelerator_profile
+
+    recorded = [r for r in (recorded_steps(rec, gamma) for rec in records) if r is not None]
+    cal = calibrate_machine(records, target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
+                            branch_budget=branch_budget, kappa=kappa, source=source)
+    profiles = machine_profiles(cal, host_times(recorded))
+    hw = accelerators if accelerators is not None else Accelerators()
+    profiles["c"] = accelerator_profile(hw, cal, gamma)
+    return {"projection": True, "note": lm.PROJECTION_NOTE, "calibration": cal,
+            "measured_speedup": measured_speedups(recorded), "recorded": recorded,
+            "profiles": profiles, "projected": {k: project(recorded, p) for k, p in profiles.items()}}

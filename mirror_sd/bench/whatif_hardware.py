@@ -1,0 +1,172 @@
+"""Profile (c) of the what-if projection: a heterogeneous accelerator pair in the paper's spirit.
+
+The target runs on a GPU, the draft on an NPU or a second device; no shared bus (contention 1).
+At batch 1 a decoder forward over a few tokens is memory-bound: it reads every weight once.
+So each forward costs a roofline time
+
+    t(k tokens) = max(weight bytes / achieved bandwidth, 2 * params * k / achieved FLOP/s) + launch
+
+with "weight bytes" the weights one forward reads (all of them but the input embedding table,
+of which it reads k rows; a tied LM head is read as the head). For small k the bandwidth term
+wins: verify of gamma+1 tokens costs about one forward (stated assumption; the FLOP term takes
+over only near k ~ FLOP/s / (bytes/s) ~ hundreds of tokens at 2 bytes per weight). The early
+exit reads the final norm + LM head once more (its bytes over the target's bandwidth); the
+split of a target forward at the exit layer is by layers. Messages between the devices (the
+top-kappa ids after the exit, the verdict) cost `comm_ms` each; host work per step (sampling,
+the acceptance rule, scheduling) `host_ms`. Speculative streaming (the paper's draft emits
+several tokens per forward) is `draft_tokens_per_forward`.
+
+Shapes are the public model cards' (approximate parameter counts). All numbers here feed a
+projection: nothing is measured.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from mirror_sd.bench import latency_model as lm
+from mirror_sd.bench.whatif import PROFILE_NAMES, Profile
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    params_b: float  # billions of parameters, embeddings included
+    layers: int
+    hidden: int
+    vocab: int = 151_936
+    tied: bool = False  # input embedding shared with the LM head
+
+    @property
+    def head_params(self) -> float:
+        return self.vocab * self.hidden
+
+    def read_params(self) -> float:
+        """Parameters one forward reads: all but the input embedding table (its rows are
+        gathered), which a tied model reads anyway as its LM head."""
+        total = self.params_b * 1e9
+        return total if self.tied else total - self.head_params
+
+
+TARGETS = {
+    "1.5B": ModelShape("Qwen2.5-1.5B", 1.54, 28, 1536, tied=True),
+    "8B": ModelShape("Qwen3-8B", 8.19, 36, 4096),
+    "14B": ModelShape("Qwen3-14B", 14.77, 40, 5120),
+    "32B": ModelShape("Qwen3-32B", 32.76, 64, 5120),
+}
+DRAFTS = {
+    "0.5B": ModelShape("Qwen2.5-0.5B", 0.49, 24, 896, tied=True),
+    "0.6B": ModelShape("Qwen3-0.6B", 0.60, 28, 1024, tied=True),
+}
+
+
+@dataclass
+class Accelerators:
+    """The editable inputs of profile (c); defaults: an H100-class GPU (3.35 TB/s HBM, about
+    80% achieved) for the target and an NPU with 800 GB/s unified memory (M2 Ultra class, 80%
+    achieved) for the draft, bf16 weights."""
+    target: str = "14B"
+    draft: str = "0.6B"
+    target_bw_gbs: float = 2680.0  # achieved memory bandwidth, GB/s
+    draft_bw_gbs: float = 640.0
+    target_tflops: float = 400.0  # achieved dense bf16 TFLOP/s
+    draft_tflops: float = 30.0
+    bytes_per_weight: float = 2.0  # bf16
+    launch_ms: float = 0.2  # fixed cost per forward (kernel launches), each device
+    comm_ms: float = 0.05  # one message between the devices (a few hundred bytes)
+    host_ms: float = 0.5  # host work per step, every method
+    gamma: int = 7
+    kappa: int = 8
+    exit_fraction: float = 0.5  # early-exit layer as a fraction of the target's layers
+    branch_budget: int = 2
+    draft_tokens_per_forward: float = 1.0  # speculative streaming: > 1
+    tau: float | None = None  # tokens per step at this gamma (None: the run's acceptance)
+    hit_rate: float | None = None  # Mirror-SD steps whose next window was ready (None: the run's)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Accelerators":
+        known = {k: v for k, v in (d or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def forward_s(shape: ModelShape, tokens: int, bw_gbs: float, tflops: float, bytes_per_weight: float,
+              launch_ms: float) -> float:
+    """Roofline seconds of one forward over `tokens` tokens (batch 1)."""
+    memory = shape.read_params() * bytes_per_weight / (bw_gbs * 1e9)
+    compute = 2.0 * shape.params_b * 1e9 * tokens / (tflops * 1e12)
+    return max(memory, compute) + launch_ms / 1e3
+
+
+def _check(hw: Accelerators) -> None:
+    if hw.target not in TARGETS:
+        raise ValueError(f"target size must be one of {', '.join(TARGETS)}")
+    if hw.draft not in DRAFTS:
+        raise ValueError(f"draft size must be one of {', '.join(DRAFTS)}")
+    for name in ("target_bw_gbs", "draft_bw_gbs", "target_tflops", "draft_tflops",
+                 "bytes_per_weight", "draft_tokens_per_forward"):
+        if not getattr(hw, name) > 0:
+            raise ValueError(f"{name} must be positive")
+    if not 0.0 < hw.exit_fraction < 1.0:
+        raise ValueError("exit_fraction must be between 0 and 1")
+    if hw.gamma < 1 or hw.branch_budget < 1:
+        raise ValueError("gamma and branch_budget must be at least 1")
+
+
+def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None) -> lm.Calibration:
+    """A latency-model calibration for the pair; acceptance and hit rate from `run` (the
+    recorded run's calibration) unless `hw` sets tau / hit_rate."""
+    _check(hw)
+    tgt, dft = TARGETS[hw.target], DRAFTS[hw.draft]
+    g, bpw = hw.gamma, hw.bytes_per_weight
+
+    def t_target(k):
+        return forward_s(tgt, k, hw.target_bw_gbs, hw.target_tflops, bpw, hw.launch_ms)
+
+    def t_draft(k):
+        return forward_s(dft, k, hw.draft_bw_gbs, hw.draft_tflops, bpw, hw.launch_ms)
+
+    head_bytes = tgt.head_params * bpw
+    t1, tk = t_target(1), t_target(g + 1)
+    head_share = head_bytes / (tgt.read_params() * bpw)
+    per_token = t_draft(1) / hw.draft_tokens_per_forward
+    rows = max(1, hw.branch_budget)
+    if hw.tau is not None:
+        alpha = lm.alpha_from_tau(hw.tau, g)
+    elif run is not None:  # the run's per-token acceptance, carried to this gamma
+        alpha = run.alpha_mirror if run.alpha_mirror is not None else run.alpha_sd
+    else:
+        alpha = None
+    hit = hw.hit_rate if hw.hit_rate is not None else (run.hit_rate if run is not None else None)
+    notes = [f"target {tgt.name} ({tgt.params_b:g}B, {tgt.layers} layers) at "
+             f"{hw.target_bw_gbs:g} GB/s: {t1 * 1e3:.2f} ms per token, verify of {g + 1} "
+             f"{tk * 1e3:.2f} ms",
+             f"draft {dft.name} ({dft.params_b:g}B) at {hw.draft_bw_gbs:g} GB/s: "
+             f"{per_token * 1e3:.2f} ms per drafted token"
+             + (f" ({hw.draft_tokens_per_forward:g} tokens per forward)" if hw.draft_tokens_per_forward != 1 else ""),
+             f"{bpw:g} bytes per weight; {hw.launch_ms:g} ms launch per forward; "
+             f"{hw.comm_ms:g} ms per message; {hw.host_ms:g} ms host per step"]
+    return lm.Calibration(
+        target_layers=tgt.layers, exit_layer=max(1, min(tgt.layers - 1, round(hw.exit_fraction * tgt.layers))),
+        gamma=g, gamma_measured=g, branch_budget=hw.branch_budget, kappa=hw.kappa,
+        t_target_1=t1, t_target_k=tk, head_share=head_share,
+        t_exit_head=head_bytes / (hw.target_bw_gbs * 1e9), t_accept=0.0,
+        t_draft_token=per_token, t_fallback_token=per_token, t_extend=t_draft(1),
+        t_branch_1=per_token, t_branch_row=max(0.0, t_draft(rows) - t_draft(1)) / max(1, rows - 1) / hw.draft_tokens_per_forward,
+        branch_forwards=1.0, branch_rows=float(rows), contention=1.0, schedule="paper",
+        draft_device="separate", t_comm_ee=hw.comm_ms / 1e3, t_comm_verify=hw.comm_ms / 1e3,
+        alpha_sd=alpha, alpha_mirror=alpha, hit_rate=hit,
+        source="projection: weight bytes over memory bandwidth (whatif_hardware.py)", notes=notes)
+
+
+def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
+                        run_gamma: int | None = None) -> Profile:
+    """Profile (c). The recorded steps are replayed when it keeps the run's window and its
+    acceptance; otherwise the expected number of steps from tau and the hit rate."""
+    cal = accelerator_calibration(hw, run)
+    from_run = hw.tau is None and hw.hit_rate is None and run_gamma == hw.gamma
+    host = hw.host_ms / 1e3
+    return Profile("c", PROFILE_NAMES["c"], cal, {m: host for m in ("ar", "sd", "mirror")},
+                   list(cal.notes) + list(hw.notes), acceptance_from_run=from_run)

@@ -1,0 +1,153 @@
+"""How well the what-if projection's profile (a) reproduces a benchmark run, and what profile (c)
+gives for the paper's setting. Every projected number is a projection, not a measurement.
+
+    python research/whatif_fidelity.py OUT_DIR                  # reads OUT_DIR/results.json
+    python research/whatif_fidelity.py OUT_DIR --run "--per-category 1 --max-new-tokens 48 \
+        --methods ar,sd,mirror --precision int8"                # runs the benchmark first
+
+Fidelity table: per method and question (turns pooled), the measured decode time, profile
+(a)'s projection of the same recorded steps and their ratio; two calibrations: "pooled" (costs
+from every question's spans) and "held out" (costs from the other questions only, so the
+question's own spans never set its projection). Then profile (c): the paper's setting (gamma
+7, kappa 8, exit at N/2, Qwen3-14B / 32B targets with the 0.6B draft) fed the run's own
+acceptance and paper-like ones (tau 4-6 tokens per step), with the costs it assumed.
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from mirror_sd.bench import whatif as wi  # noqa: E402
+from mirror_sd.bench.harness import records_from_results  # noqa: E402
+from mirror_sd.bench.whatif_hardware import Accelerators, accelerator_profile  # noqa: E402
+
+
+def load(out_dir: str, run_args: str | None) -> dict:
+    path = os.path.join(out_dir, "results.json")
+    if run_args is not None:
+        cmd = [sys.executable, "-m", "mirror_sd.bench", *shlex.split(run_args), "--out", out_dir]
+        print("running:", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+    with open(path) as f:
+        return json.load(f)
+
+
+def setup(results: dict) -> dict:
+    meta = results["meta"]
+    s = meta.get("settings") or {}
+    return dict(target_layers=meta["target_layers"], gamma=int(s.get("gamma") or 4),
+                exit_layer=meta.get("exit_layer"), branch_budget=int(s.get("branch_budget") or 2),
+                kappa=int(s.get("kappa") or 8))
+
+
+def profile_a(records: list[dict], kw: dict) -> wi.Profile:
+    cal = wi.calibrate_machine(records, **kw)
+    recorded = [r for r in (wi.recorded_steps(x, kw["gamma"]) for x in records) if r]
+    return wi.machine_profiles(cal, wi.host_times(recorded))["a"]
+
+
+def fidelity(records: list[dict], kw: dict) -> list[dict]:
+    """Per (question, method): measured decode s, pooled and held-out projections."""
+    ok = [r for r in records if not r.get("error") and wi.base_method(r["method"]) in wi.METHODS]
+    pooled = profile_a(ok, kw)
+    rows = []
+    questions = list(dict.fromkeys(r["question_id"] for r in ok))
+    for q in questions:
+        held = profile_a([r for r in ok if r["question_id"] != q], kw) if len(questions) > 1 else None
+        for m in wi.METHODS:
+            mine = [wi.recorded_steps(r, kw["gamma"]) for r in ok if r["question_id"] == q
+                    and wi.base_method(r["method"]) == m]
+            mine = [r for r in mine if r is not None and r.steps and r.decode_s]
+            if not mine:
+                continue
+            measured = sum(r.decode_s for r in mine)
+            row = {"question": q, "method": m, "measured_s": measured,
+                   "steps": sum(r.steps for r in mine)}
+            for name, prof in (("pooled", pooled), ("held_out", held)):
+                if prof is None:
+                    continue
+                proj = [wi.project_run(r, prof)["decode_s"] for r in mine]
+                row[name] = None if None in proj else sum(proj)
+            rows.append(row)
+    return rows
+
+
+def print_fidelity(rows: list[dict]) -> None:
+    print("\n## Profile (a) against measured decode time (projection / measured)\n")
+    print("| question | method | steps | measured s | projection (a), pooled s | ratio | "
+          "projection (a), held out s | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        pooled, held = r.get("pooled"), r.get("held_out")
+        print(f"| {r['question']} | {r['method']} | {r['steps']} | {r['measured_s']:.2f} | "
+              f"{pooled:.2f} | {pooled / r['measured_s']:.3f} | "
+              + (f"{held:.2f} | {held / r['measured_s']:.3f} |" if held is not None else "– | – |"))
+    print("\n| method | median ratio, pooled | median ratio, held out | worst, pooled | "
+          "total ratio, pooled |")
+    print("|---|---|---|---|---|")
+    for m in wi.METHODS:
+        rs = [r for r in rows if r["method"] == m]
+        if not rs:
+            continue
+        pooled = [r["pooled"] / r["measured_s"] for r in rs]
+        held = [r["held_out"] / r["measured_s"] for r in rs if r.get("held_out") is not None]
+        total = sum(r["pooled"] for r in rs) / sum(r["measured_s"] for r in rs)
+        held_text = f"{statistics.median(held):.3f}" if held else "–"
+        print(f"| {m} | {statistics.median(pooled):.3f} | {held_text} | "
+              f"{max(pooled, key=lambda x: abs(x - 1)):.3f} | {total:.3f} |")
+
+
+def paper_setting(records: list[dict], kw: dict) -> None:
+    """Profile (c) at gamma 7, kappa 8, exit N/2 for 14B and 32B targets with the 0.6B draft."""
+    ok = [r for r in records if not r.get("error") and wi.base_method(r["method"]) in wi.METHODS]
+    cal = wi.calibrate_machine(ok, **kw)
+    recorded = [r for r in (wi.recorded_steps(x, kw["gamma"]) for x in ok) if r]
+    run_tau = wi.lm.tau_from_alpha(cal.alpha_mirror, 7) if cal.alpha_mirror is not None else None
+    print("\n## Profile (c), the paper's setting (gamma 7, kappa 8, exit at N/2, 0.6B draft): projection\n")
+    print(f"The run's own acceptance: alpha {cal.alpha_mirror:.3f} per token (tau {run_tau:.2f} "
+          f"at gamma 7), hit rate {cal.hit_rate:.0%} (measured at gamma {kw['gamma']}).\n")
+    print("| target | acceptance fed | hit rate | draft tokens / forward | SD over AR | "
+          "Mirror-SD over AR | Mirror-SD over SD |")
+    print("|---|---|---|---|---|---|---|")
+    notes = {}
+    for target in ("14B", "32B"):
+        for tau in (None, 4.0, 5.0, 6.0):
+            for hit in (None, 0.9):
+                for tpf in (1.0, 3.0):
+                    hw = Accelerators(target=target, draft="0.6B", gamma=7, kappa=8, exit_fraction=0.5,
+                                      tau=tau, hit_rate=hit, draft_tokens_per_forward=tpf)
+                    prof = accelerator_profile(hw, cal, kw["gamma"])
+                    proj = wi.project(recorded, prof)
+                    notes.setdefault((target, tpf), prof.notes)
+                    sd, m = proj["sd"]["speedup"], proj["mirror"]["speedup"]
+                    print(f"| {target} | {'run' if tau is None else f'tau {tau:g}'} | "
+                          f"{'run' if hit is None else f'{hit:.0%}'} | {tpf:g} | {sd:.2f} | {m:.2f} | "
+                          f"{m / sd:.2f} |")
+    print("\nCosts assumed (projection):")
+    for (target, tpf), n in notes.items():
+        print(f"- {target}, {tpf:g} draft tokens per forward: " + "; ".join(n))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir")
+    p.add_argument("--run", default=None, metavar="ARGS",
+                   help="benchmark arguments: run `python -m mirror_sd.bench ARGS --out OUT_DIR` first")
+    args = p.parse_args(argv)
+    results = load(args.out_dir, args.run)
+    kw = setup(results)
+    records = records_from_results(results)
+    print(f"benchmark: {results['meta'].get('target')} / {results['meta'].get('draft')}, "
+          f"{results['meta'].get('precision')}, {len(results['questions'])} questions, settings {kw}")
+    print_fidelity(fidelity(records, kw))
+    paper_setting(records, kw)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The "What if (projection)" panel: the finished run replayed on other hardware.
+
+The numbers come from mirror_sd.bench.whatif (the recorded steps through the calibrated latency
+model); this module only lays them out: a table of projected speedups per profile and method
+with the measured row beside them (so profile (a)'s fidelity shows), the costs each profile
+used, and a projected per-step timeline next to the measured one. Every figure and row that
+is not a measurement says "projection".
+"""
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mirror_sd.bench import whatif as wi
+from mirror_sd.bench.whatif_hardware import DRAFTS, TARGETS, Accelerators
+
+from .runs import SHORT_NAMES, RunRecord
+from .timeline import LABELS
+
+esc = html.escape
+TITLE = "What if (projection)"
+TIMELINE_STEPS = 8  # decode steps drawn per run
+PROFILE_CHOICES = [("(a) this machine, as measured", "a"),
+                   ("(b) draft on a device of its own", "b"),
+                   ("(c) accelerator pair", "c")]
+# the editable inputs of profile (c), in the order the layout passes them
+INPUTS = ("target", "draft", "target_bw_gbs", "draft_bw_gbs", "gamma", "kappa", "exit_fraction",
+          "tau", "hit_rate", "draft_tokens_per_forward")
+EMPTY = ('<div class="msd-whatif"><p><b>What if (projection)</b>: appears when a run has '
+         'finished or a trace is loaded: the run replayed on other hardware, a projection.</p></div>')
+
+
+def accelerators_from(values) -> Accelerators:
+    """Accelerators from the panel's inputs (INPUTS order); tau / hit rate 0 = the run's."""
+    d = dict(zip(INPUTS, values))
+    hw = Accelerators()
+    hw.target = str(d.get("target") or hw.target)
+    hw.draft = str(d.get("draft") or hw.draft)
+    for name in ("target_bw_gbs", "draft_bw_gbs", "exit_fraction", "draft_tokens_per_forward"):
+        if d.get(name):
+            setattr(hw, name, float(d[name]))
+    for name in ("gamma", "kappa"):
+        if d.get(name):
+            setattr(hw, name, int(d[name]))
+    hw.tau = float(d["tau"]) if d.get("tau") else None
+    hw.hit_rate = float(d["hit_rate"]) if d.get("hit_rate") else None
+    return hw
+
+
+def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, dict] | None:
+    """(projection from mirror_sd.bench.whatif.project_all, record dicts by method) for the
+    app's state {records, settings, meta}; None without a finished run."""
+    records: dict[str, RunRecord] = {m: r for m, r in (state or {}).get("records", {}).items()
+                                     if r is not None and r.finish is not None}
+    if "ar" not in records or len(records) < 2:
+        return None
+    settings, meta = state.get("settings") or {}, state.get("meta") or {}
+    layers = meta.get("target_layers")
+    if not layers:
+        return None
+    by_method = {m: wi.record_from_run(r) for m, r in records.items()}
+    gamma = int(settings.get("gamma") or 4)
+    out = wi.project_all(list(by_method.values()), target_layers=int(layers), gamma=gamma,
+                         exit_layer=meta.get("exit_layer") or settings.get("exit_layer") or None,
+                         branch_budget=int(settings.get("branch_budget") or 2),
+                         kappa=int(settings.get("kappa") or 8), accelerators=hw,
+                         source="this run's spans")
+    return out, by_method
+
+
+def _cell(row: dict | None, ratio: bool = False) -> str:
+    if not row or row.get("speedup") is None:
+        return "<td>–</td>"
+    text = f'<b>{row["speedup"]:.2f}×</b> <small>{row["decode_s"]:.3g} s</small>'
+    if ratio and row.get("ratio"):
+        text += f'<br><small title="projected / measured decode time">{row["ratio"]:.2f} of measured</small>'
+    return f"<td>{text}</td>"
+
+
+def render_table(result: dict) -> str:
+    """The speedup table: the measured row, then one projection row per profile."""
+    methods = [m for m in wi.METHODS if m in result["projected"]["a"]]
+    recorded = {r.method: r for r in result["recorded"]}
+    head = "".join(f"<th>{esc(SHORT_NAMES.get(m, m))}</th>" for m in methods)
+    measured = "".join(
+        f'<td><b>{result["measured_speedup"].get(m, 0):.2f}×</b> '
+        f'<small>{recorded[m].decode_s:.3g} s</small></td>' if recorded[m].decode_s else "<td>–</td>"
+        for m in methods)
+    rows = [f'<tr class="w-measured"><th scope="row">measured on this machine, for comparison '
+            f'with the projections</th>{measured}</tr>']
+    for key, profile in result["profiles"].items():
+        proj = result["projected"][key]
+        cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
+        rows.append(f'<tr class="w-projection"><th scope="row" title="{esc("; ".join(profile.notes))}">'
+                    f'projection ({key}): {esc(profile.name)}</th>{cells}</tr>')
+    return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
+            f'method: the measured run, then the projection of the same recorded steps on each '
+            f'hardware profile</caption><thead><tr><th scope="col">projection profile</th>{head}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def render_costs(result: dict) -> str:
+    """What each profile assumed, and what the run fed it."""
+    cal = result["calibration"]
+    rec = {r.method: r for r in result["recorded"]}
+    m = rec.get("mirror")
+    fed = [f"window γ {cal.gamma}"]
+    if cal.alpha_mirror is not None or cal.alpha_sd is not None:
+        alpha = cal.alpha_mirror if cal.alpha_mirror is not None else cal.alpha_sd
+        fed.append(f"per-token acceptance α {alpha:.2f}")
+    if m is not None and m.steps:
+        fed.append(f"Mirror-SD {m.hits} hits of {m.steps} decode steps")
+    items = [f"<li><b>recorded steps fed to every projection</b>: {esc(', '.join(fed))}</li>"]
+    for key, profile in result["profiles"].items():
+        notes = list(profile.notes)
+        if key in ("a", "b"):
+            c = profile.calibration
+            costs = [f"target {c.t_target_1 * 1e3:.0f} ms per token" if c.t_target_1 else None,
+                     f"verify of {c.gamma + 1} {c.t_target_k * 1e3:.0f} ms" if c.t_target_k else None,
+                     f"draft {c.t_draft_token * 1e3:.0f} ms per token" if c.t_draft_token else None,
+                     f"contention {c.contention:.2f}",
+                     "host per step " + ", ".join(f"{SHORT_NAMES.get(k, k)} {v * 1e3:.1f} ms"
+                                                  for k, v in profile.host_s.items())]
+            notes = [x for x in costs if x] + notes
+        if not profile.acceptance_from_run:
+            notes.append("expected steps from τ and the hit rate (the profile changes the window "
+                         "or the acceptance)")
+        items.append(f"<li><b>projection ({key}), {esc(profile.name)}</b>: {esc('; '.join(notes))}</li>")
+    return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
+
+
+def render_panel(result: dict | None, message: str = "") -> str:
+    if result is None:
+        return EMPTY if not message else (f'<div class="msd-whatif"><p>{esc(message)}</p></div>')
+    lead = ("<p><b>A projection, not a measurement</b>: this run's recorded steps (accepted "
+            "lengths, hits and misses) replayed through the latency model, calibrated from its "
+            "own spans, on other hardware. Row (a) should match the measured row: the gap is the "
+            "model's error.</p>")
+    return f'<div class="msd-whatif">{lead}{render_table(result)}{render_costs(result)}</div>'
+
+
+def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
+    """One trace per span label (as the latency timeline draws them)."""
+    groups: dict[str, dict[str, list]] = {}
+    for method, bars in bars_by_method.items():
+        for lane, label, a, b, step in bars:
+            g = groups.setdefault(label, {"x": [], "base": [], "y": [], "text": []})
+            g["x"].append(max(b - a, 0.0))
+            g["base"].append(a)
+            g["y"].append(f"{SHORT_NAMES.get(method, method)} · {lane}{suffix}")
+            g["text"].append(f"{SHORT_NAMES.get(method, method)} · {label}, step {step}: "
+                             f"{(b - a) * 1e3:.2f} ms{suffix}")
+    for label, g in groups.items():
+        name, colour = LABELS.get(label, (label, "#94a3b8"))
+        fig.add_trace(go.Bar(x=g["x"], base=g["base"], y=g["y"], orientation="h", marker_color=colour,
+                             name=name, legendgroup=name, showlegend=name not in seen, width=0.7,
+                             hoverinfo="text", hovertext=g["text"], marker_line_width=0), row=row, col=1)
+        seen.add(name)
+
+
+def build_figure(result: dict | None, by_method: dict | None, profile: str = "c") -> go.Figure:
+    """The first decode steps of each run: measured (top) and the projection (bottom), each on
+    its own time axis (the profiles differ by orders of magnitude)."""
+    profile = profile if profile in ("a", "b", "c") else "c"
+    name = dict((v, k) for k, v in PROFILE_CHOICES).get(profile, profile)
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16, subplot_titles=(
+        f"measured on this machine: first {TIMELINE_STEPS} decode steps (for comparison with the projection)",
+        f"projection {name}: the same steps"))
+    if result is None or not by_method:
+        fig.add_annotation(text="The projection appears when a run has finished.", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5)
+        fig.update_layout(height=260, template="plotly_white", title="What if (projection)")
+        return fig
+    seen: set = set()
+    recorded = {r.method: r for r in result["recorded"]}
+    methods = [m for m in reversed(wi.METHODS) if m in by_method and m in recorded]
+    _add_bars(fig, {m: wi.measured_timeline(by_method[m], TIMELINE_STEPS)["bars"] for m in methods},
+              1, seen)
+    _add_bars(fig, {m: wi.projected_timeline(recorded[m], result["profiles"][profile],
+                                             TIMELINE_STEPS)["bars"] for m in methods},
+              2, seen, " (projection)")
+    fig.update_xaxes(title_text="seconds from the first commit (measured, beside the projection)", row=1, col=1)
+    fig.update_xaxes(title_text="seconds from the first commit (projection)", row=2, col=1)
+    fig.update_layout(barmode="overlay", height=520, template="plotly_white", bargap=0.25,
+                      title="What if (projection): measured steps and the projected steps",
+                      margin=dict(l=10, r=10, t=70, b=40),
+                      legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0, font=dict(size=10)))
+    return fig
+
+
+def update(state, profile, *values):
+    """Gradio handler: (panel HTML, figure) for the app's state and profile (c)'s inputs."""
+    try:
+        hw = accelerators_from(values)
+        got = project_state(state or {}, hw)
+    except ValueError as e:  # a bad input: say which, keep the page
+        return render_panel(None, f"What if (projection): {e}"), build_figure(None, None)
+    if got is None:
+        return render_panel(None), build_figure(None, None)
+    result, by_method = got
+    return render_panel(result), build_figure(result, by_method, profile)
+
+
+def input_defaults() -> dict:
+    """Profile (c)'s defaults for the layout's inputs, in INPUTS order (tau / hit rate 0 = the
+    run's own)."""
+    hw = Accelerators()
+    d = {k: getattr(hw, k) for k in INPUTS}
+    d.update(tau=0, hit_rate=0)
+    return d
+
+
+TARGET_CHOICES, DRAFT_CHOICES = list(TARGETS), list(DRAFTS)
