@@ -1,5 +1,6 @@
 """The web app: pure renders from hand-written events, then the app itself through
-gradio_client, launched in-process with the tiny random pair (MIRROR_SD_TINY=1): no downloads."""
+gradio_client, launched in-process in test mode (build_demo(tiny=True): the tiny random pair
+of mirror_sd.models.tiny, no downloads)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span
 from ui.inspector import render_inspector
 from ui.render import render_legend, render_pane, render_summary
 from ui.runs import RunRecord, analyse, compare_tokens
-from ui.texts import LEGEND, parse_prompt
-from ui.timeline import build_timeline, lanes_for
+from ui.texts import LEGEND, LEGEND_MARKS, parse_prompt
+from ui.timeline import LABELS, build_timeline, lanes_for
 from ui.traces import TraceError, export_trace, parse_trace
 
 T0 = 1_000_000_000
@@ -90,10 +91,13 @@ def test_token_text_is_escaped_and_whitespace_kept():
 
 
 def test_legend_lists_every_kind_with_a_tooltip():
+    from html import escape
     html = render_legend()
-    for kind, (label, tip) in LEGEND.items():
-        assert f"k-{kind}" in html and label in html
-    assert html.count("title=") == len(LEGEND)
+    for kind, (label, tip) in {**LEGEND, **LEGEND_MARKS}.items():
+        assert label and escape(label) in html and escape(tip) in html
+    for kind in LEGEND:
+        assert f"k-{kind}" in html
+    assert html.count("title=") == len(LEGEND) + len(LEGEND_MARKS)
     assert {"accepted", "hit", "fallback", "correction", "bonus", "plain"} <= set(LEGEND)
 
 
@@ -115,15 +119,13 @@ def test_timeline_has_a_lane_per_run_and_model():
     assert lanes == ["AR · target", "Mirror-SD · target", "Mirror-SD · draft"]
     fig = build_timeline(records)
     names = {t.name for t in fig.data}
-    assert {"target prefix (layers 1..ℓₑ)", "target suffix (layers ℓₑ+1..N)",
-            "early exit + hand-off (top-κ ids)", "draft branch rollouts (batched)",
-            "target decode (1 token)", "AR: tokens committed",
-            "Mirror-SD: tokens committed"} <= names
+    assert {LABELS[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
+    assert {"AR: tokens committed", "Mirror-SD: tokens committed"} <= names
     ys = {y for t in fig.data if t.type == "bar" for y in t.y}
     assert ys == set(lanes)
-    prefix = next(t for t in fig.data if t.name.startswith("target prefix"))
+    prefix = next(t for t in fig.data if t.name == LABELS["prefix"][0])
     assert prefix.base[0] == pytest.approx(0.005)  # seconds from the run's own start
-    assert "step 0" in prefix.hovertext[0]
+    assert "<br>step " in prefix.hovertext[0]
 
 
 def test_inspector_shows_exit_candidates_branches_and_verification():
@@ -140,7 +142,10 @@ def test_inspector_shows_exit_candidates_branches_and_verification():
 def test_summary_speedup_and_identical_check():
     ar = ar_record([1, 2, 3, 4, 5, 6, 7])
     html = render_summary({"ar": ar, "mirror": mirror_record()}, {"temperature": 0.0})
-    assert "2.00×" in html  # 20 tok/s over 10 tok/s
+    # decode speeds, prefill apart: AR's first token arrives at 0.03 s, then 6 tokens in 0.67 s;
+    # Mirror-SD's first 3 at 0.10 s, then 4 in 0.25 s: (4 / 0.25) / (6 / 0.67) = 1.79
+    assert "1.79×" in html and "2.00×" not in html  # not the whole-run 20 / 10 tok/s
+    assert "prefill" in html and "AR 0.03 s" in html and "Mirror-SD 0.10 s" in html
     assert "identical to the baseline" in html and "7 of 7" in html
 
 
@@ -192,16 +197,14 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MIRROR_SD_TINY", "1")
-        from ui.layout import build_demo, launch
-        demo = build_demo()
-        port = free_port()
-        launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-        try:
-            yield f"http://127.0.0.1:{port}/"
-        finally:
-            demo.close()
+    from ui.layout import build_demo, launch
+    demo = build_demo(tiny=True)
+    port = free_port()
+    launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
 
 
 @pytest.fixture()
@@ -222,8 +225,8 @@ def test_app_imports_without_launching():
     assert app.demo is not None and not getattr(app.demo, "is_running", False)
 
 
-def test_run_endpoint_streams_and_ends_with_both_outputs_and_summary(client):
-    updates, final = run_app(client, with_sd=True)
+def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client):
+    updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
     status, ar, mirror, sd, summary, timeline, step, inspector, trace = final
     assert "Done" in status
@@ -231,7 +234,9 @@ def test_run_endpoint_streams_and_ends_with_both_outputs_and_summary(client):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
     assert "k-plain" in ar
     assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "fallback", "correction", "bonus"))
-    assert "the speed of AR" in summary and "baseline" in summary and "Mirror-SD" in summary
+    assert "AR's decode speed" in summary and "baseline" in summary and "Mirror-SD" in summary
+    for name in (">AR<", ">SD<", ">Mirror-SD<"):  # the three panes' titles
+        assert sum(name in pane for pane in (ar, mirror, sd)) == 1
     assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
     assert "msd-ee" in inspector and "msd-verify" in inspector
     data = json.load(open(trace))
@@ -284,21 +289,18 @@ def test_stop_cancels_within_a_step(client):
 
 
 def test_a_bad_model_name_is_a_message():
+    """Through the real loader's name handling (a named model is checked before anything
+    loads or the default pair is built): one clear message, no run."""
     import threading
 
-    from mirror_sd.engine.decoding import Settings
-    from mirror_sd.errors import MirrorSDError
+    from mirror_sd.engine.settings import Settings
     from ui.session import Job, PairCache, PairSpec, RunRequest
 
-    def loader(spec, progress):
-        progress("checking the models", 0.0)
-        raise MirrorSDError(f"The target model path {spec.target!r} does not exist.")
-
-    job = Job(RunRequest("hi", PairSpec(target="./nope"), Settings()), PairCache(loader=loader),
-              threading.Event())
+    job = Job(RunRequest("hi", PairSpec(target="./nope", precision="fp32"), Settings()),
+              PairCache(), threading.Event())
     job.start()
-    assert job.finished.wait(10)
-    assert job.error == "The target model path './nope' does not exist."
+    assert job.finished.wait(60)
+    assert job.error is not None and "./nope" in job.error and "Traceback" not in job.error
     assert job.records == {}
 
 
@@ -326,7 +328,7 @@ def test_the_done_message_points_an_fp32_cpu_run_to_int8():
 
     records = {"ar": ar_record([1, 2, 3, 4]), "mirror": ar_record([1, 2, 3, 4])}
     fp32_cpu = _done_message(records, {"precision": "fp32", "target_device": "cpu"})
-    assert fp32_cpu.startswith("Done: Mirror-SD ran at 1.00× the speed of the AR baseline.")
+    assert fp32_cpu.startswith("Done: Mirror-SD decoded at 1.00× the speed of the AR baseline")
     assert fp32_cpu.endswith(CPU_PRECISION_TIP) and "int8" in CPU_PRECISION_TIP
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "int8", "target_device": "cpu"})
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "fp32", "target_device": "cuda:0"})
@@ -338,10 +340,10 @@ def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
     config or the tiny pair; unknown (a hub id not loaded yet): the wide range, checked at run."""
     import json
 
+    from mirror_sd.models.tiny import LAYERS, tiny_pair
     from ui import handlers, session
-    from ui.tiny import LAYERS, tiny_pair
 
-    monkeypatch.delenv("MIRROR_SD_TINY", raising=False)
+    monkeypatch.setattr(handlers, "PAIRS", session.PairCache())  # nothing loaded
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 24}))
@@ -349,7 +351,7 @@ def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
     assert up["maximum"] == 23 and up["value"] == 0 and "24 layers: 1 to 23" in up["info"]
     assert handlers.exit_layer_range(str(folder), 12)["value"] == 12
     assert handlers.exit_layer_range("some-org/not-loaded", 30)["maximum"] == handlers.EXIT_LAYER_CEILING
-    from mirror_sd.models.loading import DEFAULT_TARGET
+    from mirror_sd.models.bundled import DEFAULT_TARGET
     monkeypatch.setenv("MIRROR_SD_CACHE", str(tmp_path))
     assert handlers.exit_layer_range("default", 0)["maximum"] == handlers.EXIT_LAYER_CEILING  # not built
     (tmp_path / f"{DEFAULT_TARGET.stem}-hf").mkdir()
@@ -360,19 +362,19 @@ def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
     pairs.get(session.PairSpec(target="some-org/loaded", precision="bf16"), lambda *a: None)
     monkeypatch.setattr(handlers, "PAIRS", pairs)
     assert handlers.exit_layer_range("some-org/loaded", 0)["maximum"] == LAYERS - 1
-    monkeypatch.setenv("MIRROR_SD_TINY", "1")
+    monkeypatch.setattr(handlers, "PAIRS", session.PairCache.tiny())  # test mode: any name
     assert handlers.exit_layer_range("anything", 2)["maximum"] == LAYERS - 1
 
 
 def test_an_out_of_range_exit_layer_is_one_message_before_any_run():
     import threading
 
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
+    from mirror_sd.models.tiny import LAYERS
     from ui.session import Job, PairCache, PairSpec, RunRequest
-    from ui.tiny import LAYERS, tiny_pair
 
     job = Job(RunRequest("def x", PairSpec(), Settings(max_new_tokens=4, exit_layer=LAYERS)),
-              PairCache(loader=lambda spec, progress: tiny_pair()), threading.Event())
+              PairCache.tiny(), threading.Event())
     job.start()
     assert job.finished.wait(30)
     assert job.error == (f"exit layer must be between 1 and {LAYERS - 1} for this "

@@ -1,59 +1,28 @@
-"""Tiny in-memory model pairs for the engine tests (no downloads, float64 for exactness).
+"""Test helpers over the tiny in-memory models of `mirror_sd.models.tiny` (re-exported here,
+so tests `import tiny` for both).
 
-- `qwen_config()` / `llama_config()`: 4-layer, 97-token configs (overridable).
-- `build(config, seed)`: a seeded random model, `.double().eval()`.
-- `pair_same(seed)`: draft == target (an exact copy; `shared=True` uses the same object).
-- `pair_random(seed)`: an unrelated random draft (little or nothing accepted).
-- `pair_perturbed(seed)`: the draft is the target plus small weight noise (partial acceptance).
 - `reference_greedy(model, prompt, n)`: transformers' own `generate(do_sample=False)`, the
   independent reference every losslessness test compares against.
 - `eos_target(seed)`: a target whose config has an eos token that its greedy output reaches
   after a few tokens, so generation stops early.
 - `cached_pair(kind, seed, arch)` / `cached_reference(...)`: built once per session.
-- `sharpen(model, factor)`: a peaked LM head (same argmax), for confident drafts.
 - `run(decoder_cls, pair, prompt, **settings)`: all events of one run, as a list.
 - `chi_square(counts, probs)` + `CHI2_CRIT_001`: Pearson's test without scipy.
 - `one_torch_thread`: a module fixture (import it into a test module to use it).
 """
 from __future__ import annotations
 
-import copy
 import functools
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from mirror_sd.engine.decoding import Settings
 from mirror_sd.engine.events import Finish
-from mirror_sd.models.pair import ModelPair
-
-VOCAB = 97
-LAYERS = 4
-CONTEXT = 256
-
-# Larger than the default 0.02 (which gives near-uniform outputs over 97 tokens): the tiny
-# models get input-dependent distributions, argmax margins well above float64 rounding, and
-# draft/target disagreements that matter.
-INIT_RANGE = 0.2
-
-
-def qwen_config(**over) -> Qwen2Config:
-    kw = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-              tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None,
-              initializer_range=INIT_RANGE)
-    kw.update(over)
-    return Qwen2Config(**kw)
-
-
-def llama_config(**over) -> LlamaConfig:
-    kw = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-              tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None,
-              initializer_range=INIT_RANGE)
-    kw.update(over)
-    return LlamaConfig(**kw)
+from mirror_sd.engine.settings import Settings
+from mirror_sd.models.tiny import (CONFIGS, CONTEXT, INIT_RANGE, LAYERS, MODELS, PAIRS,  # noqa: F401
+                                   PERTURB_SCALE, VOCAB, _plain_generation_config, build,
+                                   llama_config, pair_perturbed, pair_random, pair_same, perturb,
+                                   qwen_config, sharpen, target, tiny_pair, tiny_tokenizer)
 
 
 @pytest.fixture(scope="module", autouse=False)
@@ -65,79 +34,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-CONFIGS = {"qwen": qwen_config, "llama": llama_config}
-MODELS = {"qwen": Qwen2ForCausalLM, "llama": LlamaForCausalLM}
-
-
-def build(config, seed: int, kind: str | None = None):
-    """A seeded random causal LM in float64, eval mode."""
-    kind = kind or ("llama" if isinstance(config, LlamaConfig) else "qwen")
-    torch.manual_seed(seed)
-    model = MODELS[kind](config).double().eval()
-    _plain_generation_config(model)
-    return model
-
-
-def _plain_generation_config(model) -> None:
-    """Greedy, no sampling defaults, eos taken from the config (None: never stops early)."""
-    gc = model.generation_config
-    gc.do_sample = False
-    gc.temperature = None
-    gc.top_k = None
-    gc.top_p = None
-    gc.eos_token_id = model.config.eos_token_id
-    gc.pad_token_id = model.config.eos_token_id if model.config.eos_token_id is not None else 0
-    gc.bos_token_id = None
-
-
-def target(seed: int, kind: str = "qwen", **over):
-    return build(CONFIGS[kind](**over), seed, kind)
-
-
-def perturb(model, scale: float, seed: int):
-    """A copy of `model` with relative Gaussian noise of size `scale` on every weight."""
-    out = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in out.parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            p.add_(noise * scale * p.detach().abs().mean())
-    return out
-
-
-def sharpen(model, factor: float):
-    """Scale the LM head in place: same argmax everywhere, peaked distributions (the draft's
-    own acceptance estimates become confident, so Mirror's bonus-depth branches are taken)."""
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(factor)
-    return model
-
-
-def pair_same(seed: int, kind: str = "qwen", shared: bool = False, sharp: float = 1.0,
-              **over) -> ModelPair:
-    t = target(seed, kind, **over)
-    if sharp != 1.0:
-        sharpen(t, sharp)
-    return ModelPair(t, t if shared else copy.deepcopy(t))
-
-
-def pair_random(seed: int, kind: str = "qwen", draft_layers: int = 2, **over) -> ModelPair:
-    t = target(seed, kind, **over)
-    d = build(CONFIGS[kind](**{**over, "num_hidden_layers": draft_layers}), seed + 10_000, kind)
-    return ModelPair(t, d)
-
-
-PERTURB_SCALE = 0.05
-
-
-def pair_perturbed(seed: int, kind: str = "qwen", scale: float = PERTURB_SCALE, **over) -> ModelPair:
-    t = target(seed, kind, **over)
-    return ModelPair(t, perturb(t, scale, seed + 20_000))
-
-
-PAIRS = {"same": pair_same, "random": pair_random, "perturbed": pair_perturbed}
 
 
 @functools.lru_cache(maxsize=None)
@@ -249,25 +145,3 @@ def assert_first_two_follow_the_target(decoder_cls, pair, prompt_ids: list[int],
     for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
         stat, dof = chi_square(counts, probs)
         assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
-
-
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def tiny_tokenizer():
-    """A byte-level BPE with no merges: 256 byte symbols plus Qwen's special tokens.
-
-    A Qwen2Tokenizer on purpose: transformers 5 reloads any tokenizer saved next to a qwen2
-    config as a Qwen2Tokenizer, whatever class wrote it."""
-    from tokenizers import AddedToken
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import Qwen2Tokenizer
-    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
-    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
-        vocab[special] = len(vocab)  # 256, 257, 258
-    tok = Qwen2Tokenizer(vocab=vocab, merges=[], eos_token="<|im_end|>",
-                         pad_token="<|endoftext|>", unk_token=None)
-    tok.add_tokens([AddedToken("<|im_start|>", special=True)])
-    tok.chat_template = CHAT
-    return tok

@@ -11,13 +11,15 @@ import time
 
 import gradio as gr
 
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
+from mirror_sd.errors import MirrorSDError
 
 from .inspector import render_inspector
 from .render import render_pane, render_status, render_summary
-from .runs import SHORT_NAMES, RunRecord, analyse
-from .session import Cancels, Job, PairCache, PairSpec, ResultCache, RunRequest, target_layers
-from .texts import CPU_PRECISION_TIP, EXAMPLES
+from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, analyse, measured
+from .session import (Cancels, Job, PairCache, PairSpec, Preparer, ResultCache, RunRequest,
+                      target_layers)
+from .texts import CPU_PRECISION_TIP, DEFAULT_EXAMPLE, EXAMPLES
 from .timeline import build_timeline
 from .traces import TraceError, export_trace, read_trace, write_trace
 
@@ -27,7 +29,8 @@ PAIRS = PairCache()
 RESULTS = ResultCache()
 CANCELS = Cancels()
 POLL_S = 0.35  # page refresh while a run streams: cheap renders, decoding never waits
-PANES = ("ar", "mirror", "sd")
+PANES = ("ar", "mirror", "sd")  # the order of the pane outputs (the page shows AR, SD, Mirror-SD)
+DEFAULT_PRECISION = "int8"  # AR about 4.4x faster than fp32 here; every pane runs the same weights
 EXIT_LAYER_CEILING = 127  # the slider's range until the target's layer count is known
 EXIT_LAYER_LABEL = "ℓₑ: early-exit layer (0 = chosen: by the exit lens's rule, else half the layers)"
 EXIT_LAYER_INFO = ("Earlier: more overlap, weaker guesses. Later: better guesses, less time to "
@@ -68,7 +71,7 @@ def _live_panes(job: Job, methods) -> list[str]:
     out = []
     for m in PANES:
         if m not in methods:
-            out.append(render_pane(m, None, "skipped", note="Tick “also run plain SD” to add it."))
+            out.append(render_pane(m, None, "skipped", note=SKIPPED_NOTE))
             continue
         rec = job.records.get(m)
         running = job.current == m and not job.finished.is_set()
@@ -81,6 +84,9 @@ def _live_panes(job: Job, methods) -> list[str]:
         now = time.perf_counter_ns() - snap.t0_ns if running else None
         out.append(render_pane(m, snap, _pane_state(snap, running), now_ns=now))
     return out
+
+
+SKIPPED_NOTE = "Not ticked under “Methods”."
 
 
 def _best_step(rec: RunRecord | None) -> int:
@@ -107,7 +113,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     for m in PANES:
         rec = records.get(m)
         if rec is None:
-            note = "Tick “also run plain SD” to add it." if m == "sd" else "not run"
+            note = SKIPPED_NOTE if m not in methods else "not run"
             panes.append(render_pane(m, None, "skipped", note=note))
         else:
             panes.append(render_pane(m, rec, pane_state or _pane_state(rec, False)))
@@ -125,8 +131,60 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
 
 
 def arm(request: gr.Request = None):
-    """On Run click, before queueing: a fresh Stop event for this browser session."""
+    """On Run click, before queueing: a fresh Stop event for this browser session; Stop on;
+    the status is the run's from now on (the preparation's timer stops)."""
     CANCELS.arm(_session(request))
+    return gr.update(interactive=True), gr.Timer(active=False)
+
+
+def idle():
+    """After a run: Stop off until the next Run."""
+    return gr.update(interactive=False)
+
+
+READY = "Ready. Press Run: the models load on the first run and stay loaded."
+PREPARED = "Ready: the default models are loaded and warm. Press Run."
+_PREPARER: list = []  # the background preparation started by launch(), if any
+
+
+def use_tiny_models() -> None:
+    """Test mode: every run gets the tiny random pair (no downloads); set once, at start."""
+    global PAIRS
+    PAIRS = PairCache.tiny()
+    RESULTS.clear()
+
+
+def tiny_models() -> bool:
+    return PAIRS.is_tiny
+
+
+def start_preparing(settings: Settings | None = None) -> None:
+    """Load and warm up the default pair in a background thread (launch() calls this)."""
+    if PAIRS.is_tiny or _PREPARER:
+        return
+    settings = settings or Settings(max_new_tokens=16)
+    spec = PairSpec(precision=DEFAULT_PRECISION)
+    _PREPARER.append(Preparer(PAIRS, spec, EXAMPLES[DEFAULT_EXAMPLE], settings))
+    _PREPARER[0].start()
+
+
+def ready_message() -> str:
+    """The status line before the first run: what is preparing in the background, if anything."""
+    if not _PREPARER:
+        return READY
+    return _PREPARER[0].describe() or PREPARED
+
+
+def preparing_status():
+    """Refreshes the status while the background preparation runs; then says so once and
+    stops its timer."""
+    if not _PREPARER:
+        return gr.skip(), gr.Timer(active=False)
+    prep = _PREPARER[0]
+    if prep.done.is_set():
+        level = "error" if prep.error else "info"
+        return render_status(ready_message(), level), gr.Timer(active=False)
+    return render_status(ready_message(), "info"), gr.skip()
 
 
 def stop(request: gr.Request = None):
@@ -135,11 +193,19 @@ def stop(request: gr.Request = None):
     return gr.skip()
 
 
+def _methods(chosen) -> tuple[str, ...]:
+    """The ticked methods in the page's order; all three when nothing is ticked (API callers)."""
+    chosen = {str(m).strip().lower() for m in (chosen or [])}
+    picked = tuple(m for m in METHOD_ORDER if m in chosen or SHORT_NAMES[m].lower() in chosen)
+    return picked or METHOD_ORDER
+
+
 def run(prompt, target, draft, precision, target_device, draft_device, gamma, kappa, exit_layer,
-        branch_budget, temperature, top_p, seed, max_new_tokens, with_sd, use_cache,
+        branch_budget, temperature, top_p, seed, max_new_tokens, methods, use_cache,
         draft_precision="same", auto_tune=False, streams="off", draft_vocab="full",
         request: gr.Request = None):
-    """AR, then Mirror-SD (then plain SD), streaming; ends with all outputs filled."""
+    """AR, SD and Mirror-SD (those ticked), one after another, streaming; ends with all
+    outputs filled."""
     session = _session(request)
     cancel = CANCELS.current(session)
     job = None
@@ -154,8 +220,15 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
                              max_new_tokens, streams, draft_vocab)
         spec = PairSpec(*(str(v or "").strip() or d for v, d in
                           zip((target, draft, precision, target_device, draft_device, draft_precision),
-                              ("default", "default", "fp32", "auto", "auto", "same"))))
-        methods = ("ar", "mirror") + (("sd",) if with_sd else ())
+                              ("default", "default", DEFAULT_PRECISION, "auto", "auto", "same"))))
+        methods = _methods(methods)
+        try:  # a bad value is a message now, before any model loads
+            for m in methods:
+                settings.check(m)
+        except MirrorSDError as e:
+            gr.Warning(str(e))
+            yield _frame(render_status(str(e), "error"), [None] * 3)
+            return
         req = RunRequest(prompt, spec, settings, methods, auto=bool(auto_tune))
         settings_d = vars(settings).copy()
         cached = RESULTS.get(req.key()) if use_cache else None
@@ -220,20 +293,24 @@ def _live_status(job: Job, methods, t_start: float) -> str:
     if job.current is None:
         return render_status(f"{job.message} ({time.monotonic() - t_start:.0f} s)", "info", job.fraction)
     i = methods.index(job.current) + 1
-    done = [f"{SHORT_NAMES[m]} {job.records[m].finish.stats['wall_s']:.1f} s"
+    done = [f"{SHORT_NAMES[m]} {measured(job.records[m])['wall_s']:.1f} s"
             for m in methods if m in job.records and job.records[m].finish is not None]
     tail = f" · finished: {', '.join(done)}" if done else ""
+    warm = job.meta.get("warmup_s")
+    warm = f" · warm-up done ({warm:.1f} s, untimed)" if warm else ""
     return render_status(f"Running {SHORT_NAMES[job.current]} ({i} of {len(methods)}), "
-                         f"alone on the hardware{tail}", "info", (i - 1) / len(methods))
+                         f"alone on the hardware{warm}{tail}", "info", (i - 1) / len(methods))
 
 
 def _done_message(records: dict[str, RunRecord], meta: dict) -> str:
     ar, mirror = records.get("ar"), records.get("mirror")
     message = "Done."
-    if ar and mirror and ar.finish and mirror.finish and ar.finish.stats["tokens_per_s"]:
-        speed = mirror.finish.stats["tokens_per_s"] / ar.finish.stats["tokens_per_s"]
-        message = (f"Done: Mirror-SD ran at {speed:.2f}× the speed of the AR baseline. "
-                   f"Press “Race replay” to watch them side by side at their measured pace.")
+    if ar and mirror and ar.finish and mirror.finish:
+        a, m = measured(ar)["decode_tokens_per_s"], measured(mirror)["decode_tokens_per_s"]
+        if a and m:
+            message = (f"Done: Mirror-SD decoded at {m / a:.2f}× the speed of the AR baseline "
+                       f"(warm runs, prefill apart). Press “Race replay” to watch them side by "
+                       f"side at their measured pace.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

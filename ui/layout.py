@@ -10,12 +10,13 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import handlers
-from .inspector import render_inspector
+from . import handlers, whatif
+from .inspector import follow_replay, pick, render_inspector
 from .render import render_legend, render_pane, render_status, render_summary
-from .session import tiny_mode
+from .runs import METHOD_ORDER, SHORT_NAMES
+from .steps import PICK_JS
 from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
-from .texts import DEFAULT_EXAMPLE, EXAMPLES, HOW_IT_WORKS, SEQUENTIAL_NOTE
+from .texts import DEFAULT_EXAMPLE, EXAMPLES, HOW_IN_NOTATION, HOW_IT_WORKS, SEQUENTIAL_NOTE
 from .timeline import build_timeline
 
 CSS = (Path(__file__).with_name("style.css")).read_text(encoding="utf-8")
@@ -32,6 +33,8 @@ PAIR_PRESETS = {
     "Custom (type hub ids, folders or .gguf files below)": (None, None),
 }
 DEVICES = ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "mps"]
+METHOD_CHOICES = [(SHORT_NAMES[m], m) for m in METHOD_ORDER]
+DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
 
 HEADER = """
 <div class="msd-header">
@@ -44,12 +47,15 @@ HEADER = """
 
 
 def _header() -> str:
-    banner = ('<p class="msd-banner">Test mode (MIRROR_SD_TINY=1): tiny random models, the text '
-              'is noise; the mechanics are real.</p>' if tiny_mode() else "")
+    banner = ('<p class="msd-banner">Test mode: tiny random models, the text is noise; the '
+              'mechanics are real.</p>' if handlers.tiny_models() else "")
     return HEADER.format(banner=banner)
 
 
-def build_demo() -> gr.Blocks:
+def build_demo(tiny: bool = False) -> gr.Blocks:
+    """The app; `tiny`: test mode for the whole process (every run gets the tiny random pair)."""
+    if tiny:
+        handlers.use_tiny_models()
     with gr.Blocks(title="Mirror-SD visualizer") as demo:
         state = gr.State(None)
         gr.HTML(_header())
@@ -62,8 +68,11 @@ def build_demo() -> gr.Blocks:
                                     elem_id="prompt")
                 with gr.Row():
                     run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-                with gr.Accordion("Speculation", open=True):
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", interactive=False)
+                with gr.Accordion("Methods and speculation", open=False):
+                    methods = gr.CheckboxGroup(METHOD_CHOICES, value=[v for _, v in METHOD_CHOICES],
+                                               label="Methods", elem_id="methods",
+                                               info="Each runs alone, one after another, on the same weights.")
                     gamma = gr.Slider(1, 12, value=4, step=1, label="γ (gamma): drafted tokens per window",
                                       info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
                     kappa = gr.Slider(1, 32, value=8, step=1, label="κ (kappa): early-exit candidates per position",
@@ -78,21 +87,20 @@ def build_demo() -> gr.Blocks:
                     auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
                                             info="A short probe (AR, SD, Mirror-SD, 16 tokens each) calibrates the latency model; the setting with the best projected speedup is used (a projection, shown in the summary).",
                                             elem_id="auto-tune")
-                    with_sd = gr.Checkbox(False, label="Also run plain speculative decoding (third pane)")
-                with gr.Accordion("Sampling and length", open=True):
+                with gr.Accordion("Sampling and length", open=False):
                     temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
                                             info="Greedy runs must reproduce the baseline token for token; the summary checks it.")
                     top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
                     seed = gr.Number(0, precision=0, label="Seed", minimum=0)
-                    max_new_tokens = gr.Slider(4, 512, value=64, step=4, label="Max new tokens", elem_id="max-new-tokens",
-                                               info="On 2 CPU cores the default pair writes ~2.5 tokens/s alone.")
+                    max_new_tokens = gr.Slider(4, 512, value=DEFAULT_TOKENS, step=4, label="Max new tokens", elem_id="max-new-tokens",
+                                               info="On 2 CPU cores the default pair writes about 9 tokens/s alone at int8, 2.5 at fp32.")
                 with gr.Accordion("Model pair and devices", open=False):
                     preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair")
                     target = gr.Textbox("default", label="Target model",
                                         info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
                     draft = gr.Textbox("default", label="Draft model",
                                        info="Must share the target's vocabulary.")
-                    precision = gr.Dropdown(TARGET_PRECISIONS, value="fp32", label="Precision",
+                    precision = gr.Dropdown(TARGET_PRECISIONS, value=handlers.DEFAULT_PRECISION, label="Precision",
                                             info=PRECISION_INFO)
                     draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
                                                   label="Draft precision", info=DRAFT_PRECISION_INFO)
@@ -115,23 +123,24 @@ def build_demo() -> gr.Blocks:
                                          elem_id="trace-download")
                     trace_upload = gr.File(label="Load a JSON trace (replays without models)",
                                            file_types=[".json"], type="filepath", elem_id="trace-upload")
-                with gr.Accordion("How it works", open=True):
-                    gr.Markdown(HOW_IT_WORKS, elem_id="how-it-works")
+                with gr.Group(elem_id="how-it-works"):
+                    gr.Markdown(HOW_IT_WORKS)
+                    with gr.Accordion("In the paper's notation", open=False):
+                        gr.Markdown(HOW_IN_NOTATION)
             with gr.Column(scale=8, elem_id="results"):
-                status = gr.HTML(render_status("Ready. Press Run: the models load on the first run "
-                                               "(a minute or two) and stay loaded."),
-                                 elem_id="status")
+                status = gr.HTML(render_status(handlers.ready_message()), elem_id="status")
+                preparing = gr.Timer(1.0, active=not handlers.tiny_models())
                 gr.HTML(render_legend(), elem_id="legend")
                 with gr.Row(equal_height=False):
                     ar_pane = gr.HTML(render_pane("ar", None, "waiting", note="Press Run."),
                                       elem_id="pane-ar")
+                    sd_pane = gr.HTML(render_pane("sd", None, "waiting", note="Press Run."),
+                                      elem_id="pane-sd")
                     mirror_pane = gr.HTML(render_pane("mirror", None, "waiting", note="Press Run."),
                                           elem_id="pane-mirror")
-                    with gr.Column(visible=False, min_width=200) as sd_col:
-                        sd_pane = gr.HTML(render_pane("sd", None, "waiting"), elem_id="pane-sd")
                 gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
                 with gr.Row():
-                    race_btn = gr.Button("Race replay: both runs together at their measured pace",
+                    race_btn = gr.Button("Race replay: the runs together at their measured pace",
                                          elem_id="race-btn", scale=3)
                     speed = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
                                         scale=1, min_width=120)
@@ -146,38 +155,50 @@ def build_demo() -> gr.Blocks:
                                      label="run", scale=1)
                     step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
                                      elem_id="step-slider", scale=4)
-                inspector = gr.HTML(render_inspector(None, 0), elem_id="inspector")
+                inspector = gr.HTML(render_inspector(None, 0), elem_id="inspector", js_on_load=PICK_JS)
+                whatif_panel = whatif.build_panel()  # after a finished run or a loaded trace
 
         outputs = [status, ar_pane, mirror_pane, sd_pane, summary, timeline, step, inspector,
                    trace_file, state]
         inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
-                  exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, with_sd,
+                  exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, methods,
                   use_cache, draft_precision, auto_tune, streams, draft_vocab]
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free)
-        with_sd.change(lambda v: gr.update(visible=bool(v)), with_sd, sd_col,
-                       api_visibility="private", **free)
         layer_range = dict(fn=handlers.exit_layer_range, inputs=[target, exit_layer],
                            outputs=exit_layer, api_visibility="private", show_progress="hidden",
                            **free)
         demo.load(**layer_range)
         target.change(**layer_range)
-        run_btn.click(handlers.arm, None, None, api_visibility="private", **free).then(
+        demo.load(handlers.preparing_status, None, [status, preparing], api_visibility="private",
+                  show_progress="hidden", **free)
+        preparing.tick(handlers.preparing_status, None, [status, preparing],
+                       api_visibility="private", show_progress="hidden", **free)
+        run_btn.click(handlers.arm, None, [stop_btn, preparing], api_visibility="private", **free).then(
             handlers.run, inputs, outputs, api_name="run", concurrency_limit=1,
             concurrency_id="decode", show_progress="full", show_progress_on=[status]).then(
+            handlers.idle, None, stop_btn, api_visibility="private", **free).then(
             **layer_range)  # the pair is loaded now: its real layer count
         race_event = race_btn.click(handlers.race, [state, speed],
                                     [status, ar_pane, mirror_pane, sd_pane], api_name="race",
                                     concurrency_limit=8, concurrency_id="replay",
                                     show_progress="hidden")
-        stop_btn.click(handlers.stop, None, status, api_name="stop", cancels=[race_event], **free)
+        follow_event = race_btn.click(follow_replay, [state, speed, which], inspector,  # narration follows
+                                      api_visibility="private", concurrency_limit=8,
+                                      concurrency_id="replay", show_progress="hidden")
+        stop_btn.click(handlers.stop, None, status, api_name="stop",
+                       cancels=[race_event, follow_event], **free)
         step.change(handlers.inspect, [state, which, step], inspector, api_visibility="private",
                     concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
-        which.change(handlers.inspect_run, [state, which], [step, inspector],
+        # a step cell or a token in a pane (steps.PICK_JS): the run and step it belongs to
+        inspector.select(pick, state, [which, step, inspector], api_visibility="private",
+                         concurrency_limit=None, show_progress="hidden")
+        which.input(handlers.inspect_run, [state, which], [step, inspector],
                      api_visibility="private", concurrency_limit=None, show_progress="hidden")
         trace_upload.upload(handlers.load_trace, trace_upload, outputs + [prompt],
                             api_name="load_trace", concurrency_limit=None)
+        whatif_panel.wire(state)
     return demo
 
 
@@ -189,7 +210,9 @@ def _preset(name):
 
 
 def launch(demo: gr.Blocks, **kwargs):
-    """Queue (one run at a time, bounded, positions shown), then launch with the app's CSS."""
+    """Start preparing the default pair in the background (not in test mode), then queue (one
+    run at a time, bounded, positions shown) and launch with the app's CSS."""
+    handlers.start_preparing()
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     kwargs.setdefault("css", CSS)
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME") or None)

@@ -18,8 +18,9 @@ from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Even
                               Span, StepStart, Verify, event_from_dict)
 
 METHOD_NAMES = {"ar": "Autoregressive (target only)", "mirror": "Mirror-SD",
-                "sd": "Plain speculative decoding"}
-SHORT_NAMES = {"ar": "AR", "mirror": "Mirror-SD", "sd": "Plain SD"}
+                "sd": "Speculative decoding (draft, then verify)"}
+SHORT_NAMES = {"ar": "AR", "mirror": "Mirror-SD", "sd": "SD"}
+METHOD_ORDER = ("ar", "sd", "mirror")  # the lesson: what the mirror adds over plain SD
 
 
 @dataclass
@@ -27,13 +28,22 @@ class RunRecord:
     method: str  # "ar" | "sd" | "mirror"
     events: list[Event] = field(default_factory=list)
     times_ns: list[int] = field(default_factory=list)  # arrival of each event, from t0
-    t0_ns: int = 0  # perf_counter_ns at the start: Span times are absolute, subtract this
+    # perf_counter_ns of the run's first timed event (Span times are absolute: subtract this);
+    # anything before it (a kernel build, the proposal vocabulary) is not part of the run
+    t0_ns: int = 0
     token_texts: list[str] = field(default_factory=list)  # one per committed token
     id_texts: dict[int, str] = field(default_factory=dict)  # any token id seen -> its text
 
     def add(self, event: Event, t_ns: int) -> None:
         self.events.append(event)
         self.times_ns.append(t_ns)
+
+    def rebase(self, origin_ns: int) -> None:
+        """Make `origin_ns` (perf_counter_ns) time zero; events that arrived before it sit at 0."""
+        shift = origin_ns - self.t0_ns
+        if shift:
+            self.times_ns = [max(0, t - shift) for t in self.times_ns]
+            self.t0_ns = origin_ns
 
     def snapshot(self) -> "RunRecord":
         """A consistent copy while another thread appends (list slices are atomic)."""
@@ -177,12 +187,44 @@ def analyse(rec: RunRecord) -> Analysis:
     return Analysis(tokens, steps)
 
 
-def live_stats(rec: RunRecord, now_ns: int | None = None) -> dict:
-    """tokens, elapsed_s and tokens_per_s: from Finish when there is one, else so far."""
+def timed_origin(rec: RunRecord, engine_t0_ns: int | None = None) -> int | None:
+    """perf_counter_ns where the run's timed part began: the engine's own start when known,
+    else its first span, whichever is earlier; None before the first span."""
+    starts = [s.start_ns for s in rec.spans]
+    first = min(starts) if starts else None
+    if engine_t0_ns is not None:
+        return engine_t0_ns if first is None else min(engine_t0_ns, first)
+    return first
+
+
+def measured(rec: RunRecord) -> dict:
+    """The run's measured figures, the one source of every number the page shows: tokens,
+    wall_s, tokens_per_s, prefill_s (start to first commit: the prompt's prefill, plus the
+    first window for SD and Mirror-SD), decode_s, decode_tokens, decode_tokens_per_s.
+    From Finish's stats when they carry a field, else from the event times (same rule)."""
     f = rec.finish
-    if f is not None:
-        return {"tokens": f.stats["new_tokens"], "elapsed_s": f.stats["wall_s"],
-                "tokens_per_s": f.stats["tokens_per_s"]}
+    stats = f.stats if f is not None else {}
+    commits = [(t, len(e.token_ids)) for e, t in zip(rec.events, rec.times_ns) if isinstance(e, Commit)]
+    tokens = stats.get("new_tokens", sum(n for _, n in commits))
+    wall = stats.get("wall_s", rec.duration_ns / 1e9)
+    out = {"tokens": tokens, "wall_s": wall, "elapsed_s": wall,
+           "tokens_per_s": tokens / wall if wall > 0 else 0.0}
+    if "prefill_s" in stats:
+        for k in ("prefill_s", "decode_s", "decode_tokens", "decode_tokens_per_s"):
+            out[k] = stats.get(k)
+        return out
+    if not commits:
+        return dict(out, prefill_s=None, decode_s=None, decode_tokens=0, decode_tokens_per_s=None)
+    prefill = commits[0][0] / 1e9
+    decode_s, decode_tokens = max(wall - prefill, 0.0), tokens - commits[0][1]
+    return dict(out, prefill_s=prefill, decode_s=decode_s, decode_tokens=decode_tokens,
+                decode_tokens_per_s=decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None)
+
+
+def live_stats(rec: RunRecord, now_ns: int | None = None) -> dict:
+    """tokens, elapsed_s and tokens_per_s: measured() when finished, else so far."""
+    if rec.finish is not None:
+        return measured(rec)
     n = sum(len(e.token_ids) for e in rec.events if isinstance(e, Commit))
     elapsed = (now_ns if now_ns is not None else rec.duration_ns) / 1e9
     return {"tokens": n, "elapsed_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}

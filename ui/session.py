@@ -1,8 +1,8 @@
 """Between the Gradio handlers and mirror_sd: loaded pairs, jobs, results cache, Stop.
 
 - `PairCache`: model pairs load lazily on first use (progress reported) and stay loaded; each
-  loaded pair has a lock, so one run at a time uses it. `MIRROR_SD_TINY=1` swaps in the tiny
-  random pair of `ui.tiny` (tests, no downloads).
+  loaded pair has a lock, so one run at a time uses it. `PairCache.tiny()` holds the tiny
+  random pair of `mirror_sd.models.tiny` instead (tests and the app's test mode, no downloads).
 - `Job`: a worker thread that loads the pair, then runs AR, Mirror-SD and optionally plain SD
   one after another (never at the same time, so each timing is honest), recording every event
   with its arrival time. The Gradio handler polls it and renders; decoding never waits for
@@ -18,22 +18,20 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Error, Verify
+from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
 
-from .runs import RunRecord
+from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, timed_origin
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
 
-METHODS = ("ar", "mirror", "sd")
-
-
-def tiny_mode() -> bool:
-    return os.environ.get("MIRROR_SD_TINY", "") not in ("", "0")
+METHODS = METHOD_ORDER
+WARM_TOKENS = 4  # per method: enough for a verify step, branches and a second window
+WARM_PROMPT = 16  # prompt tokens the warm-up prefills
 
 
 def decoder_class(method: str):
@@ -56,16 +54,10 @@ class LoadedPair:
     pair: object  # mirror_sd.models.pair.ModelPair
     lock: threading.Lock = field(default_factory=threading.Lock)
     meta: dict = field(default_factory=dict)
+    warmed: set = field(default_factory=set)  # (method, streams, draft_vocab) run once, untimed
 
 
 def _load(spec: PairSpec, progress) -> object:
-    if tiny_mode():
-        import torch
-
-        from .tiny import tiny_pair
-        progress("building the tiny test pair (MIRROR_SD_TINY=1)", 0.5)
-        torch.set_num_threads(1)  # tiny matmuls: threads only fight over the cores
-        return tiny_pair()
     from mirror_sd.models.loading import load_pair  # it also sets the lanes' CPU threads
     return load_pair(spec.target, spec.draft, precision=spec.precision,
                      draft_precision=None if spec.draft_precision == "same" else spec.draft_precision,
@@ -73,14 +65,24 @@ def _load(spec: PairSpec, progress) -> object:
                      progress=progress)
 
 
-def pair_meta(spec: PairSpec, pair) -> dict:
+def _load_tiny(spec: PairSpec, progress) -> object:
+    import torch
+
+    from mirror_sd.models.tiny import tiny_pair
+    progress("building the tiny test pair", 0.5)
+    torch.set_num_threads(1)  # tiny matmuls: threads only fight over the cores
+    return tiny_pair()
+
+
+def pair_meta(spec: PairSpec, pair, tiny: bool = False) -> dict:
     info = getattr(pair, "info", {}) or {}
     return {"target": pair.target_name, "draft": pair.draft_name,
-            "target_layers": pair.target_layers, "precision": spec.precision,
+            "target_layers": pair.target_layers,
+            "precision": info.get("precision", spec.precision),  # what really loaded
             "draft_precision": spec.draft_precision,
             "target_device": (info.get("target") or {}).get("device", spec.target_device),
             "draft_device": (info.get("draft") or {}).get("device", spec.draft_device),
-            "tiny": tiny_mode()}
+            "tiny": tiny}
 
 
 def _config_layers(folder) -> int | None:
@@ -98,23 +100,23 @@ def target_layers(target: str, pairs: "PairCache | None" = None) -> int | None:
     """The layer count of a target without loading it: a loaded pair's, else a local
     config.json (the default pair's cache, a model folder) or a GGUF header; None when only
     loading would tell (a hub id not loaded yet, a default pair not built yet)."""
-    if tiny_mode():
-        from .tiny import LAYERS
+    if pairs is not None and pairs.is_tiny:
+        from mirror_sd.models.tiny import LAYERS
         return LAYERS
     target = (target or "").strip() or "default"
     if pairs is not None and (n := pairs.layers(target)) is not None:
         return n
     from pathlib import Path
-    from mirror_sd.models import loading
+    from mirror_sd.models import bundled, names
     if target == "default":
-        return _config_layers(loading.default_cache_dir() / f"{loading.DEFAULT_TARGET.stem}-hf")
+        return _config_layers(bundled.default_cache_dir() / f"{bundled.DEFAULT_TARGET.stem}-hf")
     path = Path(target).expanduser()
     if path.is_dir():
         return _config_layers(path)
     if path.is_file() and path.suffix.lower() == ".gguf":
         import re
         try:
-            blocks = {m.group(1) for name in loading._gguf_shapes(path)
+            blocks = {m.group(1) for name in names.gguf_shapes(path)
                       if (m := re.match(r"blk\.(\d+)\.", name))}
         except Exception:  # not a readable GGUF: the load will say why
             return None
@@ -125,11 +127,27 @@ def target_layers(target: str, pairs: "PairCache | None" = None) -> int | None:
 class PairCache:
     """Loaded pairs, at most `max_pairs` (the least recently used one is dropped first)."""
 
-    def __init__(self, max_pairs: int | None = None, loader=_load):
+    @classmethod
+    def tiny(cls) -> "PairCache":
+        """A cache whose every pair is the tiny random test pair (no downloads)."""
+        return cls(loader=_load_tiny, is_tiny=True)
+
+    def __init__(self, max_pairs: int | None = None, loader=_load, is_tiny: bool = False):
         self.max_pairs = max_pairs or int(os.environ.get("MIRROR_SD_MAX_PAIRS", "1"))
         self.loader = loader
-        self._pairs: OrderedDict[tuple, LoadedPair] = OrderedDict()  # (spec, tiny) -> pair
+        self.is_tiny = is_tiny  # every spec gives the tiny test pair (the page says so)
+        self._pairs: OrderedDict[PairSpec, LoadedPair] = OrderedDict()
         self._lock = threading.Lock()  # one load at a time
+        self.loading: dict | None = None  # the load in progress: spec, message, fraction, since
+
+    def describe(self) -> str:
+        """The load in progress, in a line ('' when none)."""
+        now = self.loading
+        if now is None:
+            return ""
+        return (f"Preparing the models ({now['spec'].precision}) in the background: "
+                f"{now['message']} · {time.monotonic() - now['since']:.0f} s so far. "
+                f"Press Run at any time: the run starts when they are ready.")
 
     def clear(self) -> None:
         """Drop every loaded pair (waits for runs still using them)."""
@@ -143,30 +161,48 @@ class PairCache:
 
     def layers(self, target: str) -> int | None:
         """Layers of a loaded pair's target named `target` (any precision or device)."""
-        for (spec, tiny), loaded in list(self._pairs.items()):
-            if spec.target == target and tiny == tiny_mode():
+        for spec, loaded in list(self._pairs.items()):
+            if spec.target == target:
                 return loaded.meta.get("target_layers")
         return None
 
     def loaded(self, spec: PairSpec) -> bool:
-        return (spec, tiny_mode()) in self._pairs
+        return spec in self._pairs
 
     def get(self, spec: PairSpec, progress) -> LoadedPair:
-        key = (spec, tiny_mode())
-        with self._lock:
-            if key in self._pairs:
-                self._pairs.move_to_end(key)
-                return self._pairs[key]
-            while len(self._pairs) >= self.max_pairs:  # free the memory before loading
-                _, old = self._pairs.popitem(last=False)
-                with old.lock:  # wait for a run still using it
-                    pass
-                del old
-                gc.collect()
-            pair = self.loader(spec, progress)
-            loaded = LoadedPair(pair, meta=pair_meta(spec, pair))
-            self._pairs[key] = loaded
-            return loaded
+        key = spec
+        while not self._lock.acquire(timeout=0.5):  # another load (e.g. the background one)
+            if (now := self.loading) is not None:
+                progress(f"{now['message']} (a load started {time.monotonic() - now['since']:.0f} s "
+                         f"ago; this run waits for it)", now["fraction"])
+        try:
+            return self._get(spec, key, progress)
+        finally:
+            self.loading = None
+            self._lock.release()
+
+    def _get(self, spec: PairSpec, key: PairSpec, progress) -> LoadedPair:
+        """Under self._lock: the loaded pair, loading it first (dropping the oldest)."""
+        if key in self._pairs:
+            self._pairs.move_to_end(key)
+            return self._pairs[key]
+        while len(self._pairs) >= self.max_pairs:  # free the memory before loading
+            _, old = self._pairs.popitem(last=False)
+            with old.lock:  # wait for a run still using it
+                pass
+            del old
+            gc.collect()
+        self.loading = {"spec": spec, "message": "starting", "fraction": None,
+                        "since": time.monotonic()}
+
+        def report(message: str, fraction: float | None = None) -> None:
+            self.loading.update(message=message, fraction=fraction)
+            progress(message, fraction)
+
+        pair = self.loader(spec, report)
+        loaded = LoadedPair(pair, meta=pair_meta(spec, pair, self.is_tiny))
+        self._pairs[key] = loaded
+        return loaded
 
 
 class TokenTexts:
@@ -214,12 +250,12 @@ class RunRequest:
     prompt: str
     spec: PairSpec
     settings: Settings
-    methods: tuple[str, ...] = ("ar", "mirror")
+    methods: tuple[str, ...] = METHOD_ORDER
     auto: bool = False  # gamma and branch budget chosen by tuning.auto_settings first
 
     def key(self) -> tuple:
         return (self.prompt, self.spec, tuple(sorted(asdict(self.settings).items())), self.methods,
-                self.auto, tiny_mode())
+                self.auto)
 
 
 class Job(threading.Thread):
@@ -276,7 +312,11 @@ class Job(threading.Thread):
         # before any method: a bad setting (e.g. an exit layer past this target's layers) is
         # one message, not an error in the AR pane, which never uses it
         settings.validate(pair, len(prompt_ids))
-        with loaded.lock:
+        if not loaded.lock.acquire(blocking=False):
+            self.message = "Waiting for the background warm-up of the models to finish"
+            loaded.lock.acquire()
+        try:
+            self._warm_up(loaded, prompt_ids, settings)
             if req.auto and not self.cancel.is_set():
                 from mirror_sd.bench.tuning import auto_settings
                 self.message = "Choosing γ and branch budget (a short probe of each method)"
@@ -290,21 +330,116 @@ class Job(threading.Thread):
                     break
                 self.current = method
                 self.message = f"Running {method}"
-                rec = RunRecord(method)
-                texts = TokenTexts(pair, rec)
-                decoder = decoder_class(method)(pair, settings)
-                rec.t0_ns = time.perf_counter_ns()
-                self.records[method] = rec
-                for ev in decoder.generate(prompt_ids, cancel=self.cancel):
-                    texts.on_event(ev)  # before add: the page sees a token with its text
-                    if isinstance(ev, EarlyExit):  # the layer Mirror really used (lens rule)
-                        self.meta["exit_layer"] = ev.layer
-                    rec.add(ev, time.perf_counter_ns() - rec.t0_ns)
-                    if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
-                        self.cancel.set()
+                rec = self._timed_run(pair, method, settings, prompt_ids)
                 if rec.errors:  # the same settings would fail the next method too
                     self.error = rec.errors[0]
                     break
+        finally:
+            loaded.lock.release()
+
+    def _warm_up(self, loaded: LoadedPair, prompt_ids: list[int], settings: Settings) -> None:
+        def say(message: str, fraction: float | None) -> None:
+            self.message, self.fraction = message, fraction
+        self.meta["warmup_s"] = warm_up(loaded, prompt_ids, settings, self.request.methods,
+                                        self.cancel, say)
+        self.fraction = None
+
+    def _timed_run(self, pair, method: str, settings: Settings, prompt_ids: list[int]) -> RunRecord:
+        """One method, every event recorded with its arrival time. Time zero is the run's
+        first timed event (its first span, then the engine's own start once Finish tells it),
+        so nothing before it (building the decoder, a proposal vocabulary) is in its bars."""
+        rec = RunRecord(method)
+        texts = TokenTexts(pair, rec)
+        decoder = decoder_class(method)(pair, settings)
+        rec.t0_ns = time.perf_counter_ns()
+        self.records[method] = rec
+        for ev in decoder.generate(prompt_ids, cancel=self.cancel):
+            now = time.perf_counter_ns()
+            texts.on_event(ev)  # before add: the page sees a token with its text
+            if isinstance(ev, EarlyExit):  # the layer Mirror really used (lens rule)
+                self.meta["exit_layer"] = ev.layer
+            rec.add(ev, now - rec.t0_ns)
+            if isinstance(ev, Span) and (len(rec.spans) == 1 or ev.start_ns < rec.t0_ns):
+                rec.rebase(ev.start_ns if len(rec.spans) == 1 else timed_origin(rec))
+            elif isinstance(ev, Finish):
+                engine_t0 = ev.stats.get("t0_ns") or now - int(ev.stats.get("wall_s", 0) * 1e9)
+                rec.rebase(timed_origin(rec, engine_t0))
+            if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
+                self.cancel.set()
+        return rec
+
+
+def warm_up(loaded: LoadedPair, prompt_ids: list[int], settings: Settings, methods, cancel,
+            say=lambda message, fraction: None) -> float:
+    """An untimed short run of each method not yet run on this pair with these proposal
+    settings (call it holding loaded.lock): a model's first forward after a load (lazy set-up,
+    a kernel's first call, the draft lane's threads) is slow, and no timed run may pay for it.
+    Returns the seconds it took (0.0: all warm already)."""
+    todo = [m for m in methods if (m, settings.streams, settings.draft_vocab) not in loaded.warmed]
+    if not todo:
+        return 0.0
+    names = ", ".join(SHORT_NAMES.get(m, m) for m in todo)
+    quick = replace(settings, max_new_tokens=min(settings.max_new_tokens, WARM_TOKENS))
+    start = time.perf_counter_ns()
+    for i, method in enumerate(todo):
+        if cancel.is_set():
+            break
+        say(f"Warming up ({names}): a {WARM_TOKENS}-token run of each, untimed, so that every "
+            f"timed run starts warm", i / len(todo))
+        for _ in decoder_class(method)(loaded.pair, quick).generate(prompt_ids[:WARM_PROMPT],
+                                                                  cancel=cancel):
+            pass  # an error here shows again, in its pane, when the timed run meets it
+        loaded.warmed.add((method, settings.streams, settings.draft_vocab))
+    return (time.perf_counter_ns() - start) / 1e9
+
+
+NATIVE_PRECISIONS = ("int8", "int4")  # converted with the AVX2 extension, built on first use
+
+
+class Preparer(threading.Thread):
+    """Started by the app's launch: loads the default pair (converting the bundled GGUF files
+    the first time) so that the first Run finds it loaded, builds the AVX2 kernel beside the
+    conversion when the precision needs it (the build is one process on the other core), then
+    warms every method up. A failure is logged; the first Run then tries again and says why."""
+
+    def __init__(self, pairs: PairCache, spec: PairSpec, prompt: str, settings: Settings):
+        super().__init__(name="mirror-sd-prepare", daemon=True)
+        self.pairs, self.spec, self.prompt, self.settings = pairs, spec, prompt, settings
+        self.message = "starting"
+        self.since = time.monotonic()
+        self.done = threading.Event()
+        self.error: str | None = None
+
+    def describe(self) -> str:
+        """What it is doing, in a line; '' once done without error."""
+        if self.done.is_set():
+            return f"The background preparation failed: {self.error}" if self.error else ""
+        return self.pairs.describe() or (f"{self.message} · {time.monotonic() - self.since:.0f} s "
+                                         f"so far")
+
+    def run(self) -> None:
+        try:
+            if self.spec.precision in NATIVE_PRECISIONS and self.spec.target_device in ("auto", "cpu"):
+                threading.Thread(target=_build_kernel, name="mirror-sd-kernel", daemon=True).start()
+            loaded = self.pairs.get(self.spec, lambda message, fraction=None: None)
+            prompt_ids = loaded.pair.encode_prompt(parse_prompt(self.prompt))
+            with loaded.lock:
+                def say(message: str, fraction: float | None) -> None:
+                    self.message = f"Preparing in the background: {message}"
+                warm_up(loaded, prompt_ids, self.settings, METHOD_ORDER, threading.Event(), say)
+        except Exception as e:  # the first Run loads again and shows the message
+            log.exception("background preparation failed")
+            self.error = str(e) if isinstance(e, MirrorSDError) else f"{type(e).__name__}: {e}"
+        finally:
+            self.done.set()
+
+
+def _build_kernel() -> None:
+    try:
+        from mirror_sd.cpu import int8
+        int8.load()  # builds once (a minute or so), then loads from the build folder
+    except Exception:  # the conversion reports what it needs; fbgemm where it cannot build
+        log.exception("kernel build failed")
 
 
 class ResultCache:
@@ -319,6 +454,10 @@ class ResultCache:
                 self._items.move_to_end(key)
                 return self._items[key]
             return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
 
     def put(self, key: tuple, value: dict) -> None:
         with self._lock:

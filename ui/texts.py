@@ -1,28 +1,63 @@
 """Words shown in the app: the legend, the explanation for newcomers, the example prompts."""
 from __future__ import annotations
 
-# kind -> (label, tooltip). Order = legend order.
+from mirror_sd.models.precision import draft_precisions, target_precisions
+
+# kind -> (label, tooltip). Order = legend order. Colours: green = a drafted token the target
+# accepted (in every pane that drafts), red = the target's own token after a rejection, purple =
+# the bonus token, none = the target alone. Mirror-SD's accepted tokens also carry an underline
+# saying where their window came from (blue: ready early, a hit; amber dashes: after a miss).
 LEGEND = {
     "accepted": ("accepted draft",
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own."),
-    "hit": ("accepted, reused branch (hit)",
-            "Accepted, and drafted ahead of time: the draft rolled this window out while the "
-            "target was still verifying the previous one (Mirror-SD's parallel branch)."),
-    "fallback": ("accepted after a fallback (miss)",
-                 "Accepted, from a window the draft had to write serially because no "
-                 "precomputed branch matched the target's verdict."),
-    "correction": ("target correction",
-                   "The target rejected a drafted token here and wrote its own instead."),
+    "hit": ("accepted, window ready early (hit)",
+            "Accepted, from a window the draft wrote while the target was still verifying the "
+            "previous one (Mirror-SD's branch matched the verdict: a hit)."),
+    "fallback": ("accepted, window redrafted after a miss",
+                 "Accepted, from a window the draft had to write after the verdict because no "
+                 "prepared branch matched it (a miss: the target waited for it)."),
+    "correction": ("target's token after a rejection",
+                   "The target rejected a drafted token here and wrote its own instead (from "
+                   "the same verify forward)."),
     "bonus": ("bonus token",
               "The target accepted the whole window and added one more token of its own for "
               "free, from the same forward pass."),
     "plain": ("target only",
-              "Written by the target alone, one forward pass per token (the baseline)."),
+              "Written by the target alone, one forward pass per token (the AR baseline)."),
+}
+# marks that are not a kind: css class -> (label, tooltip)
+LEGEND_MARKS = {
+    "msd-tok k-accepted ws": ("␣ whitespace",
+                              "A token of spaces or a line break: only a dotted line in its "
+                              "colour, so indentation stays readable."),
+}
+
+# word -> definition, shown on hover wherever the word appears (abbr title=)
+GLOSSARY = {
+    "gamma": "γ (gamma): how many tokens the draft writes per window before the target checks them.",
+    "kappa": "κ (kappa): how many of the early exit's top guesses per position go to the draft.",
+    "exit layer": ("ℓₑ, the early-exit layer: the target layer after which Mirror-SD reads the "
+                   "target's likely next tokens (its final norm and LM head applied half-way), "
+                   "while the remaining layers still run."),
+    "exit lens": ("A small trained correction applied to the exit layer's hidden state before the "
+                  "LM head, so the half-way guesses match the target's final tokens more often."),
+    "root": ("A branch's root (j, v): the guess that the target keeps the first j drafted tokens "
+             "and then writes v; the draft rolls a whole window out from there in advance."),
+    "score": ("A root's score: how likely the verdict is to land there, from the draft's own "
+              "probabilities and the early exit's; the best-scored roots get rolled out."),
+    "tau": "τ: tokens committed per target forward (AR: 1).",
+    "hit": ("A hit: the verdict matched a branch the draft had prepared, so the next window was "
+            "ready at once."),
+    "fallback": ("A miss: no prepared branch matched, so the draft wrote the next window after "
+                 "the verdict while the target waited."),
+    "prefill": ("Prefill: from a run's start to its first committed tokens (the prompt's forward; "
+                "SD and Mirror-SD also draft and verify their first window in it)."),
 }
 
 HOW_IT_WORKS = """
-**In plain words.** A large language model (the *target*) writes one token at a time, and every
+### How it works
+A large language model (the *target*) writes one token at a time, and every
 token costs a full pass through all its layers. *Speculative decoding* lets a small, fast
 model (the *draft*) guess the next few tokens; the target then checks all the guesses in one
 pass and keeps the ones it agrees with, plus one token of its own. The text is exactly what the
@@ -37,7 +72,10 @@ the next guesses are ready at once; if not (a **miss**) the draft guesses from s
 plain speculative decoding. The peek only decides what is prepared in advance: every token is
 still checked by the full target, so the text does not change.
 
-**In the paper's notation** (Bhendawade et al. 2025). Target with N layers, early exit at layer
+"""
+
+HOW_IN_NOTATION = """
+Bhendawade et al. 2025. Target with N layers, early exit at layer
 ℓₑ, window of γ drafted tokens d₁…d_γ with draft probabilities q and target probabilities p.
 Per step: the target runs layers 1..ℓₑ over [yₙ, d₁…d_γ]; the exit head gives the top-κ tokens
 per position, M_t; then, in parallel, the target runs layers ℓₑ+1..N while the draft rolls out
@@ -49,8 +87,8 @@ T_draft + T_target.
 """
 
 SEQUENTIAL_NOTE = ("The runs go one after another on the same hardware, never at the same "
-                   "time, so each one's timing is honest. The page refreshes a few times a "
-                   "second while a run streams.")
+                   "time, each after an untimed warm-up of its models, so every timing is warm "
+                   "and honest. Each pane's clock starts at its run's first timed event.")
 
 # task -> prompt. A prompt with "User:" / "Assistant:" lines is a multi-turn chat.
 EXAMPLES = {
@@ -91,9 +129,9 @@ def parse_prompt(text: str) -> str | list[dict]:
     return messages
 
 
-# Precision choices (mirror_sd.models.loading.PRECISIONS; measured in docs/measurements.md, section 4)
-TARGET_PRECISIONS = ["fp32", "int8", "int4", "fp16w", "int8-dyn", "bf16", "fp16"]
-DRAFT_PRECISIONS = ["fp32", "int8", "int4", "int8-dyn", "fp16w"]
+# Precision choices, from the registry (menu order)
+TARGET_PRECISIONS = target_precisions()
+DRAFT_PRECISIONS = draft_precisions()
 PRECISION_INFO = (
     "int8 (CPU): int8 weights, each token's activations quantized on its own and row-exact "
     "attention, so verifying k tokens gives bit for bit what decoding them one by one gives: "

@@ -1,0 +1,198 @@
+"""Why a run came out as it did, from its own measured spans and events (pure functions).
+
+- `breakdown(rec)`: where each run's wall time went, seconds that add up to the wall time:
+  prefill, target forwards (AR), verify, draft exposed (the draft lane busy while the target
+  lane is not), idle (no lane busy: Python, the hand-offs); plus draft hidden (the draft lane
+  busy while the target lane is busy too, which costs no wall time by itself).
+- `contention(records)`: what two lanes at once cost here: the target's verify forward alone
+  (SD) against beside the draft (Mirror-SD), and one draft forward alone against beside the
+  target.
+- `early_exit_share(rec)`: for Mirror-SD, hits whose root was among the early exit's top-κ
+  against hits rooted only in the draft's own guesses, and how often the early exit's top-κ
+  held the target's token.
+- `why_sentence(records)`: one plain sentence from those numbers.
+"""
+from __future__ import annotations
+
+from statistics import median
+
+from mirror_sd.engine.events import DraftBranch, EarlyExit, Verify
+
+from .runs import RunRecord, measured
+
+TARGET_FORWARD = {"decode"}
+VERIFY = {"verify_forward", "prefix", "exit_head", "suffix", "accept"}
+PREFILL = {"prefill", "prefill+draft"}
+PARTS = ("prefill", "target", "verify", "draft_exposed", "idle")
+PART_NAMES = {"prefill": "prefill (prompt, first window)", "target": "target forwards (1 token each)",
+              "verify": "verify forwards", "draft_exposed": "draft, exposed (target waits)",
+              "idle": "idle (no model busy)", "draft_hidden": "draft, hidden (beside the target)"}
+
+
+def _part(span) -> str:
+    if span.label in PREFILL:
+        return "prefill"
+    if span.lane == "draft":
+        return "draft"
+    if span.label in TARGET_FORWARD:
+        return "target"
+    return "verify" if span.label in VERIFY or span.lane in ("target", "verify") else "other"
+
+
+def breakdown(rec: RunRecord) -> dict | None:
+    """Seconds per part over [0, wall]; the parts in PARTS add up to the wall time. Each instant
+    goes to the first busy part in order prefill, target, verify, draft (then it is exposed)."""
+    if rec.finish is None:
+        return None
+    wall_ns = int(measured(rec)["wall_s"] * 1e9)
+    marks = {0, wall_ns}
+    spans = []
+    for s in rec.spans:
+        a, b = max(0, s.start_ns - rec.t0_ns), min(wall_ns, s.end_ns - rec.t0_ns)
+        if b > a:
+            spans.append((a, b, _part(s)))
+            marks.update((a, b))
+    cuts = sorted(marks)
+    out = dict.fromkeys(PARTS + ("draft_hidden",), 0)
+    for lo, hi in zip(cuts, cuts[1:]):
+        busy = {p for a, b, p in spans if a <= lo and b >= hi}
+        if "prefill" in busy:
+            out["prefill"] += hi - lo
+            continue
+        target = next((p for p in ("target", "verify") if p in busy), None)
+        if target:
+            out[target] += hi - lo
+            out["draft_hidden"] += (hi - lo) if "draft" in busy else 0
+        elif "draft" in busy:
+            out["draft_exposed"] += hi - lo
+        else:
+            out["idle"] += hi - lo
+    return {k: v / 1e9 for k, v in out.items()}
+
+
+def _durations(rec: RunRecord | None, labels: set[str], lane: str | None = None) -> list[float]:
+    if rec is None:
+        return []
+    return [(s.end_ns - s.start_ns) / 1e9 for s in rec.spans
+            if s.label in labels and (lane is None or s.lane == lane) and s.step > 0]
+
+
+def _verify_forwards(rec: RunRecord | None) -> list[float]:
+    """One target verify forward per step (Mirror-SD splits it into prefix, exit, suffix)."""
+    if rec is None:
+        return []
+    per_step: dict[int, float] = {}
+    for s in rec.spans:
+        if s.lane == "target" and s.label in ("verify_forward", "prefix", "exit_head", "suffix") and s.step > 0:
+            per_step[s.step] = per_step.get(s.step, 0.0) + (s.end_ns - s.start_ns) / 1e9
+    return list(per_step.values())
+
+
+def _gamma(rec: RunRecord | None) -> int:
+    windows = [len(e.drafted) for e in (rec.events if rec else []) if isinstance(e, Verify)]
+    return max(windows, default=0)
+
+
+def costs(records: dict[str, RunRecord]) -> dict:
+    """Median per-forward costs in seconds, from the runs' spans (steps after the first):
+    target (one AR token), verify (one verify forward, SD alone and Mirror-SD beside its
+    draft), draft (one serial draft forward alone, from SD's windows) and draft_beside (one
+    batched branch forward of Mirror-SD's draft while its target verified)."""
+    ar, sd, mirror = records.get("ar"), records.get("sd"), records.get("mirror")
+    out: dict = {}
+    if d := _durations(ar, TARGET_FORWARD):
+        out["target"] = median(d)
+    if d := _verify_forwards(sd):
+        out["verify_alone"] = median(d)
+    if d := _verify_forwards(mirror):
+        out["verify_beside"] = median(d)
+    if (d := _durations(sd, {"draft"}, "draft")) and _gamma(sd):
+        out["draft"] = median(d) / _gamma(sd)
+    elif (d := _durations(mirror, {"fallback"}, "draft")) and _gamma(mirror):
+        out["draft"] = median(d) / _gamma(mirror)
+    if d := _durations(mirror, {"branches"}, "draft"):
+        out["draft_beside"] = median(d)
+    out["gamma"] = _gamma(sd) or _gamma(mirror)
+    return out
+
+
+def contention(c: dict) -> dict:
+    """Slowdowns from sharing the hardware (1.0 = none): verify beside the draft over verify
+    alone, one draft forward beside the target over one alone."""
+    out = {}
+    if c.get("verify_alone") and c.get("verify_beside"):
+        out["verify"] = c["verify_beside"] / c["verify_alone"]
+    if c.get("draft") and c.get("draft_beside"):
+        out["draft"] = c["draft_beside"] / c["draft"]
+    return out
+
+
+def early_exit_share(rec: RunRecord | None) -> dict | None:
+    """Mirror-SD's hits by where their root came from, and the early exit's recall."""
+    if rec is None:
+        return None
+    exits = {e.step: e for e in rec.events if isinstance(e, EarlyExit)}
+    if not exits:
+        return None
+    verifies = {e.step: e for e in rec.events if isinstance(e, Verify)}
+    taken = [b for b in rec.events if isinstance(b, DraftBranch) and b.status == "taken"]
+    from_exit = sum(1 for b in taken if b.step in exits and b.depth < len(exits[b.step].token_ids)
+                    and b.root_token in exits[b.step].token_ids[b.depth])
+    held = checked = top1 = 0
+    for step, ee in exits.items():
+        v = verifies.get(step)
+        if v is None or v.accepted >= len(ee.token_ids):
+            continue
+        checked += 1
+        row = ee.token_ids[v.accepted]
+        held += v.token in row
+        top1 += bool(row) and row[0] == v.token
+    return {"hits": len(taken), "hits_from_exit": from_exit, "hits_from_draft": len(taken) - from_exit,
+            "steps": checked, "exit_held": held, "exit_top1": top1,
+            "kappa": max((len(r) for e in exits.values() for r in e.token_ids), default=0),
+            "layer": next(iter(exits.values())).layer}
+
+
+def _speed(records: dict[str, RunRecord], m: str) -> float | None:
+    ar, rec = records.get("ar"), records.get(m)
+    if ar is None or rec is None or ar.finish is None or rec.finish is None:
+        return None
+    a, b = measured(ar)["decode_tokens_per_s"], measured(rec)["decode_tokens_per_s"]
+    return b / a if a and b else None
+
+
+def why_sentence(records: dict[str, RunRecord]) -> str:
+    """One plain sentence: the measured reason behind this run's speed."""
+    c = costs(records)
+    mirror, speed = records.get("mirror"), _speed(records, "mirror")
+    if speed is None or mirror is None:
+        return ""
+    stats = mirror.finish.stats
+    tau = stats.get("mean_accepted")
+    parts = [f"Mirror-SD decoded at {speed:.2f}× AR's speed"]
+    if c.get("verify_beside") and c.get("target"):
+        parts.append(f"each step's verify forward cost {c['verify_beside'] / c['target']:.1f} AR "
+                     f"tokens' time ({c['verify_beside'] * 1e3:.0f} ms against "
+                     f"{c['target'] * 1e3:.0f} ms) and committed τ = {tau:.1f} tokens")
+    lanes = []
+    if c.get("draft") and c.get("target"):
+        lanes.append(f"the draft costs {c['draft'] / c['target']:.0%} of a target forward here")
+    k = contention(c)
+    if k.get("verify"):
+        lanes.append(f"both lanes share the same cores and memory bus, so the target's verify "
+                     f"ran {k['verify']:.2f}× as long beside the draft as alone")
+    hr = stats.get("hit_rate")
+    if hr is not None:
+        lanes.append(f"{hr:.0%} of the steps found their next window ready (hits)")
+    sentence = "; ".join(parts)
+    if lanes:
+        sentence += ": " + ", ".join(lanes[:-1]) + (" and " if len(lanes) > 1 else "") + lanes[-1]
+    verdict = ("so hiding the draft paid off" if speed >= 1.0 else
+               "so the time hidden does not pay for the cost of verifying windows")
+    return sentence + f", {verdict}."
+
+
+LEVERS = ("On this machine Mirror-SD's two levers are missing: a draft much cheaper than the "
+          "target (the paper pairs a 14-32B target with a ~0.6B draft) and lanes on separate "
+          "devices (here both share two CPU cores and one memory bus). The “What if” panel "
+          "projects where it would pay off.")
