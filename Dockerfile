@@ -23,8 +23,8 @@ RUN pip install -r requirements.txt
 COPY --chown=app:app . .
 USER app
 # Convert the bundled default pair once at build time, so the first request is fast
-RUN python -m mirror_sd.models.loading --prepare-default && \
-    python -c "from mirror_sd import native_int8; print('AVX2 kernels (int8, int4):', native_int8.available() or native_int8.unavailable_reason())"
+RUN python -m mirror_sd.models --prepare-default && \
+    python -c "from mirror_sd.cpu import int8; print('AVX2 kernels (int8, int4):', int8.available() or int8.unavailable_reason())"
 
 EXPOSE 7860
 CMD ["python", "app.py"]
