@@ -1,28 +1,51 @@
-"""The step inspector: what happened inside one speculative step, as HTML tables.
+"""The step inspector: what happened inside one speculative step, as HTML.
 
+On top, the step strip (every step, clickable) and the step's narration (steps.py); then
 1) the early exit: the target's top-kappa guesses at layer l_e for each window position,
    with probabilities exp(logprob);
 2) the draft branches: the window and every rollout hanging off it at its root position,
-   with its status (taken / cancelled / serial) and score;
+   with its status (taken / cancelled / serial redraft) and score;
 3) the verification: p (target) vs q (draft) for each drafted token, accepted or rejected.
+Steps are numbered from 1 on the page (the engine counts from 0). Chip colours are the token
+legend's: green accepted draft, red the target's token after a rejection, purple its bonus
+token, blue a branch reused as the next window (hit), orange a redraft after a miss.
 """
 from __future__ import annotations
 
 import html
 import math
+import time
 
+import gradio as gr
+
+from . import texts
 from .runs import RunRecord, StepView, analyse
+from .steps import narrate, render_strip, replay_step, step_kind, visible
 
 esc = html.escape
-ORIGINS = {"draft": "drafted serially", "hit": "a reused branch (hit)",
-           "fallback": "a serial fallback after a miss", "none": "no draft (plain step)"}
+ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
+           "drafted": "drafted serially while the target waited",
+           "hit": "a branch prepared during the previous step (a hit)",
+           "miss": "redrafted serially after the previous verdict found no prepared branch (a miss)",
+           "plain": "no draft (a plain target step)"}
+STATUS = {"taken": ("taken", "Reused as the next window: a hit."),
+          "cancelled": ("cancelled", "Dropped: the verdict landed elsewhere (or the early exit "
+                                     "ranked this root below the branch budget)."),
+          "serial": ("serial redraft", "No prepared branch matched the verdict: the draft wrote "
+                                       "this window after it, one token per forward (a miss).")}
+SCORE_TIP = ("The scorer's estimate that the verdict lands on this root (j, v): "
+             "P(the target keeps d₁…d_j and rejects d_{j+1}) × P(it then writes v). The first "
+             "factor multiplies the draft's probabilities of its own tokens (its guess that each "
+             "is accepted); the second mixes the early exit's probability of v with the draft's. "
+             "The best-scored roots are rolled out, up to the branch budget.")
+EXTRA_TIPS = {"exit layer": "The target layer after which its final norm and LM head are applied "
+                            "early, while the remaining layers still run."}
 
 
-def visible(text: str) -> str:
-    """Token text with its whitespace made visible, for chips."""
-    if text == "":
-        return "∅"
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+def _term(word: str, key: str) -> str:
+    """A word with its definition on hover (the app's glossary, else the inspector's own)."""
+    tip = getattr(texts, "GLOSSARY", {}).get(key) or EXTRA_TIPS.get(key, "")
+    return f'<abbr class="msd-term" title="{esc(tip)}">{esc(word)}</abbr>' if tip else esc(word)
 
 
 def _chip(rec: RunRecord, token_id: int, cls: str = "", extra: str = "", title: str = "") -> str:
@@ -33,7 +56,12 @@ def _chip(rec: RunRecord, token_id: int, cls: str = "", extra: str = "", title: 
             f'{f"<small>{esc(extra)}</small>" if extra else ""}</span>')
 
 
-def _last_committed(rec: RunRecord, sv: StepView, tokens) -> str:
+def _target_cls(kind: str) -> str:
+    """The target's own token at the verdict, in the legend's colour for its kind."""
+    return "k-bonus" if kind == "bonus" else "k-correction"
+
+
+def _last_committed(sv: StepView, tokens) -> str:
     if sv.committed == 0:
         return "end of prompt"
     return visible(tokens[sv.committed - 1].text) if sv.committed - 1 < len(tokens) else "yₙ"
@@ -50,19 +78,21 @@ def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
         nxt = window[j] if j < len(window) else None
         chips = []
         for tid, lp in zip(ids, lps):
-            cls = []
-            if nxt is not None and tid == nxt:
-                cls.append("is-draft")
-            if A is not None and ((j < A and tid == nxt) or (j == A and tid == c)):
-                cls.append("is-target")
+            cls = ["is-draft"] if nxt is not None and tid == nxt else []
+            if A is not None and j < A and tid == nxt:
+                cls.append("k-accepted")
+            elif A is not None and j == A and tid == c:
+                cls.append(_target_cls(v.kind))
             chips.append(_chip(rec, tid, " ".join(cls), f"{math.exp(lp):.0%}"))
         after = esc(last) if j == 0 else _chip(rec, window[j - 1]) if j - 1 < len(window) else ""
         drafted = _chip(rec, nxt, "is-draft") if nxt is not None else '<i>bonus position</i>'
         verdict = ""
-        if A is not None and j == A:
-            verdict = ' class="is-verdict"'
-        rows.append(f"<tr{verdict}><td>{j}</td><td>{after}</td><td>{drafted}</td>"
-                    f"<td class=\"msd-chips\">{''.join(chips)}</td></tr>")
+        if A is not None:
+            verdict = ("accepted" if j < A else
+                       f"verdict: the target wrote {_chip(rec, c, _target_cls(v.kind))}" if j == A
+                       else '<span class="msd-muted">not reached</span>')
+        rows.append(f"<tr><td>{j}</td><td>{after}</td><td>{drafted}</td>"
+                    f"<td class=\"msd-chips\">{''.join(chips)}</td><td>{verdict}</td></tr>")
     found = ""
     if v is not None and A < len(ee.token_ids):
         inside = c in ee.token_ids[A]
@@ -72,15 +102,19 @@ def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
             how = "; the branch rooted there came from the draft's own guesses"
         elif not rooted and (sv.rollouts or sv.fallback):
             how = "; no rollout was rooted there, so the next window is drafted after the verdict"
-        found = (f'<p class="msd-muted">The target\'s own token at position {A} '
+        found = (f'<p class="msd-muted">The target\'s own token at row {A} '
                  f'{"<b>was</b>" if inside else "<b>was not</b>"} among the early-exit '
                  f'top-{len(ee.token_ids[A])}{how}.</p>')
-    return (f'<p class="msd-muted">Layer {ee.layer}: the target\'s final norm and LM head '
-            f'applied half-way. Row j guesses the token after yₙ, d₁…d_j. '
-            f'<span class="msd-chip is-draft">outlined</span> = the drafted next token, '
-            f'<span class="msd-chip is-target">green</span> = what the full target chose.</p>'
+    lens = f" read through the {_term('exit lens', 'exit lens')}," if ee.lens else ""
+    return (f'<p class="msd-muted">After layer {ee.layer} (the {_term("exit layer", "exit layer")}),{lens} '
+            f'the target\'s final norm and LM head give its early guesses. Row j guesses the token '
+            f'after yₙ, d₁…d_j; the percentages are the early exit\'s probabilities. '
+            f'<span class="msd-chip is-draft">outlined</span> = the drafted token, '
+            f'<span class="msd-chip k-accepted">green</span> = accepted, '
+            f'<span class="msd-chip k-correction">red</span> / <span class="msd-chip k-bonus">purple</span> '
+            f'= the full target\'s own token after a rejection / as its bonus.</p>'
             f'<table class="msd-table msd-ee"><thead><tr><th>j</th><th>after</th>'
-            f'<th>drafted next</th><th>early-exit top-κ (probability)</th></tr></thead>'
+            f'<th>drafted next</th><th>early-exit top-κ (probability)</th><th>verdict</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{found}')
 
 
@@ -88,13 +122,18 @@ def _branch_row(rec: RunRecord, label: str, cls: str, offset: int, root: int | N
                 tokens: list[int], width: int) -> str:
     cells = ['<td></td>'] * offset
     if root is not None:
-        cells.append(f"<td>{_chip(rec, root, 'is-root', title='root token')}</td>")
+        cells.append(f"<td>{_chip(rec, root, 'is-root', title='root token v')}</td>")
     cells += [f"<td>{_chip(rec, t)}</td>" for t in tokens]
     cells += ['<td></td>'] * max(0, width - len(cells))
     return f'<tr class="{cls}"><th>{label}</th>{"".join(cells)}</tr>'
 
 
-def _branches(rec: RunRecord, sv: StepView, last: str) -> str:
+def _status(status: str) -> str:
+    label, tip = STATUS.get(status, (status, ""))
+    return f'<span class="msd-status-chip st-{esc(status)}" title="{esc(tip)}">{esc(label)}</span>'
+
+
+def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
     v = sv.verify
     window = sv.window
     gamma = len(window)
@@ -104,32 +143,37 @@ def _branches(rec: RunRecord, sv: StepView, last: str) -> str:
     width = 1 + 2 * gamma + 1
     wcells = [f"<td><span class=\"msd-chip\">{esc(last)}</span></td>"]
     for i, t in enumerate(window):
-        state = "" if A is None else "is-accepted" if i < A else "is-rejected" if i == A else "is-unchecked"
+        state = "" if A is None else "k-accepted" if i < A else "is-rejected" if i == A else "is-unchecked"
         wcells.append(f"<td>{_chip(rec, t, state)}</td>")
     wcells += ['<td></td>'] * (width - len(wcells))
-    rows = [f'<tr class="b-window"><th>window ({esc(ORIGINS.get(sv.origin, sv.origin))})</th>'
+    rows = [f'<tr class="b-window b-{kind}"><th>window ({esc(ORIGINS.get(kind, kind))})</th>'
             f'{"".join(wcells)}</tr>']
     if v is not None:
-        cells = ['<td></td>'] * (1 + A) + [f"<td>{_chip(rec, v.token, 'is-target')}</td>"]
+        cells = ['<td></td>'] * (1 + A) + [f"<td>{_chip(rec, v.token, _target_cls(v.kind))}</td>"]
         cells += ['<td></td>'] * (width - len(cells))
-        rows.append(f'<tr class="b-verdict"><th>verdict: A = {A}, then the target\'s '
+        rows.append(f'<tr class="b-verdict"><th>verdict: A = {A} accepted, then the target\'s '
                     f'{esc(v.kind)}</th>{"".join(cells)}</tr>')
+    score = f'<abbr class="msd-term" title="{esc(SCORE_TIP)}">score</abbr>'
+    root = _term("root", "root")
     for b in sorted(sv.rollouts, key=lambda b: -b.score):
-        label = (f'<span class="msd-status-chip st-{esc(b.status)}">{esc(b.status)}</span> '
-                 f'root (j={b.depth}) · score {b.score:.3f}')
+        rank = f", ranked no. {b.rank + 1}" if b.rank is not None and b.rank >= 0 else ""
+        label = f'{_status(b.status)} {root} (j={b.depth}) · {score} {b.score:.3f}{rank}'
         rows.append(_branch_row(rec, label, f"b-{b.status}", 1 + b.depth, b.root_token, b.tokens, width))
     if sv.fallback is not None:
         b = sv.fallback
-        label = ('<span class="msd-status-chip st-serial">serial</span> fallback from the '
-                 'verdict (miss)')
+        rank = (f" (the verdict's root was ranked no. {b.rank + 1}: not rolled out in advance)"
+                if b.rank is not None and b.rank >= 0 else "")
+        label = f'{_status("serial")} from the verdict{rank}'
         rows.append(_branch_row(rec, label, "b-serial", 1 + b.depth, b.root_token, b.tokens, width))
-    head = "".join(f"<th>{i}</th>" for i in range(width))
+    head = "<th>yₙ</th>" + "".join(f"<th>+{i}</th>" for i in range(1, width))
     note = ""
     if sv.rollouts or sv.fallback:
         hit = any(b.status == "taken" for b in sv.rollouts)
-        note = (f'<p class="msd-muted">{"Hit: the taken branch is the next window, drafted while the target was still verifying." if hit else "Miss: no rollout started at the verdict, so the draft wrote the next window serially (the critical path pays for it)."}</p>')
-    return (f'<p class="msd-muted">Columns are positions after yₙ. Each rollout starts at its root '
-            f'(depth j, token v): the guess that the target keeps d₁…d_j and then writes v.</p>'
+        note = (f'<p class="msd-muted">{"Hit: the taken branch (blue) is the next window, drafted while the target was still verifying." if hit else "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it)."}</p>')
+    return (f'<p class="msd-muted">Column yₙ is the last committed token, column +k the k-th '
+            f'token after it. A rollout starts at its {root} (j, v), drawn with a dashed '
+            f'outline in column +(j+1): the guess that the target keeps d₁…d_j and then writes v. '
+            f'Hover “{score}” for how roots are ranked.</p>'
             f'<div class="msd-scroll"><table class="msd-table msd-tree"><thead><tr><th></th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}')
 
@@ -141,25 +185,35 @@ def _verification(rec: RunRecord, sv: StepView, greedy: bool) -> str:
     rows = []
     for i, t in enumerate(v.drafted):
         p, q = v.p_probs[i], v.q_probs[i]
-        ratio = min(1.0, p / q) if q > 0 else 1.0
+        rule = ""
+        if not greedy:
+            rule = f"<td>{min(1.0, p / q) if q > 0 else 1.0:.3f}</td>"
         if i < v.accepted:
-            result = '<span class="msd-ok">accepted</span>'
+            why = "equals the target's argmax" if greedy else "kept"
+            result = f'<span class="msd-ok">accepted</span>: {why}'
         elif i == v.accepted:
-            result = f'<span class="msd-bad">rejected</span> → target wrote {_chip(rec, v.token, "is-target")}'
+            why = "not the target's argmax; " if greedy else ""
+            result = (f'<span class="msd-bad">rejected</span>: {why}the target wrote '
+                      f'{_chip(rec, v.token, "k-correction")}')
         else:
             result = '<span class="msd-muted">not checked (after a rejection)</span>'
         rows.append(f"<tr><td>d{_sub(i + 1)}</td><td>{_chip(rec, t)}</td><td>{q:.3f}</td>"
-                    f"<td>{p:.3f}</td><td>{ratio:.3f}</td><td>{result}</td></tr>")
+                    f"<td>{p:.3f}</td>{rule}<td>{result}</td></tr>")
     if v.kind == "bonus":
-        rows.append(f'<tr><td>bonus</td><td>{_chip(rec, v.token, "is-target")}</td><td></td><td></td>'
-                    f'<td></td><td><span class="msd-ok">all {len(v.drafted)} accepted</span>: one '
-                    f'more token from the same target forward</td></tr>')
-    rule = ("Greedy: a drafted token is accepted while it equals the target's argmax; p and q "
-            "are shown for insight." if greedy else
-            "Sampling: d_i is accepted with probability min(1, p/q); at the first rejection the "
-            "target samples from normalize(max(0, p − q)).")
+        blank = "<td></td>" * (3 if greedy else 4)
+        rows.append(f'<tr><td>bonus</td><td>{_chip(rec, v.token, "k-bonus")}</td>{blank}'
+                    f'<td><span class="msd-ok">all {len(v.drafted)} accepted</span>: one more token '
+                    f'from the same target forward</td></tr>')
+    if greedy:
+        rule = ("Greedy: a drafted token is accepted exactly when it equals the target's most "
+                "likely token (its argmax); p and q are shown for insight only.")
+        ratio = ""
+    else:
+        rule = ("Sampling: d_i is accepted with probability min(1, p/q); at the first rejection "
+                "the target samples from normalize(max(0, p − q)).")
+        ratio = "<th>min(1, p/q)</th>"
     return (f'<p class="msd-muted">{rule}</p><table class="msd-table msd-verify"><thead><tr>'
-            f'<th>i</th><th>token</th><th>q (draft)</th><th>p (target)</th><th>min(1, p/q)</th>'
+            f'<th>i</th><th>token</th><th>q (draft)</th><th>p (target)</th>{ratio}'
             f'<th>result</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
@@ -167,11 +221,10 @@ def _sub(n: int) -> str:
     return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
-def step_count(rec: RunRecord | None) -> int:
-    return len(analyse(rec).steps) if rec is not None else 0
-
-
-def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True) -> str:
+def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
+                     played: int | None = None) -> str:
+    """The inspector for engine step `step` (clamped to the run's steps); `played`: during a
+    race replay, the step under way (the strip fades the later ones)."""
     if rec is None or not rec.events:
         return ('<div class="msd-inspector msd-placeholder">Run (or load a trace) to inspect '
                 'the speculative steps.</div>')
@@ -183,20 +236,63 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True) -> s
         return '<div class="msd-inspector msd-placeholder">No steps recorded.</div>'
     steps = sorted(a.steps)
     step = min(max(int(step), steps[0]), steps[-1])
+    if step not in a.steps:
+        step = min(steps, key=lambda s: abs(s - step))
     sv = a.steps[step]
-    last = _last_committed(rec, sv, a.tokens)
+    pos = steps.index(step)
+    kind = step_kind(rec, sv, pos == 0)
+    last = _last_committed(sv, a.tokens)
     v = sv.verify
     verdict = ""
     if v is not None:
         verdict = (f" · accepted <b>A = {v.accepted}</b> of γ = {len(v.drafted)}, then the "
-                   f"target's {esc(v.kind)} {_chip(rec, v.token, 'is-target')}")
+                   f"target's {esc(v.kind)} {_chip(rec, v.token, _target_cls(v.kind))}")
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
-    head = (f'<div class="msd-step-head"><b>Step {step}</b> of {len(steps)} · '
-            f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window from '
-            f'{esc(ORIGINS.get(sv.origin, sv.origin))}{verdict} · committed '
+    head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
+            f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
+            f'{esc(ORIGINS.get(kind, kind))}{verdict} · committed '
             f'<code>{esc(committed)}</code></div>')
-    return (f'<div class="msd-inspector">{head}'
-            f'<h4>1 · Early exit: the target\'s guesses half-way through</h4>{_early_exit(rec, sv, last)}'
-            f'<h4>2 · Draft branches</h4>{_branches(rec, sv, last)}'
+    replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
+    return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'
+            f'<p class="msd-narration">{replay}{esc(narrate(rec, step))}</p>{head}'
+            f'<h4>1 · Early exit: the target\'s guesses part-way through</h4>{_early_exit(rec, sv, last)}'
+            f'<h4>2 · Draft branches</h4>{_branches(rec, sv, last, kind)}'
             f'<h4>3 · Verification (p = target, q = draft)</h4>{_verification(rec, sv, greedy)}'
             f'</div>')
+
+
+def _greedy(state) -> bool:
+    return float(state["settings"].get("temperature", 0.0)) == 0.0
+
+
+def pick(state, evt: gr.SelectData):
+    """A step cell or a token in an output pane was clicked: (run radio, step, inspector)."""
+    records = (state or {}).get("records") or {}
+    run = str(evt.value or "")
+    rec = records.get(run)
+    if rec is None or rec.method == "ar":  # the AR baseline has no steps to inspect
+        return gr.skip(), gr.skip(), gr.skip()
+    step = int(evt.index)
+    return run, gr.update(value=step), render_inspector(rec, step, _greedy(state))
+
+
+def follow_replay(state, speed, which):
+    """During the race replay, the inspector follows the inspected run's step under way."""
+    if not state or not state.get("records"):
+        return
+    records: dict[str, RunRecord] = state["records"]
+    rec = records.get(which) or records.get("mirror") or records.get("sd")
+    if rec is None:
+        return
+    speed = float(str(speed).rstrip("×x") or 1)
+    total = max(r.duration_ns for r in records.values())
+    start, shown = time.monotonic(), None
+    while True:
+        t = int((time.monotonic() - start) * speed * 1e9)
+        step = replay_step(rec, t)
+        if step is not None and step != shown:
+            shown = step
+            yield render_inspector(rec, step, _greedy(state), played=step)
+        if t >= total:
+            return
+        time.sleep(0.2)

@@ -4,7 +4,11 @@ Top: one lane per (run, model lane) — the AR baseline's target, each speculati
 target / draft / verify lanes — with bars coloured by what ran (prefix = layers 1..l_e,
 exit head, suffix = layers l_e+1..N, draft rollouts...). Overlap between a run's target and
 draft lanes is the draft time Mirror-SD hides. Bottom: tokens committed over time, per run.
-Times are seconds from each run's own start, so the runs line up as if they raced.
+
+Each run is drawn from its own start (t = 0: the engine's timed start, never later than its
+first span) to its reported wall time, where a dashed mark closes its lanes; anything before
+t = 0 (loading, a kernel build, the warm-up) is not part of a run and is not drawn. So the
+runs line up as if they had raced, and each run's last x is the wall time the table reports.
 """
 from __future__ import annotations
 
@@ -13,23 +17,27 @@ from plotly.subplots import make_subplots
 
 from .runs import SHORT_NAMES, RunRecord, analyse
 
-# span label -> (legend name, colour)
+# span label -> (legend name, colour). Target work in blues (its early-exit head in teal),
+# draft work in greens, the draft's serial redraft after a miss in the orange that the token
+# legend uses for "window redrafted after a miss", the acceptance rule in dark grey.
 LABELS = {
-    "prefill": ("prefill", "#94a3b8"),
+    "prefill": ("target prefill (prompt)", "#94a3b8"),
     "decode": ("target decode (1 token)", "#64748b"),
     "verify_forward": ("target verify forward", "#2563eb"),
     "prefix": ("target prefix (layers 1..ℓₑ)", "#1d4ed8"),
-    "exit_head": ("early exit + hand-off (top-κ ids)", "#f59e0b"),
+    "exit_head": ("early exit + hand-off (top-κ ids)", "#0d9488"),
     "suffix": ("target suffix (layers ℓₑ+1..N)", "#60a5fa"),
     "draft": ("draft window (serial)", "#16a34a"),
     "prefill+draft": ("draft prefill + first window", "#86efac"),
     "extend": ("draft extend (d_γ)", "#4ade80"),
     "branches": ("draft branch rollouts (batched)", "#15803d"),
-    "fallback": ("draft fallback (serial, on the critical path)", "#dc2626"),
-    "accept": ("verify (acceptance rule)", "#a855f7"),
+    "fallback": ("draft redraft after a miss (serial, target waits)", "#f59e0b"),
+    "accept": ("acceptance rule", "#334155"),
 }
 LANE_ORDER = ["target", "draft", "verify", "transfer"]
 METHOD_ORDER = ["ar", "sd", "mirror"]
+METHOD_COLOURS = {"ar": "#64748b", "sd": "#16a34a", "mirror": "#2563eb"}
+AXIS_TITLE = "seconds from each run's own start (set-up and warm-up before it are not drawn)"
 
 
 def lane_name(method: str, lane: str) -> str:
@@ -50,27 +58,72 @@ def lanes_for(records: dict[str, RunRecord]) -> list[str]:
     return names
 
 
-def build_timeline(records: dict[str, RunRecord]) -> go.Figure:
-    records = {m: r for m, r in records.items() if r is not None}
-    lanes = lanes_for(records)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        row_heights=[0.68, 0.32])
+def _engine_t0(rec: RunRecord) -> int | None:
+    f = rec.finish
+    return int(f.stats["t0_ns"]) if f is not None and f.stats.get("t0_ns") else None
+
+
+def run_origin_ns(rec: RunRecord) -> int:
+    """perf_counter_ns of the run's t = 0: the engine's own start when Finish reports it, else
+    the first span (the prompt's prefill starts as the timed run starts), never after the
+    first span; with no span yet, the record's own zero."""
+    starts = [s.start_ns for s in rec.spans]
+    candidates = [t for t in (_engine_t0(rec), min(starts) if starts else None) if t is not None]
+    return min(candidates) if candidates else rec.t0_ns
+
+
+def run_end_s(rec: RunRecord, origin_ns: int) -> float:
+    """Where the run's drawing ends: its reported wall time (from the engine's start) when it
+    finished, else its last span or event."""
+    f = rec.finish
+    if f is not None and "wall_s" in f.stats:
+        engine = _engine_t0(rec)
+        return ((engine if engine is not None else origin_ns) - origin_ns) / 1e9 + float(f.stats["wall_s"])
+    ends = [s.end_ns for s in rec.spans] + [rec.t0_ns + rec.duration_ns]
+    return (max(ends) - origin_ns) / 1e9
+
+
+def committed_curve(rec: RunRecord, origin_ns: int) -> tuple[list[float], list[int]]:
+    """(seconds, tokens committed) steps from (0, 0) to (end, the run's token count)."""
+    xs, ys, n = [0.0], [0], 0
+    for t in analyse(rec).tokens:
+        n += 1
+        xs.append(max(0.0, (rec.t0_ns + t.t_ns - origin_ns) / 1e9))
+        ys.append(n)
+    f = rec.finish
+    total = int(f.stats.get("new_tokens", n)) if f is not None else n
+    xs.append(max(run_end_s(rec, origin_ns), xs[-1]))
+    ys.append(total)
+    return xs, ys
+
+
+def _bars(records: dict[str, RunRecord], origins: dict[str, int]) -> dict[str, dict[str, list]]:
     bars: dict[str, dict[str, list]] = {}
     for m in METHOD_ORDER:
         rec = records.get(m)
         if rec is None:
             continue
         for s in rec.spans:
-            start = (s.start_ns - rec.t0_ns) / 1e9
+            start = (s.start_ns - origins[m]) / 1e9
             dur = max(s.end_ns - s.start_ns, 0) / 1e9
             b = bars.setdefault(s.label, {"x": [], "base": [], "y": [], "text": []})
             b["x"].append(dur)
             b["base"].append(start)
             b["y"].append(lane_name(m, s.lane))
             detail = f"<br>{s.detail}" if s.detail else ""
-            b["text"].append(f"<b>{SHORT_NAMES.get(m, m)}</b> · {s.label}{detail}<br>step {s.step}"
-                             f"<br>{start * 1e3:.1f} → {(start + dur) * 1e3:.1f} ms "
-                             f"({dur * 1e3:.1f} ms)")
+            step = f"<br>step {s.step + 1}" if s.step >= 0 else ""
+            b["text"].append(f"<b>{SHORT_NAMES.get(m, m)}</b> · {s.label}{detail}{step}"
+                             f"<br>{start:.3f} → {start + dur:.3f} s ({dur * 1e3:.1f} ms)")
+    return bars
+
+
+def build_timeline(records: dict[str, RunRecord]) -> go.Figure:
+    records = {m: r for m, r in records.items() if r is not None}
+    lanes = lanes_for(records)
+    origins = {m: run_origin_ns(r) for m, r in records.items()}
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        row_heights=[0.68, 0.32])
+    bars = _bars(records, origins)
     for label in list(LABELS) + sorted(set(bars) - set(LABELS)):
         if label not in bars:
             continue
@@ -79,24 +132,29 @@ def build_timeline(records: dict[str, RunRecord]) -> go.Figure:
         fig.add_trace(go.Bar(x=b["x"], base=b["base"], y=b["y"], orientation="h", name=name,
                              marker_color=colour, marker_line_width=0, hovertext=b["text"],
                              hoverinfo="text", width=0.7), row=1, col=1)
-    colours = {"ar": "#64748b", "sd": "#16a34a", "mirror": "#2563eb"}
     for m in METHOD_ORDER:
         rec = records.get(m)
         if rec is None:
             continue
-        xs, ys, n = [0.0], [0], 0
-        for t in analyse(rec).tokens:
-            n += 1
-            xs.append(t.t_ns / 1e9)
-            ys.append(n)
+        name, colour = SHORT_NAMES.get(m, m), METHOD_COLOURS.get(m, "#888")
+        end = run_end_s(rec, origins[m])
+        own = [lane for lane in lanes if lane.startswith(f"{name} · ")]
+        if own:  # a dashed mark closing the run's lanes at its reported wall time
+            fig.add_trace(go.Scatter(x=[end] * len(own), y=own, mode="markers",
+                                     marker=dict(symbol="line-ns", size=22, color=colour,
+                                                 line=dict(width=2, color=colour)),
+                                     name=f"{name}: end", showlegend=False,
+                                     hovertemplate=f"{name} ends at {end:.2f} s (its wall time)"
+                                                   "<extra></extra>"), row=1, col=1)
+        xs, ys = committed_curve(rec, origins[m])
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv",
-                                 name=f"{SHORT_NAMES.get(m, m)}: tokens committed",
-                                 line=dict(color=colours.get(m, "#888"), width=2),
-                                 hovertemplate="%{y} tokens at %{x:.2f} s<extra>" + SHORT_NAMES.get(m, m) + "</extra>",
+                                 name=f"{name}: tokens committed",
+                                 line=dict(color=colour, width=2),
+                                 hovertemplate="%{y} tokens at %{x:.2f} s<extra>" + name + "</extra>",
                                  ), row=2, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=1, col=1)
     fig.update_yaxes(title_text="tokens", row=2, col=1)
-    fig.update_xaxes(title_text="seconds from each run's start", row=2, col=1)
+    fig.update_xaxes(title_text=AXIS_TITLE, rangemode="tozero", row=2, col=1)
     fig.update_layout(barmode="overlay", height=300 + 28 * len(lanes), bargap=0.25,
                       margin=dict(l=10, r=10, t=30, b=40), hovermode="closest",
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=11)),

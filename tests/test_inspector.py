@@ -1,0 +1,98 @@
+"""The step inspector: numbering, labels, colours and explanations a newcomer can follow."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import gradio as gr
+
+from mirror_sd.engine.events import EarlyExit
+from ui.inspector import follow_replay, pick, render_inspector
+from ui.runs import RunRecord, analyse
+from ui_records import tiny_records
+
+CSS = (Path(__file__).resolve().parent.parent / "ui" / "style.css").read_text(encoding="utf-8")
+
+
+def _rule(selector: str) -> str:
+    m = re.search(re.escape(selector) + r"\s*\{([^}]*)\}", CSS)
+    assert m, selector
+    return m.group(1)
+
+
+def test_steps_are_numbered_from_one_and_the_first_window_is_no_miss():
+    rec = tiny_records()["mirror"]
+    order = sorted(analyse(rec).steps)
+    html = render_inspector(rec, order[0])
+    assert f"<b>Step 1</b> of {len(order)}" in html
+    head = re.search(r'<div class="msd-step-head">(.*?)</div>', html).group(1)
+    assert "a miss" not in head and "fallback" not in head and "first window" in head
+    last = render_inspector(rec, order[-1])
+    assert f"<b>Step {len(order)}</b> of {len(order)}" in last
+
+
+def test_columns_are_labelled_from_y_n_and_scores_and_roots_are_explained():
+    rec = tiny_records()["mirror"]
+    a = analyse(rec)
+    step = next(s for s in sorted(a.steps) if a.steps[s].rollouts)
+    html = render_inspector(rec, step)
+    assert "<th>yₙ</th><th>+1</th>" in html
+    assert "Column yₙ is the last committed token" in html
+    assert re.search(r'<abbr class="msd-term" title="[^"]*P\(the target keeps[^"]*">score</abbr>', html)
+    assert 'class="msd-term" title="A branch' in html or ">root<" in html
+
+
+def test_greedy_runs_show_the_argmax_rule_and_sampling_runs_the_ratio():
+    rec = tiny_records()["mirror"]
+    greedy = render_inspector(rec, 1, greedy=True)
+    assert "min(1, p/q)" not in greedy
+    assert "equals the target's argmax" in greedy or "not the target's argmax" in greedy
+    sampled = render_inspector(rec, 1, greedy=False)
+    assert "<th>min(1, p/q)</th>" in sampled
+
+
+def test_colours_match_the_legend_and_small_print_is_readable():
+    assert "245, 158, 11" not in _rule(".msd-chip.is-root")  # orange means "after a miss"
+    assert "dashed" in _rule(".msd-chip.is-root")
+    assert "font-size: 12px" in _rule(".msd-chip small")  # early-exit percentages
+    assert _rule(".msd-chip.k-correction") == _rule(".msd-tok.k-correction")
+    assert _rule(".msd-chip.k-bonus") == _rule(".msd-tok.k-bonus")
+    assert _rule(".msd-chip.k-accepted") == _rule(".msd-tok.k-accepted")
+    html = render_inspector(tiny_records()["mirror"], 1)
+    assert "is-verdict" not in html and "is-target" not in html  # no unexplained outline
+
+
+def test_the_exit_lens_is_defined_on_hover_when_used():
+    rec = tiny_records()["mirror"]
+    events = [EarlyExit(e.step, e.layer, e.positions, e.token_ids, e.logprobs, lens=True)
+              if isinstance(e, EarlyExit) else e for e in rec.events]
+    lensed = RunRecord("mirror", events, rec.times_ns, rec.t0_ns, rec.token_texts, rec.id_texts)
+    html = render_inspector(lensed, 1)
+    assert re.search(r'<abbr class="msd-term" title="[^"]+">exit lens</abbr>', html)
+    assert "exit lens" not in render_inspector(rec, 1)
+
+
+def test_token_text_is_escaped():
+    rec = tiny_records()["mirror"]
+    evil = RunRecord("mirror", rec.events, rec.times_ns, rec.t0_ns, rec.token_texts,
+                     {k: "<script>" for k in rec.id_texts})
+    assert "<script>" not in render_inspector(evil, 1)
+
+
+def test_pick_selects_the_run_and_step_of_a_click():
+    records = tiny_records()
+    state = {"records": records, "settings": {"temperature": 0.0}}
+    run, slider, html = pick(state, gr.SelectData(None, {"index": 2, "value": "sd"}))
+    assert run == "sd" and slider["value"] == 2
+    assert "<b>Step 3</b>" in html and 'data-run="sd"' in html
+    skipped = pick(state, gr.SelectData(None, {"index": 0, "value": "ar"}))
+    assert all(isinstance(x, type(gr.skip())) for x in skipped)
+
+
+def test_the_replay_narration_walks_the_steps_in_order():
+    records = tiny_records()
+    state = {"records": records, "settings": {"temperature": 0.0}}
+    frames = list(follow_replay(state, "8×", "mirror"))
+    shown = [int(re.search(r"<b>Step (\d+)</b>", f).group(1)) for f in frames]
+    assert shown == sorted(shown) and shown[-1] == len(analyse(records["mirror"]).steps)
+    assert all("msd-replay-tag" in f for f in frames)

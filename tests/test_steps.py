@@ -1,0 +1,109 @@
+"""The step strip and the narrated step, on real tiny runs and on hand-written events."""
+from __future__ import annotations
+
+import re
+
+from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
+from ui.runs import RunRecord, analyse
+from ui.steps import PICK_JS, narrate, render_strip, replay_step, step_kind
+from ui_records import tiny_records
+
+T0 = 1_000_000_000
+
+
+def _cells(html):
+    return re.findall(r'<button type="button" class="msd-step ([^"]*)" data-step="(\d+)" '
+                      r'data-run="(\w+)"[^>]*>(\d+)<small>\+(\d+)</small>', html)
+
+
+def test_one_numbered_cell_per_step_with_its_run():
+    rec = tiny_records()["mirror"]
+    a = analyse(rec)
+    cells = _cells(render_strip(rec, selected=min(a.steps)))
+    assert [int(s) for _, s, _, _, _ in cells] == sorted(a.steps)
+    assert [int(n) for _, _, _, n, _ in cells] == list(range(1, len(a.steps) + 1))  # from 1
+    assert {run for _, _, run, _, _ in cells} == {"mirror"}
+    assert sum(int(c) for *_, c in cells) == rec.finish.stats["new_tokens"]
+    assert sum("is-selected" in cls for cls, *_ in cells) == 1
+
+
+def test_cell_colours_follow_the_previous_verdict_and_the_verify():
+    rec = tiny_records()["mirror"]
+    a = analyse(rec)
+    order = sorted(a.steps)
+    cells = _cells(render_strip(rec, selected=order[0]))
+    assert "k-first" in cells[0][0]  # nothing could hit or miss before the first verdict
+    for pos in range(1, len(order)):
+        prev = a.steps[order[pos - 1]]
+        hit = any(b.status == "taken" for b in prev.rollouts)
+        assert ("k-hit" if hit else "k-miss") in cells[pos][0]
+    for (cls, *_), s in zip(cells, order):
+        v = a.steps[s].verify
+        assert f"o-{v.kind}" in cls
+    assert {"k-hit", "k-miss"} & {c.split()[0] for c, *_ in cells}  # the run has either
+
+
+def test_plain_sd_cells_are_drafted_windows():
+    rec = tiny_records()["sd"]
+    a = analyse(rec)
+    assert {step_kind(rec, a.steps[s], i == 0) for i, s in enumerate(sorted(a.steps))} == {"drafted"}
+    assert "k-hit" not in render_strip(rec, selected=0)
+
+
+def _hand_record():
+    """Step 0: the first window, 1 of 2 accepted; a branch rooted at the verdict is taken.
+    Step 1: that branch (a hit), all accepted plus a bonus."""
+    events = [
+        Span("target", "prefill", T0, T0 + 10**8, 0),
+        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
+        StepStart(0, 0, [1, 2]),
+        Span("draft", "branches", T0 + 2 * 10**8, T0 + 5 * 10**8, 0),
+        Span("target", "suffix", T0 + 2 * 10**8, T0 + 6 * 10**8, 0),
+        EarlyExit(0, 2, [0, 1, 2], [[1, 7], [8, 3], [6, 5]], [[-0.1, -2.0], [-0.5, -1.2], [-0.2, -2.0]]),
+        Verify(0, [1, 2], 1, [0.8, 0.1], [0.9, 0.4], 3, "correction"),
+        Commit(0, [1, 3], ["accepted", "correction"], ""),
+        DraftBranch(0, 1, 3, 0.4, [4, 5], [0.8, 0.8], "taken", rank=0),
+        StepStart(1, 2, [4, 5]),
+        Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
+        Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], ""),
+        Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0}, [1, 3, 4, 5, 6], ""),
+    ]
+    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
+    for i, ev in enumerate(events):
+        rec.add(ev, i * 10**8)
+    return rec
+
+
+def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window():
+    rec = _hand_record()
+    first, second = narrate(rec, 0), narrate(rec, 1)
+    assert first.startswith("Step 1: The first window")
+    assert "miss" not in first.split(";")[0]
+    assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
+    assert "built 1 branch in 0.30 s while layers 3+ ran (0.40 s)" in first
+    assert "kept 1 of 2 and wrote ‘w3’" in first
+    assert "matched branch no. 1" in first and "next window was ready" in first
+    assert second.startswith("Step 2: The window was ready at once (a hit)")
+    assert "kept all 2 and added ‘w6’" in second and second.endswith("the run ended here.")
+
+
+def test_narration_of_every_real_step_is_one_sentence():
+    for method in ("sd", "mirror"):
+        rec = tiny_records()[method]
+        for pos, s in enumerate(sorted(analyse(rec).steps)):
+            text = narrate(rec, s)
+            assert text.startswith(f"Step {pos + 1}: ") and text.endswith(".")
+            assert "the target kept" in text
+
+
+def test_replay_step_follows_time():
+    rec = tiny_records()["mirror"]
+    order = sorted(analyse(rec).steps)
+    seen = [replay_step(rec, t) for t in sorted(set(rec.times_ns))]
+    seen = [s for s in seen if s is not None]
+    assert seen == sorted(seen) and seen[-1] == order[-1] and seen[0] == order[0]
+    assert replay_step(rec, -1) is None
+
+
+def test_the_click_script_selects_through_the_inspector():
+    assert "trigger('select'" in PICK_JS and "data-step" in PICK_JS and "pane-" in PICK_JS

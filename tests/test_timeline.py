@@ -1,0 +1,81 @@
+"""The latency timeline: each run drawn from its own start to its reported wall time."""
+from __future__ import annotations
+
+import pytest
+
+from mirror_sd.engine.events import Commit, Finish, Span, StepStart
+from ui.runs import RunRecord
+from ui.timeline import LABELS, build_timeline, lanes_for, run_origin_ns
+from ui_records import tiny_records
+
+T0 = 5_000_000_000
+
+
+def _run_traces(fig, name):
+    return [t for t in fig.data if t.name and t.name.startswith(f"{name}: ")]
+
+
+def _bars_of(fig, name):
+    return [(b, x, y) for t in fig.data if t.type == "bar"
+            for b, x, y in zip(t.base, t.x, t.y) if y.startswith(f"{name} · ")]
+
+
+@pytest.mark.parametrize("method,name", [("ar", "AR"), ("sd", "SD"), ("mirror", "Mirror-SD")])
+def test_each_run_ends_at_its_reported_wall_time(method, name):
+    records = tiny_records()
+    fig = build_timeline(records)
+    wall = records[method].finish.stats["wall_s"]
+    traces = _run_traces(fig, name)
+    assert {t.name for t in traces} == {f"{name}: end", f"{name}: tokens committed"}
+    for t in traces:
+        assert max(t.x) == pytest.approx(wall, abs=1e-6), t.name
+    bars = _bars_of(fig, name)
+    assert bars
+    assert min(b for b, _, _ in bars) >= 0.0  # nothing of the run before its own t = 0
+    assert max(b + x for b, x, _ in bars) <= wall + 1e-6  # nor after its wall time
+    curve = next(t for t in traces if t.name.endswith("tokens committed"))
+    assert list(curve.y)[-1] == records[method].finish.stats["new_tokens"]  # as in the table
+    assert list(curve.x) == sorted(curve.x)
+
+
+def test_time_before_the_first_span_is_not_drawn():
+    """A run whose record started 20 s before its first timed event (a kernel build, a
+    warm-up): its bars and its curve start at 0, and it ends at its wall time."""
+    setup = 20 * 10**9
+    start = T0 + setup
+    rec = RunRecord("ar", t0_ns=T0, token_texts=["a", "b"])
+    events = [StepStart(0, 0), Span("target", "prefill", start, start + 10**8, 0),
+              Commit(0, [1], ["plain"], "a"), StepStart(1, 1),
+              Span("target", "decode", start + 10**8, start + 2 * 10**8, 1),
+              Commit(1, [2], ["plain"], "b"),
+              Finish({"new_tokens": 2, "wall_s": 0.2, "tokens_per_s": 10.0}, [1, 2], "ab")]
+    arrivals = [setup, setup + 10**8, setup + 10**8, setup + 10**8, setup + 2 * 10**8,
+                setup + 2 * 10**8, setup + 2 * 10**8]
+    for ev, t in zip(events, arrivals):
+        rec.add(ev, t)
+    assert run_origin_ns(rec) == start
+    fig = build_timeline({"ar": rec})
+    bars = _bars_of(fig, "AR")
+    assert min(b for b, _, _ in bars) == pytest.approx(0.0)
+    curve = next(t for t in fig.data if t.name == "AR: tokens committed")
+    assert list(curve.x) == pytest.approx([0.0, 0.1, 0.2, 0.2])
+    assert list(curve.y) == [0, 1, 2, 2]
+
+
+def test_lanes_and_colours_follow_the_legend():
+    records = tiny_records()
+    assert lanes_for(records)[:1] == ["AR · target"]
+    assert {"Mirror-SD · target", "Mirror-SD · draft", "SD · draft"} <= set(lanes_for(records))
+    fig = build_timeline(records)
+    colours = {t.name: t.marker.color for t in fig.data if t.type == "bar"}
+    # the serial redraft after a miss is the token legend's fallback orange, and no other
+    # bar shares it
+    assert LABELS["fallback"][1] == "#f59e0b"
+    shared = [n for n, c in colours.items() if c == LABELS["fallback"][1]]
+    assert shared in ([], [LABELS["fallback"][0]])
+    assert len(set(c for _, c in LABELS.values())) == len(LABELS)
+
+
+def test_an_empty_timeline_says_when_it_appears():
+    fig = build_timeline({})
+    assert "appears when a run has finished" in fig.layout.annotations[0].text

@@ -1,0 +1,39 @@
+"""Real run records for the UI tests: AR, SD and Mirror-SD decoded with the tiny random pair
+(mirror_sd/models/tiny.py), recorded the way the app records them (arrival times, token texts). No downloads;
+built once per test session."""
+from __future__ import annotations
+
+import functools
+import time
+
+PROMPT = "def hello ( x ) :"
+
+
+@functools.lru_cache(maxsize=4)
+def tiny_records(max_new_tokens: int = 24, gamma: int = 4) -> dict:
+    import torch
+
+    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.registry import METHODS
+    from ui.runs import RunRecord
+    from ui.session import TokenTexts
+    from mirror_sd.models.tiny import tiny_pair
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pair = tiny_pair()
+        prompt = pair.encode_prompt(PROMPT)
+        records = {}
+        for method in ("ar", "sd", "mirror"):
+            rec = RunRecord(method)
+            texts = TokenTexts(pair, rec)
+            rec.t0_ns = time.perf_counter_ns()
+            settings = Settings(max_new_tokens=max_new_tokens, gamma=gamma, kappa=4)
+            for ev in METHODS[method](pair, settings).generate(prompt):
+                texts.on_event(ev)
+                rec.add(ev, time.perf_counter_ns() - rec.t0_ns)
+            records[method] = rec
+        return records
+    finally:
+        torch.set_num_threads(threads)

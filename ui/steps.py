@@ -1,0 +1,241 @@
+"""The step strip and the narrated step: what each speculative step did, at a glance and in words.
+
+The strip is one cell per step of a speculative run, numbered from 1. A cell's colour says
+where the step's window came from, in the token legend's colours:
+  hit    (blue)   the window was a branch the draft had rolled out during the previous step,
+                  while the target was still verifying: it was ready at once;
+  miss   (orange) no prepared branch matched the previous verdict, so the draft wrote this
+                  window after it, serially, while the target waited;
+  first  (grey)   the first window, drafted after the prompt's prefill: nothing could hit or
+                  miss yet (plain SD: every window is drafted this way, "drafted").
+A bar under the cell gives the verdict: red when the target rejected part of the window (it
+wrote its own token there), purple when it accepted all of it (plus its bonus token).
+
+`narrate()` builds one sentence per step from its events: the early exit's guess, the branches
+the draft built meanwhile, the verdict, and what it meant for the next window. All figures are
+measured in the run (spans), none projected.
+"""
+from __future__ import annotations
+
+import html
+import math
+import statistics
+
+from .runs import RunRecord, StepView, analyse
+
+esc = html.escape
+
+KINDS = {  # kind -> (label, definition)
+    "hit": ("hit", "The window was a branch the draft had rolled out during the previous step, "
+                   "while the target verified: it was ready at once."),
+    "miss": ("miss", "No prepared branch matched the previous verdict: the draft wrote this "
+                     "window after it, serially, while the target waited."),
+    "first": ("first window", "The first window, drafted after the prompt's prefill: nothing "
+                              "could hit or miss yet."),
+    "drafted": ("drafted", "Plain speculative decoding: the draft writes each window while the "
+                           "target waits."),
+    "plain": ("no draft", "A plain target step: no drafted window."),
+}
+OUTCOMES = {  # verify kind -> (label, definition)
+    "correction": ("rejection", "The target rejected a drafted token and wrote its own there."),
+    "bonus": ("all accepted", "The target accepted the whole window and added one token of its own."),
+}
+
+# The strip's click, and a click on a token in an output pane, select a step: both end in the
+# inspector component's `select` event with {index: engine step, value: run}. Runs as the
+# inspector's js_on_load (gr.HTML): `element` is the inspector, `trigger` fires its events.
+PICK_JS = """
+window.msdPickStep = (step, run) => trigger('select', {index: Number(step), value: run});
+if (!element.dataset.msdPick) {
+  element.dataset.msdPick = '1';
+  element.addEventListener('click', (e) => {
+    const cell = e.target.closest('[data-step][data-run]');
+    if (cell && element.contains(cell) && !cell.disabled) window.msdPickStep(cell.dataset.step, cell.dataset.run);
+  });
+}
+if (!window.msdTokenPick) {
+  window.msdTokenPick = true;
+  document.addEventListener('click', (e) => {
+    const tok = e.target.closest('.msd-tok');
+    const pane = tok && tok.closest('[id^="pane-"]');
+    if (!pane) return;
+    const run = pane.id.slice(5);
+    let step = tok.dataset.step;
+    if (step === undefined) { const m = /^step (\\d+)/.exec(tok.title || ''); step = m ? m[1] : undefined; }
+    if (run === 'ar' || step === undefined || !window.msdPickStep) return;
+    window.msdPickStep(step, run);
+    const ins = document.getElementById('inspector');
+    if (ins) ins.scrollIntoView({behavior: 'smooth', block: 'start'});
+  });
+}
+"""
+
+
+def visible(text: str) -> str:
+    """Token text with its whitespace made visible, for chips and quotes."""
+    if text == "":
+        return "∅"
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+
+
+def quoted(rec: RunRecord, token_id: int) -> str:
+    text = rec.id_texts.get(token_id)
+    return f"‘{visible(text)}’" if text is not None else f"token #{token_id}"
+
+
+def step_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
+    if first and sv.window:
+        return "first" if rec.method == "mirror" else "drafted"
+    if sv.origin == "hit":
+        return "hit"
+    if sv.origin == "fallback":
+        return "miss"
+    if sv.origin == "draft" or sv.window:
+        return "drafted"
+    return "plain"
+
+
+def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
+    return sum(s.end_ns - s.start_ns for s in rec.spans if s.step == step and s.label in labels) / 1e9
+
+
+def _fmt_s(x: float) -> str:
+    return f"{x:.2f} s" if x >= 0.095 else f"{x * 1e3:.0f} ms"
+
+
+def _exit_guess(rec: RunRecord, sv: StepView) -> str:
+    ee, v = sv.early_exit, sv.verify
+    if ee is None or v is None or v.accepted >= len(ee.token_ids) or not ee.token_ids[v.accepted]:
+        return ""
+    ids, lps = ee.token_ids[v.accepted], ee.logprobs[v.accepted]
+    guess = (f"at layer {ee.layer} the target's top guess was {quoted(rec, ids[0])} at "
+             f"{math.exp(lps[0]):.0%}")
+    if ids[0] == v.token:
+        return guess + " (right)"
+    if v.token in ids:
+        return guess + f" (its final token was its no. {ids.index(v.token) + 1})"
+    return guess + f" (its final token was not in its top {len(ids)})"
+
+
+def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> str:
+    if kind == "hit":
+        return "the window was ready at once (a hit)"
+    if kind == "miss" and previous is not None:
+        return (f"the window was redrafted after a miss (the target waited "
+                f"{_fmt_s(_seconds(rec, previous, 'fallback'))})")
+    if kind == "first":
+        return "the first window was drafted after the prompt's prefill"
+    if kind == "drafted":
+        took = _seconds(rec, sv.step, "draft", "prefill+draft")
+        return f"the draft wrote the window in {_fmt_s(took)} while the target waited"
+    return "a plain target step"
+
+
+def _branches(rec: RunRecord, sv: StepView) -> str:
+    built = [b for b in sv.rollouts if b.tokens]
+    if not built or sv.early_exit is None:
+        return ""
+    n = len(built)
+    return (f"the draft built {n} branch{'es' if n != 1 else ''} in "
+            f"{_fmt_s(_seconds(rec, sv.step, 'branches'))} while layers {sv.early_exit.layer + 1}+ "
+            f"ran ({_fmt_s(_seconds(rec, sv.step, 'suffix'))})")
+
+
+def _verdict(rec: RunRecord, sv: StepView) -> str:
+    v = sv.verify
+    if v is None:
+        return ""
+    if v.kind == "bonus":
+        return f"the target kept all {len(v.drafted)} and added {quoted(rec, v.token)}"
+    return f"the target kept {v.accepted} of {len(v.drafted)} and wrote {quoted(rec, v.token)}"
+
+
+def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> str:
+    if last:
+        return "and the run ended here"
+    if rec.method != "mirror" or sv.verify is None:
+        return ""
+    taken = next((b for b in sv.rollouts if b.status == "taken"), None)
+    if taken is not None:
+        rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
+        sooner = f" about {_fmt_s(saved_s)} sooner (this run's median redraft)" if saved_s else " at once"
+        return f"so the verdict matched branch{rank} and the next window was ready{sooner}"
+    if sv.fallback is not None:
+        return (f"so no branch matched and the next window was redrafted serially "
+                f"({_fmt_s(_seconds(rec, sv.step, 'fallback'))})")
+    return ""
+
+
+def narrate(rec: RunRecord, step: int) -> str:
+    """One sentence (plain text) about one step, from its events and measured spans."""
+    a = analyse(rec)
+    order = sorted(a.steps)
+    if step not in a.steps:
+        return ""
+    sv = a.steps[step]
+    pos = order.index(step)
+    kind = step_kind(rec, sv, pos == 0)
+    previous = order[pos - 1] if pos > 0 else None
+    redrafts = [_seconds(rec, s, "fallback") for s in order if a.steps[s].fallback is not None]
+    saved = statistics.median(redrafts) if redrafts else None
+    parts = [_window(rec, sv, kind, previous), _exit_guess(rec, sv), _branches(rec, sv),
+             _verdict(rec, sv)]
+    text = "; ".join(p for p in parts if p)
+    tail = _next(rec, sv, saved, pos == len(order) - 1)
+    if tail:
+        text += ", " + tail
+    return f"Step {pos + 1}: {text[:1].upper()}{text[1:]}." if text else f"Step {pos + 1}."
+
+
+def render_strip(rec: RunRecord, selected: int | None, played: int | None = None) -> str:
+    """One button per step (numbered from 1), coloured by `step_kind`, with the verdict's bar;
+    `played`: during a replay, the steps after it are faded."""
+    a = analyse(rec)
+    order = sorted(a.steps)
+    if not order:
+        return ""
+    cells = []
+    for pos, s in enumerate(order):
+        sv = a.steps[s]
+        kind = step_kind(rec, sv, pos == 0)
+        outcome = sv.verify.kind if sv.verify is not None else ""
+        label, tip = KINDS[kind]
+        tips = [f"Step {pos + 1}: {label}", tip]
+        if outcome in OUTCOMES:
+            tips.append(OUTCOMES[outcome][1])
+        tips.append(f"{len(sv.commit_tokens)} token{'s' if len(sv.commit_tokens) != 1 else ''} committed")
+        cls = ["msd-step", f"k-{kind}", f"o-{outcome or 'none'}"]
+        if s == selected:
+            cls.append("is-selected")
+        if played is not None and s > played:
+            cls.append("is-future")
+        cells.append(f'<button type="button" class="{" ".join(cls)}" data-step="{s}" '
+                     f'data-run="{esc(rec.method)}" title="{esc(" ".join(tips))}" '
+                     f'aria-label="step {pos + 1}, {esc(label)}">{pos + 1}'
+                     f'<small>+{len(sv.commit_tokens)}</small></button>')
+    at = order.index(selected) if selected in order else None
+    nav = ""
+    if at is not None:
+        prev_s = order[at - 1] if at > 0 else None
+        next_s = order[at + 1] if at + 1 < len(order) else None
+        nav = "".join(
+            f'<button type="button" class="msd-step-nav" data-step="{s}" data-run="{esc(rec.method)}" '
+            f'title="{title}">{arrow}</button>' if s is not None else
+            f'<button type="button" class="msd-step-nav" disabled>{arrow}</button>'
+            for s, arrow, title in ((prev_s, "◀", "previous step"), (next_s, "▶", "next step")))
+    kinds = ["first", "hit", "miss"] if rec.method == "mirror" else ["drafted"]
+    key = "".join(f'<span class="msd-step-key k-{k}" title="{esc(KINDS[k][1])}">{esc(KINDS[k][0])}</span>'
+                  for k in kinds)
+    key += "".join(f'<span class="msd-step-key o-{o}" title="{esc(t)}">{esc(lbl)}</span>'
+                   for o, (lbl, t) in OUTCOMES.items())
+    return (f'<div class="msd-strip" role="group" aria-label="steps">'
+            f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
+            f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
+            f'Cell: where the window came from; bar: the verdict; +n: tokens committed. {key}</div>'
+            f'</div>')
+
+
+def replay_step(rec: RunRecord, t_ns: int) -> int | None:
+    """The step under way `t_ns` after the run's start (the last one begun by then)."""
+    steps = analyse(rec.until(t_ns)).steps
+    return max(steps) if steps else None
