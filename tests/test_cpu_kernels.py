@@ -10,6 +10,7 @@ from mirror_sd.cpu import linears as cpu_kernels
 from mirror_sd.engine.autoregressive import Autoregressive
 from mirror_sd.cpu import exact_attention
 from mirror_sd.models.loading import apply_precision, load_pair
+from mirror_sd.models.precision import KernelChoice
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.models.pair import ModelPair
 from mirror_sd.engine.speculative import Speculative
@@ -153,10 +154,10 @@ def test_int8_target_prompt_split_does_not_matter(seed):
         assert torch.equal(full, split), cut
 
 
-def test_row_exact_attention_leaves_batches_alone(monkeypatch):
-    monkeypatch.setenv("MIRROR_SD_FAST_LAYERS", "0")  # about exact_attention, not fast_layers
+def test_row_exact_attention_leaves_batches_alone():
     base = tiny.target(0).float()
-    exact = converted(base, "int8")
+    exact = apply_precision(copy.deepcopy(base), "int8", "target",
+                            KernelChoice(fast_layers=False))  # about exact_attention only
     plain = cpu_kernels.row_int8(copy.deepcopy(base))
     ids = torch.tensor([tiny.prompt(0, 9), tiny.prompt(1, 9)])
     with torch.inference_mode():

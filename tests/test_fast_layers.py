@@ -130,10 +130,19 @@ def test_deep_copies_run_their_own_weights():
         assert not torch.equal(twin(ids).logits, model(ids).logits)
 
 
-def test_turned_off_by_the_environment(monkeypatch):
-    monkeypatch.setenv("MIRROR_SD_FAST_LAYERS", "0")
-    model = converted("qwen", "int4")
+def test_turned_off_by_the_kernel_choice(tmp_path, monkeypatch):
+    """fast_layers=False (or the environment's override, read by load_pair) keeps the lean
+    forward on the extension's layers."""
+    from mirror_sd.models.loading import load_pair
+    from mirror_sd.models.precision import KernelChoice
+    from test_loading import make_model_dir
+    model = apply_precision(fp32_model("qwen", 3), "int4", "target", KernelChoice(fast_layers=False))
     assert fast_layers.installed(model) == 0 and lean_layers.installed(model) == tiny.LAYERS
+    tdir, ddir = make_model_dir(tmp_path / "t", layers=2), make_model_dir(tmp_path / "d", layers=1)
+    for kwargs, env in (({"fast_layers": False}, "1"), ({}, "0"), ({}, "1")):
+        monkeypatch.setenv("MIRROR_SD_FAST_LAYERS", env)
+        pair = load_pair(tdir, ddir, precision="int8", target_device="cpu", draft_device="cpu", **kwargs)
+        assert fast_layers.installed(pair.target) == (2 if env == "1" and not kwargs else 0)
 
 
 @pytest.mark.parametrize("kind", KINDS)

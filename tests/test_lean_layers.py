@@ -11,14 +11,14 @@ from transformers import DynamicCache
 
 import tiny
 from mirror_sd.cpu import lean_layers
-from mirror_sd.models.loading import apply_precision
+from mirror_sd.models.precision import KernelChoice
+from mirror_sd.models.precision import apply_precision as convert
 
 
-@pytest.fixture(autouse=True)
-def no_fast_layers(monkeypatch):
-    """These tests are about the lean forward: keep fast_layers (installed over it on the AVX2
-    kernels' layers) out of the way."""
-    monkeypatch.setenv("MIRROR_SD_FAST_LAYERS", "0")
+def apply_precision(model, kind, role):
+    """These tests are about the lean forward: fast_layers (installed over it on the AVX2
+    kernels' layers) stays off."""
+    return convert(model, kind, role, KernelChoice(fast_layers=False))
 
 
 def fp32_model(arch, seed, **over):

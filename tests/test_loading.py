@@ -15,9 +15,6 @@ from mirror_sd.models.loading import ensure_default_pair, load_pair
 from mirror_sd.placement import configure_cpu_threads, lane_sync, resolve_placement
 
 
-
-
-
 def make_model_dir(path, vocab=300, layers=2, tokenizer=True):
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
@@ -68,8 +65,38 @@ def test_bf16_allowed_fp16_refused_on_cpu(tiny):
 
 
 def test_unknown_precision(tiny):
-    with pytest.raises(MirrorSDError, match="int3.*fp32, bf16"):
+    with pytest.raises(MirrorSDError, match="int3.*fp32, int8, int4"):
         load_pair(tiny["target"], tiny["draft"], precision="int3")
+
+
+def test_the_precision_registry_names_what_runs_where():
+    from mirror_sd.models.precision import (PRECISIONS, draft_precisions, precision_note,
+                                            target_precisions)
+    assert target_precisions() == list(PRECISIONS)
+    assert target_precisions("cpu") == ["fp32", "int8", "int4", "fp16w", "int8-dyn", "bf16"]
+    assert target_precisions("cuda:0") == ["fp32", "bf16", "fp16"]
+    assert draft_precisions() == ["fp32", "int8", "int4", "fp16w", "int8-dyn"]
+    assert draft_precisions("cuda:1") == ["fp32"]
+    assert "row-exact" in precision_note("int8") and "GPU" in precision_note("fp16")
+    with pytest.raises(MirrorSDError, match="fp16 is not supported for a draft on the CPU: use fp32"):
+        load_pair(precision="fp32", draft_precision="fp16", target_device="cpu", draft_device="cpu")
+
+
+def test_load_model_one_model_by_name(tiny):
+    """The one-model loader the trainers use: the same names and errors as load_pair; fp32 as
+    stored on transformers' own layers unless a precision is asked for."""
+    from mirror_sd.cpu import lean_layers
+    from mirror_sd.models.loading import load_model
+    loaded = load_model(tiny["draft"], "draft")
+    assert not loaded.model.training and loaded.model.dtype == torch.float32
+    assert lean_layers.installed(loaded.model) == 0
+    assert loaded.tokenizer("hi")["input_ids"] and loaded.source.path == tiny["draft"]
+    converted = load_model(tiny["draft"], "draft", precision="fp32", tokenizer=False)
+    assert converted.tokenizer is None and lean_layers.installed(converted.model) == 1
+    only_tokenizer = load_model(tiny["target"], weights=False)
+    assert only_tokenizer.model is None and only_tokenizer.tokenizer is not None
+    with pytest.raises(MirrorSDError, match="does not exist"):
+        load_model("./no/such/model", "draft")
 
 
 def test_vocab_mismatch_names_both_sizes(tiny):
@@ -155,8 +182,24 @@ def test_cpu_threads_and_sync(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_lane_sync_waits_for_the_calling_lanes_stream_only(monkeypatch):
+    """On CUDA a lane waits for its own stream, never the whole device (that would also wait
+    for the other lane); on a CPU there is nothing queued to wait for."""
+    calls = []
+
+    class Stream:
+        def synchronize(self):
+            calls.append("stream")
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: calls.append(str(dev)) or Stream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append("device"))
+    lane_sync("cuda:1")
+    assert calls == ["cuda:1", "stream"]
     lane_sync("cpu")
     lane_sync(torch.device("cpu"))
+    assert calls == ["cuda:1", "stream"]
 
 
 @pytest.mark.real_pair

@@ -1,9 +1,6 @@
 """native_int4: 4-bit weights in groups of 32, 8-bit activations per row (AVX2 kernel)."""
 import copy
 import io
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -96,15 +93,11 @@ def test_model_conversion_keeps_the_lm_head_at_int8_and_wide_layers_too():
                       native_int8.NativeInt8Linear)
 
 
-def test_without_the_kernel_int4_is_refused_with_a_reason(tmp_path):
-    code = ("from mirror_sd.models.loading import load_pair\n"
-            "from mirror_sd.errors import MirrorSDError\n"
-            "try:\n"
-            "    load_pair('no/such-target', 'no/such-draft', precision='int4')\n"
-            "except MirrorSDError as e:\n"
-            "    print(e)\n")
-    env = dict(os.environ, MIRROR_SD_NATIVE_INT8="0", HF_HUB_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
-    assert "int4 needs the AVX2 kernel" in out.stdout and "MIRROR_SD_NATIVE_INT8=0" in out.stdout, \
-        out.stdout + out.stderr
+@pytest.mark.parametrize("kwargs,env", [({"kernels": "fbgemm"}, "1"), ({}, "0")])
+def test_on_fbgemm_kernels_int4_is_refused_with_a_reason(monkeypatch, kwargs, env):
+    """Asked for explicitly, or through the environment's override read by load_pair."""
+    from mirror_sd.errors import MirrorSDError
+    from mirror_sd.models.loading import load_pair
+    monkeypatch.setenv("MIRROR_SD_NATIVE_INT8", env)
+    with pytest.raises(MirrorSDError, match="int4 needs the AVX2 kernel.*fbgemm"):
+        load_pair("no/such-target", "no/such-draft", precision="int4", **kwargs)

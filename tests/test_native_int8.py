@@ -1,8 +1,5 @@
 """native_int8: the AVX2 row-exact int8 kernel (built on first use) and its fallback."""
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -100,10 +97,17 @@ def test_rows_keep_the_full_layers_outputs():
     assert torch.equal(cpu_kernels.output_rows(lin, ids)(x), lin(x)[:, ids])
 
 
-def test_turned_off_by_the_environment_falls_back_to_fbgemm():
-    code = ("from mirror_sd.cpu import linears as cpu_kernels, int8 as native_int8; "
-            "print(cpu_kernels.row_kernel().__name__, '|', native_int8.unavailable_reason())")
-    env = dict(os.environ, MIRROR_SD_NATIVE_INT8="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
-    assert out.stdout.strip() == "RowInt8Linear | turned off by MIRROR_SD_NATIVE_INT8=0", out.stderr
+@pytest.mark.parametrize("kwargs,env", [({"kernels": "fbgemm"}, "1"), ({}, "0")])
+def test_fbgemm_kernels_asked_for_keep_the_extension_out(tmp_path, monkeypatch, kwargs, env):
+    """kernels="fbgemm" (or the environment's override, read by load_pair) converts int8 with
+    fbgemm's RowInt8Linear, and nothing is put on the extension's fast layers."""
+    from mirror_sd.cpu import fast_layers
+    from mirror_sd.models.loading import load_pair
+    from test_loading import make_model_dir
+    monkeypatch.setenv("MIRROR_SD_NATIVE_INT8", env)
+    tdir, ddir = make_model_dir(tmp_path / "t", layers=2), make_model_dir(tmp_path / "d", layers=1)
+    pair = load_pair(tdir, ddir, precision="int8", target_device="cpu", draft_device="cpu", **kwargs)
+    for model in (pair.target, pair.draft):
+        kinds = {type(m) for m in model.modules()}
+        assert cpu_kernels.RowInt8Linear in kinds and native_int8.NativeInt8Linear not in kinds
+        assert fast_layers.installed(model) == 0

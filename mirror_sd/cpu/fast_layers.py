@@ -3,11 +3,10 @@
 At one decode row, on lean layers, the int4 0.5B draft's 24 layers took 38.5 ms of a 49.8 ms
 forward, while its 97 kernel layers called back to back took 25.2 ms, the LM head 9.5 of it:
 most of a layer's time was tensor ops and Python around the weight kernels
-(scripts/draft_step_split.py; docs/measurements.md section 13, with its session-8 correction).
-`kernels/fast_layer.cpp` does a Qwen2/Llama layer's norm, projections, rotary, attention and
-MLP in two calls (`layer_pre`, `layer_post`), with the KV cache update between them left to the
-cache object, so every transformers cache, crop and batch operation the engine uses still
-works.
+(docs/performance.md). `kernels/fast_layer.cpp` does a Qwen2/Llama layer's norm, projections,
+rotary, attention and MLP in two calls (`layer_pre`, `layer_post`), with the KV cache update
+between them left to the cache object, so every transformers cache, crop and batch operation
+the engine uses still works.
 
 Numerics: the same operations in float32, not transformers' exact bits (sums run in another
 order). Each query row is computed on its own, in a fixed order by one thread, and the
@@ -16,13 +15,12 @@ other rows share the call and whatever the thread count: verifying k tokens give
 decoding them one by one. Every method (AR, SD, Mirror-SD, transformers' generate()) runs the
 same layers, so the comparisons stay like for like.
 
-Installed by loading.apply_precision after the lean layers, on layers whose projections are
-all this extension's kernels with q/k/v and gate/up fused; anything else keeps lean_layers'
-forward. `MIRROR_SD_FAST_LAYERS=0` turns it off.
+Installed by models.precision.apply_precision after the lean layers, when its
+`KernelChoice.fast_layers` is on, on layers whose projections are all this extension's kernels
+with q/k/v and gate/up fused; anything else keeps lean_layers' forward.
 """
 from __future__ import annotations
 
-import os
 import types
 
 import torch
@@ -61,14 +59,9 @@ def fits(layer) -> bool:
         all(_params(m) is not None for m in (qkv, gate_up, attn.o_proj, mlp.down_proj))
 
 
-def enabled() -> bool:
-    return os.environ.get("MIRROR_SD_FAST_LAYERS", "1") != "0" and native_int8.available()
-
-
 def install(model) -> int:
-    """Give every layer of `model` that `fits` the two-call forward; the count."""
-    if not enabled():
-        return 0
+    """Give every layer of `model` that `fits` the two-call forward; the count. Only layers
+    converted by the extension fit, so this never builds it."""
     count = 0
     for module in model.modules():
         if fits(module):

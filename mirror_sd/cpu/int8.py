@@ -3,13 +3,14 @@
 fbgemm's dynamic int8 kernel reads one activation scale per call, so `RowInt8Linear` has to
 pin each call's range with two extra columns and scale the rows around it, and at one or a
 few rows fbgemm streams the weights at well under the machine's read bandwidth
-(docs/measurements.md section 12). This kernel quantizes each row on its own (symmetric 7-bit,
+(docs/performance.md). This kernel quantizes each row on its own (symmetric 7-bit,
 one scale per row; weights symmetric int8, one scale per output channel) and computes exact
 int32 dot products with AVX2: a row's output is bit-identical whatever else is in the call.
 
 Built with torch.utils.cpp_extension (g++ and ninja; about a minute, once, cached under
 ~/.cache/mirror-sd/torch_extensions). Where it cannot be built or the CPU lacks AVX2,
-`available()` says why and the int8 precision keeps fbgemm's `RowInt8Linear`.
+`available()` says why and the int8 precision keeps fbgemm's `RowInt8Linear` (as it does when
+the loader is asked for kernels="fbgemm": then this module is never loaded).
 """
 from __future__ import annotations
 
@@ -43,9 +44,7 @@ def load():
         if "module" in _state:
             return _state["module"]
         module, reason = None, None
-        if os.environ.get("MIRROR_SD_NATIVE_INT8", "1") == "0":
-            reason = "turned off by MIRROR_SD_NATIVE_INT8=0"
-        elif not _cpu_has_avx2():
+        if not _cpu_has_avx2():
             reason = "this CPU has no AVX2"
         else:
             try:

@@ -181,11 +181,10 @@ def coverage(ids: torch.Tensor, counts: Counter) -> float:
 
 
 def load_tokenizer(name: str):
-    from transformers import AutoTokenizer
-    if name == "default":
-        from mirror_sd.models.loading import DEFAULT_TARGET, _ensure_bundled, default_cache_dir
-        name = str(_ensure_bundled(DEFAULT_TARGET, default_cache_dir(), None))
-    return AutoTokenizer.from_pretrained(name), name
+    """(tokenizer, where it came from): 'default' is the bundled pair's target's."""
+    from mirror_sd.models.loading import load_model
+    loaded = load_model(name, "target", weights=False)
+    return loaded.tokenizer, (loaded.source.path if name == "default" else name)
 
 
 def main(argv=None) -> int:

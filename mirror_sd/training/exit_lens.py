@@ -259,18 +259,10 @@ def format_table(table: dict, n: int) -> str:
 # 5) command line ---------------------------------------------------------------------------
 
 def load_target(name: str):
-    """(model, tokenizer) of a target, fp32, through loading.py's resolution (no draft)."""
-    from transformers import AutoTokenizer
-
-    from mirror_sd.models import loading
-    if name == "default":
-        path = loading._ensure_bundled(loading.DEFAULT_TARGET, loading.default_cache_dir(), None)
-        src = loading._Source(f"default target ({path.name})", str(path))
-    else:
-        src = loading._resolve(name, "target", False, None)
-    model = loading._load_model(src, "target", loading.PRECISIONS["fp32"], "cpu", None, False)
-    tokenizer = AutoTokenizer.from_pretrained(src.path, **src.kwargs())
-    return model.eval(), tokenizer, src.name
+    """(model, tokenizer, display name) of a target, fp32 as stored, on the CPU (no draft)."""
+    from mirror_sd.models.loading import load_model
+    loaded = load_model(name, "target")
+    return loaded.model, loaded.tokenizer, loaded.source.name
 
 
 def main(argv=None) -> int:

