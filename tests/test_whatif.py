@@ -20,7 +20,7 @@ from mirror_sd.engine.registry import METHODS as DECODERS
 from mirror_sd.engine.settings import Settings
 from ui import whatif as panel
 from ui.runs import RunRecord
-from ui.tiny import LAYERS, tiny_pair
+from mirror_sd.models.tiny import LAYERS, tiny_pair
 from ui.traces import export_trace, parse_trace
 
 GAMMA = 3

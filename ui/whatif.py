@@ -9,7 +9,9 @@ is not a measurement says "projection".
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
+import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -22,6 +24,11 @@ from .timeline import LABELS
 esc = html.escape
 TITLE = "What if (projection)"
 TIMELINE_STEPS = 8  # decode steps drawn per run
+LANES = ("target", "draft", "verify", "transfer", "host")  # top to bottom within a method
+# projected bars that no measured span has: label -> (legend name, colour)
+EXTRA_LABELS = {"host": ("host time per step (in no lane span, measured)", "#cbd5e1"),
+                "early exit -> draft": ("message: early-exit ids to the draft", "#fbbf24"),
+                "verdict -> draft": ("message: verdict to the draft", "#c084fc")}
 PROFILE_CHOICES = [("(a) this machine, as measured", "a"),
                    ("(b) draft on a device of its own", "b"),
                    ("(c) accelerator pair", "c")]
@@ -153,7 +160,7 @@ def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
             g["text"].append(f"{SHORT_NAMES.get(method, method)} · {label}, step {step}: "
                              f"{(b - a) * 1e3:.2f} ms{suffix}")
     for label, g in groups.items():
-        name, colour = LABELS.get(label, (label, "#94a3b8"))
+        name, colour = LABELS.get(label) or EXTRA_LABELS.get(label, (label, "#94a3b8"))
         fig.add_trace(go.Bar(x=g["x"], base=g["base"], y=g["y"], orientation="h", marker_color=colour,
                              name=name, legendgroup=name, showlegend=name not in seen, width=0.7,
                              hoverinfo="text", hovertext=g["text"], marker_line_width=0), row=row, col=1)
@@ -165,7 +172,7 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     its own time axis (the profiles differ by orders of magnitude)."""
     profile = profile if profile in ("a", "b", "c") else "c"
     name = dict((v, k) for k, v in PROFILE_CHOICES).get(profile, profile)
-    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16, subplot_titles=(
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.2, subplot_titles=(
         f"measured on this machine: first {TIMELINE_STEPS} decode steps (for comparison with the projection)",
         f"projection {name}: the same steps"))
     if result is None or not by_method:
@@ -181,12 +188,18 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     _add_bars(fig, {m: wi.projected_timeline(recorded[m], result["profiles"][profile],
                                              TIMELINE_STEPS)["bars"] for m in methods},
               2, seen, " (projection)")
-    fig.update_xaxes(title_text="seconds from the first commit (measured, beside the projection)", row=1, col=1)
-    fig.update_xaxes(title_text="seconds from the first commit (projection)", row=2, col=1)
-    fig.update_layout(barmode="overlay", height=520, template="plotly_white", bargap=0.25,
+    lanes = [f"{SHORT_NAMES.get(m, m)} · {lane}" for m in wi.METHODS if m in methods for lane in LANES]
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=1, col=1)
+    fig.update_yaxes(categoryorder="array", row=2, col=1,
+                     categoryarray=[f"{x} (projection)" for x in reversed(lanes)])
+    fig.update_xaxes(title_text="seconds from the first commit (measured, beside the projection)",
+                     title_standoff=4, row=1, col=1)
+    fig.update_xaxes(title_text="seconds from the first commit (projection)", title_standoff=4,
+                     row=2, col=1)
+    fig.update_layout(barmode="overlay", height=640, template="plotly_white", bargap=0.25,
                       title="What if (projection): measured steps and the projected steps",
                       margin=dict(l=10, r=10, t=70, b=40),
-                      legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0, font=dict(size=10)))
+                      legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=10)))
     return fig
 
 
@@ -213,3 +226,52 @@ def input_defaults() -> dict:
 
 
 TARGET_CHOICES, DRAFT_CHOICES = list(TARGETS), list(DRAFTS)
+
+
+@dataclass
+class Panel:
+    """The panel's components (built inside the app's Blocks by `build_panel`)."""
+    html: object
+    figure: object
+    profile: object
+    inputs: list
+
+    def wire(self, state) -> None:
+        """Re-project when a run finishes or a trace loads (the state changes) and when an
+        input of profile (c) or the timeline's profile changes."""
+        event = dict(fn=update, inputs=[state, self.profile, *self.inputs],
+                     outputs=[self.html, self.figure], api_visibility="private",
+                     show_progress="hidden", concurrency_limit=None, queue=False)
+        state.change(**event)
+        for component in [self.profile, *self.inputs]:
+            component.change(**event)
+
+
+def build_panel() -> Panel:
+    """The "What if (projection)" section: table, projected timeline, profile (c)'s inputs."""
+    d = input_defaults()
+    with gr.Accordion(TITLE, open=True, elem_id="whatif"):
+        table = gr.HTML(render_panel(None), elem_id="whatif-panel")
+        profile = gr.Radio(PROFILE_CHOICES, value="c", label="projected timeline: hardware profile "
+                           "(projection)", elem_id="whatif-profile")
+        figure = gr.Plot(build_figure(None, None), show_label=False, elem_id="whatif-timeline")
+        with gr.Accordion("(c) accelerator pair: inputs of the projection", open=False):
+            with gr.Row():
+                target = gr.Dropdown(TARGET_CHOICES, value=d["target"], label="target size")
+                draft = gr.Dropdown(DRAFT_CHOICES, value=d["draft"], label="draft size")
+                target_bw = gr.Number(d["target_bw_gbs"], label="target GPU bandwidth, GB/s (achieved)")
+                draft_bw = gr.Number(d["draft_bw_gbs"], label="draft NPU bandwidth, GB/s (achieved)")
+            with gr.Row():
+                gamma = gr.Slider(1, 12, value=d["gamma"], step=1, label="γ (gamma)")
+                kappa = gr.Slider(1, 32, value=d["kappa"], step=1, label="κ (kappa)",
+                                  info="no cost term: the hit rate stays the run's unless set")
+                exit_fraction = gr.Slider(0.1, 0.9, value=d["exit_fraction"], step=0.05,
+                                          label="early exit at this fraction of the layers")
+            with gr.Row():
+                tau = gr.Number(d["tau"], label="tokens per step τ at this γ (0 = the run's acceptance)")
+                hit_rate = gr.Number(d["hit_rate"], minimum=0, maximum=1,
+                                     label="Mirror-SD hit rate (0 = the run's)")
+                per_forward = gr.Number(d["draft_tokens_per_forward"], minimum=1,
+                                        label="draft tokens per forward (speculative streaming)")
+    return Panel(table, figure, profile, [target, draft, target_bw, draft_bw, gamma, kappa,
+                                          exit_fraction, tau, hit_rate, per_forward])
