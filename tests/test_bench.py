@@ -530,3 +530,23 @@ def test_method_names_can_change_settings(pair):
     from mirror_sd.engine.settings import Settings
     run = bench.engine_runner("mirror:exit_layer=1")(pair, [5, 17, 42, 99], Settings(max_new_tokens=4, gamma=2))
     assert run.error is None and run.stats["exit_layer"] == 1
+
+
+def test_the_tuning_probe_splits_at_the_layer_mirror_runs_at(pair, tmp_path):
+    """With an exit lens that covers layer 3 only, Mirror-SD runs at 3 (not the N/2 = 2
+    default), and the auto-tuning probe's calibration splits prefix/suffix at that layer."""
+    from mirror_sd.bench import tuning
+    from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+    from mirror_sd.proposals.exit_lens import ExitLens, target_meta
+
+    lens = ExitLens(pair.target.config.hidden_size, [3], rank=2,
+                    meta={**target_meta(pair.target), "report": {"layers": {"3": {"lens_top8": 0.9}}}})
+    path = tmp_path / "exit_lens_tiny.safetensors"
+    lens.save(path)
+    settings = Settings(max_new_tokens=6, gamma=2, exit_lens=str(path))
+    ids = pair.encode_prompt("def f")
+    fin = list(MirrorSpeculative(pair, settings).generate(ids))[-1]
+    assert pair.target_layers // 2 == 2 and fin.stats["exit_layer"] == 3
+    assert fin.stats["exit_lens"] == str(path)
+    cal = tuning.probe(pair, ids, settings, tokens=6)
+    assert cal.exit_layer == 3

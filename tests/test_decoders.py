@@ -13,7 +13,8 @@ import time
 import pytest
 import torch
 
-from mirror_sd.engine.mirror import decoder as mirror_mod
+from mirror_sd.engine.mirror import decoder as mirror_decoder
+from mirror_sd.engine.mirror import draft_lane as mirror_mod
 from mirror_sd.engine.autoregressive import Autoregressive
 from mirror_sd.engine.acceptance import Sampling, probs_from_logits
 from mirror_sd.engine.settings import Settings
@@ -466,7 +467,7 @@ def test_a_lane_takes_both_cores_only_while_the_other_waits(monkeypatch):
         if threading.current_thread().name != "mirror-draft-lane" and worker_alone.is_set():
             bad.append("the target ran while the draft lane held both cores")
 
-    monkeypatch.setattr(mirror_mod, "lane_alone", recording_alone)
+    monkeypatch.setattr(mirror_decoder, "lane_alone", recording_alone)
     hook = pair.target.register_forward_pre_hook(target_forward_starts)
     try:
         p = tiny.prompt(seed, 6)

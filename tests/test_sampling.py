@@ -19,7 +19,8 @@ import torch
 from mirror_sd.engine.autoregressive import Autoregressive
 from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import DraftBranch
-from mirror_sd.engine.mirror.decoder import DraftWorker, MirrorSpeculative
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.engine.mirror.draft_lane import DraftWorker
 from mirror_sd.engine.speculative import Speculative
 
 import tiny

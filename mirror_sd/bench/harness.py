@@ -470,7 +470,7 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     from tqdm import tqdm
 
     from mirror_sd.engine.settings import Settings
-    from mirror_sd.engine.mirror.decoder import default_exit_layer
+    from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
     from mirror_sd.placement import configure_cpu_threads
 
     settings = settings or Settings()
@@ -489,7 +489,6 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     if placement is not None:
         configure_cpu_threads(placement)  # the same thread budget for every method
     greedy = settings.temperature == 0
-    exit_layer = settings.exit_layer or default_exit_layer(pair)
     started = datetime.now(timezone.utc)
 
     warm_s = None
@@ -554,8 +553,8 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     finally:
         bar.close()
 
-    used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
-    exit_layer = next((L for L in used if L), exit_layer)  # the layer Mirror chose (exit lens rule)
+    exit_layer = (ran_at(r["stats"] for r in records if r["method"] == "mirror")
+                  or choose_exit_layer_for(pair, settings).layer)
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=pair.target_layers, gamma=settings.gamma,
                        exit_layer=exit_layer, branch_budget=settings.branch_budget,
@@ -605,6 +604,8 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
 def rerender(out_dir: str | Path) -> dict:
     """Recompute summaries, the latency model and the plots from a saved results.json (for a
     changed model or report, without running the models again)."""
+    from mirror_sd.engine.mirror.exit_layer import ran_at
+
     path = Path(out_dir) / "results.json"
     results = json.loads(path.read_text())
     meta = results["meta"]
@@ -618,8 +619,7 @@ def rerender(out_dir: str | Path) -> dict:
                     bd[k] = bd.get(k, 0.0) + v
             rec["breakdown_s"] = bd
     s = meta["settings"]
-    used = [r["stats"].get("exit_layer") for r in records if r["method"] == "mirror" and r["stats"]]
-    exit_layer = next((L for L in used if L), meta["exit_layer"])  # the layer Mirror chose
+    exit_layer = ran_at(r["stats"] for r in records if r["method"] == "mirror") or meta["exit_layer"]
     cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
                        target_layers=meta["target_layers"], gamma=s["gamma"],
                        exit_layer=exit_layer, branch_budget=s["branch_budget"],

@@ -69,18 +69,20 @@ def choose(cal: lm.Calibration, gammas=GAMMAS, budgets=BUDGETS, method: str = "m
 
 
 def probe(pair, prompt_ids: list[int], settings, tokens: int = PROBE_TOKENS) -> lm.Calibration:
-    """Run AR, SD and Mirror-SD for `tokens` tokens each and calibrate the latency model."""
+    """Run AR, SD and Mirror-SD for `tokens` tokens each and calibrate the latency model at
+    the exit layer Mirror-SD ran at (the prefix/suffix split of its target forwards)."""
+    from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
     from mirror_sd.engine.registry import METHODS
-    from mirror_sd.engine.mirror.decoder import default_exit_layer
 
     short = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens))
     records = []
     for method in ("ar", "sd", "mirror"):
         events = list(METHODS[method](pair, short).generate(prompt_ids))
         records += lm.runs_from_events(events, method)
+    exit_layer = (ran_at(r["stats"] for r in records if r["method"] == "mirror")
+                  or choose_exit_layer_for(pair, short).layer)
     return lm.calibrate(records, target_layers=pair.target_layers, gamma=short.gamma,
-                        exit_layer=short.exit_layer or default_exit_layer(pair),
-                        branch_budget=short.branch_budget, kappa=short.kappa,
+                        exit_layer=exit_layer, branch_budget=short.branch_budget, kappa=short.kappa,
                         source="the auto-tuning probe")
 
 

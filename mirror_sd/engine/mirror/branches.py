@@ -45,10 +45,6 @@ class BranchBatch:
         self.slots = 0  # rollout slots written so far (all rows share the slot axis)
         self.history: dict[Root, Row] = {}  # every row ever admitted, for the events
 
-    @property
-    def rows(self) -> list[Row]:
-        return self.done + self.live
-
     def admit(self, root: Root, generator) -> None:
         row = Row(root, self.slots, generator)
         mask = torch.ones(1, self.base_len + self.slots, dtype=torch.long, device=self.device)
