@@ -19,7 +19,8 @@ from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARG
 from .texts import DEFAULT_EXAMPLE, EXAMPLES, HOW_IN_NOTATION, HOW_IT_WORKS, SEQUENTIAL_NOTE
 from .timeline import build_timeline
 
-CSS = (Path(__file__).with_name("style.css")).read_text(encoding="utf-8")
+CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
+                for name in ("style.css", "panes.css"))  # panes.css: panes, legend, the why
 QUEUE_SIZE = int(os.environ.get("MIRROR_SD_QUEUE_SIZE", "16"))
 
 # name -> (target, draft); "default" is the bundled offline pair

@@ -162,34 +162,37 @@ def _speed(records: dict[str, RunRecord], m: str) -> float | None:
 
 
 def why_sentence(records: dict[str, RunRecord]) -> str:
-    """One plain sentence: the measured reason behind this run's speed."""
-    c = costs(records)
+    """One plain sentence from the measured numbers: a step's time against the time AR takes
+    for the tokens the step commits (their ratio is the decode speedup), then what the step's
+    time is made of."""
     mirror, speed = records.get("mirror"), _speed(records, "mirror")
     if speed is None or mirror is None:
         return ""
-    stats = mirror.finish.stats
-    tau = stats.get("mean_accepted")
-    parts = [f"Mirror-SD decoded at {speed:.2f}× AR's speed"]
+    m, a = measured(mirror), measured(records["ar"])
+    steps = int(mirror.finish.stats.get("steps") or 0) - 1  # the first step is in the prefill
+    if steps < 1 or not m["decode_s"] or not m["decode_tokens"]:
+        return ""
+    step_s, per_step = m["decode_s"] / steps, m["decode_tokens"] / steps
+    sentence = (f"Mirror-SD decoded at {speed:.2f}× AR's speed: a step took {step_s:.2f} s and "
+                f"committed {per_step:.1f} tokens, which AR writes in "
+                f"{per_step / a['decode_tokens_per_s']:.2f} s")
+    c, why = costs(records), []
     if c.get("verify_beside") and c.get("target"):
-        parts.append(f"each step's verify forward cost {c['verify_beside'] / c['target']:.1f} AR "
-                     f"tokens' time ({c['verify_beside'] * 1e3:.0f} ms against "
-                     f"{c['target'] * 1e3:.0f} ms) and committed τ = {tau:.1f} tokens")
-    lanes = []
+        why.append(f"its verify forward took {c['verify_beside']:.2f} s "
+                   f"({c['verify_beside'] / c['target']:.1f} AR tokens' time)")
     if c.get("draft") and c.get("target"):
-        lanes.append(f"the draft costs {c['draft'] / c['target']:.0%} of a target forward here")
-    k = contention(c)
+        why.append(f"the draft costs {c['draft'] / c['target']:.0%} of a target forward here")
+    k, parts = contention(c), breakdown(mirror)
     if k.get("verify"):
-        lanes.append(f"both lanes share the same cores and memory bus, so the target's verify "
-                     f"ran {k['verify']:.2f}× as long beside the draft as alone")
-    hr = stats.get("hit_rate")
-    if hr is not None:
-        lanes.append(f"{hr:.0%} of the steps found their next window ready (hits)")
-    sentence = "; ".join(parts)
-    if lanes:
-        sentence += ": " + ", ".join(lanes[:-1]) + (" and " if len(lanes) > 1 else "") + lanes[-1]
-    verdict = ("so hiding the draft paid off" if speed >= 1.0 else
-               "so the time hidden does not pay for the cost of verifying windows")
-    return sentence + f", {verdict}."
+        why.append(f"both lanes share the same cores and memory bus, so the verify ran "
+                   f"{k['verify']:.2f}× as long beside the draft as alone")
+    if parts and parts["draft_exposed"] > 0:
+        hr = mirror.finish.stats.get("hit_rate")
+        hits = f" ({hr:.0%} of the steps found their next window ready)" if hr is not None else ""
+        why.append(f"the draft still left {parts['draft_exposed'] / steps:.2f} s per step exposed{hits}")
+    if why:
+        sentence += "; " + ", ".join(why[:-1]) + (" and " if len(why) > 1 else "") + why[-1]
+    return sentence + "."
 
 
 LEVERS = ("On this machine Mirror-SD's two levers are missing: a draft much cheaper than the "
