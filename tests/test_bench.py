@@ -9,7 +9,9 @@ import torch
 from tiny import tiny_tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from mirror_sd.bench import cli as bench_cli
 from mirror_sd.bench import harness as bench
+from mirror_sd.bench import report, runners, summary
 from mirror_sd.bench import latency_model as lm
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
@@ -135,7 +137,7 @@ def test_summary_and_breakdown(full_run):
     assert ov["mirror"]["hit_rate"] is not None
     for m, b in results["breakdown"].items():
         wall = sum(q["methods"][m]["wall_s"] for q in results["questions"])
-        parts = sum(v for k, v in b["seconds"].items() if k != bench.HIDDEN)
+        parts = sum(v for k, v in b["seconds"].items() if k != summary.HIDDEN)
         assert parts == pytest.approx(wall, rel=1e-6)
     assert results["breakdown"]["mirror"]["seconds"]["target suffix"] > 0
     assert results["breakdown"]["sd"]["seconds"]["draft (exposed)"] > 0
@@ -187,7 +189,7 @@ def test_first_mismatch():
 
 def test_mismatch_reported_and_order_followed(pair, tmp_path):
     calls = []
-    ar = bench.engine_runner("ar")
+    ar = runners.engine_runner("ar")
 
     def logged(name, flip_at=None):
         def run(p, ids, settings):
@@ -243,12 +245,12 @@ def test_time_breakdown_by_hand():
     ms = 1_000_000
     spans = [Span("target", "verify_forward", 0, 10 * ms), Span("draft", "branches", 5 * ms, 15 * ms),
              Span("verify", "accept", 10 * ms, 12 * ms)]
-    b = bench.time_breakdown(spans, 0, 20 * ms)
+    b = summary.time_breakdown(spans, 0, 20 * ms)
     assert b["target forward"] == pytest.approx(0.010)
     assert b["verify"] == pytest.approx(0.002)
     assert b["draft (exposed)"] == pytest.approx(0.003)
     assert b["overhead"] == pytest.approx(0.005)
-    assert b[bench.HIDDEN] == pytest.approx(0.007)
+    assert b[summary.HIDDEN] == pytest.approx(0.007)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,14 +443,14 @@ def test_calibrate_from_spans_by_hand():
 
 
 def test_what_if_cli(capsys, tmp_path):
-    assert bench.main(["--what-if", "target_scale=10;draft_device=separate"]) == 0
+    assert bench_cli.main(["--what-if", "target_scale=10;draft_device=separate"]) == 0
     out = capsys.readouterr().out
     assert "PROJECTIONS" in out and "target_scale=10" in out and "draft_device=separate" in out
     (tmp_path / "results.json").write_text(json.dumps({"latency_model": {"calibration": hand_cal().to_dict()}}))
-    assert bench.main(["--what-if", "gamma=4", "--calibration", str(tmp_path)]) == 0
+    assert bench_cli.main(["--what-if", "gamma=4", "--calibration", str(tmp_path)]) == 0
     assert "1.94" not in capsys.readouterr().err
-    assert bench.main(["--what-if", "warp=1"]) == 2
-    assert bench.main([]) == 2  # --out missing
+    assert bench_cli.main(["--what-if", "warp=1"]) == 2
+    assert bench_cli.main([]) == 2  # --out missing
 
 
 def test_rerender_reproduces_the_report(full_run):
@@ -466,7 +468,7 @@ def test_rerender_reproduces_the_report(full_run):
 
 def test_resume_keeps_finished_questions(pair, tmp_path):
     calls = []
-    ar = bench.engine_runner("ar")
+    ar = runners.engine_runner("ar")
 
     def logged(p, ids, settings):
         calls.append(len(ids))
@@ -475,9 +477,9 @@ def test_resume_keeps_finished_questions(pair, tmp_path):
     questions = load_questions(SAMPLE)[1:3]
     kw = dict(runners={"ar": logged}, warmup=False, progress=False, out_dir=tmp_path)
     first = bench.run_benchmark(pair, questions, ["ar"], Settings(max_new_tokens=4), **kw)
-    assert len(calls) == 2 and not (tmp_path / bench.PARTIAL).exists()
+    assert len(calls) == 2 and not (tmp_path / report.PARTIAL).exists()
     # as if killed after the first question: only its entry is in the partial file
-    (tmp_path / bench.PARTIAL).write_text(json.dumps(first["questions"][0]) + "\n")
+    (tmp_path / report.PARTIAL).write_text(json.dumps(first["questions"][0]) + "\n")
     again = bench.run_benchmark(pair, questions, ["ar"], Settings(max_new_tokens=4), resume=True, **kw)
     assert len(calls) == 3  # only the second question ran again
     assert [q["question_id"] for q in again["questions"]] == [q.question_id for q in questions]
@@ -494,10 +496,10 @@ def test_baseline_precision_method(pair, tmp_path):
     from mirror_sd.cpu import linears as cpu_kernels
     from dataclasses import replace
     other = replace(pair, target=cpu_kernels.row_int8(copy.deepcopy(pair.target)))
-    name = bench.baseline_name("int8")
+    name = runners.baseline_name("int8")
     questions = load_questions(SAMPLE)[1:3]
     results = bench.run_benchmark(pair, questions, ["ar", name], Settings(max_new_tokens=8),
-                                  runners={name: bench.baseline_runner(other, name)},
+                                  runners={name: runners.baseline_runner(other, name)},
                                   out_dir=tmp_path, warmup=False, progress=False,
                                   meta={"run_notes": ["a note for the summary"]})
     for q in results["questions"]:
@@ -513,8 +515,8 @@ def test_variant_methods_change_one_setting(pair):
     from mirror_sd.engine.settings import Settings
     ids = [5, 17, 42, 99, 7, 3]
     settings = Settings(max_new_tokens=6, gamma=2)
-    plain = bench.engine_runner("mirror")(pair, ids, settings)
-    nolens = bench.engine_runner("mirror-nolens")(pair, ids, settings)
+    plain = runners.engine_runner("mirror")(pair, ids, settings)
+    nolens = runners.engine_runner("mirror-nolens")(pair, ids, settings)
     assert nolens.stats["exit_lens_note"] == "exit lens off: raw early exit"
     assert plain.stats["exit_lens_note"] != nolens.stats["exit_lens_note"]
     assert nolens.token_ids == plain.token_ids  # the lens only decides what is precomputed
@@ -522,13 +524,13 @@ def test_variant_methods_change_one_setting(pair):
 
 
 def test_method_names_can_change_settings(pair):
-    base, changes = bench.variant("mirror-nolens:exit_layer=2:branch_budget=3")
+    base, changes = runners.variant("mirror-nolens:exit_layer=2:branch_budget=3")
     assert (base, changes) == ("mirror", {"exit_lens": "off", "exit_layer": 2, "branch_budget": 3})
     for bad in ("mirror:exit_layer", "mirror:temperature=1", "mirror:gamma=x", "medusa"):
         with pytest.raises(MirrorSDError):
-            bench.variant(bad)
+            runners.variant(bad)
     from mirror_sd.engine.settings import Settings
-    run = bench.engine_runner("mirror:exit_layer=1")(pair, [5, 17, 42, 99], Settings(max_new_tokens=4, gamma=2))
+    run = runners.engine_runner("mirror:exit_layer=1")(pair, [5, 17, 42, 99], Settings(max_new_tokens=4, gamma=2))
     assert run.error is None and run.stats["exit_layer"] == 1
 
 

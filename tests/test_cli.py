@@ -90,7 +90,7 @@ def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path, monkeypatch):
     """`python -m mirror_sd.bench --gamma auto --baseline-precision fp32` end to end on tiny
     folders: the choice is recorded, ar-fp32 runs next to AR at int8, and the baseline loads
     a second target only (no second draft)."""
-    from mirror_sd.bench import harness as bench
+    from mirror_sd.bench import cli as bench_cli
     from mirror_sd.models import loading
     loads = []
     real_load = loading._load_model
@@ -103,7 +103,7 @@ def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path, monkeypatch):
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) + "\n"
                                  for i, (c, t) in enumerate([("code", "def f"), ("qa", "why?")])))
-    rc = bench.main(["--target", dirs[0], "--draft", dirs[1], "--questions", str(questions),
+    rc = bench_cli.main(["--target", dirs[0], "--draft", dirs[1], "--questions", str(questions),
                      "--max-new-tokens", "4", "--methods", "ar,mirror", "--gamma", "auto",
                      "--precision", "int8", "--baseline-precision", "fp32", "--out", str(tmp_path / "o"),
                      "--no-warmup", "--no-progress"])

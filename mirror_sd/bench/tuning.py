@@ -13,21 +13,10 @@ estimate is coarse). Without ranks the hit rate is held and more branches only c
 """
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, field, replace
 
 from mirror_sd.bench import latency_model as lm
-
-def int_or_auto(text: str):
-    """argparse type: a whole number or the word auto."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
-
 
 GAMMAS = range(1, 9)
 BUDGETS = range(1, 9)

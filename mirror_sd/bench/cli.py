@@ -1,0 +1,161 @@
+"""`python -m mirror_sd.bench`: the command line of the benchmark (see harness.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from mirror_sd.bench import latency_model as lm
+from mirror_sd.bench.harness import __doc__ as harness_doc
+from mirror_sd.bench.harness import rerender, run_benchmark
+from mirror_sd.bench.questions import BUILTIN_QUESTIONS, load_questions, per_category
+from mirror_sd.bench.report import _f, _x, summary_markdown
+from mirror_sd.bench.runners import (DEFAULT_METHODS, HF_ASSISTED, VARIANTS, baseline_name,
+                                     baseline_runner, variant)
+from mirror_sd.cli import progress
+from mirror_sd.errors import MirrorSDError, run_cli
+from mirror_sd.options import add_decoding_options, add_model_options, model_kwargs, settings_from_args
+from mirror_sd.paths import REPO_ROOT
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mirror_sd.bench", description=harness_doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--questions", default=None, help="Spec-Bench-format .jsonl (default: the "
+                                                     "built-in assets/questions.jsonl)")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma-separated, from " + ", ".join(DEFAULT_METHODS + tuple(VARIANTS))
+                        + "; an engine method may change settings after colons, e.g. "
+                          "mirror:exit_layer=21:branch_budget=3 (AR always runs)")
+    p.add_argument("--per-category", type=int, default=None, help="first K questions per category")
+    add_decoding_options(p)
+    add_model_options(p)
+    p.add_argument("--baseline-precision", default=None, metavar="P",
+                   help="also run AR on the target loaded at P (method ar-P, e.g. ar-fp32): the "
+                        "precision's own speedup, interleaved with the rest")
+    p.add_argument("--hf-assistant-tokens", type=int, default=None,
+                   help="num_assistant_tokens for hf-assisted (default: transformers' own)")
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the questions finished in OUT/questions.partial.jsonl by an "
+                        "interrupted run, run the rest")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", default=None, help="output folder (required unless --what-if)")
+    p.add_argument("--what-if", default=None, metavar="SCENARIOS",
+                   help="print latency-model projections: 'key=value,...' scenarios separated "
+                        "by ';' (keys: " + ", ".join(lm.WHAT_IF_KEYS) + ")")
+    p.add_argument("--rerender", default=None, metavar="DIR",
+                   help="recompute summary.md, the latency model and plots from DIR/results.json")
+    p.add_argument("--calibration", default=None,
+                   help="results.json of a benchmark run (or a calibration JSON) for --what-if; "
+                        "default: the built-in calibration of the default pair")
+    return p
+
+
+def load_calibration(path: str | None) -> lm.Calibration:
+    if path is None:
+        return lm.default_calibration()
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise MirrorSDError(f"Could not read a calibration from {p}: {e}") from e
+    d = d.get("latency_model", {}).get("calibration", d)
+    try:
+        return lm.Calibration.from_dict(d)
+    except TypeError as e:
+        raise MirrorSDError(f"{p} holds no latency-model calibration.") from e
+
+
+def what_if_table(cal: lm.Calibration, scenarios: list[dict]) -> str:
+    header = (f"PROJECTIONS from the latency model (a model, not measurements).\n"
+              f"Calibration: {cal.source or 'unnamed'}\n")
+    rows = [("as calibrated", lm.predict(cal))]
+    for sc in scenarios:
+        rows.append((",".join(f"{k}={v}" for k, v in sc.items()), lm.what_if(cal, **sc)["projected"]))
+    width = max(len(r[0]) for r in rows)
+    lines = [header, f"{'scenario':<{width}}  {'AR tok/s':>8}  {'SD tok/s':>8}  {'SD speedup':>10}  "
+                     f"{'Mirror tok/s':>12}  {'Mirror speedup':>14}"]
+    for name, p in rows:
+        lines.append(f"{name:<{width}}  {_f(p['ar']['tokens_per_s']):>8}  {_f(p['sd']['tokens_per_s']):>8}  "
+                     f"{_x(p['sd']['speedup']):>10}  {_f(p['mirror']['tokens_per_s']):>12}  "
+                     f"{_x(p['mirror']['speedup']):>14}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, build_parser().parse_args(argv), argv)
+
+
+def _main(args, argv) -> int:
+    if args.what_if is not None:
+        try:
+            scenarios = lm.parse_what_if(args.what_if)
+            print(what_if_table(load_calibration(args.calibration), scenarios))
+        except ValueError as e:
+            raise MirrorSDError(str(e)) from e
+        return 0
+    if args.rerender:
+        try:
+            results = rerender(args.rerender)
+        except (OSError, json.JSONDecodeError, KeyError) as e:
+            raise MirrorSDError(f"Could not re-render {args.rerender}: {e}") from e
+        print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
+        return 0
+    if not args.out:
+        raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    # every check that needs no model first: a bad value never waits for the models
+    settings, gamma_auto, budget_auto = settings_from_args(args, "ar")  # AR always runs
+    for m in methods:
+        if m != HF_ASSISTED:
+            base, changes = variant(m)  # a clear message for an unknown method or a bad setting
+            replace(settings, **changes).check(base)
+    questions = per_category(load_questions(args.questions), args.per_category)
+
+    import transformers
+
+    from mirror_sd.models.loading import load_pair, load_target
+
+    transformers.logging.set_verbosity_error()
+    pair = load_pair(args.target, args.draft, **model_kwargs(args), progress=progress)
+    runners, notes, auto = {}, [], None
+    if gamma_auto or budget_auto:
+        from mirror_sd.bench.tuning import auto_settings
+        ids = pair.encode_prompt(questions[0].turns[0])
+        settings.validate(pair, len(ids))
+        settings, choice = auto_settings(pair, ids, settings, gamma_auto, budget_auto)
+        auto = choice.to_dict()
+        notes.append(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget}, "
+                     f"chosen by the latency model from a {choice.probe_s:.1f} s probe on "
+                     f"question {questions[0].question_id} (projected Mirror-SD speedup "
+                     f"{_f(choice.projected_speedup)}x; a projection, not a measurement)")
+    if args.baseline_precision:
+        name = baseline_name(args.baseline_precision)
+        ref = load_target(args.target, precision=args.baseline_precision,
+                          target_device=args.target_device, draft_device=args.draft_device,
+                          progress=progress)  # the target alone: no second draft
+        runners[name] = baseline_runner(replace(pair, target=ref), name)
+        methods.append(name)
+        notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
+                     "mismatches are tokens changed by the precision, not by speculation.")
+    command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in
+                                                      (sys.argv[1:] if argv is None else argv))
+    results = run_benchmark(
+        pair, questions, methods, settings, out_dir=args.out, warmup=not args.no_warmup,
+        progress=not args.no_progress, hf_assistant_tokens=args.hf_assistant_tokens,
+        resume=args.resume, runners=runners,
+        meta={"command": command, "run_notes": notes, "auto": auto,
+              "questions_file": args.questions or str(BUILTIN_QUESTIONS.relative_to(REPO_ROOT)),
+              "per_category": args.per_category})
+    print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
+    print(f"written to {Path(args.out).resolve()}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

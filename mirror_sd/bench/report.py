@@ -1,0 +1,283 @@
+"""The benchmark's output files: summary.md, plotly figures and results.json."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from mirror_sd.bench import latency_model as lm
+from mirror_sd.bench.runners import LABELS
+from mirror_sd.bench.summary import COMPONENTS, HIDDEN
+
+PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
+
+
+def _f(x, spec=".2f", none="n/a"):
+    return none if x is None else format(x, spec)
+
+
+def _x(x):
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def _pct(x):
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def _mismatch(c: dict) -> str:
+    if not c["checked"]:
+        return "n/a"
+    s = f"{c['mismatches']}/{c['checked']}"
+    fm = c["first_mismatch"]
+    if fm:
+        s += f" (first: q {fm['question_id']} token {fm['position']})"
+    return s
+
+
+def summary_markdown(results: dict, files: list[str] | None = None, notes: list[str] | None = None) -> str:
+    meta, summ = results["meta"], results["summary"]
+    methods = meta["methods"]
+    others = [m for m in methods if m != "ar"]
+    s = meta["settings"]
+    mode = "greedy (temperature 0)" if meta["greedy"] else f"sampling (temperature {s['temperature']})"
+    lines = [
+        "# Benchmark: " + ", ".join(LABELS.get(m, m) for m in methods), "",
+        f"- Pair: target `{meta['target']}` ({meta['target_layers']} layers), draft "
+        f"`{meta['draft']}`; precision target {meta['precision']}, draft "
+        f"{meta.get('draft_precision', meta['precision'])} ({meta['dtype']}); devices target "
+        f"{meta['devices']['target']}, draft {meta['devices']['draft']}; torch threads per lane "
+        f"{meta['torch_threads']}; {meta['machine']['cpu_cores']} cores",
+        f"- Decoding: {mode}, max new tokens {s['max_new_tokens']}, gamma {s['gamma']}, kappa "
+        f"{s['kappa']}, exit layer {meta['exit_layer']}, branch budget {s['branch_budget']}",
+        f"- Questions: {meta['questions']} ({', '.join(meta['categories'])}) from "
+        f"`{meta.get('questions_file', 'the given list')}`; one warm-up run per method; "
+        f"{meta['order']}",
+    ]
+    if meta.get("command"):
+        lines.append(f"- Command: `{meta['command']}`")
+    lines.append(f"- Run: {meta['started']} to {meta['finished']} (UTC); engine source "
+                 f"{meta.get('source') or 'unknown'}; "
+                 f"torch {meta['versions'].get('torch')}, transformers {meta['versions'].get('transformers')}")
+    lines += ["", "## Speedup over AR", "",
+              "Per-question speedup = method tokens/s over AR tokens/s on the same question "
+              "(turns pooled); cells give median / mean over the questions.", "",
+              "| category | questions | AR tok/s | " + " | ".join(LABELS.get(m, m) for m in others) + " |",
+              "|---|---|---|" + "---|" * len(others)]
+    rows = list(summ["by_category"].items()) + [("**overall**", summ["overall"])]
+    for cat, cells in rows:
+        lines.append(f"| {cat} | {cells['ar']['questions']} | {_f(cells['ar']['tokens_per_s'])} | "
+                     + " | ".join(f"{_x(cells[m]['speedup_median'])} / {_x(cells[m]['speedup_mean'])}"
+                                  for m in others) + " |")
+    lines += ["", "## Per method, all questions", "",
+              "| method | tok/s | prefill s (mean) | decode tok/s | speedup median | speedup mean | "
+              "mean accepted | hit rate | draft hidden | identical to AR (mismatches) | errors |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        c = summ["overall"][m]
+        lines.append(f"| {LABELS.get(m, m)} | {_f(c['tokens_per_s'])} | {_f(c.get('prefill_s_mean'))} | "
+                     f"{_f(c.get('decode_tokens_per_s'))} | {_x(c['speedup_median'])} | "
+                     f"{_x(c['speedup_mean'])} | {_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | "
+                     f"{_pct(c['draft_hidden_fraction'])} | {_mismatch(c)} | {c['errors']} |")
+    lines += ["", "Prefill = time to a run's first committed tokens (the prompt's prefill; SD and "
+              "Mirror-SD also draft and verify their first window in it); decode tok/s = the tokens "
+              "after those over the time after them. Mean accepted = generated tokens per target "
+              "forward (the target's own token counts, so AR is 1.00). Mismatches: questions whose tokens differ from AR's "
+              "(greedy runs only), with the first differing position.", "",
+              "## Per category and method", "",
+              "| category | method | questions | tok/s | speedup median | speedup mean | "
+              "mean accepted | hit rate | mismatches |", "|---|---|---|---|---|---|---|---|---|"]
+    for cat, cells in summ["by_category"].items():
+        for m in methods:
+            c = cells[m]
+            lines.append(f"| {cat} | {LABELS.get(m, m)} | {c['questions']} | {_f(c['tokens_per_s'])} | "
+                         f"{_x(c['speedup_median'])} | {_x(c['speedup_mean'])} | "
+                         f"{_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | {_mismatch(c)} |")
+    bd = results["breakdown"]
+    lines += ["", "## Where the time goes (ms per generated token, from the spans)", "",
+              "Each instant of wall time goes to the busiest lane by priority: target, then "
+              "verify, then draft; what no span covers is overhead (Python, events, the "
+              "harness). 'Draft hidden' ran while the target lane was busy: it costs no wall time.", "",
+              "| method | " + " | ".join(COMPONENTS) + " | total | draft hidden |",
+              "|---|" + "---|" * (len(COMPONENTS) + 2)]
+    for m in methods:
+        ms = bd[m]["ms_per_token"]
+        total = sum(v for k, v in ms.items() if k != HIDDEN and v is not None) if bd[m]["new_tokens"] else None
+        lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(_f(ms[c], ".1f") for c in COMPONENTS)
+                     + f" | {_f(total, '.1f')} | {_f(ms[HIDDEN], '.1f')} |")
+    lat = results["latency_model"]
+    cal = lat["calibration"]
+    lines += ["", "## Latency model: predicted vs measured step time", "",
+              "The paper's step-time model (mirror_sd/bench/latency_model.py) with costs calibrated from "
+              "this run's spans; measured = (wall - prefill) / steps of the decode phase. The "
+              "error is what the model leaves out (Python overhead between spans, scheduling).", "",
+              "| method | measured step ms | predicted step ms | error | tokens/step | "
+              "measured speedup (decode) | predicted speedup |", "|---|---|---|---|---|---|---|"]
+    for m in methods:
+        r = lat["predicted_vs_measured"][m]
+        lines.append(f"| {LABELS.get(m, m)} | {_f(_ms(r['measured_step_s']), '.1f')} | "
+                     f"{_f(_ms(r['predicted_step_s']), '.1f')} | {_f(r['error'], '+.0%')} | "
+                     f"{_f(r['measured_tokens_per_step'])} | {_x(r['measured_decode_speedup'])} | "
+                     f"{_x(r['predicted_speedup'])} |")
+    lines += ["", "Calibration: " + ", ".join(
+        f"{k} {v}" for k, v in [
+            ("T_target(1)", _f(_ms(cal["t_target_1"]), ".1f") + " ms"),
+            (f"T_target({cal['gamma'] + 1})", _f(_ms(cal["t_target_k"]), ".1f") + " ms"),
+            ("head share", _pct(cal["head_share"])),
+            ("early-exit head", _f(_ms(cal["t_exit_head"]), ".1f") + " ms"),
+            ("draft token", _f(_ms(cal["t_draft_token"]), ".1f") + " ms"),
+            ("branch forward", _f(_ms(cal["t_branch_1"]), ".1f") + " ms + "
+             + _f(_ms(cal["t_branch_row"]), ".1f") + " ms/extra row"),
+            ("contention", _f(cal["contention"])),
+            ("alpha (SD/Mirror)", f"{_f(cal['alpha_sd'])}/{_f(cal['alpha_mirror'])}"),
+            ("hit rate", _pct(cal["hit_rate"]))])]
+    if cal.get("hit_rates"):
+        lines[-1] += (f"; estimated hit rate at budget 1-8 (share of {cal.get('rank_steps')} steps whose "
+                      "verdict root was among the first b scored roots; ignores rollout timing): "
+                      + " / ".join(_pct(h) for h in cal["hit_rates"][:8]))
+    if cal.get("notes"):
+        lines.append("Calibration notes: " + "; ".join(cal["notes"]))
+    lines += ["", "## What if (projections from the latency model, not measurements)", "",
+              "| scenario | SD speedup | Mirror-SD speedup |", "|---|---|---|",
+              f"| as measured (model) | {_x(lat['predicted_vs_measured'].get('sd', {}).get('predicted_speedup'))} | "
+              f"{_x(lat['predicted_vs_measured'].get('mirror', {}).get('predicted_speedup'))} |"]
+    for w in lat["what_if"]:
+        lines.append(f"| {', '.join(f'{k}={v}' for k, v in w['changes'].items())} | "
+                     f"{_x(w.get('sd'))} | {_x(w.get('mirror'))} |")
+    lines += ["", "More: `python -m mirror_sd.bench --what-if \"target_scale=10,draft_device=separate\" "
+              "--calibration results.json`; keys: " + ", ".join(lm.WHAT_IF_KEYS) + "."]
+    hf = meta.get("hf_assisted")
+    extra = list(meta.get("run_notes") or []) + list(notes or [])
+    if hf:
+        extra.insert(0, "HF assisted = transformers' own `target.generate(assistant_model=draft)` "
+                        f"with num_assistant_tokens {hf.get('num_assistant_tokens')}, schedule "
+                        f"{hf.get('num_assistant_tokens_schedule')}, confidence threshold "
+                        f"{hf.get('assistant_confidence_threshold')}; its forwards are timed by "
+                        "hooks; drafted/accepted counts and hit rate are not observable (n/a).")
+    if meta.get("resumed_questions"):
+        extra.append("Resumed run: question(s) " + ", ".join(map(str, meta["resumed_questions"]))
+                     + " were measured by an earlier process of this run that was interrupted.")
+    if "mirror" in methods:
+        extra.append("Mirror-SD runs two lanes (target and draft threads, one torch thread each) "
+                     "at once; AR, SD and HF assisted run one model at a time on every core the "
+                     "two lanes use (placement.method_threads).")
+    if files:
+        extra.append("Files: " + ", ".join(f"`{f}`" for f in files))
+    if extra:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in extra]
+    return "\n".join(lines) + "\n"
+
+
+def _ms(x):
+    return None if x is None else 1000 * x
+
+
+def make_figures(results: dict) -> dict:
+    """plotly figures: speedup by category and method, time breakdown per method, and the
+    latency model (predicted vs measured; projected speedup against target scale)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    meta, summ = results["meta"], results["summary"]
+    methods = meta["methods"]
+    others = [m for m in methods if m != "ar"]
+    cats = list(summ["by_category"]) + ["overall"]
+    cells = {**summ["by_category"], "overall": summ["overall"]}
+    fig1 = go.Figure()
+    for m in others:
+        med = [cells[c][m]["speedup_median"] for c in cats]
+        mean = [cells[c][m]["speedup_mean"] for c in cats]
+        fig1.add_bar(name=LABELS.get(m, m), x=cats, y=med,
+                     text=[_x(v) for v in med], textposition="outside",
+                     customdata=[[_x(a), cells[c][m]["questions"]] for a, c in zip(mean, cats)],
+                     hovertemplate="%{x}: median %{y:.2f}x, mean %{customdata[0]}, "
+                                   "%{customdata[1]} questions<extra>" + LABELS.get(m, m) + "</extra>")
+    fig1.add_hline(y=1.0, line_dash="dash", annotation_text="AR")
+    mode = "greedy" if meta["greedy"] else f"T={meta['settings']['temperature']}"
+    fig1.update_layout(barmode="group", yaxis_title="speedup over AR (median tokens/s ratio)",
+                       title=f"Speedup over AR by category ({meta['target']} / {meta['draft']}, "
+                             f"{mode}, {meta['settings']['max_new_tokens']} new tokens)")
+
+    bd = results["breakdown"]
+    fig2 = go.Figure()
+    names = [LABELS.get(m, m) for m in methods]
+    for comp in COMPONENTS:
+        ys = [bd[m]["ms_per_token"][comp] for m in methods]
+        if all(not y for y in ys):
+            continue
+        fig2.add_bar(name=comp, x=names, y=ys, offsetgroup="wall",
+                     hovertemplate="%{x}: " + comp + " %{y:.1f} ms/token<extra></extra>")
+    fig2.add_bar(name=HIDDEN + ", behind the target", x=names,
+                 y=[bd[m]["ms_per_token"][HIDDEN] for m in methods], offsetgroup="hidden",
+                 marker_pattern_shape="/", opacity=0.6,
+                 hovertemplate="%{x}: draft hidden %{y:.1f} ms/token<extra></extra>")
+    fig2.update_layout(barmode="stack", yaxis_title="ms per generated token",
+                       title="Where the time goes (wall time per token by lane, from spans)")
+
+    lat = results["latency_model"]
+    cal = lat["calibration"]
+    fig3 = make_subplots(rows=1, cols=2, subplot_titles=(
+        "step time: measured vs latency model", "projected speedup vs target cost (projection)"))
+    rows = lat["predicted_vs_measured"]
+    ms = [m for m in methods if rows[m]["measured_step_s"] is not None]
+    fig3.add_bar(name="measured", x=[LABELS.get(m, m) for m in ms],
+                 y=[_ms(rows[m]["measured_step_s"]) for m in ms], row=1, col=1)
+    fig3.add_bar(name="predicted", x=[LABELS.get(m, m) for m in ms],
+                 y=[_ms(rows[m]["predicted_step_s"]) for m in ms], row=1, col=1)
+    scales = [1, 2, 3, 5, 10, 20, 50, 100]
+    try:
+        for dev, dash in (("shared", "solid"), ("separate", "dash")):
+            curve = lm.speedup_curve(cal, "target_scale", scales, draft_device=dev)
+            for m in ("sd", "mirror"):
+                if m == "sd" and dev == "separate":
+                    continue  # SD's lanes never overlap: the device choice does not move it
+                fig3.add_scatter(x=scales, y=[p[m] for p in curve], mode="lines+markers",
+                                 line_dash=dash, name=f"{LABELS[m]} (projected, draft {dev})",
+                                 row=1, col=2)
+    except (ValueError, TypeError):
+        pass
+    fig3.update_xaxes(type="log", title_text="target cost x (projection)", row=1, col=2)
+    fig3.update_yaxes(title_text="ms per step", row=1, col=1)
+    fig3.update_yaxes(title_text="speedup over AR (projected)", row=1, col=2)
+    fig3.update_layout(title="Latency model (projections are a model, not measurements)",
+                       barmode="group")
+    return {"speedup": fig1, "time_breakdown": fig2, "latency_model": fig3}
+
+
+def write_outputs(results: dict, out_dir: str | Path) -> list[str]:
+    """results.json, summary.md and plots in out_dir; returns the file names written.
+    results.json is written first, so a failing plot never loses the measurements."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = results.setdefault("meta", {})
+    files, notes = ["results.json", "summary.md"], []
+    meta["files"], meta["notes"] = files, notes
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    try:
+        figs = make_figures(results)
+    except Exception as e:  # plotly missing or a figure failing: the tables still get written
+        figs = {}
+        notes.append(f"plots skipped: {type(e).__name__}: {e}")
+    for name, fig in figs.items():
+        fig.write_html(out / f"{name}.html", include_plotlyjs="directory")
+        files.append(f"{name}.html")
+    if figs:
+        files.append("plotly.min.js")
+        if importlib.util.find_spec("kaleido") is None:
+            notes.append("PNG plots skipped: plotly needs the kaleido package to write images "
+                         "offline, and it is not installed (the HTML plots hold the same data).")
+        else:
+            try:
+                for name, fig in figs.items():
+                    fig.write_image(out / f"{name}.png")
+                    files.append(f"{name}.png")
+            except Exception as e:  # kaleido present but unable (e.g. no browser): HTML only
+                first = str(e).splitlines()[0] if str(e) else ""
+                notes.append(f"PNG plots skipped: {type(e).__name__}: {first}")
+    (out / "summary.md").write_text(summary_markdown(results, files, notes))
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    partial = out / PARTIAL
+    if partial.exists():
+        partial.unlink()
+    return files
+
+

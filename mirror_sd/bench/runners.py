@@ -1,0 +1,238 @@
+"""What runs one method on one prompt: the engine's decoders (and their variants with one
+setting changed), transformers' assisted generation, and AR on a second copy of the target.
+
+A runner is `runner(pair, prompt_ids, settings) -> MethodRun`; the harness needs nothing else
+from a method.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from mirror_sd.engine.registry import LABELS as REGISTRY_LABELS
+from mirror_sd.engine.registry import NAMES
+from mirror_sd.errors import MirrorSDError
+
+ENGINE_METHODS = NAMES  # the engine's decoders (engine/registry.py)
+HF_ASSISTED = "hf-assisted"
+DEFAULT_METHODS = ENGINE_METHODS + (HF_ASSISTED,)
+LABELS = {**REGISTRY_LABELS, HF_ASSISTED: "HF assisted"}
+# the engine's methods with one setting changed, to compare in the same interleaved run:
+# the draft's stream heads on (streams.py), or Mirror-SD without the exit lens (the raw early
+# exit at the paper's N/2 unless --exit-layer is given; exit_lens.py), or the draft's LM head cut
+# to the shipped frequent-token vocabulary (draft_vocab.py)
+VARIANTS = {"sd-streams": ("sd", {"streams": "auto"}), "mirror-streams": ("mirror", {"streams": "auto"}),
+            "mirror-nolens": ("mirror", {"exit_lens": "off"}),
+            "sd-vocab": ("sd", {"draft_vocab": "auto"}),
+            "mirror-vocab": ("mirror", {"draft_vocab": "auto"})}
+LABELS.update({"sd-streams": "SD+streams", "mirror-streams": "Mirror-SD+streams",
+               "mirror-nolens": "Mirror-SD, no lens", "sd-vocab": "SD, cut draft vocab",
+               "mirror-vocab": "Mirror-SD, cut draft vocab"})
+
+
+@dataclass
+class MethodRun:
+    """One generation by one method: what the harness needs from any runner."""
+    token_ids: list[int]
+    text: str
+    stats: dict
+    spans: list  # events.Span (or objects with lane, label, start_ns, end_ns, step, detail)
+    wall_s: float
+    start_ns: int = 0
+    end_ns: int = 0
+    error: str | None = None
+    notices: list[str] = field(default_factory=list)
+
+
+Runner = Callable[..., MethodRun]  # runner(pair, prompt_ids, settings) -> MethodRun
+
+
+# settings a method name may change after a colon: "mirror:exit_layer=21:branch_budget=3"
+TUNABLE = {"gamma": int, "kappa": int, "exit_layer": int, "branch_budget": int, "exit_lens": str,
+           "exit_head": str, "streams": str, "draft_vocab": str}
+
+
+def variant(method: str) -> tuple[str, dict]:
+    """(engine method, setting changes) of a method name: ar / sd / mirror, a named variant
+    (VARIANTS), or either followed by ":key=value" pairs from TUNABLE. Raises MirrorSDError."""
+    name, *pairs = method.split(":")
+    if name in VARIANTS:
+        base, changes = VARIANTS[name][0], dict(VARIANTS[name][1])
+    elif name in ENGINE_METHODS:
+        base, changes = name, {}
+    else:
+        raise MirrorSDError(f"Unknown method {method!r}: choose from "
+                            f"{', '.join(DEFAULT_METHODS + tuple(VARIANTS))}, optionally with "
+                            f":key=value settings ({', '.join(TUNABLE)}).")
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in TUNABLE:
+            raise MirrorSDError(f"Bad setting {pair!r} in method {method!r}: use key=value with a key "
+                                f"from {', '.join(TUNABLE)}.")
+        try:
+            changes[key] = TUNABLE[key](value)
+        except ValueError:
+            raise MirrorSDError(f"Bad value in {pair!r} (method {method!r}): {key} takes "
+                                f"{TUNABLE[key].__name__}.") from None
+    return base, changes
+
+
+def engine_runner(method: str) -> Runner:
+    """A runner for one of the engine's decoders (methods.METHODS)."""
+
+    def run(pair, prompt_ids, settings) -> MethodRun:
+        from mirror_sd.engine.events import Error, Finish, Notice, Span
+        from mirror_sd.engine.registry import METHODS
+
+        spans, finish, error, notices = [], None, None, []
+        base, changes = variant(method)
+        if changes:
+            settings = replace(settings, **changes)
+        decoder = METHODS[base](pair, settings)
+        t0 = time.perf_counter_ns()
+        for ev in decoder.generate(prompt_ids):
+            if isinstance(ev, Span):
+                spans.append(ev)
+            elif isinstance(ev, Error):
+                error = ev.message
+            elif isinstance(ev, Notice):
+                notices.append(ev.message)
+            elif isinstance(ev, Finish):
+                finish = ev
+        t1 = time.perf_counter_ns()
+        stats = dict(finish.stats) if finish else {"method": method, "new_tokens": 0}
+        stats["method"] = method
+        return MethodRun(list(finish.token_ids) if finish else [], finish.text if finish else "",
+                         stats, spans, (t1 - t0) / 1e9, t0, t1, error, notices)
+
+    run.method = method
+    return run
+
+
+def _timing_hooks(model, lane: str, spans: list, first_label: str, label: str):
+    """Forward hooks that record a Span per call of `model` (HF generate's own forwards)."""
+    from mirror_sd.engine.events import Span
+    from mirror_sd.models.pair import model_device
+    from mirror_sd.placement import lane_sync
+
+    device = model_device(model)
+    state = {}
+
+    def pre(module, args, kwargs):
+        lane_sync(device)
+        state["t"] = time.perf_counter_ns()
+
+    def post(module, args, kwargs, output):
+        lane_sync(device)
+        end = time.perf_counter_ns()
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        n = int(ids.shape[-1]) if hasattr(ids, "shape") else 0
+        first = not any(s.lane == lane for s in spans)
+        spans.append(Span(lane, first_label if first else label, state.pop("t", end), end,
+                          sum(s.lane == lane for s in spans), f"{n} tokens"))
+
+    return [model.register_forward_pre_hook(pre, with_kwargs=True),
+            model.register_forward_hook(post, with_kwargs=True)]
+
+
+def hf_assisted_generation_config(pair, settings, assistant_tokens: int | None = None):
+    from transformers import GenerationConfig
+
+    eos = sorted(pair.eos_token_ids)
+    kw = dict(max_new_tokens=settings.max_new_tokens, do_sample=settings.temperature > 0,
+              eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0,
+              repetition_penalty=1.0)
+    if settings.temperature > 0:
+        kw.update(temperature=settings.temperature, top_p=settings.top_p,
+                  top_k=settings.top_k if settings.top_k > 0 else None)
+    else:
+        kw.update(temperature=None, top_p=None, top_k=None)
+    if assistant_tokens:
+        kw.update(num_assistant_tokens=assistant_tokens, num_assistant_tokens_schedule="constant")
+    return GenerationConfig(**kw)
+
+
+def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
+    """transformers' own `target.generate(assistant_model=draft)`, timed with perf_counter_ns.
+
+    Its target and draft forwards are timed with forward hooks, so target forwards, mean
+    accepted and the time breakdown are reported; drafted/accepted counts and hit rate are
+    not observable there (null)."""
+
+    def run(pair, prompt_ids, settings) -> MethodRun:
+        import torch
+
+        from mirror_sd.models.pair import model_device
+        from mirror_sd.placement import method_threads
+        from mirror_sd.engine.stats import draft_hidden_fraction
+
+        gc = hf_assisted_generation_config(pair, settings, assistant_tokens)
+        device = model_device(pair.target)
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        spans: list = []
+        hooks = (_timing_hooks(pair.target, "target", spans, "prefill", "verify_forward")
+                 + _timing_hooks(pair.draft, "draft", spans, "draft", "draft"))
+        error = None
+        torch.manual_seed(settings.seed)
+        t0 = time.perf_counter_ns()
+        try:
+            with torch.inference_mode(), method_threads(pair, 1):  # one model at a time
+                out = pair.target.generate(ids, attention_mask=torch.ones_like(ids),
+                                           generation_config=gc, assistant_model=pair.draft)
+            new = out[0, len(prompt_ids):].tolist()
+        except Exception as e:  # reported in the results, the benchmark goes on
+            error, new = f"{type(e).__name__}: {e}", []
+        finally:
+            t1 = time.perf_counter_ns()
+            for h in hooks:
+                h.remove()
+        wall = (t1 - t0) / 1e9
+        forwards = sum(s.lane == "target" for s in spans)
+        first_target = next((s for s in spans if s.lane == "target"), None)
+        stats = {
+            "method": HF_ASSISTED, "new_tokens": len(new), "wall_s": wall,
+            "tokens_per_s": len(new) / wall if wall > 0 else 0.0,
+            # its first target forward reads the prompt and verifies the first candidates; how
+            # many tokens it kept is not observable, so there is no decode speed of its own
+            "prefill_s": (first_target.end_ns - t0) / 1e9 if first_target else None,
+            "decode_s": None, "decode_tokens": None, "decode_tokens_per_s": None,
+            "target_forwards": forwards,
+            "mean_accepted": len(new) / forwards if forwards else 0.0,
+            "steps": forwards, "drafted": None, "accepted_drafts": None,
+            "acceptance_rate": None, "hit_rate": None, "hits": None, "fallbacks": None,
+            "draft_hidden_fraction": draft_hidden_fraction(spans), "cancelled": False,
+            "prompt_tokens": len(prompt_ids),
+            "draft_forwards": sum(s.lane == "draft" for s in spans),
+        }
+        return MethodRun(new, pair.decode(new), stats, spans, wall, t0, t1, error)
+
+    run.method = HF_ASSISTED
+    return run
+
+
+def baseline_runner(base_pair, name: str) -> Runner:
+    """AR on another copy of the target (e.g. fp32 next to an int8 run): the precision's own
+    speedup, measured in the same interleaved run."""
+    inner = engine_runner("ar")
+
+    def run(pair, prompt_ids, settings) -> MethodRun:
+        return inner(base_pair, prompt_ids, settings)
+
+    run.method = name
+    return run
+
+
+def baseline_name(precision: str) -> str:
+    return f"ar-{precision}"
+
+
+def _is_ar(method: str) -> bool:
+    return method == "ar" or method.startswith("ar-")
+
+
+def default_runners(hf_assistant_tokens: int | None = None) -> dict[str, Runner]:
+    runners = {m: engine_runner(m) for m in ENGINE_METHODS + tuple(VARIANTS)}
+    runners[HF_ASSISTED] = hf_assisted_runner(hf_assistant_tokens)
+    return runners
+

@@ -1,0 +1,95 @@
+"""The decoding and model options shared by `python -m mirror_sd generate` and
+`python -m mirror_sd.bench`, declared once; their defaults come from `Settings`.
+
+`add_decoding_options(parser)` and `add_model_options(parser)` add the flags;
+`settings_from_args(args)` turns them into checked `Settings` (before any model loads) and
+says whether gamma and the branch budget are to be tuned (`auto`).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
+from mirror_sd.engine.settings import Settings
+from mirror_sd.proposals.streams import STREAMS_CHOICES
+
+DEFAULTS = {f.name: f.default for f in fields(Settings)}
+
+
+def int_or_auto(text: str):
+    """argparse type: a whole number or the word auto."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
+
+def add_decoding_options(p: argparse.ArgumentParser) -> None:
+    """The Settings flags (--max-new-tokens ... --draft-vocab)."""
+    d = DEFAULTS
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
+    p.add_argument("--temperature", type=float, default=d["temperature"],
+                   help="0 = greedy (the benchmark then checks every method's tokens against AR's)")
+    p.add_argument("--top-p", type=float, default=d["top_p"])
+    p.add_argument("--top-k", type=int, default=d["top_k"])
+    p.add_argument("--seed", type=int, default=d["seed"])
+    p.add_argument("--gamma", type=int_or_auto, default=d["gamma"],
+                   help="drafted tokens per window, or auto: chosen by a short probe (bench/tuning.py)")
+    p.add_argument("--kappa", type=int, default=d["kappa"], help="early-exit candidates per window position")
+    p.add_argument("--exit-layer", type=int, default=d["exit_layer"],
+                   help="Mirror-SD's early-exit layer (default: chosen by engine/mirror/exit_layer.py)")
+    p.add_argument("--branch-budget", type=int_or_auto, default=d["branch_budget"],
+                   help="branch rollouts per Mirror-SD step, or auto (with --gamma auto: both)")
+    p.add_argument("--exit-head", default=d["exit_head"], choices=EXIT_HEAD_CHOICES,
+                   help="early-exit LM head: auto = int8 copy on CPU for large heads, cut to the shipped "
+                        "frequent-token set of the tokenizer when there is one (proposals only)")
+    p.add_argument("--exit-lens", default=d["exit_lens"],
+                   help="trained exit lens: auto (the shipped lens of the target, when there is "
+                        "one), off (raw early exit), or a lens .safetensors file")
+    p.add_argument("--streams", default=d["streams"], choices=STREAMS_CHOICES,
+                   help="draft stream heads (several draft tokens per draft forward): auto = the "
+                        "pair's trained file in assets/, plain drafting when there is none")
+    p.add_argument("--draft-vocab", default=d["draft_vocab"],
+                   help="the draft's proposal vocabulary: full, auto (the shipped frequent-token "
+                        "set for the pair's tokenizer, when there is one), or a .safetensors file "
+                        "(proposals/draft_vocab.py; proposals only, output unchanged)")
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """Which pair, at which precision, on which devices."""
+    from mirror_sd.models.precision import PRECISIONS
+
+    p.add_argument("--target", default="default", help="hub id, local folder, .gguf file or 'default'")
+    p.add_argument("--draft", default="default")
+    p.add_argument("--precision", default="fp32",
+                   help="both models: " + ", ".join(PRECISIONS) + " (models/precision.py)")
+    p.add_argument("--target-precision", default=None, help="overrides --precision for the target")
+    p.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
+    p.add_argument("--target-device", default="auto")
+    p.add_argument("--draft-device", default="auto")
+
+
+def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool, bool]:
+    """(Settings, gamma auto, branch budget auto) from the flags, checked for `method` (every
+    method's settings when None) before any model loads. Under `auto` the default stands
+    until the probe picks. Raises MirrorSDError."""
+    gamma_auto, budget_auto = args.gamma == "auto", args.branch_budget == "auto"
+    settings = Settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                        top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                        gamma=DEFAULTS["gamma"] if gamma_auto else args.gamma, kappa=args.kappa,
+                        exit_layer=args.exit_layer,
+                        branch_budget=DEFAULTS["branch_budget"] if budget_auto else args.branch_budget,
+                        exit_head=args.exit_head, exit_lens=args.exit_lens,
+                        streams=args.streams, draft_vocab=args.draft_vocab)
+    settings.check(method)
+    return settings, gamma_auto, budget_auto
+
+
+def model_kwargs(args) -> dict:
+    """load_pair's keyword arguments from add_model_options' flags (names excluded)."""
+    return dict(precision=args.precision, target_precision=args.target_precision,
+                draft_precision=args.draft_precision, target_device=args.target_device,
+                draft_device=args.draft_device)
