@@ -2,6 +2,7 @@
 fp32, and the decoders' greedy output at int8 / fp16w against transformers' own generate()
 on the same converted model."""
 import copy
+import warnings
 
 import pytest
 import torch
@@ -136,8 +137,19 @@ def test_int8_target_verify_equals_decode_bit_for_bit(seed):
     exact = converted(base, "int8")
     assert exact_attention.installed(exact) and not exact_attention.installed(plain)
     assert torch.equal(forward_logits(exact, context, new, False), forward_logits(exact, context, new, True))
-    # the control: without row-exact attention the rows are not bit-identical here
-    assert not torch.equal(forward_logits(plain, context, new, False), forward_logits(plain, context, new, True))
+    # the control reports, it does not fail: whether plain attention over k rows rounds as
+    # one-row attention does is a property of this machine's SDPA, not of the project
+    report_control("plain SDPA: a verify forward equals one-by-one decoding",
+                   torch.equal(forward_logits(plain, context, new, False),
+                               forward_logits(plain, context, new, True)))
+
+
+def report_control(what: str, holds: bool) -> None:
+    """A control that explains a test without being its assertion: said when it does not show
+    the difference the test guards against on this machine."""
+    if holds:
+        warnings.warn(f"control: {what} on this machine; the test above still checks the "
+                      f"project's property, but here nothing would have broken it", stacklevel=2)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -200,7 +212,7 @@ def test_row_exact_attention_does_not_depend_on_the_thread_count():
     finally:
         torch.set_num_threads(before)
     assert torch.equal(out[1][0], out[2][0])
-    assert not torch.equal(out[1][1], out[2][1])  # the control: plain SDPA depends on it
+    report_control("plain SDPA gives the same bits on 1 and 2 threads", torch.equal(out[1][1], out[2][1]))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

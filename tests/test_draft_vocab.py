@@ -11,6 +11,7 @@ from mirror_sd.cpu import linears as cpu_kernels
 from mirror_sd.proposals import draft_vocab
 from mirror_sd.engine.decoding import Settings
 from mirror_sd.engine.events import Notice
+from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.engine.speculative import Speculative
 
@@ -132,7 +133,7 @@ def test_a_file_that_does_not_fit_runs_with_the_full_head_and_says_so(tmp_path):
 
 def test_settings_refuse_an_unknown_choice():
     pair = tiny.pair_perturbed(0)
-    with pytest.raises(Exception, match="draft vocab"):
+    with pytest.raises(MirrorSDError, match="draft vocab"):
         Settings(draft_vocab="half").validate(pair, 4)
 
 

@@ -211,17 +211,42 @@ def test_train_command_end_to_end(tmp_path, capsys):
     assert el.find_lens(model, str(out)).lens is not None
 
 
-def test_the_shipped_lens_is_small_and_reports_its_table():
+def test_the_shipped_lens_is_small_and_fits_the_default_target():
+    """What can be checked without the model: the format, the size, the default target's shape,
+    and a training command whose arguments are the ones recorded (`--layers`, `--tokens`, `--seed`)."""
     shipped = sorted(el.ASSETS.glob(el.SHIPPED_GLOB))
     assert shipped, "no lens in assets/"
     for path in shipped:
         meta = el.read_meta(path)
-        assert meta["format"] == el.FORMAT and "mirror_sd.training.exit_lens" in meta["command"]
-        assert path.stat().st_size < 5_000_000
-        table = meta["report"]["layers"]
-        assert set(table) == set(meta["layers"].split(","))
-        for row in table.values():  # the lens beats the raw exit on held-out text
-            assert row["lens_top8"] > row["raw_top8"] and row["lens_top1"] > row["raw_top1"]
+        assert meta["format"] == el.FORMAT and path.stat().st_size < 5_000_000
+        assert (meta["hidden_size"], meta["num_layers"], meta["vocab_size"]) == (1536, 28, 151936)
+        args = meta["command"].split()
+        for flag, key in (("--layers", "layers"), ("--tokens", "tokens"), ("--seed", "seed")):
+            assert str(meta[key]) == args[args.index(flag) + 1], flag
+        lens = el.load_lens(path)
+        assert lens.layers == [int(x) for x in meta["layers"].split(",")]
+
+
+@pytest.mark.real_pair
+def test_the_shipped_lens_beats_the_raw_exit_on_held_out_text():
+    """Measured here, not read from the file: on held-out documents of the training corpus
+    (every 10th: none was trained on), the default target's final token is more often the
+    exit's top-1 and in its top-8 with the shipped lens than without it, at every lens layer."""
+    from mirror_sd.models.loading import load_model
+    loaded = load_model("default", "target")
+    path = sorted(el.ASSETS.glob(el.SHIPPED_GLOB))[0]
+    lens = el.find_lens(loaded.model, str(path)).lens
+    assert lens is not None
+    held = [(ids, start) for held_out, ids, start in tel.sequences(loaded.tokenizer, 0, 3000)
+            if held_out]
+    data = tel.Collected.cat([tel.collect_one(loaded.model, ids, lens.layers, start=start)
+                              for ids, start in held], lens.layers)
+    assert data.n >= 200
+    _, norm, head = exit_parts(loaded.model)
+    with torch.inference_mode():
+        table = tel.hit_table(lens, data, norm, head)
+    for layer, row in table.items():
+        assert row["lens_top8"] > row["raw_top8"] and row["lens_top1"] > row["raw_top1"], (layer, row)
 
 
 def test_exit_lens_flags():

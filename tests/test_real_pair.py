@@ -40,6 +40,6 @@ def test_sd_and_mirror_equal_generate(pair, prompt):
         i = first_difference(got, reference)
         assert got == reference, (f"{method}: first mismatch at token {i}: "
                                   f"{pair.decode(got[i:i + 5])!r} vs {pair.decode(reference[i:i + 5])!r}")
-        assert finish.stats["mean_accepted"] > 1.5  # the pair is well matched (facts.md: 3.6-4.6)
+        assert finish.stats["mean_accepted"] > 1.5  # the pair is well matched (measured: 3.6-4.6)
         if method == "mirror":
             assert finish.stats["draft_hidden_fraction"] > 0.2  # the lanes really overlap

@@ -3,7 +3,7 @@
 The draft and the early exit only *propose*; the target decides. So their LM heads need not
 cover all 151,936 ids of the Qwen2 vocabulary: restricted to the most frequent tokens, the
 head is several times smaller, and on this CPU the draft's head is about a sixth of a draft
-forward (docs/measurements.md section 11). FR-Spec (Zhao et al. 2025, arXiv 2502.14856) makes
+forward (docs/performance.md). FR-Spec (Zhao et al. 2025, arXiv 2502.14856) makes
 the same cut for EAGLE drafts of large-vocabulary models.
 
 Exactness does not move:
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from mirror_sd.cpu import linears as cpu_kernels
+from mirror_sd.models.precision import head_rows
+from mirror_sd.paths import ASSETS
 
 FORMAT = "mirror-sd draft vocab v1"
 CHOICES = ("auto", "full")  # or a path to a vocabulary file
-from mirror_sd.paths import ASSETS  # noqa: E402
 SHIPPED_GLOB = "draft_vocab_*.safetensors"
 _lock = threading.Lock()
 
@@ -138,7 +138,7 @@ def cut_head(head: torch.nn.Module, ids: torch.Tensor, vocab_size: int) -> Propo
         head = head.full
     if hasattr(head, "_hf_hook"):  # placed by accelerate across devices: leave it alone
         return None
-    cut = cpu_kernels.output_rows(head, ids)
+    cut = head_rows(head, ids)
     return None if cut is None else ProposalHead(head, cut, ids, vocab_size)
 
 

@@ -2,7 +2,7 @@
 
 The raw early exit (the target's final norm + LM head read at layer L) guesses the target's
 token poorly before the last few layers: on the default 1.5B target the final token is in the
-raw top-8 at layer 14 only 19% of the time (facts.md). A "tuned lens" (Belrose et al. 2023,
+raw top-8 at layer 14 only 19% of the time (docs/performance.md). A "tuned lens" (Belrose et al. 2023,
 arXiv 2303.08112) learns, per layer, a map applied to the hidden state *before* the final
 norm and LM head:
 
@@ -28,11 +28,12 @@ from pathlib import Path
 
 import torch
 
+from mirror_sd.paths import ASSETS
+
 log = logging.getLogger(__name__)
 
 FORMAT = "mirror-sd exit lens v1"
 LENS_CHOICES = ("auto", "off")  # or a path to a lens file
-from mirror_sd.paths import ASSETS  # noqa: E402
 SHIPPED_GLOB = "exit_lens_*.safetensors"
 _MATCH_KEYS = ("model_type", "hidden_size", "num_layers", "vocab_size", "fingerprint")
 

@@ -29,10 +29,10 @@ from mirror_sd.engine.acceptance import Sampling
 from mirror_sd.engine.drafting import Window, choose, to_probs
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.lanes import Lane
+from mirror_sd.paths import ASSETS
 
 log = logging.getLogger(__name__)
 
-from mirror_sd.paths import ASSETS  # noqa: E402
 STREAMS_CHOICES = ("auto", "off")
 FORMAT = 1
 
