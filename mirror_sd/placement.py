@@ -1,9 +1,12 @@
 """Where the two models live and how many CPU threads each lane gets.
 
-This is the only module that decides devices and threads: `loading.load_pair()` asks
-`resolve_placement()` for device maps, the engines call `configure_cpu_threads()` before they
-start their lanes, and timing code calls `lane_sync()` so GPU work is finished before a clock
-is read.
+This is the only module that decides devices and threads: `models.loading.load_pair()` asks
+`resolve_placement()` for device maps and calls `configure_cpu_threads()` for the two lanes;
+a method runs inside `method_threads()` (`lane_alone()` where one lane works alone); code that
+needs a set thread count for a stretch (row-exact attention, a benchmark's single-model
+timing) uses `torch_threads()`; a whole process that is not a pair's (a trainer's `--threads`,
+the app's tiny test pair) calls `set_process_threads()`. Timing code calls `lane_sync()` so GPU
+work is finished before a clock is read.
 """
 from __future__ import annotations
 
@@ -104,7 +107,7 @@ def resolve_placement(target_device: str = "auto", draft_device: str = "auto",
     p = Placement(tmap, ddev, max_memory=max_memory)
     cores = cpu_cores()
     if p.both_on_cpu:
-        # Two lanes share the cores: one thread each (facts.md: 1 thread decodes as fast as 2).
+        # Two lanes share the cores: one thread each (measured: 1 thread decodes as fast as 2).
         p.target_threads = p.draft_threads = 1
     else:  # a lane alone on the CPU may use every core
         p.target_threads = cores if p.target_device == "cpu" else 1
@@ -126,6 +129,27 @@ def configure_cpu_threads(placement: Placement) -> None:
         pass
 
 
+def set_process_threads(n: int) -> None:
+    """torch's CPU threads for a process that runs no pair: a trainer's --threads, or tiny
+    models whose matmuls are too small to share (threads would only fight over the cores)."""
+    torch.set_num_threads(max(1, int(n)))
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Within: the calling thread runs torch's CPU work on `n` threads; the count it had
+    comes back after (torch's count is per calling thread here)."""
+    before = torch.get_num_threads()
+    if before == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @contextmanager
 def method_threads(pair, lanes: int):
     """Torch CPU threads while one method runs. Two lanes at once (Mirror-SD) keep one thread
@@ -136,12 +160,8 @@ def method_threads(pair, lanes: int):
     if lanes != 1 or placement is None or not placement.both_on_cpu or cpu_cores() < 2:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(placement.target_threads + placement.draft_threads)
-    try:
+    with torch_threads(placement.target_threads + placement.draft_threads):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def lane_alone(pair):

@@ -286,3 +286,19 @@ def test_lane_stream_is_a_no_op_off_cuda_and_cache_tensors_finds_the_kv():
     kv = cache_tensors(cache)
     assert len(kv) == 2 * model.config.num_hidden_layers
     assert all(t.shape[-2] == 5 for t in kv)  # [batch, heads, positions, head dim]
+
+
+def test_torch_threads_sets_and_restores_the_callers_count():
+    from mirror_sd.placement import set_process_threads, torch_threads
+    before = torch.get_num_threads()
+    try:
+        set_process_threads(1)
+        assert torch.get_num_threads() == 1
+        with torch_threads(2):
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+        with pytest.raises(KeyError), torch_threads(2):  # restored when the stretch fails too
+            raise KeyError("x")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -1,7 +1,7 @@
 """Attention that gives each query row the bits it gets when decoded alone.
 
 Verifying k drafted tokens runs the target over k rows at once; plain decoding runs one row at
-a time. With row-independent linear layers (cpu_kernels.RowInt8Linear), attention is the only
+a time. With row-independent linear layers (linears.RowInt8Linear), attention is the only
 place where the rows of a verify forward meet: SDPA over k query rows may round differently
 from SDPA over one. Here every query row of a forward on a non-empty cache is computed by the
 same SDPA call, with the same shapes, that a one-token decode at that position makes: query
@@ -11,13 +11,13 @@ window token by token, and greedy speculative output is the target's own by cons
 
 Assumes one sequence without padding (the target lane: batch 1, a cache of real tokens only);
 batches go to transformers' own SDPA unchanged. Cost: one small SDPA call per row and layer
-instead of one call per forward (a long prompt's prefill pays the most: docs/measurements.md).
+instead of one call per forward (a long prompt's prefill pays the most: docs/performance.md).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
+
+from mirror_sd.placement import torch_threads
 
 NAME = "mirror_sd_row_exact"
 _registered = False
@@ -40,21 +40,12 @@ def row_exact_attention(module, query, key, value, attention_mask, dropout=0.0, 
     return (rows[0] if q_len == 1 else torch.cat(rows, dim=1)), None
 
 
-@contextmanager
 def _one_thread():
     """SDPA on a CPU splits one query row's keys over the threads once the context is long
     (measured: 12 heads, 300+ keys), which changes its rounding: a method running the target
     on two threads (AR, SD) would then disagree with one running it on one (Mirror-SD's target
     lane). One thread for these small calls keeps every method's bits the same."""
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
+    return torch_threads(1)
 
 
 def install(model) -> None:

@@ -34,6 +34,7 @@ import torch
 
 from mirror_sd.engine.mirror.early_exit import exit_parts
 from mirror_sd.errors import MirrorSDError
+from mirror_sd.placement import set_process_threads
 from mirror_sd.proposals.exit_lens import ExitLens, target_meta
 
 TOP_K = 64  # final-distribution entries kept per position
@@ -283,7 +284,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
+    set_process_threads(args.threads)
     layers = sorted({int(x) for x in args.layers.split(",") if x.strip()})
     command = "python -m mirror_sd.training.exit_lens " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from mirror_sd.errors import MirrorSDError
+from mirror_sd.placement import set_process_threads
 from mirror_sd.proposals.streams import StreamHeads, draft_key, heads_path
 
 
@@ -304,7 +305,7 @@ def main(argv=None) -> int:
     try:
         torch.manual_seed(args.seed)
         if args.threads:
-            torch.set_num_threads(args.threads)
+            set_process_threads(args.threads)
         t_start = time.monotonic()
         model, tokenizer, path, key = load_draft(args.draft)
         out = Path(args.out) if args.out else heads_path(key)
