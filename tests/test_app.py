@@ -11,7 +11,7 @@ import pytest
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
 from ui.inspector import render_inspector
 from ui.render import render_legend, render_pane, render_summary
-from ui.runs import RunRecord, analyse, compare_tokens
+from ui.runs import SHORT_NAMES, RunRecord, analyse, compare_tokens
 from ui.texts import LEGEND, LEGEND_MARKS, parse_prompt
 from ui.timeline import LABELS, build_timeline, lanes_for
 from ui.traces import TraceError, export_trace, parse_trace
@@ -69,7 +69,7 @@ def mirror_record(tokens=(1, 2, 3, 4, 5, 6, 7)):
         StepStart(2, 6, [g, 80]),
         Verify(2, [g, 80], 1, [0.9, 0.1], [0.9, 0.2], 81, "correction"),
         Commit(2, [g], ["accepted"], ""),
-        Finish(stats("mirror", 7, 0.35, target_forwards=3, mean_accepted=7 / 3, hit_rate=0.5,
+        Finish(stats("mirror", 7, 0.35, target_forwards=3, steps=3, mean_accepted=7 / 3, hit_rate=0.5,
                      fallbacks=1, draft_hidden_fraction=0.4, acceptance_rate=5 / 7),
                [a, b, c, d, e, f, g], ""),
     ]
@@ -380,3 +380,81 @@ def test_an_out_of_range_exit_layer_is_one_message_before_any_run():
     assert job.error == (f"exit layer must be between 1 and {LAYERS - 1} for this "
                          f"{LAYERS}-layer target (got {LAYERS}).")
     assert job.records == {}  # AR (which has no exit layer) did not run and fail
+
+
+# ----------------------------------------------------------------------------- fair timing and the why
+
+def test_every_timed_run_is_warm_and_its_clock_starts_at_its_first_timed_event():
+    """The job warms each method up (untimed) before the timed runs, once per loaded pair;
+    each run's time zero is its first timed event, so no event or span sits before it and
+    its spans end by its reported wall time."""
+    import threading
+
+    from mirror_sd.engine.settings import Settings
+    from ui.runs import measured
+    from ui.session import Job, PairCache, PairSpec, RunRequest
+
+    pairs = PairCache.tiny()
+    request = RunRequest("def hello ( x ) :", PairSpec(), Settings(max_new_tokens=12))
+    job = Job(request, pairs, threading.Event())
+    job.start()
+    assert job.finished.wait(60) and job.error is None
+    assert job.meta["warmup_s"] > 0
+    assert list(job.records) == ["ar", "sd", "mirror"]
+    for rec in job.records.values():
+        wall_ns = measured(rec)["wall_s"] * 1e9
+        assert min(rec.times_ns) >= 0
+        assert min(s.start_ns for s in rec.spans) >= rec.t0_ns
+        assert max(s.end_ns for s in rec.spans) - rec.t0_ns <= wall_ns
+        # Finish arrives right after the engine's end: the clock ends at the wall time
+        assert rec.duration_ns == pytest.approx(wall_ns, abs=0.02 * wall_ns + 2e6)
+    again = Job(request, pairs, threading.Event())
+    again.start()
+    assert again.finished.wait(60) and again.meta["warmup_s"] == 0.0  # warm already
+
+
+def test_the_timeline_of_each_run_ends_at_its_reported_wall_time(client):
+    _, final = run_app(client)
+    records, *_ = parse_trace(json.load(open(final[-1])))
+    fig = build_timeline(records)
+    for m, rec in records.items():
+        wall = rec.finish.stats["wall_s"]
+        tokens = next(t for t in fig.data if t.name == f"{SHORT_NAMES[m]}: tokens committed")
+        assert max(tokens.x) <= wall * 1.02 + 0.002 and min(tokens.x) >= 0
+        ends = [b + x for t in fig.data if t.type == "bar" and t.y is not None
+                for b, x, y in zip(t.base, t.x, t.y) if str(y).startswith(f"{SHORT_NAMES[m]} ·")]
+        assert ends and max(ends) <= wall + 1e-9
+
+
+def test_breakdown_adds_up_to_the_wall_time_and_the_why_is_said():
+    from ui.why import PARTS, breakdown, early_exit_share
+
+    records = {"ar": ar_record([1, 2, 3, 4, 5, 6, 7]), "mirror": mirror_record()}
+    for rec in records.values():
+        parts = breakdown(rec)
+        assert sum(parts[k] for k in PARTS) == pytest.approx(rec.finish.stats["wall_s"])
+    mirror = breakdown(records["mirror"])
+    # the draft's branches ran inside the target's suffix (hidden); its first window is prefill
+    assert mirror["draft_hidden"] == pytest.approx(0.002) and mirror["verify"] == pytest.approx(0.007)
+    assert mirror["prefill"] == pytest.approx(0.005)
+    ee = early_exit_share(records["mirror"])
+    # step 0: the verdict (A=2, c) was in the early exit's row 2, and the taken branch's root too
+    assert ee == {"hits": 1, "hits_from_exit": 1, "hits_from_draft": 0, "steps": 1,
+                  "exit_held": 1, "exit_top1": 1, "kappa": 2, "layer": 2}
+    html = render_summary(records, {"temperature": 0.0}, {"precision": "int8", "warmup_s": 1.5})
+    assert "Where the time went" in html and "msd-bk b-verify" in html
+    assert 'class="msd-why"' in html and "Mirror-SD decoded at 1.79× AR&#x27;s speed" in html
+    assert "levers are missing" in html and "What if" in html
+    assert "Precision <b>int8</b>" in html and "same weights" in html and "1.5 s warm-up" in html
+    assert "held the target's token in <b>1 of 1</b> steps" in html
+
+
+def test_cjk_is_kept_undrawable_characters_are_escaped_and_whitespace_is_quiet():
+    rec = ar_record([5, 6, 7, 8], texts=["回文", "\x07", "\ue000x", "    "])
+    html = render_pane("ar", rec, "done")
+    assert "回文" in html  # drawn by the CJK fonts of the stack
+    assert "U+0007" in html and "U+E000x" in html and "\x07" not in html
+    assert 'class="msd-tok k-plain ws"' in html and ">    </span>" in html  # kept, marked quietly
+    from pathlib import Path
+    css = (Path(__file__).parents[1] / "ui" / "panes.css").read_text()
+    assert '"Noto Sans CJK SC"' in css
