@@ -552,3 +552,23 @@ def test_the_tuning_probe_splits_at_the_layer_mirror_runs_at(pair, tmp_path):
     assert fin.stats["exit_lens"] == str(path)
     cal = tuning.probe(pair, ids, settings, tokens=6)
     assert cal.exit_layer == 3
+
+
+def test_prefill_and_decode_speed_per_method(full_run):
+    """Per question and method: prefill_s sums the turns' prefills, decode_tokens_per_s pools
+    their decode tokens and time; the report shows both per method."""
+    results, out = full_run
+    for q in results["questions"]:
+        for m, r in q["methods"].items():
+            turns = [t["stats"] for t in r["turns"]]
+            assert r["prefill_s"] == pytest.approx(sum(t["prefill_s"] for t in turns))
+            assert 0 < r["prefill_s"] < r["wall_s"]
+            if m == "hf-assisted":  # its tokens per forward are not observable
+                assert r["decode_tokens_per_s"] is None
+                continue
+            tokens, secs = sum(t["decode_tokens"] for t in turns), sum(t["decode_s"] for t in turns)
+            assert r["decode_tokens_per_s"] == pytest.approx(tokens / secs)
+    overall = results["summary"]["overall"]
+    assert overall["ar"]["prefill_s_mean"] > 0 and overall["mirror"]["decode_tokens_per_s"] > 0
+    md = (out / "summary.md").read_text()
+    assert "| prefill s (mean) | decode tok/s |" in md

@@ -117,3 +117,95 @@ def test_bench_gamma_auto_and_fp32_baseline(dirs, tmp_path, monkeypatch):
     assert all(q["methods"]["ar-fp32"]["new_tokens"] > 0 for q in results["questions"])
     md = (tmp_path / "o" / "summary.md").read_text()
     assert "auto: gamma" in md and "ar-fp32 = AR with the target at fp32" in md
+
+
+BAD_BEFORE_LOADING = [
+    (["--gamma", "0"], "gamma must be between 1 and 32"),
+    (["--temperature", "-1"], "temperature must be between 0 and 10"),
+    (["--top-p", "0"], "top-p must be in (0, 1]"),
+    (["--max-new-tokens", "0"], "max new tokens must be at least 1"),
+    (["--kappa", "0"], "kappa must be between 1 and 64"),
+]
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """load_pair and load_target raise if called: a check must fail before any model loads."""
+    from mirror_sd.models import loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the models were loaded before the settings were checked")
+
+    monkeypatch.setattr(loading, "load_pair", refuse)
+    monkeypatch.setattr(loading, "load_target", refuse)
+
+
+@pytest.mark.parametrize("extra, message", BAD_BEFORE_LOADING)
+def test_generate_checks_settings_before_loading(capsys, no_loading, extra, message):
+    rc = cli.main(["generate", "--method", "mirror", "--prompt", "x", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("extra, message", BAD_BEFORE_LOADING)
+def test_bench_checks_settings_before_loading(capsys, no_loading, tmp_path, extra, message):
+    from mirror_sd.bench import cli as bench_cli
+    rc = bench_cli.main(["--methods", "ar,mirror", "--out", str(tmp_path), "--no-progress", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+def test_settings_are_checked_per_method(capsys, no_loading):
+    """AR reads neither gamma nor kappa: a bad one is no reason to refuse an AR run (the run
+    then reaches the loader, which refuses here); Mirror-SD refuses it before loading."""
+    with pytest.raises(AssertionError, match="models were loaded"):
+        cli.main(["generate", "--method", "ar", "--prompt", "x", "--gamma", "0", "--kappa", "0"])
+    assert cli.main(["generate", "--method", "mirror", "--prompt", "x", "--kappa", "0"]) == 2
+    assert "kappa must be between" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["ar", "sd", "mirror"])
+def test_generate_warms_each_model_it_uses_before_the_timed_run(capsys, dirs, monkeypatch, method):
+    """One untimed warm-up of the target (and of the draft when the method drafts) runs before
+    the decoder: the first forward after the load is in no timed figure."""
+    from mirror_sd.engine import warmup
+    from mirror_sd.engine.decoder import Decoder
+    order = []
+    real_warm_up, real_generate = warmup.warm_up, Decoder.generate
+
+    def warm_up(pair, drafts=True, **kw):
+        forwards = {"target": 0, "draft": 0}
+        hooks = [getattr(pair, role).register_forward_hook(
+            lambda *a, role=role: forwards.__setitem__(role, forwards[role] + 1)) for role in forwards]
+        try:
+            real_warm_up(pair, drafts, **kw)
+        finally:
+            for h in hooks:
+                h.remove()
+        order.append(("warm-up", forwards["target"] > 0, forwards["draft"] > 0))
+
+    def decoder_generate(self, *args, **kw):
+        order.append(("decode",))
+        return real_generate(self, *args, **kw)
+
+    monkeypatch.setattr(warmup, "warm_up", warm_up)
+    monkeypatch.setattr(Decoder, "generate", decoder_generate)
+    rc, out, _ = generate(capsys, dirs, "--method", method)
+    assert rc == 0
+    assert order == [("warm-up", True, method != "ar"), ("decode",)]
+
+
+@pytest.mark.parametrize("method", ["ar", "sd", "mirror"])
+def test_json_stats_split_prefill_and_decode(capsys, dirs, method):
+    """prefill_s runs from the start to the first commit, decode_tokens_per_s counts the tokens
+    after it over the time after it; both from the run's own clock, and the prompt's prefill
+    span lies inside prefill_s."""
+    rc, out, _ = generate(capsys, dirs, "--method", method)
+    st = out["stats"]
+    assert rc == 0 and st["new_tokens"] == 10
+    assert 0 < st["prefill_s"] < st["wall_s"]
+    assert st["prefill_s"] + st["decode_s"] == pytest.approx(st["wall_s"], rel=1e-6)
+    assert 0 < st["decode_tokens"] < st["new_tokens"]
+    assert st["decode_tokens_per_s"] == pytest.approx(st["decode_tokens"] / st["decode_s"])
+    prefill = [s for s in out["spans"] if s["label"] == "prefill"]
+    assert prefill and all(s["end_ms"] - s["start_ms"] <= st["prefill_s"] * 1e3 for s in prefill)

@@ -18,7 +18,7 @@ import torch
 
 from mirror_sd.engine.autoregressive import Autoregressive
 from mirror_sd.engine.settings import Settings
-from mirror_sd.engine.events import DraftBranch
+from mirror_sd.engine.events import Commit, DraftBranch
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.engine.mirror.draft_lane import DraftWorker
 from mirror_sd.engine.speculative import Speculative
@@ -128,8 +128,10 @@ def test_mirror_seeded_output_does_not_depend_on_lane_timing(pair, monkeypatch):
     Run each seed twice: once with the draft lane late (every step starts 40 ms late, after the
     early exit and the verdict are out: the branches are chosen with the exit's scores) and
     once with the target late (40 ms before every target forward: the draft lane starts its
-    own best guess first). Which branches exist, hence hit or miss, differs between the two;
-    the sampled tokens must not."""
+    own best guess first). Which branches the draft lane rolls out, each drawing from a random
+    stream, differs between the two (asserted for at least one seed, else the test would prove
+    nothing); the sampled tokens must not. Hits and misses do not differ either: a step hits
+    exactly when the verdict's rank among the scored roots is below the budget."""
     p = tiny.prompt(SEED, 6, vocab=V)
     original_step = DraftWorker._step
     main = threading.main_thread()
@@ -147,11 +149,17 @@ def test_mirror_seeded_output_does_not_depend_on_lane_timing(pair, monkeypatch):
                 lambda m, a: time.sleep(0.04) if threading.current_thread() is main else None)
         try:
             s = Settings(max_new_tokens=20, temperature=1.0, gamma=3, branch_budget=1, seed=seed)
-            return tiny.finish(list(MirrorSpeculative(pair, s).generate(p))).token_ids
+            events = list(MirrorSpeculative(pair, s).generate(p))
+            rollouts = {(b.step, b.depth, b.root_token) for b in events if isinstance(b, DraftBranch)}
+            hits = [c.hit for c in events if isinstance(c, Commit)]
+            return tiny.finish(events).token_ids, rollouts, hits
         finally:
             monkeypatch.setattr(DraftWorker, "_step", original_step)
             if hook is not None:
                 hook.remove()
 
-    differing = [seed for seed in range(3) if once(seed, "draft") != once(seed, "target")]
+    runs = {seed: (once(seed, "draft"), once(seed, "target")) for seed in range(3)}
+    differing = [seed for seed, (a, b) in runs.items() if a[0] != b[0]]
     assert differing == [], f"seeds {differing} gave different tokens depending on lane timing"
+    assert any(a[1] != b[1] for a, b in runs.values()), "the two timings rolled out the same branches"
+    assert all(a[2] == b[2] for a, b in runs.values())
