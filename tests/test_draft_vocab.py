@@ -53,7 +53,7 @@ def test_cut_layer_keeps_the_full_layers_values(kind, bias):
     assert part.shape == (4, 5)
     if kind.startswith("int8"):  # int32 accumulation: the same bits whatever the width
         assert torch.equal(part, full[:, ids])
-    else:  # float GEMMs block by the output width: low bits may move (facts.md)
+    else:  # float GEMMs block by the output width: low bits may move with it
         torch.testing.assert_close(part, full[:, ids], rtol=1e-5, atol=1e-5)
 
 

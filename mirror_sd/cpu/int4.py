@@ -6,7 +6,7 @@ z_g in 0..15, sc_g an integer step in 1..255, D one float per output channel): a
 row. Both sums are exact int32, so, as with the int8
 kernel, a row's output is bit-identical whatever other rows share the call. Per layer it is
 1.3-1.7x the int8 kernel's speed at one row (0.59 of the bytes) and 1.04-1.2x at four rows
-(compute-bound); AR on the default target 1.3x int8 (docs/measurements.md section 13).
+(compute-bound); AR on the default target 1.3x int8 (docs/performance.md).
 
 Built into the same extension as the int8 kernel (`native_int8.load()`); where that cannot be
 built, the int4 precision is not offered (`native_int8.unavailable_reason()` says why).

@@ -2,17 +2,17 @@
 
 At one decode row on a 2-core CPU, everything in a layer except the weight-reading kernels is
 op overhead: transformers' Qwen2/Llama layer makes about 90 tensor ops and 13 module calls a
-layer for one token (docs/measurements.md section 12). This forward does the same arithmetic,
+layer for one token (docs/performance.md). This forward does the same arithmetic,
 op for op and in the same order (RMSNorm as transformers writes it, rotary as q*cos +
 rotate_half(q)*sin, the same attention function with the same arguments), so its logits are
 bit-identical to transformers' own (tested: prefill, decode, verify; fp32, fp16w, int8,
 int8-dyn; Qwen2 and Llama). What it drops is only bookkeeping: module calls, no-op dtype casts,
-and, where q/k/v share one kernel call (cpu_kernels.FusedPart), separate rotary ops for q and
+and, where q/k/v share one kernel call (linears.FusedPart), separate rotary ops for q and
 k (elementwise IEEE ops give each element the same bits in one call or two).
 
-Installed by loading.apply_precision on every CPU fp32-activation model whose layers it knows;
-anything else (a training model, a sliding-window layer, another architecture, a GPU) keeps
-transformers' forward.
+Installed by models.precision.apply_precision on every CPU fp32-activation model whose layers
+it knows; anything else (a training model, a sliding-window layer, another architecture, a GPU)
+keeps transformers' forward.
 """
 from __future__ import annotations
 

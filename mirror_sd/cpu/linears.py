@@ -1,4 +1,4 @@
-"""Reduced-precision linear layers for the CPU, chosen by measurement (docs/measurements.md).
+"""Reduced-precision linear layers for the CPU, chosen by measurement (docs/performance.md).
 
 Speculative decoding verifies k tokens in one target forward and compares the result with what
 one-token decoding would have chosen. A kernel whose result for one row depends on the other
@@ -36,7 +36,7 @@ class RowInt8Linear(torch.nn.Module):
     (one scale per row), on fbgemm; rows never affect one another (module docstring).
 
     The wrapper is kept to a few tensor ops: at one decode row the kernel's fixed cost and the
-    wrapper's ops are a good part of a layer's time (docs/measurements.md, section 9)."""
+    wrapper's ops are a good part of a layer's time (docs/performance.md)."""
 
     def __init__(self, linear: torch.nn.Linear | None, reduce_range: bool = True, *, _q=None,
                  _bias=None):
@@ -156,7 +156,7 @@ def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
 
 def row_kernel(native: bool | None = None):
     """The row-exact int8 layer class: the AVX2 kernel of native_int8 where it builds (faster
-    at one row and at a few: docs/measurements.md section 12), else fbgemm's RowInt8Linear.
+    at one row and at a few: docs/performance.md), else fbgemm's RowInt8Linear.
     native=None picks by availability, False forces fbgemm."""
     from mirror_sd.cpu import int8 as native_int8
     if native is not False and native_int8.available():

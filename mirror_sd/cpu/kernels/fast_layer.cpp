@@ -6,7 +6,7 @@
 //               fused gate/up -> silu(gate) * up -> down_proj -> residual
 //
 // At one decode row the layer's own arithmetic is small; what costs is the ~45 tensor ops and
-// the Python around them (docs/measurements.md section 13). Every query row is computed on its
+// the Python around them (docs/performance.md). Every query row is computed on its
 // own (its norm, its attention over the keys it may see, in a fixed order, by one thread), and
 // the linear layers are the row-exact kernels of this extension, so a row's output is
 // bit-identical whatever other rows share the call and whatever the thread count.
