@@ -9,7 +9,6 @@ from mirror_sd.training import exit_lens as tel
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Error, Notice
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
-from mirror_sd.models.pair import ModelPair
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)

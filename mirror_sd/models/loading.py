@@ -21,16 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.models.bundled import (DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULTS, Progress,  # noqa: F401
+from mirror_sd.models.bundled import (DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULTS, Progress,
                                       default_cache_dir, ensure_bundled, ensure_default_pair,
                                       report)
 from mirror_sd.models.memory import check_memory, pool
-from mirror_sd.models.names import Source, gguf_shapes, inspect, load_error, resolve  # noqa: F401
+from mirror_sd.models.names import Source, inspect, load_error, resolve
 from mirror_sd.models.pair import ModelPair, model_device
-from mirror_sd.models.precision import (PRECISIONS, KernelChoice, Precision,  # noqa: F401
-                                        apply_precision, check_precisions, convert_lean,
-                                        kernel_choice)
+from mirror_sd.models.precision import (PRECISIONS, KernelChoice, Precision, apply_precision,
+                                        check_precisions, convert_lean, kernel_choice)
 from mirror_sd.placement import Placement, configure_cpu_threads, resolve_placement
+
+# What callers take from here: the loaders, and the names they are usually imported with.
+__all__ = ["load_pair", "load_target", "load_model", "LoadedModel", "apply_precision",
+           "PRECISIONS", "DEFAULT_TARGET", "DEFAULT_DRAFT", "default_cache_dir",
+           "ensure_default_pair"]
 
 log = logging.getLogger(__name__)
 
