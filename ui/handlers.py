@@ -17,8 +17,8 @@ from mirror_sd.errors import MirrorSDError
 from .inspector import render_inspector
 from .render import render_pane, render_status, render_summary
 from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, analyse, measured
-from .session import (Cancels, Job, PairCache, PairSpec, Preparer, ResultCache, RunRequest,
-                      target_layers)
+from .preparing import Preparer
+from .session import Cancels, Job, PairCache, PairSpec, ResultCache, RunRequest, target_layers
 from .texts import CPU_PRECISION_TIP, DEFAULT_EXAMPLE, EXAMPLES
 from .timeline import build_timeline
 from .traces import TraceError, export_trace, read_trace, write_trace

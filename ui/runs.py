@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Event, Finish, Notice,
                               Span, StepStart, Verify, event_from_dict)
 
-METHOD_NAMES = {"ar": "Autoregressive (target only)", "mirror": "Mirror-SD",
-                "sd": "Speculative decoding (draft, then verify)"}
 SHORT_NAMES = {"ar": "AR", "mirror": "Mirror-SD", "sd": "SD"}
 METHOD_ORDER = ("ar", "sd", "mirror")  # the lesson: what the mirror adds over plain SD
 

@@ -29,7 +29,6 @@ from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
 
-METHODS = METHOD_ORDER
 WARM_TOKENS = 4  # per method: enough for a verify step, branches and a second window
 WARM_PROMPT = 16  # prompt tokens the warm-up prefills
 
@@ -391,55 +390,6 @@ def warm_up(loaded: LoadedPair, prompt_ids: list[int], settings: Settings, metho
             pass  # an error here shows again, in its pane, when the timed run meets it
         loaded.warmed.add((method, settings.streams, settings.draft_vocab))
     return (time.perf_counter_ns() - start) / 1e9
-
-
-NATIVE_PRECISIONS = ("int8", "int4")  # converted with the AVX2 extension, built on first use
-
-
-class Preparer(threading.Thread):
-    """Started by the app's launch: loads the default pair (converting the bundled GGUF files
-    the first time) so that the first Run finds it loaded, builds the AVX2 kernel beside the
-    conversion when the precision needs it (the build is one process on the other core), then
-    warms every method up. A failure is logged; the first Run then tries again and says why."""
-
-    def __init__(self, pairs: PairCache, spec: PairSpec, prompt: str, settings: Settings):
-        super().__init__(name="mirror-sd-prepare", daemon=True)
-        self.pairs, self.spec, self.prompt, self.settings = pairs, spec, prompt, settings
-        self.message = "starting"
-        self.since = time.monotonic()
-        self.done = threading.Event()
-        self.error: str | None = None
-
-    def describe(self) -> str:
-        """What it is doing, in a line; '' once done without error."""
-        if self.done.is_set():
-            return f"The background preparation failed: {self.error}" if self.error else ""
-        return self.pairs.describe() or (f"{self.message} · {time.monotonic() - self.since:.0f} s "
-                                         f"so far")
-
-    def run(self) -> None:
-        try:
-            if self.spec.precision in NATIVE_PRECISIONS and self.spec.target_device in ("auto", "cpu"):
-                threading.Thread(target=_build_kernel, name="mirror-sd-kernel", daemon=True).start()
-            loaded = self.pairs.get(self.spec, lambda message, fraction=None: None)
-            prompt_ids = loaded.pair.encode_prompt(parse_prompt(self.prompt))
-            with loaded.lock:
-                def say(message: str, fraction: float | None) -> None:
-                    self.message = f"Preparing in the background: {message}"
-                warm_up(loaded, prompt_ids, self.settings, METHOD_ORDER, threading.Event(), say)
-        except Exception as e:  # the first Run loads again and shows the message
-            log.exception("background preparation failed")
-            self.error = str(e) if isinstance(e, MirrorSDError) else f"{type(e).__name__}: {e}"
-        finally:
-            self.done.set()
-
-
-def _build_kernel() -> None:
-    try:
-        from mirror_sd.cpu import int8
-        int8.load()  # builds once (a minute or so), then loads from the build folder
-    except Exception:  # the conversion reports what it needs; fbgemm where it cannot build
-        log.exception("kernel build failed")
 
 
 class ResultCache:
