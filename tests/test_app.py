@@ -440,7 +440,7 @@ def test_breakdown_adds_up_to_the_wall_time_and_the_why_is_said():
     ee = early_exit_share(records["mirror"])
     # step 0: the verdict (A=2, c) was in the early exit's row 2, and the taken branch's root too
     assert ee == {"hits": 1, "hits_from_exit": 1, "hits_from_draft": 0, "steps": 1,
-                  "exit_held": 1, "exit_top1": 1, "kappa": 2, "layer": 2}
+                  "exit_held": 1, "exit_top1": 1, "kappa": 2, "layer": 2, "lens": False}
     html = render_summary(records, {"temperature": 0.0}, {"precision": "int8", "warmup_s": 1.5})
     assert "Where the time went" in html and "msd-bk b-verify" in html
     assert 'class="msd-why"' in html and "Mirror-SD decoded at 1.79× AR&#x27;s speed" in html

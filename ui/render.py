@@ -226,7 +226,8 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
     ee = early_exit_share(done.get("mirror"))
     if ee and ee["steps"]:
         lines.append(
-            f"{term('early exit', 'exit layer')} at layer {ee['layer']}: its top-{ee['kappa']} held "
+            f"{term('early exit', 'exit layer')} at layer {ee['layer']}"
+            f"{' through the ' + term('exit lens') if ee.get('lens') else ''}: its top-{ee['kappa']} held "
             f"the target's token in <b>{ee['exit_held']} of {ee['steps']}</b> steps (its top-1 in "
             f"{ee['exit_top1']}); of {ee['hits']} {term('hits', 'hit')}, <b>{ee['hits_from_exit']}</b> "
             f"were rooted in its top-κ and {ee['hits_from_draft']} only in the draft's own guesses")
@@ -274,7 +275,14 @@ def render_summary(records: dict[str, RunRecord], settings: dict | None = None,
     return (f'<div class="msd-summary">{_headline(done, speed)}{why}'
             f'<ul class="msd-checks">{checks}{_fairness(meta, order)}</ul>'
             f'{render_breakdown(done)}{render_lanes(done)}{table}'
-            f'<div class="msd-facts">{esc(_settings_line(settings, meta))}</div></div>')
+            f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
+
+
+def _with_terms(text: str) -> str:
+    """The settings line with its symbols defined on hover."""
+    for symbol, key in (("γ=", "gamma"), ("κ=", "kappa"), ("exit layer ℓₑ=", "exit layer")):
+        text = text.replace(symbol, term(symbol[:-1], key) + "=", 1)
+    return text
 
 
 def _fairness(meta: dict, order: list[str]) -> str:

@@ -150,7 +150,7 @@ def early_exit_share(rec: RunRecord | None) -> dict | None:
     return {"hits": len(taken), "hits_from_exit": from_exit, "hits_from_draft": len(taken) - from_exit,
             "steps": checked, "exit_held": held, "exit_top1": top1,
             "kappa": max((len(r) for e in exits.values() for r in e.token_ids), default=0),
-            "layer": next(iter(exits.values())).layer}
+            "layer": next(iter(exits.values())).layer, "lens": next(iter(exits.values())).lens}
 
 
 def _speed(records: dict[str, RunRecord], m: str) -> float | None:
