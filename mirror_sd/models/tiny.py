@@ -31,22 +31,20 @@ CONTEXT = 256
 INIT_RANGE = 0.2
 
 
-def qwen_config(**over) -> Qwen2Config:
+def _config(cls, over: dict):
     kw = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
               tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None,
               initializer_range=INIT_RANGE)
-    kw.update(over)
-    return Qwen2Config(**kw)
+    return cls(**{**kw, **over})
+
+
+def qwen_config(**over) -> Qwen2Config:
+    return _config(Qwen2Config, over)
 
 
 def llama_config(**over) -> LlamaConfig:
-    kw = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-              tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None,
-              initializer_range=INIT_RANGE)
-    kw.update(over)
-    return LlamaConfig(**kw)
+    return _config(LlamaConfig, over)
 
 
 CONFIGS = {"qwen": qwen_config, "llama": llama_config}
