@@ -368,7 +368,7 @@ def test_what_if_budget_follows_the_hit_rate_per_budget():
 
 
 def int8_like_cal(**over):
-    """Roughly the int8 benchmark's calibration (docs/measurements.md section 7), gamma 3."""
+    """Roughly the int8 benchmark's calibration (docs/performance.md, "Speculative decoding on this CPU"), gamma 3."""
     kw = dict(target_layers=28, exit_layer=24, gamma=3, gamma_measured=3, branch_budget=2,
               t_target_1=0.199, t_target_k=0.202, head_share=0.07, t_exit_head=0.018,
               t_accept=0.002, t_draft_token=0.079, t_fallback_token=0.079, t_extend=0.06,
@@ -572,3 +572,8 @@ def test_prefill_and_decode_speed_per_method(full_run):
     assert overall["ar"]["prefill_s_mean"] > 0 and overall["mirror"]["decode_tokens_per_s"] > 0
     md = (out / "summary.md").read_text()
     assert "| prefill s (mean) | decode tok/s |" in md
+
+
+def test_the_latency_model_knows_the_engines_largest_budget():
+    from mirror_sd.engine.settings import MAX_BRANCH_BUDGET
+    assert lm.MAX_BUDGET == MAX_BRANCH_BUDGET

@@ -15,22 +15,22 @@ import torch
 
 from mirror_sd.engine.mirror import decoder as mirror_decoder
 from mirror_sd.engine.mirror import draft_lane as mirror_mod
-from mirror_sd.engine.autoregressive import Autoregressive
-from mirror_sd.engine.acceptance import Sampling, probs_from_logits
+from mirror_sd.engine.acceptance import probs_from_logits
+from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                               StepStart, Verify)
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.models.pair import ModelPair
-from mirror_sd.engine.speculative import Speculative
+from mirror_sd.errors import MirrorSDError
 
 import tiny
 from tiny import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-DECODERS = {"ar": Autoregressive, "sd": Speculative, "mirror": MirrorSpeculative}
+DECODERS = METHODS  # the registry: name -> decoder class
 SEEDS = [0, 1, 2, 3, 4]
 N_NEW = 16
 STATUSES = {"taken", "cancelled", "serial"}
@@ -571,7 +571,7 @@ BAD_CASES = ([("ar",) + c for c in BAD] + [("sd",) + c for c in BAD + BAD_SPECUL
                          ids=[f"{c[0]}-{c[1]}" for c in BAD_CASES])
 def test_bad_input_is_one_error_and_a_finish(method, name, plen, over, words):
     """Settings.validate's MirrorSDError must come out as one Error event followed by a Finish
-    (decoding.py: "ends with exactly one Finish (or an Error then Finish)"), never raised."""
+    (decoder.py: "ends with exactly one Finish (or an Error then Finish)"), never raised."""
     pair = tiny.cached_pair("perturbed", 0)
     s = Settings(**{"max_new_tokens": 8, "gamma": 3, **over})
     prompt_ids = tiny.prompt(0, plen) if plen else []
@@ -593,3 +593,17 @@ def test_kappa_message_names_the_real_limit():
     errors = of(events, Error)
     assert len(errors) == 1
     assert "12" in errors[0].message, errors[0].message
+
+
+def test_every_registered_method_says_which_settings_it_reads():
+    """The registry is the one list of methods: each has settings to check (settings.USES),
+    a display label, and AR alone runs without the draft."""
+    from mirror_sd.engine.registry import LABELS, NAMES, REGISTRY
+    from mirror_sd.engine.settings import USES
+    assert set(USES) == set(NAMES) and LABELS == {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
+    assert [m.name for m in REGISTRY.values() if not m.drafts] == ["ar"]
+    bad_gamma = Settings(gamma=0)
+    bad_gamma.check("ar")  # AR never reads gamma
+    for name in ("sd", "mirror"):
+        with pytest.raises(MirrorSDError, match="gamma"):
+            bad_gamma.check(name)

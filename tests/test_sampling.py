@@ -16,12 +16,11 @@ import time
 import pytest
 import torch
 
-from mirror_sd.engine.autoregressive import Autoregressive
+from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import Commit, DraftBranch
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.engine.mirror.draft_lane import DraftWorker
-from mirror_sd.engine.speculative import Speculative
 
 import tiny
 from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)
@@ -31,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 V = 12
 SEED = 6
 PROMPT = tiny.prompt(SEED, 4, vocab=V)
-DECODERS = {"ar": Autoregressive, "sd": Speculative, "mirror": MirrorSpeculative}
+DECODERS = METHODS  # the registry: name -> decoder class
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Where the time of a decoding step goes: the paper's step-time model, calibrated from spans.
 
-The model (Bhendawade et al. 2025, eq. 10; shared/docs/mirror-sd.md section 3), per step:
+The model (Bhendawade et al. 2025, eq. 10; docs/algorithm.md section 5), per step:
 
     T_AR     = T_target(1)                                               one token per step
     T_SD     = gamma * t_draft + T_target(gamma+1) + t_accept
@@ -123,7 +123,7 @@ class Calibration:
         return self.hit_rates[min(max(1, budget), len(self.hit_rates)) - 1]
 
 
-MAX_BUDGET = 16  # the engine's largest branch budget (decoding.Settings.validate)
+MAX_BUDGET = 16  # engine.settings.MAX_BRANCH_BUDGET (a test keeps them equal; no torch imported here)
 
 
 def hit_rates_from_ranks(ranks) -> list[float] | None:
@@ -549,8 +549,8 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
 # ---------------------------------------------------------------------------------------------
 # a calibration to project from without running the benchmark first
 
-# The default pair (Qwen2.5-Coder 1.5B target, 28 layers; 0.5B draft), fp32, on the shared 2-core
-# CPU of shared/docs/facts.md, gamma 4, kappa 8, exit layer 14, branch budget 2, one torch
+# The default pair (Qwen2.5-Coder 1.5B target, 28 layers; 0.5B draft), fp32, on a shared 2-core
+# CPU, gamma 4, kappa 8, exit layer 14, branch budget 2, one torch
 # thread per lane, int8 early-exit head: calibrated by `python -m mirror_sd.bench` (see SOURCE).
 # Replace it with your own: `calibrate(...)`, or the "calibration" of a benchmark's results.json.
 DEFAULT_CALIBRATION = dict(
@@ -560,7 +560,7 @@ DEFAULT_CALIBRATION = dict(
     t_branch_row=0.224, branch_forwards=1.78, branch_rows=1.10, contention=1.13,
     alpha_sd=0.858, alpha_mirror=0.858, hit_rate=0.91, schedule="engine",
     source="benchmark of the default pair on a shared 2-core CPU (one coding question, 128 "
-           "tokens, greedy; engine 05783b2)",
+           "tokens, greedy)",
 )
 
 

@@ -79,7 +79,7 @@ def variant(method: str) -> tuple[str, dict]:
 
 
 def engine_runner(method: str) -> Runner:
-    """A runner for one of the engine's decoders (methods.METHODS)."""
+    """A runner for one of the engine's decoders (engine/registry.py), or a variant of one."""
 
     def run(pair, prompt_ids, settings) -> MethodRun:
         from mirror_sd.engine.events import Error, Finish, Notice, Span

@@ -13,7 +13,7 @@ from mirror_sd.engine.lanes import Lane
 from mirror_sd.proposals.streams import rollout_for
 
 
-def verify_window(run: Run, target: Lane, step: int, window: Window, hook_step=None):
+def verify_window(run: Run, target: Lane, step: int, window: Window):
     """Target forward over [y_n, d_1..d_gamma] and the acceptance rule.
 
     Returns (verdict, Verify event, Commit event or None)."""

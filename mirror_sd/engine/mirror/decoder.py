@@ -31,7 +31,7 @@ from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepSt
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, rollout_kind
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
-from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, default_exit_layer, lane_speeds  # noqa: F401  (older imports)
+from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, default_exit_layer  # noqa: F401  (older imports)
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window

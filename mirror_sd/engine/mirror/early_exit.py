@@ -13,7 +13,7 @@ before the norm: the proposals get much closer to the final layer's at the same 
 
 With token ids given (draft_vocab.py: the run's cut draft vocabulary, or under `auto` the
 shipped frequent-token set), the head keeps only those rows: measured on the default pair,
-10.4 -> 6.1 ms per generated token with the same hit rate (docs/measurements.md section 11).
+10.4 -> 6.1 ms per generated token with the same hit rate (docs/performance.md, "The draft vocabulary").
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import torch
 
 EXIT_WEIGHT = 0.5  # share of P(v | stop) taken from the raw early exit once it has arrived
 ACCEPT_WEIGHT = 0.0  # share of the acceptance estimates a_i taken from the raw early exit
-# The same with a trained exit lens (see exit_lens.py), chosen by scripts/hit_rate_sim.py on
+# The same with a trained exit lens (see exit_lens.py), chosen by research/hit_rate_sim.py on
 # recorded int8 runs (exit layer 24, gamma 3; docs/exit-lens.md section 6): 0.5 / 0 before.
 EXIT_WEIGHT_LENS = 0.4
 ACCEPT_WEIGHT_LENS = 0.3
