@@ -81,8 +81,9 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     lines += ["", "Prefill = time to a run's first committed tokens (the prompt's prefill; SD and "
               "Mirror-SD also draft and verify their first window in it); decode tok/s = the tokens "
               "after those over the time after them. Mean accepted = generated tokens per target "
-              "forward (the target's own token counts, so AR is 1.00). Mismatches: questions whose tokens differ from AR's "
-              "(greedy runs only), with the first differing position.", "",
+              "forward (the target's own token counts, so AR is 1.00). Mismatches: questions "
+              "whose tokens differ from AR's (greedy runs only), with the first differing "
+              "position.", "",
               "## Per category and method", "",
               "| category | method | questions | tok/s | speedup median | speedup mean | "
               "mean accepted | hit rate | mismatches |", "|---|---|---|---|---|---|---|---|---|"]

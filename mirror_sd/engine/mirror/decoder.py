@@ -31,7 +31,8 @@ from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepSt
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, rollout_kind
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
-from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, default_exit_layer  # noqa: F401  (older imports)
+from mirror_sd.engine.mirror.exit_layer import default_exit_layer  # noqa: F401  (older imports)
+from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
@@ -164,7 +165,8 @@ class MirrorSpeculative(Decoder):
             if len(run.committed) > 1:
                 with run.span("target", "prefill", target.device, 0):
                     target.feed(run.committed[:-1], logits_to_keep=1)
-            with run.span("draft", "prefill+draft", draft.device, 0, f"{s.gamma} tokens, {rollout_kind(rollout)}"):
+            how = f"{s.gamma} tokens, {rollout_kind(rollout)}"
+            with run.span("draft", "prefill+draft", draft.device, 0, how):
                 window = rollout(draft, run.committed, s.gamma, s.sampling,
                                  generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
@@ -174,10 +176,11 @@ class MirrorSpeculative(Decoder):
         """Split the verify forward into prefix (layers 1..exit), exit head and suffix."""
         fwd = next(sp for sp in reversed(run.spans) if sp.lane == "target" and sp.step == step)
         if "exit_start" in marks:
+            head = f"{'lens + ' if self._head.lens is not None else ''}norm + LM head ({self._head.kind}), top-kappa"
             run.spans.remove(fwd)
-            run.spans.append(Span("target", "prefix", fwd.start_ns, marks["exit_start"], step, "layers 1..exit"))
-            run.spans.append(Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, f"{'lens + ' if self._head.lens is not None else ''}norm + LM head ({self._head.kind}), top-kappa"))
-            run.spans.append(Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N"))
+            run.spans += [Span("target", "prefix", fwd.start_ns, marks["exit_start"], step, "layers 1..exit"),
+                          Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, head),
+                          Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N")]
 
     def _close(self):
         if self._hook is not None:
