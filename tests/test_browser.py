@@ -186,6 +186,18 @@ def check_step_strip_and_token_jump(page) -> None:
                                arg=sd_step, timeout=20_000)
 
 
+def check_whatif(page) -> None:
+    """The What if panel: projections (so labelled) for every run, and a projected timeline."""
+    page.wait_for_function("() => { const p = document.querySelector('#whatif-panel');"
+                           " return p && p.querySelector('table'); }", timeout=30_000)
+    text = page.inner_text("#whatif-panel")
+    assert "projection" in text.lower()
+    heads = page.locator("#whatif-panel table thead th").evaluate_all(
+        "ths => ths.map(t => t.textContent.trim())")
+    assert {"AR", "SD", "Mirror-SD"} <= set(heads), heads
+    page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
+
+
 def test_tiny_pair_in_the_browser(browser, page):
     OUT.mkdir(parents=True, exist_ok=True)
     demo, url = start_app(tiny=True)
@@ -201,6 +213,36 @@ def test_tiny_pair_in_the_browser(browser, page):
         page.wait_for_selector("#inspector .msd-replay-tag", timeout=20_000)
         page.wait_for_selector('#pane-mirror .msd-pane[data-state="done"]', timeout=60_000)
         page.screenshot(path=str(OUT / "tiny-after-replay.png"), full_page=True)
+        check_whatif(page)
+        assert not page.errors, page.errors
+    finally:
+        demo.close()
+
+
+def test_a_loaded_trace_in_the_browser(browser, page, tmp_path):
+    """A trace of tiny runs, loaded without models: strip, token jump, timeline, what-if."""
+    from mirror_sd.models.tiny import LAYERS
+    from ui.traces import export_trace, write_trace
+    from ui_records import PROMPT, tiny_records
+    settings = {"temperature": 0.0, "gamma": 4, "kappa": 4, "branch_budget": 2, "max_new_tokens": 24}
+    meta = {"target": "tiny-target", "draft": "tiny-draft", "target_layers": LAYERS,
+            "exit_layer": LAYERS // 2, "precision": "fp32"}
+    path = write_trace(export_trace(tiny_records(), PROMPT, settings, meta), str(tmp_path))
+    demo, url = start_app(tiny=True)
+    try:
+        page.goto(url)
+        page.wait_for_selector("#run-btn", timeout=60_000)
+        upload = page.locator("#trace-upload input[type=file]")
+        if not upload.count() or not page.locator("#trace-upload").is_visible():
+            page.get_by_text("Traces and cache").first.click()
+        page.set_input_files("#trace-upload input[type=file]", path)
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('trace')",
+                               timeout=30_000)
+        page.wait_for_selector(HEAD, timeout=30_000)
+        check_timeline_ends_at_wall_times(page)
+        check_step_strip_and_token_jump(page)
+        check_whatif(page)
+        page.screenshot(path=str(OUT / "tiny-trace.png"), full_page=True)
         assert not page.errors, page.errors
     finally:
         demo.close()
