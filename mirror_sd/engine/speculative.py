@@ -7,10 +7,10 @@ from __future__ import annotations
 from mirror_sd.engine.acceptance import verify
 from mirror_sd.engine.decoder import Decoder
 from mirror_sd.engine.run import Run, generator_for
-from mirror_sd.engine.drafting import Window, serial_rollout, to_probs
+from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
 from mirror_sd.engine.lanes import Lane
-from mirror_sd.proposals.streams import rollout_for
+from mirror_sd.engine.proposers import proposer_for
 
 
 def verify_window(run: Run, target: Lane, step: int, window: Window):
@@ -44,19 +44,18 @@ class Speculative(Decoder):
         s = run.settings
         target = Lane(self.pair.target, "target")
         draft = Lane(self.pair.draft, "draft")
-        rollout, notice = rollout_for(self.pair, s.streams)
+        proposer, notice = proposer_for(self.pair, s.streams)
         if notice:
             yield Notice(notice)
-        how = "streams" if rollout is not serial_rollout else "serial"
         if len(run.committed) > 1:
             with run.span("target", "prefill", target.device, 0):
                 target.feed(run.committed[:-1], logits_to_keep=1)
         step = 0
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids))
-            with run.span("draft", "draft", draft.device, step, f"{s.gamma} tokens, {how}"):
-                window = rollout(draft, run.committed, s.gamma, s.sampling,
-                                 generator_for(s.seed, step, "draft"))
+            with run.span("draft", "draft", draft.device, step, proposer.describe(s.gamma)):
+                window = proposer.window(draft, run.committed, s.gamma, s.sampling,
+                                         generator_for(s.seed, step, "draft"))
             yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
             verdict, event, commit = verify_window(run, target, step, window)
             run.steps += 1

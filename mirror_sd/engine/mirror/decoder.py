@@ -29,17 +29,17 @@ from mirror_sd.engine.autoregressive import plain_step
 from mirror_sd.engine.decoder import Decoder
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from mirror_sd.engine.lanes import Lane
-from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, rollout_kind
+from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.mirror.exit_layer import default_exit_layer  # noqa: F401  (older imports)
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
+from mirror_sd.engine.proposers import proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
 from mirror_sd.models.pair import model_vocab_size
 from mirror_sd.placement import lane_alone, lane_sync
 from mirror_sd.proposals.draft_vocab import shipped_ids
-from mirror_sd.proposals.streams import rollout_for
 
 
 class MirrorSpeculative(Decoder):
@@ -81,14 +81,14 @@ class MirrorSpeculative(Decoder):
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = Lane(self.pair.draft, "draft")
-        rollout, notice = rollout_for(self.pair, s.streams)
+        proposer, notice = proposer_for(self.pair, s.streams)
         if notice:
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
-        window = yield from self._first_window(run, target, draft, rollout)
+        window = yield from self._first_window(run, target, draft, proposer)
         lens_on = self._head.lens is not None
-        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, rollout,
+        self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
                                    ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT,
                                    alone=lambda: lane_alone(self.pair))
         ranks = run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
@@ -158,17 +158,16 @@ class MirrorSpeculative(Decoder):
 
         return layers[self._exit_layer - 1].register_forward_hook(on_exit_layer)
 
-    def _first_window(self, run, target: Lane, draft: Lane, rollout):
+    def _first_window(self, run, target: Lane, draft: Lane, proposer):
         """The prompt's prefill and the first window, one lane at a time (both cores each)."""
         s = run.settings
         with lane_alone(self.pair):  # one lane at a time until the draft lane starts
             if len(run.committed) > 1:
                 with run.span("target", "prefill", target.device, 0):
                     target.feed(run.committed[:-1], logits_to_keep=1)
-            how = f"{s.gamma} tokens, {rollout_kind(rollout)}"
-            with run.span("draft", "prefill+draft", draft.device, 0, how):
-                window = rollout(draft, run.committed, s.gamma, s.sampling,
-                                 generator_for(s.seed, 0, "draft"))
+            with run.span("draft", "prefill+draft", draft.device, 0, proposer.describe(s.gamma)):
+                window = proposer.window(draft, run.committed, s.gamma, s.sampling,
+                                         generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window
 

@@ -13,10 +13,11 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
-from mirror_sd.engine.drafting import Window, serial_rollout, to_probs
+from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.branches import BranchBatch
+from mirror_sd.engine.proposers import SERIAL, Proposer
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, EXIT_WEIGHT, Root, rank_of, score_roots
 from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.placement import cache_tensors, lane_stream
@@ -24,11 +25,6 @@ from mirror_sd.placement import cache_tensors, lane_stream
 log = logging.getLogger(__name__)
 
 EARLY_ROOTS = 1  # roots started on the draft's own guess, before the early exit arrives
-
-
-def rollout_kind(rollout) -> str:
-    """How a rollout drafts, for span details: serial (one token per forward) or streams."""
-    return "serial" if rollout is serial_rollout else "streams"
 
 
 @dataclass
@@ -75,13 +71,13 @@ class DraftWorker(threading.Thread):
     """The draft lane: owns the draft model and its cache for the whole run."""
 
     def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT,
-                 rollout=serial_rollout, accept_weight: float = ACCEPT_WEIGHT,
+                 proposer: Proposer = SERIAL, accept_weight: float = ACCEPT_WEIGHT,
                  alone=contextlib.nullcontext):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
         self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
         self.accept_weight = accept_weight  # share of the acceptance estimates taken from it
-        self.rollout = rollout  # serial_rollout, or stream heads' rollout for the misses
+        self.proposer = proposer  # drafts the window after a miss (serial or stream heads)
         self.inbox: queue.Queue = queue.Queue()
         self.alone = alone  # () -> context: the lane works alone (the target waits for it)
 
@@ -185,11 +181,11 @@ class DraftWorker(threading.Thread):
             lane.ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:-1]
             job.next_window = taken.window()
         else:  # a miss: roll out from c serially, as plain SD would
-            with self._span("fallback", job.step, f"{s.gamma} tokens, {rollout_kind(self.rollout)}"):
+            with self._span("fallback", job.step, self.proposer.describe(s.gamma)):
                 # the same random stream as a branch rooted at (A, c): a seeded run samples the
                 # same window whether the branch was precomputed or not (hits change speed only)
-                job.next_window = self.rollout(lane, prefix + job.window.tokens[:A] + [c], s.gamma,
-                                               s.sampling, generator_for(s.seed, job.step, "branch", A, c))
+                job.next_window = self.proposer.window(lane, prefix + job.window.tokens[:A] + [c], s.gamma,
+                                                       s.sampling, generator_for(s.seed, job.step, "branch", A, c))
         job.hit = taken is not None
         return taken
 

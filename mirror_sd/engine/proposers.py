@@ -1,0 +1,42 @@
+"""How the draft writes a window: the proposer interface.
+
+In the spirit of transformers' candidate generators, a proposer is what a speculative
+decoder asks for drafted tokens, behind two methods: `window(...)` drafts gamma tokens after
+the committed text (with the distributions they were drawn from), `describe(gamma)` says how,
+for the spans. Two proposers exist: the serial rollout (one draft forward per token,
+drafting.serial_rollout) and the draft's stream heads (1 + K tokens per draft forward,
+proposals/streams.py). Mirror-SD's branches (mirror/branches.py) are rolled out batched
+instead; its serial fallback after a miss goes through the proposer.
+"""
+from __future__ import annotations
+
+import torch
+
+from mirror_sd.engine.acceptance import Sampling
+from mirror_sd.engine.drafting import Window, serial_rollout
+from mirror_sd.engine.lanes import Lane
+from mirror_sd.proposals.streams import rollout_for
+
+
+class Proposer:
+    def __init__(self, rollout, kind: str):
+        self._rollout = rollout  # (lane, committed, gamma, sampling, generator) -> Window
+        self.kind = kind  # "serial" | "streams"
+
+    def window(self, lane: Lane, committed: list[int], gamma: int, sampling: Sampling,
+               generator: torch.Generator | None) -> Window:
+        """gamma drafted tokens after `committed` (the lane's cache is synced to it first)."""
+        return self._rollout(lane, committed, gamma, sampling, generator)
+
+    def describe(self, gamma: int) -> str:
+        return f"{gamma} tokens, {self.kind}"
+
+
+SERIAL = Proposer(serial_rollout, "serial")
+
+
+def proposer_for(pair, streams: str) -> tuple[Proposer, str | None]:
+    """(the proposer for Settings.streams, a notice when stream heads were asked for and are
+    not there)."""
+    rollout, notice = rollout_for(pair, streams)
+    return (SERIAL if rollout is serial_rollout else Proposer(rollout, "streams")), notice
