@@ -26,7 +26,7 @@ TITLE = "What if (projection)"
 TIMELINE_STEPS = 8  # decode steps drawn per run
 LANES = ("target", "draft", "verify", "transfer", "host")  # top to bottom within a method
 # projected bars that no measured span has: label -> (legend name, colour)
-EXTRA_LABELS = {"host": ("host time per step (in no lane span, measured)", "#cbd5e1"),
+EXTRA_LABELS = {"host": ("host time per step (outside the lanes)", "#cbd5e1"),
                 "early exit -> draft": ("message: early-exit ids to the draft", "#fbbf24"),
                 "verdict -> draft": ("message: verdict to the draft", "#c084fc")}
 PROFILE_CHOICES = [("(a) this machine, as measured", "a"),
@@ -183,20 +183,26 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     seen: set = set()
     recorded = {r.method: r for r in result["recorded"]}
     methods = [m for m in reversed(wi.METHODS) if m in by_method and m in recorded]
-    _add_bars(fig, {m: wi.measured_timeline(by_method[m], TIMELINE_STEPS)["bars"] for m in methods},
-              1, seen)
-    _add_bars(fig, {m: wi.projected_timeline(recorded[m], result["profiles"][profile],
-                                             TIMELINE_STEPS)["bars"] for m in methods},
-              2, seen, " (projection)")
-    lanes = [f"{SHORT_NAMES.get(m, m)} · {lane}" for m in wi.METHODS if m in methods for lane in LANES]
-    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=1, col=1)
-    fig.update_yaxes(categoryorder="array", row=2, col=1,
-                     categoryarray=[f"{x} (projection)" for x in reversed(lanes)])
+    measured = {m: wi.measured_timeline(by_method[m], TIMELINE_STEPS)["bars"] for m in methods}
+    projected = {m: wi.projected_timeline(recorded[m], result["profiles"][profile], TIMELINE_STEPS)["bars"]
+                 for m in methods}
+    counts = []
+    for row, bars, suffix in ((1, measured, ""), (2, projected, " (projection)")):
+        _add_bars(fig, bars, row, seen, suffix)
+        lanes = [f"{SHORT_NAMES.get(m, m)} · {lane}{suffix}" for m in wi.METHODS if m in bars
+                 for lane in LANES if any(b[0] == lane for b in bars[m])]
+        fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=row, col=1)
+        counts.append(max(1, len(lanes)))
+    # each lane gets the same height in both plots; the titles follow their plots
+    split = 0.8 * counts[1] / sum(counts)
+    fig.update_yaxes(domain=[0.0, split], row=2, col=1)
+    fig.update_yaxes(domain=[split + 0.2, 1.0], row=1, col=1)
+    fig.layout.annotations[1].update(y=split + 0.01, yanchor="bottom")
     fig.update_xaxes(title_text="seconds from the first commit (measured, beside the projection)",
                      title_standoff=4, row=1, col=1)
     fig.update_xaxes(title_text="seconds from the first commit (projection)", title_standoff=4,
                      row=2, col=1)
-    fig.update_layout(barmode="overlay", height=640, template="plotly_white", bargap=0.25,
+    fig.update_layout(barmode="overlay", height=260 + 30 * sum(counts), template="plotly_white", bargap=0.25,
                       title="What if (projection): measured steps and the projected steps",
                       margin=dict(l=10, r=10, t=70, b=40),
                       legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=10)))

@@ -331,7 +331,7 @@ def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 
         end = total
     if host:
         bars.append(("host", "host", end, end + host))
-    return bars, end + host
+    return [b for b in bars if b[3] > b[2]], end + host
 
 
 def projected_timeline(rec: RecordedSteps, profile: Profile, max_steps: int = 12) -> dict:
