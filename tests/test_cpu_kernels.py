@@ -241,3 +241,23 @@ def test_fused_part_recomputes_for_a_new_input():
     assert torch.equal(group.part(b, 0), cpu_kernels.RowInt8Linear(parts[0])(b))  # not a's
     assert torch.equal(group.part(b, 1), cpu_kernels.RowInt8Linear(parts[1])(b))
     assert torch.equal(first, cpu_kernels.RowInt8Linear(parts[0])(a))
+
+
+def test_int8_head_copy_is_fbgemm_dynamic_int8_of_the_head():
+    """The early exit's int8 copy of an fp32 head: torch's dynamic int8 of that head, bit for
+    bit, close to the head, and the head itself untouched."""
+    from torch.ao.quantization import quantize_dynamic
+
+    from mirror_sd.models.precision import int8_head_copy
+    head = linear(in_f=64, out_f=300, bias=False).double()
+    before = head.weight.clone()
+    x = torch.randn(3, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = quantize_dynamic(torch.nn.Sequential(copy.deepcopy(head).float()), {torch.nn.Linear},
+                               dtype=torch.qint8)
+        got = int8_head_copy(head)(x)
+        assert torch.equal(got, ref(x))
+    exact = x.double() @ head.weight.detach().T
+    assert float((got.double() - exact).norm() / exact.norm()) < 0.03
+    assert torch.equal(head.weight, before) and head.weight.dtype == torch.float64

@@ -208,3 +208,12 @@ def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module | Non
     the same kernel and precision, or None for a kind of layer no precision here makes."""
     from mirror_sd.cpu import linears
     return linears.output_rows(head, ids)
+
+
+def int8_head_copy(head: torch.nn.Linear) -> torch.nn.Module:
+    """A CPU int8 copy of a float LM head (fbgemm dynamic int8: one activation scale per call),
+    for heads that only propose (the early exit); the model's own head is left as it is."""
+    from mirror_sd.cpu import linears
+    copy = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None)
+    copy.load_state_dict({k: v.detach().float() for k, v in head.state_dict().items()})
+    return linears.dynamic_int8(torch.nn.Sequential(copy))
