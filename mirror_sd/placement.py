@@ -3,9 +3,9 @@
 This is the only module that decides devices and threads: `models.loading.load_pair()` asks
 `resolve_placement()` for device maps and calls `configure_cpu_threads()` for the two lanes;
 a method runs inside `method_threads()` (`lane_alone()` where one lane works alone); code that
-needs a set thread count for a stretch (row-exact attention, a benchmark's single-model
-timing) uses `torch_threads()`; a whole process that is not a pair's (a trainer's `--threads`,
-the app's tiny test pair) calls `set_process_threads()`. Timing code calls `lane_sync()` so GPU
+needs a set thread count for a stretch (row-exact attention's one-thread SDPA calls) uses
+`torch_threads()`; a process that runs no pair (a trainer's `--threads`, tiny test models)
+calls `set_process_threads()`. Timing code calls `lane_sync()` so GPU
 work is finished before a clock is read.
 """
 from __future__ import annotations
