@@ -96,3 +96,13 @@ def test_the_replay_narration_walks_the_steps_in_order():
     shown = [int(re.search(r"<b>Step (\d+)</b>", f).group(1)) for f in frames]
     assert shown == sorted(shown) and shown[-1] == len(analyse(records["mirror"]).steps)
     assert all("msd-replay-tag" in f for f in frames)
+
+
+def test_tiny_early_exit_probabilities_read_below_one_percent_not_zero():
+    rec = tiny_records()["mirror"]
+    events = [EarlyExit(e.step, e.layer, e.positions, e.token_ids,
+                        [row[:-1] + [-9.0] for row in e.logprobs])
+              if isinstance(e, EarlyExit) else e for e in rec.events]
+    faint = RunRecord("mirror", events, rec.times_ns, rec.t0_ns, rec.token_texts, rec.id_texts)
+    html = render_inspector(faint, 1)
+    assert "<small>&lt;1%</small>" in html and "<small>0%</small>" not in html

@@ -61,6 +61,10 @@ def _target_cls(kind: str) -> str:
     return "k-bonus" if kind == "bonus" else "k-correction"
 
 
+def _percent(p: float) -> str:
+    return f"{p:.0%}" if p >= 0.005 else "<1%"
+
+
 def _last_committed(sv: StepView, tokens) -> str:
     if sv.committed == 0:
         return "end of prompt"
@@ -83,7 +87,7 @@ def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
                 cls.append("k-accepted")
             elif A is not None and j == A and tid == c:
                 cls.append(_target_cls(v.kind))
-            chips.append(_chip(rec, tid, " ".join(cls), f"{math.exp(lp):.0%}"))
+            chips.append(_chip(rec, tid, " ".join(cls), _percent(math.exp(lp))))
         after = esc(last) if j == 0 else _chip(rec, window[j - 1]) if j - 1 < len(window) else ""
         drafted = _chip(rec, nxt, "is-draft") if nxt is not None else '<i>bonus position</i>'
         verdict = ""
