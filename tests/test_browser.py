@@ -261,6 +261,9 @@ def test_real_default_pair_in_the_browser(browser, page, monkeypatch):
         check_rendered(page, tokens)
         check_timeline_ends_at_wall_times(page)
         page.screenshot(path=str(OUT / "real-full.png"), full_page=True)
+        page.locator("#inspector").screenshot(path=str(OUT / "real-inspector.png"))
+        page.locator("#timeline").screenshot(path=str(OUT / "real-timeline.png"))
+        check_step_strip_and_token_jump(page)
         target = os.environ.get("MIRROR_SD_SCREENSHOT")
         if target:
             shutil.copy(OUT / "real-full.png", target)
