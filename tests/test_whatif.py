@@ -114,14 +114,9 @@ def test_host_time_is_what_no_span_covers():
 
 
 def test_profile_a_reproduces_each_methods_decode_time(runs):
-    """Costs from each prompt's own spans (as the app calibrates), pooled over three prompts.
-
-    AR and SD: within 10%. Mirror-SD: within 30% on these tiny models, because a tiny forward
-    (~1 ms) is Python-bound and the two lane threads take turns on the GIL: the draft lane's
-    work mostly starts after the target lane's (its spans show it), a serialisation that the
-    model's contention term, measured as the target forward's slow-down over SD's, does not
-    see. Real models release the GIL in their matrix products; the real pair's fidelity is
-    measured by research/whatif_fidelity.py on a benchmark run."""
+    """Costs from each prompt's own spans (as the app calibrates), three prompts: every
+    method's projected decode time within 10% of the measured one. (The real pair's fidelity
+    on a benchmark run is research/whatif_fidelity.py's.)"""
     projected = {m: 0.0 for m in wi.METHODS}
     measured = {m: 0.0 for m in wi.METHODS}
     for records in runs.values():
@@ -129,7 +124,7 @@ def test_profile_a_reproduces_each_methods_decode_time(runs):
         for m, row in result["projected"]["a"].items():
             projected[m] += row["decode_s"]
             measured[m] += row["measured_decode_s"]
-    bounds = {"ar": 0.10, "sd": 0.10, "mirror": 0.30}
+    bounds = {"ar": 0.10, "sd": 0.10, "mirror": 0.10}
     for m in wi.METHODS:
         assert projected[m] / measured[m] == pytest.approx(1.0, abs=bounds[m]), (m, projected, measured)
 
@@ -163,12 +158,12 @@ def test_profile_b_removes_contention_and_is_never_slower(runs):
                 < wi.step_seconds(profiles["a"].calibration, "mirror", hit))
 
 
-@pytest.mark.parametrize("schedule", ["engine", "paper"])
-def test_step_bars_lay_out_the_models_step_time(schedule):
+@pytest.mark.parametrize("schedule,tail", [("engine", None), ("paper", None), ("engine", (0.05, 0.02))])
+def test_step_bars_lay_out_the_models_step_time(schedule, tail):
     cal = replace(lm.default_calibration(), schedule=schedule, t_comm_ee=0.002, t_comm_verify=0.003)
     for method, hit in (("ar", None), ("sd", None), ("mirror", True), ("mirror", False)):
-        bars, end = wi.step_bars(cal, method, hit, host=0.01)
-        assert end == pytest.approx(wi.step_seconds(cal, method, hit) + 0.01)
+        bars, end = wi.step_bars(cal, method, hit, host=0.01, tail=tail)
+        assert end == pytest.approx(wi.step_seconds(cal, method, hit, tail) + 0.01)
         assert max(b[3] for b in bars) == pytest.approx(end)
         assert all(b[2] <= b[3] for b in bars)
     bars, _ = wi.step_bars(cal, "mirror", False)

@@ -69,6 +69,10 @@ class RecordedSteps:
     host_s: float = 0.0  # measured seconds per decode step outside every lane span
     windows: list[int] = field(default_factory=list)  # drafted tokens per verified step
     accepted: list[int] = field(default_factory=list)  # accepted drafts per verified step
+    # Mirror-SD: seconds of draft-lane work after each step's verdict, the fallback apart (a hit:
+    # the taken branch's last forwards; a miss: the forward in flight before the fallback)
+    tail_hit: list[float] = field(default_factory=list)
+    tail_miss: list[float] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -122,6 +126,22 @@ def mirror_outcomes(method_steps: int, spans, events=None) -> list:
     return [s not in miss_steps for s in range(n)]
 
 
+def mirror_tails(outcomes: list, spans) -> tuple[list[float], list[float]]:
+    """Per hit and per miss: the draft lane's work after the step's verdict (the end of its
+    acceptance rule), its serial fallback excluded: what the target lane waited for."""
+    verdicts = {_get(s, "step"): _get(s, "end_ns") for s in spans if _get(s, "lane") == "verify"}
+    hit, miss = [], []
+    for step, outcome in enumerate(outcomes):
+        v = verdicts.get(step)
+        if v is None:
+            continue
+        after = sum(max(0, _get(s, "end_ns") - max(_get(s, "start_ns"), v)) for s in spans
+                    if _get(s, "lane") == "draft" and _get(s, "step") == step
+                    and _get(s, "label") != "fallback") / 1e9
+        (hit if outcome else miss).append(after)
+    return hit, miss
+
+
 def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
     """The decode steps of one run. `record`: {method, stats (Finish.stats), spans, and
     optionally events (the typed events, for per-step accepted lengths and hits)}."""
@@ -145,13 +165,32 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
     rec = RecordedSteps(method, gamma, outcomes, int(tokens), decode_s,
                         windows=[len(_get(e, "drafted")) for e in verifies],
                         accepted=[int(_get(e, "accepted")) for e in verifies])
+    if method == "mirror":
+        rec.tail_hit, rec.tail_miss = mirror_tails(outcomes, spans)
     start = _decode_start_ns(method, spans)
     if decode_s is not None and start is not None and outcomes:
         end = start + int(decode_s * 1e9)
-        busy = _union_s((max(_get(s, "start_ns"), start), min(_get(s, "end_ns"), end)) for s in spans
-                        if _get(s, "end_ns") > start and _get(s, "start_ns") < end)
+        busy = _union_s((max(a, start), min(b, end)) for a, b in critical_path(method, spans)
+                        if b > start and a < end)
         rec.host_s = max(0.0, decode_s - busy) / len(outcomes)
     return rec
+
+
+def critical_path(method: str, spans) -> list[tuple[int, int]]:
+    """The spans a step waits for, as (start_ns, end_ns): all of them for AR and SD (one lane
+    at a time); for Mirror-SD the target and verify lanes, and the draft lane's work after each
+    verdict (before it, the draft runs beside the target and the step does not wait for it)."""
+    if method != "mirror":
+        return [(_get(s, "start_ns"), _get(s, "end_ns")) for s in spans]
+    verdicts = {_get(s, "step"): _get(s, "end_ns") for s in spans if _get(s, "lane") == "verify"}
+    out = []
+    for s in spans:
+        a, b = _get(s, "start_ns"), _get(s, "end_ns")
+        if _get(s, "lane") == "draft":
+            a = max(a, verdicts.get(_get(s, "step"), b))
+        if b > a:
+            out.append((a, b))
+    return out
 
 
 def record_from_run(rec) -> dict:
@@ -173,6 +212,13 @@ class Profile:
     host_s: dict  # method -> host seconds per decode step (not in any lane)
     notes: list[str] = field(default_factory=list)
     acceptance_from_run: bool = True  # replay the recorded steps (else expected values)
+    # this machine: Mirror-SD's costs from its own spans (its lanes as they ran) and the draft
+    # work it left at the verdict, seconds per hit / miss (None: the latency model's terms)
+    mirror: lm.Calibration | None = None
+    tail: tuple[float, float] | None = None
+
+    def calibration_for(self, method: str) -> lm.Calibration:
+        return self.mirror if method == "mirror" and self.mirror is not None else self.calibration
 
 
 def decode_spans_only(record: dict) -> dict:
@@ -203,23 +249,84 @@ def host_times(recorded: list[RecordedSteps]) -> dict:
     return out
 
 
-def machine_profiles(cal: lm.Calibration, host_s: dict) -> dict[str, Profile]:
-    """Profiles (a) and (b) from one calibration of this machine."""
-    a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), list(cal.notes))
+def _mean(xs, default=0.0):
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else default
+
+
+def mirror_tail(recorded: list[RecordedSteps]) -> tuple[float, float]:
+    """(seconds per hit, per miss) of draft work after the verdict, pooled over runs."""
+    return (_mean(x for r in recorded for x in r.tail_hit),
+            _mean(x for r in recorded for x in r.tail_miss))
+
+
+def mirror_as_run(records, pooled: lm.Calibration, **kw) -> lm.Calibration | None:
+    """Mirror-SD's costs from its own spans: the target lane as it ran beside the draft (its
+    contention inside), the fallback per token; missing terms from `pooled`."""
+    mine = [r for r in records if base_method(r["method"]) == "mirror" and not r.get("error")]
+    if not mine:
+        return None
+    cal = calibrate_machine(mine, **kw)
+    if cal.t_target_k is None:
+        return None
+    fill = {k: getattr(pooled, k) for k in ("t_fallback_token", "t_draft_token", "t_extend",
+                                           "t_branch_1") if getattr(cal, k) is None}
+    return replace(cal, notes=[], **fill)
+
+
+def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration | None = None,
+                     tail: tuple[float, float] | None = None) -> dict[str, Profile]:
+    """Profiles (a) and (b) from a calibration of this machine (and Mirror-SD's own, with the
+    draft work it left at each verdict, when the runs have one)."""
+    a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), list(cal.notes), mirror=mirror, tail=tail)
     b_cal = lm.apply_changes(cal, draft_device="separate")
-    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s),
-                [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"])
+    notes = [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"]
+    b_mirror = None
+    if mirror is not None:  # the target lane at its alone speed (SD's verify), never slower
+        alone = cal.t_target_k if cal.t_target_k and cal.t_target_k < mirror.t_target_k else mirror.t_target_k
+        b_mirror = lm.apply_changes(mirror, target_scale=alone / mirror.t_target_k, draft_device="separate")
+        notes = [f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} -> {alone * 1e3:.0f} ms "
+                 f"(beside the draft -> alone, as SD's verify measured it); the draft's work after "
+                 f"the verdict ran alone already"]
+    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s), notes, mirror=b_mirror, tail=tail)
     return {"a": a, "b": b}
+
+
+def this_machine(records, *, target_layers: int, gamma: int, exit_layer: int | None = None,
+                 branch_budget: int = 2, kappa: int = 8, source: str = "") -> dict[str, Profile]:
+    """Profiles (a) and (b) calibrated from `records` (record dicts, see recorded_steps)."""
+    kw = dict(target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
+              branch_budget=branch_budget, kappa=kappa)
+    recorded = [r for r in (recorded_steps(rec, gamma) for rec in records) if r is not None]
+    cal = calibrate_machine(records, source=source, **kw)
+    mirror = mirror_as_run(records, cal, **kw)
+    return machine_profiles(cal, host_times(recorded), mirror,
+                            mirror_tail(recorded) if mirror is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------
 # 3) projection
 
 
-def step_seconds(cal: lm.Calibration, method: str, hit: bool | None = None) -> float | None:
-    """Seconds of one step of `method` under `cal` (a Mirror-SD hit or miss when `hit` is set)."""
+def _lane_factor(cal: lm.Calibration) -> float:
+    return cal.contention if cal.draft_device == "shared" else 1.0
+
+
+def step_seconds(cal: lm.Calibration, method: str, hit: bool | None = None,
+                 tail: tuple[float, float] | None = None) -> float | None:
+    """Seconds of one step of `method` under `cal` (a Mirror-SD hit or miss when `hit` is set).
+    With `tail` (this machine), a Mirror-SD step is its target lane, the acceptance rule, and
+    the draft work measured after the verdict (plus the serial fallback on a miss); without,
+    the latency model's step time."""
     if method == "mirror" and hit is not None:
-        return lm.step_time(replace(cal, hit_rate=1.0 if hit else 0.0), "mirror")
+        if tail is None:
+            return lm.step_time(replace(cal, hit_rate=1.0 if hit else 0.0), "mirror")
+        t = lm.step_terms(cal)
+        if t["T_prefix"] is None or (not hit and t["T_fallback"] is None):
+            return None
+        lane = _lane_factor(cal) * (t["T_prefix"] + t["T_ee"] + t["T_suffix"])
+        after = tail[0] if hit else tail[1] + t["T_fallback"]
+        return lane + cal.t_comm_ee + cal.t_comm_verify + cal.t_accept + after
     return lm.step_time(cal, method)
 
 
@@ -227,8 +334,8 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
     """Projected decode time of one recorded run under `profile`: the recorded steps when the
     profile keeps the run's window and acceptance, else their expected number (tokens over
     tau, hits at the profile's hit rate)."""
-    cal, m = profile.calibration, rec.method
-    host = profile.host_s.get(m, 0.0)
+    m = rec.method
+    cal, host = profile.calibration_for(m), profile.host_s.get(m, 0.0)
     replay = profile.acceptance_from_run and (m == "ar" or cal.gamma == rec.gamma)
     if replay:
         steps, hits = float(rec.steps), float(rec.hits)
@@ -237,7 +344,7 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
         steps = rec.tokens / tau
         hits = steps * (cal.hit_rate or 0.0) if m == "mirror" else 0.0
     if m == "mirror":
-        t_hit, t_miss = step_seconds(cal, m, True), step_seconds(cal, m, False)
+        t_hit, t_miss = (step_seconds(cal, m, h, profile.tail) for h in (True, False))
         busy = None if t_hit is None or t_miss is None else hits * t_hit + (steps - hits) * t_miss
     else:
         t = step_seconds(cal, m)
@@ -287,7 +394,8 @@ def measured_speedups(recorded: list[RecordedSteps]) -> dict:
 # 4) the projected per-step timeline
 
 
-def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 0.0):
+def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 0.0,
+              tail: tuple[float, float] | None = None):
     """Bars [(lane, label, start_s, end_s)] of one projected step, and its duration; the
     duration equals step_seconds(...) + host (the model's step time, laid out on lanes)."""
     t = lm.step_terms(cal)
@@ -301,13 +409,11 @@ def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 
                  ("verify", "accept", draft + fwd, draft + fwd + cal.t_accept)]
         end = draft + fwd + cal.t_accept
     else:
-        c = cal.contention if cal.draft_device == "shared" else 1.0
-        if cal.draft_device == "serial":
-            c = 1.0
+        c = _lane_factor(cal)
         p, ee, s = c * t["T_prefix"], c * t["T_ee"], c * t["T_suffix"]
         comm_ee = cal.t_comm_ee
-        total = step_seconds(cal, "mirror", hit)
-        tail = t["T_fallback"] if not hit else None
+        total = step_seconds(cal, "mirror", hit, tail)
+        fallback = t["T_fallback"] if not hit else None
         bars += [("target", "prefix", 0.0, p), ("target", "exit_head", p, p + ee)]
         if comm_ee:
             bars.append(("transfer", "early exit -> draft", p + ee, p + ee + comm_ee))
@@ -322,12 +428,12 @@ def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 
             draft_start = verdict
         if hit:  # the rollouts run beside the target lane; what is left runs after the verdict
             draft_end = draft_start + c * t["T_rollouts"]
-            if cal.schedule == "engine" and total > verdict + 1e-12:
+            if (cal.schedule == "engine" or tail is not None) and total > verdict + 1e-12:
                 draft_end = total
             bars.append(("draft", "branches", draft_start, min(total, max(draft_start, draft_end))))
         else:
             bars.append(("draft", "branches", draft_start, max(draft_start, verdict)))
-            bars.append(("draft", "fallback", total - tail, total))
+            bars.append(("draft", "fallback", total - fallback, total))
         end = total
     if host:
         bars.append(("host", "host", end, end + host))
@@ -336,10 +442,10 @@ def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 
 
 def projected_timeline(rec: RecordedSteps, profile: Profile, max_steps: int = 12) -> dict:
     """The first `max_steps` replayed decode steps laid end to end: {bars, end_s, steps}."""
-    cal, host = profile.calibration, profile.host_s.get(rec.method, 0.0)
+    cal, host = profile.calibration_for(rec.method), profile.host_s.get(rec.method, 0.0)
     bars, t0 = [], 0.0
     for i, outcome in enumerate(rec.outcomes[:max_steps]):
-        step, dur = step_bars(cal, rec.method, outcome, host)
+        step, dur = step_bars(cal, rec.method, outcome, host, profile.tail)
         bars += [(lane, label, t0 + a, t0 + b, i) for lane, label, a, b in step]
         t0 += dur
     return {"bars": bars, "end_s": t0, "steps": min(max_steps, rec.steps), "projection": True}
@@ -373,9 +479,9 @@ def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_lay
     from mirror_sd.bench.whatif_hardware import Accelerators, accelerator_profile
 
     recorded = [r for r in (recorded_steps(rec, gamma) for rec in records) if r is not None]
-    cal = calibrate_machine(records, target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
+    profiles = this_machine(records, target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
                             branch_budget=branch_budget, kappa=kappa, source=source)
-    profiles = machine_profiles(cal, host_times(recorded))
+    cal = profiles["a"].calibration
     hw = accelerators if accelerators is not None else Accelerators()
     profiles["c"] = accelerator_profile(hw, cal, gamma)
     return {"projection": True, "note": lm.PROJECTION_NOTE, "calibration": cal,
