@@ -295,8 +295,8 @@ def _fairness(meta: dict, order: list[str]) -> str:
     draft = f" (the draft at {dp})" if dp and dp not in ("same", precision) else ""
     warm = meta.get("warmup_s")
     warm = (f" A {warm:.1f} s warm-up of each model ran first, untimed." if warm else
-            " The models were already warm (warmed up on an earlier run), so no timed run pays "
-            "for a first call." if warm is not None else "")
+            " Every model had been warmed up before (untimed, when the app started or on an "
+            "earlier run), so no timed run pays for a first call." if warm is not None else "")
     return (f'<li class="msd-check c-info">Precision <b>{esc(precision)}</b>{esc(draft)}: '
             f'{esc(names)} all ran the same weights, one after another, each alone on the '
             f'hardware.{esc(warm)}</li>')

@@ -162,9 +162,9 @@ def _speed(records: dict[str, RunRecord], m: str) -> float | None:
 
 
 def why_sentence(records: dict[str, RunRecord]) -> str:
-    """One plain sentence from the measured numbers: a step's time against the time AR takes
-    for the tokens the step commits (their ratio is the decode speedup), then what the step's
-    time is made of."""
+    """Plain words from the measured numbers: a step's time against the time AR takes for the
+    tokens the step commits (their ratio is the decode speedup), what a step costs, then what
+    running the draft beside the target gained and lost against plain SD."""
     mirror, speed = records.get("mirror"), _speed(records, "mirror")
     if speed is None or mirror is None:
         return ""
@@ -173,26 +173,34 @@ def why_sentence(records: dict[str, RunRecord]) -> str:
     if steps < 1 or not m["decode_s"] or not m["decode_tokens"]:
         return ""
     step_s, per_step = m["decode_s"] / steps, m["decode_tokens"] / steps
-    sentence = (f"Mirror-SD decoded at {speed:.2f}× AR's speed: a step took {step_s:.2f} s and "
-                f"committed {per_step:.1f} tokens, which AR writes in "
-                f"{per_step / a['decode_tokens_per_s']:.2f} s")
-    c, why = costs(records), []
+    c = costs(records)
+    sentence = (f"Mirror-SD decoded at {speed:.2f}× AR's speed because a step committed "
+                f"{per_step:.1f} tokens in {step_s:.2f} s, where AR needs "
+                f"{per_step / a['decode_tokens_per_s']:.2f} s for them")
+    cost = []
     if c.get("verify_beside") and c.get("target"):
-        why.append(f"its verify forward took {c['verify_beside']:.2f} s "
-                   f"({c['verify_beside'] / c['target']:.1f} AR tokens' time)")
+        cost.append(f"one verify forward {c['verify_beside'] * 1e3:.0f} ms, "
+                    f"{c['verify_beside'] / c['target']:.1f} AR tokens' time")
     if c.get("draft") and c.get("target"):
-        why.append(f"the draft costs {c['draft'] / c['target']:.0%} of a target forward here")
-    k, parts = contention(c), breakdown(mirror)
-    if k.get("verify"):
-        why.append(f"both lanes share the same cores and memory bus, so the verify ran "
-                   f"{k['verify']:.2f}× as long beside the draft as alone")
-    if parts and parts["draft_exposed"] > 0:
-        hr = mirror.finish.stats.get("hit_rate")
-        hits = f" ({hr:.0%} of the steps found their next window ready)" if hr is not None else ""
-        why.append(f"the draft still left {parts['draft_exposed'] / steps:.2f} s per step exposed{hits}")
-    if why:
-        sentence += "; " + ", ".join(why[:-1]) + (" and " if len(why) > 1 else "") + why[-1]
-    return sentence + "."
+        cost.append(f"the draft costs {c['draft'] / c['target']:.0%} of a target forward here")
+    sentence += f" ({'; '.join(cost)})." if cost else "."
+    return sentence + _against_sd(records, mirror, c)
+
+
+def _against_sd(records: dict[str, RunRecord], mirror: RunRecord, c: dict) -> str:
+    sd_speed, sd = _speed(records, "sd"), records.get("sd")
+    mine, theirs = breakdown(mirror), breakdown(sd) if sd is not None else None
+    if sd_speed is None or not mine or not theirs:
+        return ""
+    hidden = theirs["draft_exposed"] - mine["draft_exposed"]
+    slower = mine["verify"] - theirs["verify"]
+    k = contention(c).get("verify")
+    bus = (f" (both lanes share the same cores and memory bus: each verify took {k:.2f}× as "
+           f"long beside the draft as alone)" if k else "")
+    ahead = "Mirror-SD" if _speed(records, "mirror") >= sd_speed else "SD"
+    return (f" Against plain SD ({sd_speed:.2f}×): running the draft beside the target saved "
+            f"{hidden:.2f} s of exposed draft time, and its verify forwards took {slower:.2f} s "
+            f"longer{bus}, so {ahead} came out ahead.")
 
 
 LEVERS = ("On this machine Mirror-SD's two levers are missing: a draft much cheaper than the "
