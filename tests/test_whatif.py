@@ -14,7 +14,8 @@ import torch
 
 from mirror_sd.bench import latency_model as lm
 from mirror_sd.bench import whatif as wi
-from mirror_sd.bench.whatif_hardware import Accelerators, accelerator_calibration, accelerator_profile
+from mirror_sd.bench.whatif_hardware import (Accelerators, accelerator_calibration, accelerator_profile,
+                                             project_all)
 from mirror_sd.engine.events import Finish, Span
 from mirror_sd.engine.registry import METHODS as DECODERS
 from mirror_sd.engine.settings import Settings
@@ -60,7 +61,7 @@ def state_of(records) -> dict:
 
 
 def project_prompt(records, hw=None) -> dict:
-    return wi.project_all([wi.record_from_run(r) for r in records.values()], target_layers=LAYERS,
+    return project_all([wi.record_from_run(r) for r in records.values()], target_layers=LAYERS,
                           gamma=GAMMA, exit_layer=LAYERS // 2, accelerators=hw)
 
 

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mirror_sd.bench import whatif as wi
-from mirror_sd.bench.whatif_hardware import DRAFTS, TARGETS, Accelerators
+from mirror_sd.bench.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
 
 from .runs import SHORT_NAMES, RunRecord
 from .timeline import LABELS
@@ -57,7 +57,7 @@ def accelerators_from(values) -> Accelerators:
 
 
 def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, dict] | None:
-    """(projection from mirror_sd.bench.whatif.project_all, record dicts by method) for the
+    """(projection from mirror_sd.bench.whatif_hardware.project_all, record dicts by method) for the
     app's state {records, settings, meta}; None without a finished run."""
     records: dict[str, RunRecord] = {m: r for m, r in (state or {}).get("records", {}).items()
                                      if r is not None and r.finish is not None}
@@ -69,7 +69,7 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
         return None
     by_method = {m: wi.record_from_run(r) for m, r in records.items()}
     gamma = int(settings.get("gamma") or 4)
-    out = wi.project_all(list(by_method.values()), target_layers=int(layers), gamma=gamma,
+    out = project_all(list(by_method.values()), target_layers=int(layers), gamma=gamma,
                          exit_layer=meta.get("exit_layer") or settings.get("exit_layer") or None,
                          branch_budget=int(settings.get("branch_budget") or 2),
                          kappa=int(settings.get("kappa") or 8), accelerators=hw,

@@ -7,15 +7,20 @@ hardware profile says what each step costs there.
 
 Profiles:
   a  this machine as measured: costs calibrated from the run's own spans (target forward per
-     token, verify of gamma+1 tokens, draft per token, the branch rollouts, the lanes'
-     contention when both run at once) plus the host time per step that no lane span covers
-     (sampling, commits, thread hand-offs), measured per method. It should reproduce each
-     method's measured decode time; the gap is the model's error.
+     token, verify of gamma+1 tokens, draft per token, the lanes' contention when both run at
+     once) plus the host time per step off the critical path (sampling, commits, thread
+     hand-offs), measured per method. Mirror-SD's target lane is taken as it ran beside the
+     draft, and its step adds the draft work measured after each verdict (a hit: the taken
+     branch's last forwards; a miss: the forward in flight, then the serial fallback), since
+     the latency model's mean terms miss when the taken root started early. It should
+     reproduce each method's measured decode time; the gap is the replay's error.
   b  this machine with the draft on a device of its own: no shared memory bus (contention 1),
-     each lane at its measured alone speed; host time as measured. AR and SD are unchanged
-     (they never run two lanes at once), Mirror-SD can only get faster.
+     Mirror-SD's target lane at its alone speed (SD's verify), the draft's work after the
+     verdict as measured (it ran alone already); host time as measured. AR and SD are
+     unchanged (they never run two lanes at once), Mirror-SD can only get faster.
   c  a heterogeneous accelerator pair (whatif_hardware.py): target on a GPU, draft on an NPU
-     or second device, costs from weight bytes over each device's memory bandwidth.
+     or second device, costs from weight bytes over each device's memory bandwidth, the
+     latency model's step times (the paper's schedule).
 
 The decode phase starts at the first commit (stats `decode_s`), as the benchmark and the
 headline count it. Replayed decode steps per method: AR, every target forward after the
@@ -465,25 +470,3 @@ def measured_timeline(record: dict, max_steps: int = 12) -> dict:
              (_get(s, "end_ns") - start) / 1e9, _get(s, "step", 0)) for s in keep]
     end = max((b[3] for b in bars), default=0.0)
     return {"bars": bars, "end_s": end, "steps": min(max_steps, rec.steps)}
-
-
-# ---------------------------------------------------------------------------------------------
-# 5) everything for one set of runs
-
-
-def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,
-                branch_budget: int = 2, kappa: int = 8, accelerators=None, source: str = "") -> dict:
-    """Profiles (a), (b) and (c) for `records` (record dicts, see recorded_steps): measured
-    speedups, per-profile projections, the profiles, and the recorded steps. `accelerators`:
-    whatif_hardware.Accelerators (None: its defaults)."""
-    from mirror_sd.bench.whatif_hardware import Accelerators, accelerator_profile
-
-    recorded = [r for r in (recorded_steps(rec, gamma) for rec in records) if r is not None]
-    profiles = this_machine(records, target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
-                            branch_budget=branch_budget, kappa=kappa, source=source)
-    cal = profiles["a"].calibration
-    hw = accelerators if accelerators is not None else Accelerators()
-    profiles["c"] = accelerator_profile(hw, cal, gamma)
-    return {"projection": True, "note": lm.PROJECTION_NOTE, "calibration": cal,
-            "measured_speedup": measured_speedups(recorded), "recorded": recorded,
-            "profiles": profiles, "projected": {k: project(recorded, p) for k, p in profiles.items()}}

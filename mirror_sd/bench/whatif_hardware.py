@@ -1,4 +1,5 @@
-"""Profile (c) of the what-if projection: a heterogeneous accelerator pair in the paper's spirit.
+"""Profile (c) of the what-if projection, a heterogeneous accelerator pair in the paper's spirit,
+and `project_all`: profiles (a), (b) and (c) for one set of runs.
 
 The target runs on a GPU, the draft on an NPU or a second device; no shared bus (contention 1).
 At batch 1 a decoder forward over a few tokens is memory-bound: it reads every weight once.
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from mirror_sd.bench import latency_model as lm
+from mirror_sd.bench import whatif as wi
 from mirror_sd.bench.whatif import PROFILE_NAMES, Profile
 
 
@@ -170,3 +172,20 @@ def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
     host = hw.host_ms / 1e3
     return Profile("c", PROFILE_NAMES["c"], cal, {m: host for m in ("ar", "sd", "mirror")},
                    list(cal.notes) + list(hw.notes), acceptance_from_run=from_run)
+
+
+def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,
+                branch_budget: int = 2, kappa: int = 8, accelerators=None, source: str = "") -> dict:
+    """Profiles (a), (b) and (c) for `records` (record dicts, see recorded_steps): measured
+    speedups, per-profile projections, the profiles, and the recorded steps. `accelerators`:
+    Accelerators (None: its defaults)."""
+    recorded = [r for r in (wi.recorded_steps(rec, gamma) for rec in records) if r is not None]
+    profiles = wi.this_machine(records, target_layers=target_layers, gamma=gamma,
+                               exit_layer=exit_layer, branch_budget=branch_budget, kappa=kappa,
+                               source=source)
+    cal = profiles["a"].calibration
+    hw = accelerators if accelerators is not None else Accelerators()
+    profiles["c"] = accelerator_profile(hw, cal, gamma)
+    return {"projection": True, "note": lm.PROJECTION_NOTE, "calibration": cal,
+            "measured_speedup": wi.measured_speedups(recorded), "recorded": recorded,
+            "profiles": profiles, "projected": {k: wi.project(recorded, p) for k, p in profiles.items()}}
