@@ -49,6 +49,31 @@ def profile_a(records: list[dict], kw: dict) -> wi.Profile:
     return wi.this_machine(records, **kw)["a"]
 
 
+def speedups(records: list[dict], kw: dict) -> None:
+    """Decode speed over AR, summed over the questions: measured, (a) and (b), each question
+    calibrated from its own spans."""
+    ok = [r for r in records if not r.get("error") and wi.base_method(r["method"]) in wi.METHODS]
+    time = {k: {m: 0.0 for m in wi.METHODS} for k in ("measured", "a", "b")}
+    tokens = {m: 0 for m in wi.METHODS}
+    for q in dict.fromkeys(r["question_id"] for r in ok):
+        mine = [r for r in ok if r["question_id"] == q]
+        profiles = wi.this_machine(mine, **kw)
+        for rec in (wi.recorded_steps(r, kw["gamma"]) for r in mine):
+            if rec is None or not rec.steps or not rec.decode_s:
+                continue
+            tokens[rec.method] += rec.tokens
+            time["measured"][rec.method] += rec.decode_s
+            for k in ("a", "b"):
+                time[k][rec.method] += wi.project_run(rec, profiles[k])["decode_s"]
+    print("\n## Decode speed over AR over the whole run: measured and projected\n")
+    print("| | " + " | ".join(wi.METHODS) + " |")
+    print("|---|" + "---|" * len(wi.METHODS))
+    for k, name in (("measured", "measured"), ("a", "projection (a), this machine"),
+                    ("b", "projection (b), draft on its own device")):
+        ar = tokens["ar"] / time[k]["ar"]
+        print(f"| {name} | " + " | ".join(f"{tokens[m] / time[k][m] / ar:.2f}" for m in wi.METHODS) + " |")
+
+
 def fidelity(records: list[dict], kw: dict) -> list[dict]:
     """Per (question, method): measured decode s, pooled and held-out projections."""
     ok = [r for r in records if not r.get("error") and wi.base_method(r["method"]) in wi.METHODS]
@@ -164,6 +189,7 @@ def main(argv=None) -> int:
     print(f"benchmark: {results['meta'].get('target')} / {results['meta'].get('draft')}, "
           f"{results['meta'].get('precision')}, {len(results['questions'])} questions, settings {kw}")
     print_fidelity(fidelity(records, kw))
+    speedups(records, kw)
     paper_setting(records, kw)
     return 0
 
