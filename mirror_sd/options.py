@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
 from mirror_sd.engine.settings import Settings
+from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES
 
 DEFAULTS = {f.name: f.default for f in fields(Settings)}
@@ -70,6 +71,22 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-precision", default=None, help="overrides --precision for the draft")
     p.add_argument("--target-device", default="auto")
     p.add_argument("--draft-device", default="auto")
+    p.add_argument("--placement", default="auto", choices=list(CONFIGURATIONS),
+                   action=_PlacementAction,
+                   help="a device configuration that sets both devices (placement.py): "
+                        + "; ".join(f"{n}: {d}" for n, (_, _, d) in CONFIGURATIONS.items()))
+
+
+class _PlacementAction(argparse.Action):
+    """--placement NAME: records NAME and sets --target-device / --draft-device to its devices
+    ("gpu": cuda, the first GPU); a later --target-device or --draft-device still overrides."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, self.dest, value)
+        if value != "auto":
+            tdev, ddev, _ = CONFIGURATIONS[value]
+            namespace.target_device, namespace.draft_device = (
+                "cuda" if d == "gpu" else d for d in (tdev, ddev))
 
 
 def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool, bool]:
@@ -89,7 +106,10 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
 
 
 def model_kwargs(args) -> dict:
-    """load_pair's keyword arguments from add_model_options' flags (names excluded)."""
+    """load_pair's keyword arguments from add_model_options' flags (names excluded). A
+    --placement other than auto is checked first (a GPU it needs is there: MirrorSDError)."""
+    if getattr(args, "placement", "auto") != "auto":
+        configuration_devices(args.placement)
     return dict(precision=args.precision, target_precision=args.target_precision,
                 draft_precision=args.draft_precision, target_device=args.target_device,
                 draft_device=args.draft_device)

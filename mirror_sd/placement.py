@@ -7,6 +7,13 @@ needs a set thread count for a stretch (row-exact attention's one-thread SDPA ca
 `torch_threads()`; a process that runs no pair (a trainer's `--threads`, tiny test models)
 calls `set_process_threads()`. Timing code calls `lane_sync()` so GPU
 work is finished before a clock is read.
+
+Device configurations (`CONFIGURATIONS`: the CLI's `--placement`, the app's "Device
+configuration", `python -m mirror_sd.gpu_check`) name the layouts a GPU host allows: both
+models on one GPU (the draft lane on its own CUDA stream, `lane_stream`), the target on the GPU
+with the draft on the CPU, or the other way round. `configuration_devices()` turns a name into
+the (target, draft) devices that `resolve_placement()` takes, after checking it against a
+`DeviceInventory` (what torch sees, or one a test builds) with a message saying why not.
 """
 from __future__ import annotations
 
@@ -44,6 +51,97 @@ class Placement:
     @property
     def both_on_cpu(self) -> bool:
         return self.target_device == "cpu" and self.draft_device == "cpu"
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str  # "cuda:0"
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class DeviceInventory:
+    """What this process can place models on: the CPU's available RAM and each CUDA GPU."""
+    ram_free_bytes: int
+    gpus: tuple[GPU, ...] = ()
+    mps: bool = False
+
+    def free_bytes(self, device: str) -> int | None:
+        """Free memory of the pool `device` draws on (the RAM for cpu and mps); None: unknown."""
+        if device in ("cpu", "mps"):
+            return self.ram_free_bytes
+        return next((g.free_bytes for g in self.gpus if g.name == device), None)
+
+
+def device_inventory() -> DeviceInventory:
+    """The devices torch sees now, with free memory (RAM: psutil; GPUs: cudaMemGetInfo)."""
+    import psutil
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = []
+    for i in range(n):
+        free, total = torch.cuda.mem_get_info(i)
+        gpus.append(GPU(f"cuda:{i}", int(free), int(total)))
+    return DeviceInventory(int(psutil.virtual_memory().available), tuple(gpus), _mps_available())
+
+
+# name -> (target device, draft device, what it is); "gpu" is the first CUDA GPU
+CONFIGURATIONS = {
+    "auto": ("auto", "auto", "as `--target-device auto --draft-device auto`: both on the GPU "
+                             "when there is one, else both on the CPU"),
+    "cpu": ("cpu", "cpu", "both models on the CPU, one core per lane"),
+    "gpu-streams": ("gpu", "gpu", "both models on one GPU, the draft lane on its own CUDA stream"),
+    "target-gpu-draft-cpu": ("gpu", "cpu", "the target on the GPU, the draft on the CPU"),
+    "draft-gpu-target-cpu": ("cpu", "gpu", "the draft on the GPU, the target on the CPU"),
+}
+GPU_CONFIGURATIONS = ("gpu-streams", "target-gpu-draft-cpu", "draft-gpu-target-cpu")
+
+
+def configuration_devices(name: str, inventory: DeviceInventory | None = None,
+                          needs: dict[str, float] | None = None) -> tuple[str, str]:
+    """(target device, draft device) of the configuration `name`, checked before any model
+    loads: the GPU it asks for is there and, given `needs` ({"target": bytes, "draft":
+    bytes}, weights only), each device has the memory for what it holds (with the loader's
+    headroom). Raises MirrorSDError saying why not."""
+    if name not in CONFIGURATIONS:
+        raise MirrorSDError(f"Unknown device configuration {name!r}: use one of "
+                            f"{', '.join(CONFIGURATIONS)}.")
+    tdev, ddev, _ = CONFIGURATIONS[name]
+    if name == "auto":
+        return tdev, ddev
+    inv = inventory or device_inventory()
+    if "gpu" in (tdev, ddev):
+        if not inv.gpus:
+            raise MirrorSDError(f"The device configuration {name!r} needs a CUDA GPU, but torch "
+                                f"sees none on this machine: use 'cpu' (or 'auto').")
+        gpu = inv.gpus[0].name
+        tdev, ddev = (gpu if d == "gpu" else d for d in (tdev, ddev))
+    if needs:
+        _check_fit(name, {"target": tdev, "draft": ddev}, needs, inv)
+    return tdev, ddev
+
+
+def _check_fit(name: str, devices: dict[str, str], needs: dict[str, float],
+               inv: DeviceInventory) -> None:
+    from mirror_sd.models.memory import GIB, HEADROOM
+    per_pool: dict[str, float] = {}
+    for role, dev in devices.items():
+        pool = "cpu" if dev in ("cpu", "mps") else dev
+        per_pool[pool] = per_pool.get(pool, 0.0) + float(needs.get(role, 0.0)) * HEADROOM
+    for pool, need in per_pool.items():
+        free = inv.free_bytes(pool)
+        if free is not None and need > free:
+            where = "RAM" if pool == "cpu" else f"memory on {pool}"
+            raise MirrorSDError(f"The device configuration {name!r} needs about "
+                                f"{need / GIB:.1f} GiB of {where} but only {free / GIB:.1f} GiB "
+                                f"is free: pick another configuration, a lower precision or "
+                                f"smaller models.")
+
+
+def available_configurations(inventory: DeviceInventory | None = None) -> list[str]:
+    """The configurations this machine can run: all of them with a GPU, else auto and cpu."""
+    inv = inventory or device_inventory()
+    return [n for n in CONFIGURATIONS if inv.gpus or n not in GPU_CONFIGURATIONS]
 
 
 def cpu_cores() -> int:
