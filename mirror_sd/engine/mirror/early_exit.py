@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass
 
 import torch
 
 from mirror_sd.models.pair import model_vocab_size
+from mirror_sd.models.precision import int8_head_copy
 
 EXIT_HEAD_CHOICES = ("auto", "exact", "int8")
 _LARGE_HEAD = 1 << 24  # parameters; tiny test models stay exact under "auto"
@@ -37,15 +37,6 @@ def exit_parts(model):
     """(decoder layers, final norm, LM head) of a transformers causal LM."""
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     return body.layers, body.norm, model.get_output_embeddings()
-
-
-def _int8_copy(head: torch.nn.Linear) -> torch.nn.Module:
-    with warnings.catch_warnings():  # torch.ao's deprecation notices: the kernels are current
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
-        copy = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None)
-        copy.load_state_dict({k: v.detach().float() for k, v in head.state_dict().items()})
-        return quantize_dynamic(torch.nn.Sequential(copy), {torch.nn.Linear}, dtype=torch.qint8)
 
 
 @dataclass
@@ -86,7 +77,7 @@ def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None,
     with _lock:  # quantizing and cutting take seconds: once per model, shared by every run
         heads = _cache.setdefault(model, {})
         if use_int8 and "int8" not in heads:
-            heads["int8"] = _int8_copy(head)
+            heads["int8"] = int8_head_copy(head)
         base = heads["int8"] if use_int8 else head
         if ids is not None:
             key = (kind, hashlib.sha1(ids.cpu().numpy().tobytes()).hexdigest())
