@@ -261,7 +261,7 @@ def test_auto_gamma_and_budget(client):
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
-    assert f"γ={auto['gamma']} " in summary and f"branch budget {auto['branch_budget']}" in summary
+    assert f"γ</abbr>={auto['gamma']} " in summary and f"branch budget {auto['branch_budget']}" in summary
     assert data["settings"]["gamma"] == auto["gamma"]
 
 
@@ -406,8 +406,8 @@ def test_every_timed_run_is_warm_and_its_clock_starts_at_its_first_timed_event()
         assert min(rec.times_ns) >= 0
         assert min(s.start_ns for s in rec.spans) >= rec.t0_ns
         assert max(s.end_ns for s in rec.spans) - rec.t0_ns <= wall_ns
-        # Finish arrives right after the engine's end: the clock ends at the wall time
-        assert rec.duration_ns == pytest.approx(wall_ns, abs=0.02 * wall_ns + 2e6)
+        # Finish arrives right after the engine's end (a busy machine may delay it a little)
+        assert wall_ns <= rec.duration_ns <= 1.05 * wall_ns + 20e6
     again = Job(request, pairs, threading.Event())
     again.start()
     assert again.finished.wait(60) and again.meta["warmup_s"] == 0.0  # warm already
