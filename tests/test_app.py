@@ -407,7 +407,7 @@ def test_every_timed_run_is_warm_and_its_clock_starts_at_its_first_timed_event()
         assert min(s.start_ns for s in rec.spans) >= rec.t0_ns
         assert max(s.end_ns for s in rec.spans) - rec.t0_ns <= wall_ns
         # Finish arrives right after the engine's end (a busy machine may delay it a little)
-        assert wall_ns <= rec.duration_ns <= 1.05 * wall_ns + 20e6
+        assert wall_ns - 1e3 <= rec.duration_ns <= 1.05 * wall_ns + 20e6
     again = Job(request, pairs, threading.Event())
     again.start()
     assert again.finished.wait(60) and again.meta["warmup_s"] == 0.0  # warm already
