@@ -1,0 +1,5 @@
+import sys
+
+from mirror_sd.gpu_check.cli import main
+
+sys.exit(main())
