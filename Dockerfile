@@ -1,4 +1,7 @@
 # mirror-sd web app on CPU (Hugging Face Spaces "docker" SDK or any container host).
+# The same app and the same requirements.txt as a local run and a Gradio Space (docs/hosting.md);
+# Python 3.11 as on the development machines (the Gradio Space's header asks for 3.12, which
+# ZeroGPU needs). `spaces` is installed but inert here: no SPACES_ZERO_GPU in a container.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \

@@ -1,0 +1,112 @@
+"""The app on a ZeroGPU Space and everywhere else, from one code path.
+
+On a ZeroGPU Space (the platform sets SPACES_ZERO_GPU=true and the `spaces` package is
+installed) `gpu(fn)` returns `spaces.GPU(fn, duration=...)`: each call of the run handler gets
+a GPU for the call, in a worker process that the arguments and every yielded frame cross
+pickled. Anywhere else (a local run, CPU Basic, the Dockerfile, the tests) `gpu(fn)` returns
+`fn` itself: no wrapper, nothing changed.
+
+`run_duration` is the `duration=` callable: it takes the handler's own arguments and returns
+the seconds to ask for, projected from the latency model (`mirror_sd.bench.latency_model`) for
+the requested tokens and methods, plus an allowance for loading and the warm-up.
+
+What crosses the process boundary is plain data: the frames the handler yields are strings,
+numbers, dicts and lists (and Gradio's update dicts), and the engine's events have a plain
+form (`plain_events` / `events_from_plain`, the same dicts as a saved trace). The models are
+placed inside the call: `placement.resolve_placement("auto", "auto")` sees the call's GPU.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from typing import Callable
+
+SPACES_ENV = "SPACES_ZERO_GPU"  # set to "true" by the platform on a ZeroGPU Space
+GPU_PRECISION = "bf16"  # the reduced precisions of mirror_sd.cpu run on a CPU only
+# Seconds asked for on top of the decoding projection: loading the pair onto the GPU and the
+# untimed warm-up of each method. An allowance, not a measurement: no ZeroGPU run exists yet.
+LOAD_ALLOWANCE_S = 30.0
+MIN_DURATION_S = 15  # below this a request gains no queue priority worth the risk
+MAX_DURATION_S = 300  # above this a visitor's daily quota is spent by a single run
+DEFAULT_METHODS = ("ar", "sd", "mirror")
+
+
+def on_zerogpu() -> bool:
+    """True on a ZeroGPU Space (the platform's environment variable says so)."""
+    return os.environ.get(SPACES_ENV, "").strip().lower() in ("1", "t", "true")
+
+
+def spaces_module():
+    """The `spaces` package when it is installed, else None."""
+    try:
+        return importlib.import_module("spaces")
+    except ImportError:
+        return None
+
+
+def gpu(fn: Callable, duration: Callable | int | None = None) -> Callable:
+    """`spaces.GPU(fn, duration=duration)` on a ZeroGPU Space, else `fn` unchanged."""
+    spaces = spaces_module() if on_zerogpu() else None
+    if spaces is None:
+        return fn
+    return spaces.GPU(fn, duration=duration)
+
+
+def default_precision(cpu_default: str) -> str:
+    """The precision the app starts with: the CPU default, or bf16 where runs get a GPU."""
+    return GPU_PRECISION if on_zerogpu() else cpu_default
+
+
+def projected_seconds(max_new_tokens: int, methods=DEFAULT_METHODS, calibration=None) -> float:
+    """Projection: seconds to decode `max_new_tokens` with each of `methods` one after
+    another, from the latency model's calibration (the built-in one by default)."""
+    from mirror_sd.bench.latency_model import default_calibration, predict
+    cal = calibration or default_calibration()
+    methods = tuple(methods) or DEFAULT_METHODS
+    rates = predict(cal, methods)
+    total = 0.0
+    for m in methods:
+        tps = rates[m]["tokens_per_s"]
+        if not tps:  # a method the calibration cannot price: at AR's rate
+            tps = rates.get("ar", {}).get("tokens_per_s") or predict(cal, ("ar",))["ar"]["tokens_per_s"]
+        total += max(0, int(max_new_tokens)) / tps
+    return total
+
+
+def duration_s(max_new_tokens: int, methods=DEFAULT_METHODS, calibration=None) -> int:
+    """Seconds to ask ZeroGPU for: the projection plus LOAD_ALLOWANCE_S, within the bounds."""
+    est = projected_seconds(max_new_tokens, methods, calibration) + LOAD_ALLOWANCE_S
+    return int(min(MAX_DURATION_S, max(MIN_DURATION_S, round(est))))
+
+
+def run_duration(fn: Callable) -> Callable:
+    """The `duration=` callable for the run handler `fn`: it binds the same arguments as `fn`
+    (positional or by name) and reads `max_new_tokens` and `methods` from them."""
+    sig = inspect.signature(fn)
+
+    def duration(*args, **kwargs) -> int:
+        bound = sig.bind_partial(*args, **kwargs).arguments
+        tokens = bound.get("max_new_tokens") or 0
+        chosen = [str(m).strip().lower() for m in (bound.get("methods") or [])]
+        names = {"ar": "ar", "sd": "sd", "mirror": "mirror", "mirror-sd": "mirror"}
+        methods = tuple(dict.fromkeys(names[m] for m in chosen if m in names)) or DEFAULT_METHODS
+        return duration_s(int(tokens), methods)
+
+    return duration
+
+
+def gpu_run(fn: Callable) -> Callable:
+    """The run handler as the app binds it: `gpu(fn, duration=run_duration(fn))`."""
+    return gpu(fn, duration=run_duration(fn))
+
+
+def plain_events(events) -> list[dict]:
+    """Events as plain dicts (picklable and JSON-ready): what may cross a process boundary."""
+    return [e.to_dict() for e in events]
+
+
+def events_from_plain(dicts) -> list:
+    """The events back from `plain_events`."""
+    from mirror_sd.engine.events import event_from_dict
+    return [event_from_dict(d) for d in dicts]
