@@ -458,3 +458,27 @@ def test_cjk_is_kept_undrawable_characters_are_escaped_and_whitespace_is_quiet()
     from pathlib import Path
     css = (Path(__file__).parents[1] / "ui" / "panes.css").read_text()
     assert '"Noto Sans CJK SC"' in css
+
+
+def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm(monkeypatch):
+    """launch() starts it (not an import, not test mode); it loads the pair and warms every
+    method, so the first Run neither loads nor warms up; the status line follows it."""
+    import threading
+
+    from mirror_sd.engine.settings import Settings
+    from ui import handlers
+    from ui.preparing import Preparer
+    from ui.session import Job, PairCache, PairSpec, RunRequest, phase_estimate
+
+    pairs = PairCache.tiny()
+    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    handlers.start_preparing()  # test mode: nothing starts
+    assert handlers._PREPARER == [] and handlers.ready_message() == handlers.READY
+    prep = Preparer(pairs, PairSpec(), "def hello ( x ) :", Settings(max_new_tokens=8))
+    prep.start()
+    assert prep.done.wait(60) and prep.error is None and prep.describe() == ""
+    assert pairs.loaded(PairSpec())
+    job = Job(RunRequest("def x", PairSpec(), Settings(max_new_tokens=4)), pairs, threading.Event())
+    job.start()
+    assert job.finished.wait(60) and job.error is None and job.meta["warmup_s"] == 0.0
+    assert "once per machine" in phase_estimate("converting x.gguf to safetensors")
