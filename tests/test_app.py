@@ -441,12 +441,15 @@ def test_breakdown_adds_up_to_the_wall_time_and_the_why_is_said():
     # step 0: the verdict (A=2, c) was in the early exit's row 2, and the taken branch's root too
     assert ee == {"hits": 1, "hits_from_exit": 1, "hits_from_draft": 0, "steps": 1,
                   "exit_held": 1, "exit_top1": 1, "kappa": 2, "layer": 2, "lens": False}
-    html = render_summary(records, {"temperature": 0.0}, {"precision": "int8", "warmup_s": 1.5})
+    meta = {"precision": "int8", "warmup_s": 1.5, "target_device": "cpu", "draft_device": "cpu"}
+    html = render_summary(records, {"temperature": 0.0}, meta)
     assert "Where the time went" in html and "msd-bk b-verify" in html
     assert 'class="msd-why"' in html and "Mirror-SD decoded at 1.79× AR&#x27;s speed" in html
     assert "levers are missing" in html and "What if" in html
     assert "Precision <b>int8</b>" in html and "same weights" in html and "1.5 s warm-up" in html
     assert "held the target's token in <b>1 of 1</b> steps" in html
+    on_gpu = render_summary(records, {"temperature": 0.0}, dict(meta, target_device="cuda:0"))
+    assert "levers are missing" not in on_gpu  # said only where both lanes share one CPU
 
 
 def test_cjk_is_kept_undrawable_characters_are_escaped_and_whitespace_is_quiet():

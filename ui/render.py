@@ -270,8 +270,9 @@ def render_summary(records: dict[str, RunRecord], settings: dict | None = None,
         if done[m].cancelled:
             checks += f'<li class="msd-check c-na">{esc(SHORT_NAMES[m])} was stopped early.</li>'
     why = why_sentence(done)
-    why = (f'<p class="msd-why">{esc(why)}</p><p class="msd-levers">{esc(LEVERS)}</p>'
-           if why else "")
+    one_cpu = all(str(meta.get(k, "")).startswith("cpu") for k in ("target_device", "draft_device"))
+    levers = f'<p class="msd-levers">{esc(LEVERS)}</p>' if one_cpu else ""
+    why = f'<p class="msd-why">{esc(why)}</p>{levers}' if why else ""
     return (f'<div class="msd-summary">{_headline(done, speed)}{why}'
             f'<ul class="msd-checks">{checks}{_fairness(meta, order)}</ul>'
             f'{render_breakdown(done)}{render_lanes(done)}{table}'
