@@ -142,3 +142,17 @@ def test_spaces_header_is_valid_for_a_gradio_space_on_zerogpu_and_cpu_basic():
     assert "spaces" in pins and "torch" in pins
     doc = (ROOT / "docs" / "hosting.md").read_text(encoding="utf-8")
     assert "requirements.txt" in doc and pins["torch"] in doc and header["python_version"] in doc
+
+
+def test_the_apps_device_configuration_menu_follows_the_machine(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert zerogpu.device_configurations() == (["cpu"], "cpu", False)
+    assert zerogpu.configuration_devices("cpu") == ("cpu", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (70 * 2 ** 30, 80 * 2 ** 30))
+    choices, value, interactive = zerogpu.device_configurations()
+    assert value == "auto" and interactive and "target-gpu-draft-cpu" in choices
+    assert zerogpu.configuration_devices("target-gpu-draft-cpu") == ("cuda:0", "cpu")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import handlers, whatif
+from . import handlers, whatif, zerogpu
 from .inspector import follow_replay, pick, render_inspector
 from .render import render_legend, render_pane, render_status, render_summary
 from .runs import METHOD_ORDER, SHORT_NAMES
@@ -101,7 +101,7 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                                         info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
                     draft = gr.Textbox("default", label="Draft model",
                                        info="Must share the target's vocabulary.")
-                    precision = gr.Dropdown(TARGET_PRECISIONS, value=handlers.DEFAULT_PRECISION, label="Precision",
+                    precision = gr.Dropdown(TARGET_PRECISIONS, value=zerogpu.default_precision(handlers.DEFAULT_PRECISION), label="Precision",
                                             info=PRECISION_INFO)
                     draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
                                                   label="Draft precision", info=DRAFT_PRECISION_INFO)
@@ -118,6 +118,11 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                                                     label="Target device")
                         draft_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
                                                    label="Draft device")
+                    configs, config_value, config_open = zerogpu.device_configurations()
+                    device_config = gr.Dropdown(configs, value=config_value, interactive=config_open,
+                                                label="Device configuration",
+                                                info="Sets both devices (docs/hosting.md); without a GPU "
+                                                     "both models run on the CPU.")
                 with gr.Accordion("Traces and cache", open=False):
                     use_cache = gr.Checkbox(True, label="Reuse cached results for identical settings")
                     trace_file = gr.File(label="Download the last run as a JSON trace", interactive=False,
@@ -172,12 +177,14 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                            **free)
         demo.load(**layer_range)
         target.change(**layer_range)
+        device_config.change(zerogpu.configuration_devices, device_config, [target_device, draft_device],
+                             api_visibility="private", **free)
         demo.load(handlers.preparing_status, None, [status, preparing], api_visibility="private",
                   show_progress="hidden", **free)
         preparing.tick(handlers.preparing_status, None, [status, preparing],
                        api_visibility="private", show_progress="hidden", **free)
         run_btn.click(handlers.arm, None, [stop_btn, preparing], api_visibility="private", **free).then(
-            handlers.run, inputs, outputs, api_name="run", concurrency_limit=1,
+            zerogpu.gpu_run(handlers.run), inputs, outputs, api_name="run", concurrency_limit=1,
             concurrency_id="decode", show_progress="full", show_progress_on=[status]).then(
             handlers.idle, None, stop_btn, api_visibility="private", **free).then(
             **layer_range)  # the pair is loaded now: its real layer count

@@ -110,3 +110,21 @@ def events_from_plain(dicts) -> list:
     """The events back from `plain_events`."""
     from mirror_sd.engine.events import event_from_dict
     return [event_from_dict(d) for d in dicts]
+
+
+def device_configurations() -> tuple[list[str], str, bool]:
+    """The app's "Device configuration" menu: (choices, value, interactive). With a GPU every
+    configuration placement.py allows here, starting at auto; without one the CPU
+    configuration alone, shown but fixed."""
+    from mirror_sd.placement import available_configurations, device_inventory
+    inv = device_inventory()
+    if not inv.gpus:
+        return ["cpu"], "cpu", False
+    return available_configurations(inv), "auto", True
+
+
+def configuration_devices(name: str) -> tuple[str, str]:
+    """(target device, draft device) for the app's two device menus; placement.py checks the
+    configuration (a MirrorSDError says why it cannot run here)."""
+    from mirror_sd.placement import configuration_devices as devices
+    return devices(name)
