@@ -223,9 +223,16 @@ def live_stats(rec: RunRecord, now_ns: int | None = None) -> dict:
     """tokens, elapsed_s and tokens_per_s: measured() when finished, else so far."""
     if rec.finish is not None:
         return measured(rec)
-    n = sum(len(e.token_ids) for e in rec.events if isinstance(e, Commit))
+    commits = [(t, len(e.token_ids)) for e, t in zip(rec.events, rec.times_ns) if isinstance(e, Commit)]
+    n = sum(k for _, k in commits)
     elapsed = (now_ns if now_ns is not None else rec.duration_ns) / 1e9
-    return {"tokens": n, "elapsed_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}
+    out = {"tokens": n, "elapsed_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}
+    if commits:  # the same split as measured(): prefill to the first commit, decode after it
+        prefill = commits[0][0] / 1e9
+        decode_s, decode_n = elapsed - prefill, n - commits[0][1]
+        out.update(prefill_s=prefill, decode_tokens_per_s=decode_n / decode_s
+                   if decode_n > 0 and decode_s > 0 else None)
+    return out
 
 
 def compare_tokens(reference: list[int], other: list[int]) -> dict:
