@@ -156,3 +156,21 @@ def test_the_apps_device_configuration_menu_follows_the_machine(monkeypatch):
     choices, value, interactive = zerogpu.device_configurations()
     assert value == "auto" and interactive and "target-gpu-draft-cpu" in choices
     assert zerogpu.configuration_devices("target-gpu-draft-cpu") == ("cuda:0", "cpu")
+
+
+def test_on_zerogpu_the_main_process_never_asks_torch_for_gpu_memory(monkeypatch):
+    import torch
+
+    def no_cuda_here(*a, **k):
+        raise AssertionError("CUDA initialised in ZeroGPU's main process")
+
+    monkeypatch.setenv(zerogpu.SPACES_ENV, "true")
+    config = types.SimpleNamespace(Config=types.SimpleNamespace(zerogpu_cuda_total_memory=2 ** 36))
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=None, config=config))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda_here)
+    choices, value, interactive = zerogpu.device_configurations()
+    assert interactive and value == "auto" and "gpu-streams" in choices
+    assert zerogpu.configuration_devices("draft-gpu-target-cpu") == ("cpu", "cuda:0")
+    assert not zerogpu.prepare_in_background()
+    monkeypatch.delenv(zerogpu.SPACES_ENV)
+    assert zerogpu.prepare_in_background()

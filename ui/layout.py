@@ -220,7 +220,8 @@ def _preset(name):
 def launch(demo: gr.Blocks, **kwargs):
     """Start preparing the default pair in the background (not in test mode), then queue (one
     run at a time, bounded, positions shown) and launch with the app's CSS."""
-    handlers.start_preparing()
+    if zerogpu.prepare_in_background():
+        handlers.start_preparing()
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     kwargs.setdefault("css", CSS)
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME") or None)

@@ -14,6 +14,13 @@ What crosses the process boundary is plain data: the frames the handler yields a
 numbers, dicts and lists (and Gradio's update dicts), and the engine's events have a plain
 form (`plain_events` / `events_from_plain`, the same dicts as a saved trace). The models are
 placed inside the call: `placement.resolve_placement("auto", "auto")` sees the call's GPU.
+
+On ZeroGPU the main process has no GPU: `spaces` makes torch report one, but anything that
+initialises CUDA there (`torch.cuda.mem_get_info`, a model moved to it) breaks the forked
+workers, and `spaces` must be imported before that can happen. So this module imports it when
+it is itself imported (ui.layout imports it before building anything), the app's device menu
+takes the worker's GPU from the platform's settings instead of asking torch, and no pair is
+prepared in the main process (`prepare_in_background`).
 """
 from __future__ import annotations
 
@@ -43,6 +50,16 @@ def spaces_module():
         return importlib.import_module("spaces")
     except ImportError:
         return None
+
+
+if on_zerogpu():
+    spaces_module()  # before anything can initialise CUDA (see the module's docstring)
+
+
+def prepare_in_background() -> bool:
+    """Whether launch() may load the default pair ahead of the first run: not on ZeroGPU,
+    where a run's pair loads inside the call, on its GPU."""
+    return not on_zerogpu()
 
 
 def gpu(fn: Callable, duration: Callable | int | None = None) -> Callable:
@@ -116,8 +133,8 @@ def device_configurations() -> tuple[list[str], str, bool]:
     """The app's "Device configuration" menu: (choices, value, interactive). With a GPU every
     configuration placement.py allows here, starting at auto; without one the CPU
     configuration alone, shown but fixed."""
-    from mirror_sd.placement import available_configurations, device_inventory
-    inv = device_inventory()
+    from mirror_sd.placement import available_configurations
+    inv = _inventory()
     if not inv.gpus:
         return ["cpu"], "cpu", False
     return available_configurations(inv), "auto", True
@@ -127,4 +144,19 @@ def configuration_devices(name: str) -> tuple[str, str]:
     """(target device, draft device) for the app's two device menus; placement.py checks the
     configuration (a MirrorSDError says why it cannot run here)."""
     from mirror_sd.placement import configuration_devices as devices
-    return devices(name)
+    return devices(name, _inventory())
+
+
+ZEROGPU_MEMORY = 70 * 1024 ** 3  # a ZeroGPU workload's GPU memory, where the platform does not say
+
+
+def _inventory():
+    """The devices a run will have: torch's here; on ZeroGPU the worker's one GPU, from the
+    platform's settings (asking torch in the main process would initialise CUDA)."""
+    from mirror_sd.placement import GPU, DeviceInventory, device_inventory
+    if not on_zerogpu():
+        return device_inventory()
+    import psutil
+    config = getattr(getattr(spaces_module(), "config", None), "Config", None)
+    total = int(getattr(config, "zerogpu_cuda_total_memory", 0) or ZEROGPU_MEMORY)
+    return DeviceInventory(int(psutil.virtual_memory().available), (GPU("cuda:0", total, total),))
