@@ -303,14 +303,17 @@ def _live_status(job: Job, methods, t_start: float) -> str:
 
 
 def _done_message(records: dict[str, RunRecord], meta: dict) -> str:
-    ar, mirror = records.get("ar"), records.get("mirror")
+    ar = records.get("ar")
+    base = measured(ar)["decode_tokens_per_s"] if ar is not None and ar.finish else None
+    speeds = [(SHORT_NAMES[m], measured(records[m])["decode_tokens_per_s"]) for m in ("sd", "mirror")
+              if records.get(m) is not None and records[m].finish is not None]
+    speeds = [f"{name} {'decoded ' if i == 0 else ''}at {tps / base:.2f}×"
+              for i, (name, tps) in enumerate((n, t) for n, t in speeds if t and base)]
     message = "Done."
-    if ar and mirror and ar.finish and mirror.finish:
-        a, m = measured(ar)["decode_tokens_per_s"], measured(mirror)["decode_tokens_per_s"]
-        if a and m:
-            message = (f"Done: Mirror-SD decoded at {m / a:.2f}× the speed of the AR baseline "
-                       f"(warm runs, prefill apart). Press “Race replay” to watch them side by "
-                       f"side at their measured pace.")
+    if speeds:
+        message = (f"Done: {' and '.join(speeds)} the speed of the AR baseline (warm runs, "
+                   f"prefill apart). Press “Race replay” to watch them side by side at their "
+                   f"measured pace.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message
