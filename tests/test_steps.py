@@ -82,8 +82,8 @@ def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window
     assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
     assert "built 1 branch in 0.30 s while layers 3+ ran (0.40 s)" in first
     assert "kept 1 of 2 and wrote ‘w3’" in first
-    assert "matched branch no. 1" in first and "next window was ready" in first
-    assert second.startswith("Step 2: The window was ready at once (a hit)")
+    assert "matched branch no. 1, whose window was ready when the verdict came" in first
+    assert second.startswith("Step 2: The window was a branch prepared during the previous step (a hit)")
     assert "kept all 2 and added ‘w6’" in second and second.endswith("the run ended here.")
 
 

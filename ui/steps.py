@@ -3,7 +3,7 @@
 The strip is one cell per step of a speculative run, numbered from 1. A cell's colour says
 where the step's window came from, in the token legend's colours:
   hit    (blue)   the window was a branch the draft had rolled out during the previous step,
-                  while the target was still verifying: it was ready at once;
+                  while the target was still verifying: no serial redraft after the verdict;
   miss   (orange) no prepared branch matched the previous verdict, so the draft wrote this
                   window after it, serially, while the target waited;
   first  (grey)   the first window, drafted after the prompt's prefill: nothing could hit or
@@ -27,7 +27,7 @@ esc = html.escape
 
 KINDS = {  # kind -> (label, definition)
     "hit": ("hit", "The window was a branch the draft had rolled out during the previous step, "
-                   "while the target verified: it was ready at once."),
+                   "while the target verified: no serial redraft after the verdict."),
     "miss": ("miss", "No prepared branch matched the previous verdict: the draft wrote this "
                      "window after it, serially, while the target waited."),
     "first": ("first window", "The first window, drafted after the prompt's prefill: nothing "
@@ -99,6 +99,16 @@ def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
     return sum(s.end_ns - s.start_ns for s in rec.spans if s.step == step and s.label in labels) / 1e9
 
 
+def _after_verdict(rec: RunRecord, step: int) -> float:
+    """Seconds from the verdict (the end of the step's target forward and acceptance rule) to
+    the end of the draft's branch rollouts; <= 0 when they were done by then."""
+    spans = [s for s in rec.spans if s.step == step]
+    verdict = max((s.end_ns for s in spans if s.label in ("suffix", "verify_forward", "accept")),
+                  default=None)
+    branches = max((s.end_ns for s in spans if s.label == "branches"), default=None)
+    return 0.0 if verdict is None or branches is None else (branches - verdict) / 1e9
+
+
 def _fmt_s(x: float) -> str:
     return f"{x:.2f} s" if x >= 0.095 else f"{x * 1e3:.0f} ms"
 
@@ -119,7 +129,7 @@ def _exit_guess(rec: RunRecord, sv: StepView) -> str:
 
 def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> str:
     if kind == "hit":
-        return "the window was ready at once (a hit)"
+        return "the window was a branch prepared during the previous step (a hit)"
     if kind == "miss" and previous is not None:
         return (f"the window was redrafted after a miss (the target waited "
                 f"{_fmt_s(_seconds(rec, previous, 'fallback'))})")
@@ -158,8 +168,11 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     taken = next((b for b in sv.rollouts if b.status == "taken"), None)
     if taken is not None:
         rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
-        sooner = f" about {_fmt_s(saved_s)} sooner (this run's median redraft)" if saved_s else " at once"
-        return f"so the verdict matched branch{rank} and the next window was ready{sooner}"
+        late = _after_verdict(rec, sv.step)
+        ready = (f"ready {_fmt_s(late)} after the verdict" if late > 0
+                 else "ready when the verdict came")
+        redraft = f"; a serial redraft took {_fmt_s(saved_s)} in this run" if saved_s else ""
+        return f"so the verdict matched branch{rank}, whose window was {ready}{redraft}"
     if sv.fallback is not None:
         return (f"so no branch matched and the next window was redrafted serially "
                 f"({_fmt_s(_seconds(rec, sv.step, 'fallback'))})")
