@@ -259,6 +259,9 @@ def test_panel_without_a_run_and_with_a_bad_input(runs):
     values = dict(panel.input_defaults(), target="70B")
     html, _ = panel.update(state_of(runs[0]), "c", *values.values())
     assert "target size must be one of" in html and "projection" in html
+    no_layers = dict(state_of(runs[0]), meta={})  # e.g. a trace that does not say
+    html, _ = panel.update(no_layers, "c", *panel.input_defaults().values())
+    assert "how many layers" in html
 
 
 def test_inputs_map_onto_the_accelerators():

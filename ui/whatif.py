@@ -9,6 +9,7 @@ is not a measurement says "projection".
 from __future__ import annotations
 
 import html
+import logging
 from dataclasses import dataclass
 
 import gradio as gr
@@ -21,6 +22,7 @@ from mirror_sd.bench.whatif_hardware import DRAFTS, TARGETS, Accelerators, proje
 from .runs import SHORT_NAMES, RunRecord
 from .timeline import LABELS
 
+log = logging.getLogger(__name__)
 esc = html.escape
 TITLE = "What if (projection)"
 TIMELINE_STEPS = 8  # decode steps drawn per run
@@ -66,7 +68,7 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
     settings, meta = state.get("settings") or {}, state.get("meta") or {}
     layers = meta.get("target_layers")
     if not layers:
-        return None
+        raise ValueError("the run does not say how many layers its target has")
     by_method = {m: wi.record_from_run(r) for m, r in records.items()}
     gamma = int(settings.get("gamma") or 4)
     out = project_all(list(by_method.values()), target_layers=int(layers), gamma=gamma,
@@ -216,6 +218,10 @@ def update(state, profile, *values):
         got = project_state(state or {}, hw)
     except ValueError as e:  # a bad input: say which, keep the page
         return render_panel(None, f"What if (projection): {e}"), build_figure(None, None)
+    except Exception as e:  # never a traceback in the page; the log keeps it
+        log.exception("what-if projection failed")
+        return (render_panel(None, f"What if (projection) failed: {type(e).__name__}: {e}"),
+                build_figure(None, None))
     if got is None:
         return render_panel(None), build_figure(None, None)
     result, by_method = got

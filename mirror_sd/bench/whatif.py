@@ -283,7 +283,12 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
                      tail: tuple[float, float] | None = None) -> dict[str, Profile]:
     """Profiles (a) and (b) from a calibration of this machine (and Mirror-SD's own, with the
     draft work it left at each verdict, when the runs have one)."""
-    a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), list(cal.notes), mirror=mirror, tail=tail)
+    a_notes = list(cal.notes)
+    if mirror is not None and tail is not None:
+        a_notes.append(f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} ms as it ran beside the "
+                       f"draft; draft work after the verdict {tail[0] * 1e3:.0f} ms per hit, "
+                       f"{tail[1] * 1e3:.0f} ms per miss before its fallback")
+    a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), a_notes, mirror=mirror, tail=tail)
     b_cal = lm.apply_changes(cal, draft_device="separate")
     notes = [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"]
     b_mirror = None

@@ -148,6 +148,7 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
              f"draft {dft.name} ({dft.params_b:g}B) at {hw.draft_bw_gbs:g} GB/s: "
              f"{per_token * 1e3:.2f} ms per drafted token"
              + (f" ({hw.draft_tokens_per_forward:g} tokens per forward)" if hw.draft_tokens_per_forward != 1 else ""),
+             "SD drafts on the same draft device",
              f"{bpw:g} bytes per weight; {hw.launch_ms:g} ms launch per forward; "
              f"{hw.comm_ms:g} ms per message; {hw.host_ms:g} ms host per step"]
     return lm.Calibration(
