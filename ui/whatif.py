@@ -129,7 +129,7 @@ def render_costs(result: dict) -> str:
             costs = [f"target {c.t_target_1 * 1e3:.0f} ms per token" if c.t_target_1 else None,
                      f"verify of {c.gamma + 1} {c.t_target_k * 1e3:.0f} ms" if c.t_target_k else None,
                      f"draft {c.t_draft_token * 1e3:.0f} ms per token" if c.t_draft_token else None,
-                     f"contention {c.contention:.2f}",
+                     f"contention {wi.lane_factor(c):.2f}",
                      "host per step " + ", ".join(f"{SHORT_NAMES.get(k, k)} {v * 1e3:.1f} ms"
                                                   for k, v in profile.host_s.items())]
             notes = [x for x in costs if x] + notes

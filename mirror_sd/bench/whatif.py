@@ -318,7 +318,7 @@ def this_machine(records, *, target_layers: int, gamma: int, exit_layer: int | N
 # 3) projection
 
 
-def _lane_factor(cal: lm.Calibration) -> float:
+def lane_factor(cal: lm.Calibration) -> float:
     return cal.contention if cal.draft_device == "shared" else 1.0
 
 
@@ -334,7 +334,7 @@ def step_seconds(cal: lm.Calibration, method: str, hit: bool | None = None,
         t = lm.step_terms(cal)
         if t["T_prefix"] is None or (not hit and t["T_fallback"] is None):
             return None
-        lane = _lane_factor(cal) * (t["T_prefix"] + t["T_ee"] + t["T_suffix"])
+        lane = lane_factor(cal) * (t["T_prefix"] + t["T_ee"] + t["T_suffix"])
         after = tail[0] if hit else tail[1] + t["T_fallback"]
         return lane + cal.t_comm_ee + cal.t_comm_verify + cal.t_accept + after
     return lm.step_time(cal, method)
@@ -419,7 +419,7 @@ def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 
                  ("verify", "accept", draft + fwd, draft + fwd + cal.t_accept)]
         end = draft + fwd + cal.t_accept
     else:
-        c = _lane_factor(cal)
+        c = lane_factor(cal)
         p, ee, s = c * t["T_prefix"], c * t["T_ee"], c * t["T_suffix"]
         comm_ee = cal.t_comm_ee
         total = step_seconds(cal, "mirror", hit, tail)
