@@ -130,12 +130,16 @@ def test_profile_a_reproduces_each_methods_decode_time(runs):
         assert projected[m] / measured[m] == pytest.approx(1.0, abs=bounds[m]), (m, projected, measured)
 
 
-def test_sd_first_window_is_not_a_draft_cost(runs):
-    """SD's first draft span also prefills the draft on the prompt: calibration leaves it out."""
-    rec = wi.record_from_run(runs[0]["sd"])
-    first = [s for s in rec["spans"] if s.lane == "draft" and s.step == 0]
-    assert first and first not in wi.decode_spans_only(rec)["spans"]
-    assert all(not (s.lane == "draft" and s.step == 0) for s in wi.decode_spans_only(rec)["spans"])
+def test_calibration_leaves_out_the_prefill_phase(runs):
+    """SD's first draft span also prefills the draft on the prompt, and the first verify
+    forward comes before the first commit: the costs come from the decode phase only."""
+    sd = wi.decode_spans_only(wi.record_from_run(runs[0]["sd"]))
+    assert sd["spans"] and all(s.step > 0 for s in sd["spans"])
+    mirror = wi.record_from_run(runs[0]["mirror"])
+    kept = wi.decode_spans_only(mirror)["spans"]
+    assert not [s for s in kept if s.step == 0 and s.lane in ("target", "verify")]
+    assert [s for s in kept if s.step == 0 and s.lane == "draft"] == [
+        s for s in mirror["spans"] if s.step == 0 and s.lane == "draft"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -227,12 +227,18 @@ class Profile:
 
 
 def decode_spans_only(record: dict) -> dict:
-    """The record without SD's first draft span: it also prefills the draft on the prompt,
-    which would inflate the per-token draft cost of every later window."""
-    if base_method(record["method"]) != "sd":
+    """The record without the spans of its prefill phase (before the first commit): SD's
+    first draft also prefills the draft on the prompt, and the first verify forward after a
+    prefill runs slower than the decode phase's; Mirror-SD keeps its first step's draft work,
+    which runs after the first commit."""
+    method = base_method(record["method"])
+    if method == "sd":
+        keep = [s for s in record["spans"] if _get(s, "step") != 0]
+    elif method == "mirror":
+        keep = [s for s in record["spans"] if _get(s, "step") != 0 or _get(s, "lane") == "draft"]
+    else:
         return record
-    spans = [s for s in record["spans"] if not (_get(s, "lane") == "draft" and _get(s, "step") == 0)]
-    return {**record, "spans": spans}
+    return {**record, "spans": keep}
 
 
 def calibrate_machine(records, *, target_layers: int, gamma: int, exit_layer: int | None = None,
