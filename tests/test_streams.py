@@ -4,7 +4,7 @@ equals transformers' generate(); sampled tokens follow the target's distribution
 import pytest
 import torch
 
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import Notice, Span, Verify
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.engine.speculative import Speculative
@@ -113,6 +113,20 @@ def test_one_draft_forward_per_rollout_when_gamma_is_k_plus_1():
     assert len(calls) == len(verifies)  # each rollout of 4 tokens is one draft forward
     assert all(len(v.drafted) == 4 for v in verifies)
     assert any("streams" in e.detail for e in events if isinstance(e, Span) and e.lane == "draft")
+
+
+def test_live_heads_are_made_once_per_draft_and_heads_and_leave_the_pair_alone():
+    seed = 3
+    pair = with_heads(tiny.pair_perturbed(seed), random_heads(tiny.target(seed), 2))
+    before = set(vars(pair))
+    live, _ = find_heads(pair)
+    assert set(vars(pair)) == before  # no hidden attributes on the shared pair
+    assert find_heads(pair)[0] is live
+    pair.streams = random_heads(tiny.target(seed), 2, seed=1)  # new heads: a new live copy
+    fresh, _ = find_heads(pair)
+    assert fresh is not live and torch.equal(fresh.up, pair.streams.up)
+    pair.draft = tiny.perturb(pair.target, 0.05, seed + 1)  # another draft: another copy
+    assert find_heads(pair)[0] is not fresh
 
 
 # ---------------------------------------------------------------- greedy losslessness

@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import threading
+import weakref
 from pathlib import Path
 
 import torch
@@ -113,10 +115,23 @@ def find_heads(pair) -> tuple[StreamHeads | None, str]:
         if heads.hidden != hidden or heads.meta.get("vocab", vocab) != vocab:
             return None, f"{file.name} does not fit the draft (hidden {heads.hidden} vs {hidden}): plain drafting."
         pair.streams = heads
-    if getattr(pair, "_streams_for", None) is not pair.draft:  # once per draft model
-        pair._streams_live = heads.like(pair.draft)
-        pair._streams_for = pair.draft
-    return pair._streams_live, f"stream heads: {heads.n_heads} per draft forward"
+    return live_heads(heads, pair.draft), f"stream heads: {heads.n_heads} per draft forward"
+
+
+# heads in the draft's dtype and device, made once per (draft model, heads): the draft can be
+# swapped (another precision) and pair.streams replaced, and both are shared across runs
+_live: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_live_lock = threading.Lock()
+
+
+def live_heads(heads: StreamHeads, draft) -> StreamHeads:
+    """`heads` as the draft `draft` runs them (StreamHeads.like), cached per draft model."""
+    with _live_lock:
+        made = _live.get(draft)
+        if made is None or made[0] is not heads:
+            made = (heads, heads.like(draft))
+            _live[draft] = made
+        return made[1]
 
 
 # ---------------------------------------------------------------------------------------------
