@@ -34,8 +34,11 @@ GPU_PRECISION = "bf16"  # the reduced precisions of mirror_sd.cpu run on a CPU o
 # Seconds asked for on top of the decoding projection: loading the pair onto the GPU and the
 # untimed warm-up of each method. An allowance, not a measurement: no ZeroGPU run exists yet.
 LOAD_ALLOWANCE_S = 30.0
-MIN_DURATION_S = 15  # below this a request gains no queue priority worth the risk
-MAX_DURATION_S = 300  # above this a visitor's daily quota is spent by a single run
+# The platform checks the requested duration against a visitor's remaining quota before the
+# call starts (only the time used is counted): a floor for the worker's start and first
+# forward, and a ceiling so a long request does not turn visitors with some quota left away.
+MIN_DURATION_S = 15
+MAX_DURATION_S = 300
 DEFAULT_METHODS = ("ar", "sd", "mirror")
 
 
