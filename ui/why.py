@@ -198,9 +198,12 @@ def _against_sd(records: dict[str, RunRecord], mirror: RunRecord, c: dict) -> st
     bus = (f" (both lanes share the same cores and memory bus: each verify took {k:.2f}× as "
            f"long beside the draft as alone)" if k else "")
     ahead = "Mirror-SD" if _speed(records, "mirror") >= sd_speed else "SD"
-    return (f" Against plain SD ({sd_speed:.2f}×): running the draft beside the target saved "
-            f"{hidden:.2f} s of exposed draft time, and its verify forwards took {slower:.2f} s "
-            f"longer{bus}, so {ahead} came out ahead.")
+    verify = (f"its verify forwards took {slower:.2f} s longer" if slower >= 0 else
+              f"its verify forwards even took {-slower:.2f} s less")
+    saved = (f"saved {hidden:.2f} s of exposed draft time" if hidden >= 0 else
+             f"left {-hidden:.2f} s more draft time exposed")
+    return (f" Against plain SD ({sd_speed:.2f}×): running the draft beside the target {saved}, "
+            f"and {verify}{bus}, so {ahead} came out ahead.")
 
 
 LEVERS = ("On this machine Mirror-SD's two levers are missing: a draft much cheaper than the "
