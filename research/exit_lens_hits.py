@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore")
 
 from mirror_sd.engine.mirror import scoring as branch_scoring  # noqa: E402
 from mirror_sd.engine.mirror import decoder as mirror  # noqa: E402
-from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts  # noqa: E402
 from mirror_sd.engine.events import Error, Verify  # noqa: E402
 from mirror_sd.proposals.exit_lens import find_lens  # noqa: E402

@@ -70,7 +70,7 @@ def record(args) -> None:
     import warnings
     warnings.filterwarnings("ignore")
     from mirror_sd.engine.mirror import decoder as mirror
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.events import DraftBranch, Error, Finish, Verify
     from mirror_sd.models.loading import load_pair
     from mirror_sd.bench.questions import load_questions
@@ -135,7 +135,7 @@ def timing(args) -> None:
     import statistics
     import warnings
     warnings.filterwarnings("ignore")
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.events import Error, Finish
     from mirror_sd.models.loading import load_pair
     from mirror_sd.engine.mirror.decoder import MirrorSpeculative

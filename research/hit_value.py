@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 
 from mirror_sd.bench import harness as bench  # noqa: E402
-from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.events import Commit, Finish, Span  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
 from mirror_sd.engine.registry import METHODS  # noqa: E402

@@ -19,7 +19,7 @@ warnings.filterwarnings("ignore")
 
 from mirror_sd.bench import harness as bench  # noqa: E402
 from mirror_sd.engine.mirror import decoder as mirror  # noqa: E402
-from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
 from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
 

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 from mirror_sd.engine.acceptance import Sampling
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.drafting import serial_rollout
 from mirror_sd.engine.events import Finish, Notice, Span, Verify
 from mirror_sd.engine.lanes import Lane

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
-from mirror_sd.engine.decoding import Settings  # noqa: E402
+from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.lanes import Lane  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
 from mirror_sd.engine.registry import METHODS  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 
 from mirror_sd.cpu import linears as cpu_kernels
 from mirror_sd.proposals import draft_vocab
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import Notice
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative

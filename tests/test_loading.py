@@ -220,7 +220,7 @@ def test_default_pair():
 def test_one_lane_methods_get_every_core(tiny, monkeypatch):
     """AR and SD run one model at a time: they get both cores; Mirror-SD keeps one per lane."""
     from mirror_sd.engine.autoregressive import Autoregressive
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 
     monkeypatch.setattr(placement_mod, "cpu_cores", lambda: 2)

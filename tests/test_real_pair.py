@@ -3,7 +3,7 @@ plain SD and Mirror-SD must reproduce transformers' own generate() token for tok
 import pytest
 
 import tiny
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import Error, Finish
 from mirror_sd.engine.registry import METHODS
 

@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 import tiny
-from mirror_sd.engine.decoding import Settings
+from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import Error
 from mirror_sd.engine.registry import METHODS
 

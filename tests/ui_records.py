@@ -13,7 +13,7 @@ PROMPT = "def hello ( x ) :"
 def tiny_records(max_new_tokens: int = 24, gamma: int = 4) -> dict:
     import torch
 
-    from mirror_sd.engine.decoding import Settings
+    from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.registry import METHODS
     from ui.runs import RunRecord
     from ui.session import TokenTexts
