@@ -28,8 +28,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 
-from mirror_sd.engine.mirror import scoring as branch_scoring  # noqa: E402
-from mirror_sd.engine.mirror import decoder as mirror  # noqa: E402
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative  # noqa: E402
+from mirror_sd.engine.mirror.scoring import score_roots  # noqa: E402
 from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts  # noqa: E402
 from mirror_sd.engine.events import Error, Verify  # noqa: E402
@@ -37,6 +37,7 @@ from mirror_sd.proposals.exit_lens import find_lens  # noqa: E402
 from mirror_sd.models.loading import PRECISIONS, load_pair  # noqa: E402
 from mirror_sd.models.pair import ModelPair  # noqa: E402
 from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
+from scoring_record import watch_scoring  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--prompts", type=int, default=4)
@@ -51,9 +52,7 @@ args = ap.parse_args()
 layers = [int(x) for x in args.layers.split(",")]
 
 if args.tiny:
-    import sys
-    sys.path.insert(0, "tests")
-    import tiny
+    from mirror_sd.models import tiny
     t = tiny.target(0, vocab_size=259, max_position_embeddings=1024)
     pair = ModelPair(t, tiny.perturb(t, 0.05, 1), tiny.tiny_tokenizer())
     layers = [1, 2, 3]
@@ -85,32 +84,19 @@ def make_hook(L):
 
 
 hooks = [blocks[L - 1].register_forward_hook(make_hook(L)) for L in layers]
-real_score = mirror.score_roots
 
 
-real_step = mirror.DraftWorker._step
-
-
-def recording_step(self, job):
-    record["step"] = job.step  # the draft lane handles one step at a time
-    return real_step(self, job)
-
-
-def recording_score(drafted, q_rows, q_bonus, proposals, kappa, *rest, **kw):
-    if record["on"] and record["step"] not in record["scored"]:  # the first scoring of the step
-        record["scored"][record["step"]] = {"drafted": tuple(drafted), "q_rows": q_rows.clone(),
-                                            "q_bonus": q_bonus.clone(), "early": proposals is None}
-    return real_score(drafted, q_rows, q_bonus, proposals, kappa, *rest, **kw)
-
-
-mirror.score_roots = recording_score
-mirror.DraftWorker._step = recording_step
+def recording_score(step, drafted, q_rows, q_bonus, proposals, kappa, *rest, **kw):
+    if record["on"] and step not in record["scored"]:  # the first scoring of the step
+        record["scored"][step] = {"drafted": tuple(drafted), "q_rows": q_rows.clone(),
+                                  "q_bonus": q_bonus.clone(), "early": proposals is None}
 
 
 def run(ids, **over):
     s = Settings(max_new_tokens=args.max_new_tokens, gamma=G, kappa=args.kappa,
                  branch_budget=args.branch_budget, **over)
-    events = list(mirror.MirrorSpeculative(pair, s).generate(ids))
+    with watch_scoring(recording_score):
+        events = list(MirrorSpeculative(pair, s).generate(ids))
     errs = [e.message for e in events if isinstance(e, Error)]
     assert not errs, errs
     return events
@@ -164,11 +150,11 @@ def admitted(st, proposals, weight, accept):
     drafted, q_rows, q_bonus, early = st[:4]
     got = []
     if early:
-        got = [(r.depth, r.token) for r in real_score(drafted, q_rows, q_bonus, None, args.kappa)[:1]]
+        got = [(r.depth, r.token) for r in score_roots(drafted, q_rows, q_bonus, None, args.kappa)[:1]]
     if proposals is None:
-        ranked = real_score(drafted, q_rows, q_bonus, None, args.kappa)
+        ranked = score_roots(drafted, q_rows, q_bonus, None, args.kappa)
     else:
-        ranked = real_score(drafted, q_rows, q_bonus, proposals, args.kappa, weight, accept)
+        ranked = score_roots(drafted, q_rows, q_bonus, proposals, args.kappa, weight, accept)
     for r in ranked:
         if len(got) >= args.branch_budget:
             break

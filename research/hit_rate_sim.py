@@ -69,25 +69,20 @@ def _top(row: torch.Tensor, k: int) -> list:
 def record(args) -> None:
     import warnings
     warnings.filterwarnings("ignore")
-    from mirror_sd.engine.mirror import decoder as mirror
+    from mirror_sd.engine.mirror.decoder import MirrorSpeculative
     from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.events import DraftBranch, Error, Finish, Verify
+    from scoring_record import watch_scoring
     from mirror_sd.models.loading import load_pair
     from mirror_sd.bench.questions import load_questions
 
     t0 = time.perf_counter()
     pair = load_pair("default", "default", precision=args.precision, draft_precision=args.draft_precision)
     print(f"loaded in {time.perf_counter() - t0:.0f} s", flush=True)
-    current = {"step": None}
     scored: dict = {}
-    real_score, real_step = mirror.score_roots, mirror.DraftWorker._step
 
-    def recording_step(self, job):
-        current["step"] = job.step  # the draft lane handles one step at a time
-        return real_step(self, job)
-
-    def recording_score(drafted, q_rows, q_bonus, proposals, kappa, *rest, **kw):
-        rec = scored.setdefault(current["step"], {"early": False})
+    def recording_score(step, drafted, q_rows, q_bonus, proposals, kappa, *rest, **kw):
+        rec = scored.setdefault(step, {"early": False})
         if proposals is None:
             rec["early"] = True  # a root admitted on the draft's own guess, before the exit
         else:
@@ -95,9 +90,7 @@ def record(args) -> None:
                        q_drafted=[float(q_rows[i, t]) for i, t in enumerate(drafted)],
                        q_bonus=_top(q_bonus, TOP_K), proposals=[proposals[0], proposals[1]],
                        kappa=kappa, args=[list(rest), kw])
-        return real_score(drafted, q_rows, q_bonus, proposals, kappa, *rest, **kw)
 
-    mirror.score_roots, mirror.DraftWorker._step = recording_score, recording_step
     qs = split_questions(load_questions(None), args.split)[:args.prompts]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     n_steps = 0
@@ -107,7 +100,8 @@ def record(args) -> None:
             s = Settings(max_new_tokens=args.max_new_tokens, gamma=args.gamma, kappa=args.kappa,
                          branch_budget=args.branch_budget, exit_layer=args.exit_layer)
             scored.clear()
-            events = list(mirror.MirrorSpeculative(pair, s).generate(ids))
+            with watch_scoring(recording_score):
+                events = list(MirrorSpeculative(pair, s).generate(ids))
             errors = [e.message for e in events if isinstance(e, Error)]
             assert not errors, errors
             fin = next(e for e in events if isinstance(e, Finish))
