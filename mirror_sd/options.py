@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
 from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.windows import WINDOW_CHOICES
 from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES
 
@@ -57,6 +58,15 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                    help="the draft's proposal vocabulary: full, auto (the shipped frequent-token "
                         "set for the pair's tokenizer, when there is one), or a .safetensors file "
                         "(proposals/draft_vocab.py; proposals only, output unchanged)")
+    p.add_argument("--window", default=d["window"], choices=WINDOW_CHOICES,
+                   help="window length per step: fixed (gamma every step) or adaptive (grows after a "
+                        "fully accepted window, shrinks after a rejection, stops where the draft's "
+                        "confidence drops; engine/windows.py); output unchanged")
+    p.add_argument("--window-threshold", type=float, default=d["window_threshold"],
+                   help="adaptive windows: stop drafting after a token the draft gives less than this")
+    p.add_argument("--window-min", type=int, default=d["window_min"], help="adaptive windows: shortest")
+    p.add_argument("--window-max", type=int, default=d["window_max"],
+                   help="adaptive windows: longest (Mirror-SD: at most gamma, its branches' depth)")
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -100,7 +110,9 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
                         exit_layer=args.exit_layer,
                         branch_budget=DEFAULTS["branch_budget"] if budget_auto else args.branch_budget,
                         exit_head=args.exit_head, exit_lens=args.exit_lens,
-                        streams=args.streams, draft_vocab=args.draft_vocab)
+                        streams=args.streams, draft_vocab=args.draft_vocab, window=args.window,
+                        window_threshold=args.window_threshold, window_min=args.window_min,
+                        window_max=args.window_max)
     settings.check(method)
     return settings, gamma_auto, budget_auto
 

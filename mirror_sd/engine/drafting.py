@@ -14,6 +14,11 @@ class Window:
     """gamma drafted tokens and the draft distributions they were drawn from."""
     tokens: list[int]
     q_rows: torch.Tensor  # [gamma, V] float64 on CPU: warped q (softmax for greedy)
+    stop: str = "gamma"  # why the window has its length (windows.STOP_REASONS)
+
+    def cut(self, n: int, stop: str) -> "Window":
+        """The first n drafted tokens, stopped for `stop`."""
+        return Window(self.tokens[:n], self.q_rows[:n], stop)
 
     @property
     def q_probs(self) -> list[float]:
@@ -34,8 +39,11 @@ def to_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
 
 def serial_rollout(lane: Lane, committed: list[int], gamma: int, sampling: Sampling,
-                   generator: torch.Generator | None) -> Window:
-    """Draft gamma tokens after `committed`, one forward each (the last one is not fed)."""
+                   generator: torch.Generator | None, stop=None) -> Window:
+    """Draft gamma tokens after `committed`, one forward each (the last one is not fed).
+
+    stop: (token, its draft probability) -> a reason to end the window after that token, or
+    None (windows.WindowPolicy.stop); the window then ends early with that reason."""
     logits = lane.feed(lane.sync(committed), logits_to_keep=1)[-1:]
     tokens, rows = [], []
     for k in range(gamma):
@@ -43,6 +51,9 @@ def serial_rollout(lane: Lane, committed: list[int], gamma: int, sampling: Sampl
         token = choose(probs[0], logits[0], sampling, generator)
         tokens.append(token)
         rows.append(probs[0])
+        why = stop(token, float(probs[0, token])) if stop is not None else None
+        if why is not None:
+            return Window(tokens, torch.stack(rows), why)
         if k < gamma - 1:
             logits = lane.feed([token], logits_to_keep=1)
     return Window(tokens, torch.stack(rows))

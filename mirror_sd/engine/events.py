@@ -72,6 +72,7 @@ class Verify(Event):
     q_probs: list[float]  # draft probability of each drafted token
     token: int  # the target's own token at position A
     kind: str  # "correction" (rejected at A+1), "bonus" (all accepted), "plain" (no draft)
+    stop: str = ""  # why the window has len(drafted) tokens: gamma | confidence | eos | room (windows.py)
 
 
 @dataclass

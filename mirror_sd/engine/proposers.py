@@ -7,6 +7,10 @@ for the spans. Two proposers exist: the serial rollout (one draft forward per to
 drafting.serial_rollout) and the draft's stream heads (1 + K tokens per draft forward,
 proposals/streams.py). Mirror-SD's branches (mirror/branches.py) are rolled out batched
 instead; its serial fallback after a miss goes through the proposer.
+
+`draft_window` drafts the window the run's window policy (windows.py) asks for: the serial
+rollout stops as soon as the policy says so; the stream heads draft their length and the
+window is then cut by the same rule (the same tokens, some drafted for nothing).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import torch
 from mirror_sd.engine.acceptance import Sampling
 from mirror_sd.engine.drafting import Window, serial_rollout
 from mirror_sd.engine.lanes import Lane
+from mirror_sd.engine.windows import WindowPolicy
 from mirror_sd.proposals.streams import rollout_for
 
 
@@ -24,9 +29,17 @@ class Proposer:
         self.kind = kind  # "serial" | "streams"
 
     def window(self, lane: Lane, committed: list[int], gamma: int, sampling: Sampling,
-               generator: torch.Generator | None) -> Window:
-        """gamma drafted tokens after `committed` (the lane's cache is synced to it first)."""
-        return self._rollout(lane, committed, gamma, sampling, generator)
+               generator: torch.Generator | None, stop=None) -> Window:
+        """gamma drafted tokens after `committed` (the lane's cache is synced to it first),
+        fewer when `stop(token, q)` gives a reason (see serial_rollout)."""
+        if self._rollout is serial_rollout:
+            return serial_rollout(lane, committed, gamma, sampling, generator, stop)
+        window = self._rollout(lane, committed, gamma, sampling, generator)
+        for i, (t, q) in enumerate(zip(window.tokens, window.q_probs)):
+            why = stop(t, q) if stop is not None else None
+            if why is not None:
+                return window.cut(i + 1, why)
+        return window
 
     def describe(self, gamma: int) -> str:
         return f"{gamma} tokens, {self.kind}"
@@ -40,3 +53,14 @@ def proposer_for(pair, streams: str) -> tuple[Proposer, str | None]:
     not there)."""
     rollout, notice = rollout_for(pair, streams)
     return (SERIAL if rollout is serial_rollout else Proposer(rollout, "streams")), notice
+
+
+def draft_window(proposer: Proposer, policy: WindowPolicy, lane: Lane, committed: list[int], room: int,
+                 sampling: Sampling, generator: torch.Generator | None) -> Window:
+    """The window `policy` asks for after `committed` (room: tokens the run may still commit);
+    its `stop` says why it has its length."""
+    length, reason = policy.plan(room)
+    window = proposer.window(lane, committed, length, sampling, generator, policy.stop)
+    if len(window.tokens) == length and window.stop == "gamma":
+        window.stop = reason
+    return window

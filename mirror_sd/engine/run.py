@@ -35,6 +35,8 @@ class Run:
         self.hits = 0
         self.misses = 0
         self.steps = 0
+        self.window_lengths: list[int] = []  # drafted tokens per verified window (windows.py)
+        self.window_stops: dict[str, int] = {}  # why those windows stopped -> count
         self.info: dict = {}  # method-specific facts for the stats (e.g. Mirror's exit layer and lens)
         self.done = False
         self.cancelled = False
@@ -53,6 +55,15 @@ class Run:
     @property
     def committed(self) -> list[int]:
         return self.prompt_ids + self.new_ids
+
+    @property
+    def room(self) -> int:
+        """Tokens the run may still commit."""
+        return self.settings.max_new_tokens - len(self.new_ids)
+
+    def record_window(self, length: int, stop: str) -> None:
+        self.window_lengths.append(length)
+        self.window_stops[stop] = self.window_stops.get(stop, 0) + 1
 
     @contextmanager
     def span(self, lane: str, label: str, device=None, step: int = -1, detail: str = ""):
@@ -110,6 +121,8 @@ class Run:
             "hit_rate": self.hits / chances if chances else None,
             "hits": self.hits,
             "fallbacks": self.misses,
+            "window_lengths": list(self.window_lengths),
+            "window_stops": dict(self.window_stops),
             "draft_hidden_fraction": draft_hidden_fraction(self.spans),
             "cancelled": self.cancelled,
             "prompt_tokens": len(self.prompt_ids),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from mirror_sd.engine.acceptance import Sampling
 from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
+from mirror_sd.engine.windows import WINDOW_CHOICES
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.proposals.draft_vocab import CHOICES as DRAFT_VOCAB_CHOICES
 from mirror_sd.proposals.exit_lens import LENS_CHOICES
@@ -23,7 +24,7 @@ MAX_KAPPA = 64
 MAX_BRANCH_BUDGET = 16
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
-DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab")
+DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max")
 MIRROR_FIELDS = ("kappa", "exit_layer", "branch_budget", "exit_head", "exit_lens", "lane_timeout_s")
 USES = {  # the settings each engine method reads (the registry's methods)
     "ar": SAMPLING_FIELDS,
@@ -48,6 +49,10 @@ class Settings:
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
     streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
     draft_vocab: str = "full"  # the draft's proposal vocabulary: full | auto (the shipped file) | a file
+    window: str = "fixed"  # per-step window length: fixed (gamma) | adaptive (engine/windows.py)
+    window_threshold: float = 0.4  # adaptive: stop drafting below this draft probability
+    window_min: int = 1  # adaptive: the shortest and longest windows
+    window_max: int = 12
 
     @property
     def sampling(self) -> Sampling:
@@ -68,7 +73,8 @@ class Settings:
         self.check(method)
         uses = set(USES[method] if method else USES["mirror"])
         ctx = pair.context_length
-        window = self.gamma + 1 if "gamma" in uses else 0
+        longest = max(self.gamma, self.window_max) if self.window == "adaptive" else self.gamma
+        window = longest + 1 if "gamma" in uses else 0
         checks = [
             (prompt_len >= 1, "The prompt is empty: give at least one token."),
             (prompt_len < ctx, f"The prompt has {prompt_len} tokens; the target's context holds {ctx}."),
@@ -113,4 +119,13 @@ class Settings:
             ("draft_vocab", self.draft_vocab in DRAFT_VOCAB_CHOICES
              or str(self.draft_vocab).endswith(".safetensors"),
              f"draft vocab must be auto, full or a .safetensors vocabulary file (got {self.draft_vocab!r})."),
+            ("window", self.window in WINDOW_CHOICES,
+             f"window must be one of {', '.join(WINDOW_CHOICES)} (got {self.window!r})."),
+            ("window_threshold", 0.0 <= self.window_threshold < 1.0,
+             f"window threshold must be in [0, 1) (got {self.window_threshold})."),
+            ("window_min", 1 <= self.window_min <= MAX_GAMMA,
+             f"window min must be between 1 and {MAX_GAMMA} (got {self.window_min})."),
+            ("window_max", self.window_min <= self.window_max <= MAX_GAMMA,
+             f"window max must be between window min ({self.window_min}) and {MAX_GAMMA} "
+             f"(got {self.window_max})."),
         ]

@@ -1,6 +1,8 @@
-"""Plain speculative decoding: the draft writes gamma tokens, then the target verifies them.
+"""Plain speculative decoding: the draft writes a window, then the target verifies it.
 
-The two models never run at the same time: step time = T_draft(gamma) + T_target(gamma+1).
+The window is gamma tokens, or under the adaptive policy (windows.py) as many as the policy
+asks for after the earlier verdicts, ended early where the draft's confidence drops.
+The two models never run at the same time: step time = T_draft(window) + T_target(window+1).
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
 from mirror_sd.engine.lanes import Lane
-from mirror_sd.engine.proposers import proposer_for
+from mirror_sd.engine.proposers import draft_window, proposer_for
+from mirror_sd.engine.windows import policy_for
 
 
 def verify_window(run: Run, target: Lane, step: int, window: Window):
@@ -30,8 +33,10 @@ def verify_window(run: Run, target: Lane, step: int, window: Window):
         p_probs = [float(p_rows[i, t]) for i, t in enumerate(drafted)]
     run.drafted += len(drafted)
     run.accepted += verdict.accepted
+    run.record_window(len(drafted), window.stop)
     kind = "bonus" if verdict.bonus else "correction"
-    event = Verify(step, list(drafted), verdict.accepted, p_probs, window.q_probs, verdict.token, kind)
+    event = Verify(step, list(drafted), verdict.accepted, p_probs, window.q_probs, verdict.token, kind,
+                   window.stop)
     tokens = drafted[:verdict.accepted] + [verdict.token]
     commit = run.commit(step, tokens, ["accepted"] * verdict.accepted + [kind])
     return verdict, event, commit
@@ -47,17 +52,19 @@ class Speculative(Decoder):
         proposer, notice = proposer_for(self.pair, s.streams)
         if notice:
             yield Notice(notice)
+        policy = policy_for(s, self.pair.eos_token_ids)
         if len(run.committed) > 1:
             with run.span("target", "prefill", target.device, 0):
                 target.feed(run.committed[:-1], logits_to_keep=1)
         step = 0
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids))
-            with run.span("draft", "draft", draft.device, step, proposer.describe(s.gamma)):
-                window = proposer.window(draft, run.committed, s.gamma, s.sampling,
-                                         generator_for(s.seed, step, "draft"))
+            with run.span("draft", "draft", draft.device, step, proposer.describe(policy.plan(run.room)[0])):
+                window = draft_window(proposer, policy, draft, run.committed, run.room, s.sampling,
+                                      generator_for(s.seed, step, "draft"))
             yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
             verdict, event, commit = verify_window(run, target, step, window)
+            policy.observe(len(window.tokens), verdict.accepted)
             run.steps += 1
             yield event
             if commit:

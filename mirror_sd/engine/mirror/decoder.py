@@ -11,7 +11,12 @@ Per step, on two lanes at once:
       (one draft forward per depth for all branches).
 When the verdict (A, c) arrives: a rollout rooted at (A, c) *is* the next window (a hit;
 the other branches are dropped at once); otherwise the draft rolls out from c serially
-(a miss). The proposals only choose what is precomputed; every committed token is
+(a miss).
+Window lengths (windows.py): the first window and the serial rollouts after a miss are
+drafted as the run's window policy asks; the branches are rolled out gamma tokens deep (they
+race the verdict, before the policy has seen it), and a taken branch is cut by the same
+policy: to its length after the verdict and at the first token below the draft's confidence
+threshold. Under the adaptive policy, Mirror-SD's windows are therefore at most gamma long. The proposals only choose what is precomputed; every committed token is
 verified against the target's final layer, so the output is the target's own.
 
 On a CPU the two lanes have one core each while both work; where one works alone (the
@@ -33,10 +38,11 @@ from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.mirror.exit_layer import default_exit_layer  # noqa: F401  (older imports)
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
-from mirror_sd.engine.proposers import proposer_for
+from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
+from mirror_sd.engine.windows import policy_for
 from mirror_sd.models.pair import model_vocab_size
 from mirror_sd.placement import lane_alone, lane_sync
 from mirror_sd.proposals.draft_vocab import shipped_ids
@@ -86,11 +92,12 @@ class MirrorSpeculative(Decoder):
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
-        window = yield from self._first_window(run, target, draft, proposer)
+        policy = policy_for(s, self.pair.eos_token_ids, cap=s.gamma)  # branches are gamma deep
+        window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
                                    ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT,
-                                   alone=lambda: lane_alone(self.pair))
+                                   alone=lambda: lane_alone(self.pair), policy=policy)
         ranks = run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
         step, lane_ok, window_hit = 0, True, False
@@ -114,7 +121,7 @@ class MirrorSpeculative(Decoder):
             job.post_verdict((verdict.accepted, verdict.token))
             run.steps += 1
             if job.proposals:
-                yield EarlyExit(step, self._exit_layer, list(range(s.gamma + 1)), *job.proposals,
+                yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
                                 lens=lens_on)
             yield verify_event
             if commit:
@@ -153,21 +160,22 @@ class MirrorSpeculative(Decoder):
             lane_sync(target.device)
             marks["exit_start"] = time.perf_counter_ns()
             h = output[0] if isinstance(output, tuple) else output  # [1, S, H]
-            job.post_proposals(head.proposals(h[0, -(s.gamma + 1):], s.kappa))  # j = 0..gamma
+            rows = len(job.window.tokens) + 1  # j = 0..len(window)
+            job.post_proposals(head.proposals(h[0, -rows:], s.kappa))
             marks["exit_end"] = time.perf_counter_ns()
 
         return layers[self._exit_layer - 1].register_forward_hook(on_exit_layer)
 
-    def _first_window(self, run, target: Lane, draft: Lane, proposer):
+    def _first_window(self, run, target: Lane, draft: Lane, proposer, policy):
         """The prompt's prefill and the first window, one lane at a time (both cores each)."""
         s = run.settings
         with lane_alone(self.pair):  # one lane at a time until the draft lane starts
             if len(run.committed) > 1:
                 with run.span("target", "prefill", target.device, 0):
                     target.feed(run.committed[:-1], logits_to_keep=1)
-            with run.span("draft", "prefill+draft", draft.device, 0, proposer.describe(s.gamma)):
-                window = proposer.window(draft, run.committed, s.gamma, s.sampling,
-                                         generator_for(s.seed, 0, "draft"))
+            with run.span("draft", "prefill+draft", draft.device, 0, proposer.describe(policy.plan(run.room)[0])):
+                window = draft_window(proposer, policy, draft, run.committed, run.room, s.sampling,
+                                      generator_for(s.seed, 0, "draft"))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window
 

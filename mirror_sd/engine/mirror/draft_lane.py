@@ -17,9 +17,10 @@ from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.branches import BranchBatch
-from mirror_sd.engine.proposers import SERIAL, Proposer
+from mirror_sd.engine.proposers import SERIAL, Proposer, draft_window
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, EXIT_WEIGHT, Root, rank_of, score_roots
 from mirror_sd.engine.run import Run, generator_for
+from mirror_sd.engine.windows import WindowPolicy, policy_for
 from mirror_sd.placement import cache_tensors, lane_stream
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class DraftWorker(threading.Thread):
 
     def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT,
                  proposer: Proposer = SERIAL, accept_weight: float = ACCEPT_WEIGHT,
-                 alone=contextlib.nullcontext):
+                 alone=contextlib.nullcontext, policy: WindowPolicy | None = None):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
         self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
@@ -80,6 +81,9 @@ class DraftWorker(threading.Thread):
         self.proposer = proposer  # drafts the window after a miss (serial or stream heads)
         self.inbox: queue.Queue = queue.Queue()
         self.alone = alone  # () -> context: the lane works alone (the target waits for it)
+        # the run's window policy (windows.py): this lane alone reads and updates it once the
+        # first window is drafted
+        self.policy = policy or policy_for(run.settings, run.pair.eos_token_ids, cap=run.settings.gamma)
 
     def run(self):
         # On a GPU shared with the target, the draft's kernels go on a stream of their own.
@@ -175,17 +179,23 @@ class DraftWorker(threading.Thread):
         s, lane = self.run_.settings, self.lane
         A, c = job.verdict
         prefix = self.run_.committed[:job.n]
+        policy, room = self.policy, self.run_.room  # the verdict's tokens are committed by now
+        policy.observe(len(job.window.tokens), A)
         taken = batch.done[0] if batch.done else None
         if taken is not None:  # a hit: the branch is the next window, its cache the draft's
+            window = taken.window()
+            n, stop = policy.cut(window.tokens, window.q_probs, room)
             lane.cache = taken.cache
-            lane.ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:-1]
-            job.next_window = taken.window()
+            lane.ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:n - 1]
+            if n < len(window.tokens):
+                lane.cache.crop(n - len(window.tokens))  # drop the cut tokens' entries
+            job.next_window = window.cut(n, stop)
         else:  # a miss: roll out from c serially, as plain SD would
-            with self._span("fallback", job.step, self.proposer.describe(s.gamma)):
+            with self._span("fallback", job.step, self.proposer.describe(policy.plan(room)[0])):
                 # the same random stream as a branch rooted at (A, c): a seeded run samples the
                 # same window whether the branch was precomputed or not (hits change speed only)
-                job.next_window = self.proposer.window(lane, prefix + job.window.tokens[:A] + [c], s.gamma,
-                                                       s.sampling, generator_for(s.seed, job.step, "branch", A, c))
+                job.next_window = draft_window(self.proposer, policy, lane, prefix + job.window.tokens[:A] + [c],
+                                               room, s.sampling, generator_for(s.seed, job.step, "branch", A, c))
         job.hit = taken is not None
         return taken
 
@@ -197,8 +207,10 @@ class DraftWorker(threading.Thread):
         for root, row in batch.history.items():
             status = "taken" if row is taken else "cancelled"
             rank = None if ranks is None else ranks.get((root.depth, root.token), -1)
-            job.branches.append(DraftBranch(job.step, root.depth, root.token, root.score, list(row.tokens),
-                                            [float(q[t]) for q, t in zip(row.q_rows, row.tokens)], status,
+            # a taken branch is reported as the window it became (cut by the window policy)
+            tokens = job.next_window.tokens if row is taken else list(row.tokens)
+            job.branches.append(DraftBranch(job.step, root.depth, root.token, root.score, tokens,
+                                            [float(q[t]) for q, t in zip(row.q_rows, tokens)], status,
                                             rank))
         if taken is None:
             job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,

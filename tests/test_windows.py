@@ -1,0 +1,208 @@
+"""Per-step draft windows (engine/windows.py): the policy's rules, and that SD and Mirror-SD
+under the adaptive policy still give transformers' own greedy output and sample from the
+target's distribution; the windows' lengths and stop reasons reach the events and the stats."""
+import pytest
+import torch
+
+from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, StepStart, Verify
+from mirror_sd.engine.registry import METHODS
+from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.windows import STOP_REASONS, WindowPolicy, policy_for
+from mirror_sd.errors import MirrorSDError
+from mirror_sd.models.pair import ModelPair
+
+import tiny
+from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SPECULATIVE = ("sd", "mirror")
+THRESHOLD = 0.08  # tiny random models: the draft's probabilities sit around 1/vocab, so this mixes stops
+
+
+def adaptive(**kw) -> WindowPolicy:
+    return WindowPolicy(**{"kind": "adaptive", "gamma": 4, "threshold": 0.4, "min_len": 1, "max_len": 8,
+                           "eos": frozenset({7}), **kw})
+
+
+# ---------------------------------------------------------------- the policy's rules
+
+# (verdicts as (drafted, accepted), the next length) from gamma 4 in [1, 8]
+SCHEDULE = [
+    ([], 4),
+    ([(4, 4)], 6),  # fully accepted: +2
+    ([(4, 4), (6, 6)], 8),
+    ([(4, 4), (6, 6), (8, 8)], 8),  # capped at max
+    ([(4, 2)], 3),  # a rejection: -1
+    ([(4, 0), (3, 0), (2, 0), (1, 0)], 1),
+    ([(4, 0), (3, 0), (2, 0), (1, 0), (1, 0)], 1),  # floored at min
+    ([(4, 3), (3, 3)], 5),  # a window cut short and fully accepted still grows
+]
+
+
+@pytest.mark.parametrize("verdicts,length", SCHEDULE)
+def test_adaptive_length_follows_the_verdicts(verdicts, length):
+    policy = adaptive()
+    for drafted, accepted in verdicts:
+        policy.observe(drafted, accepted)
+    assert policy.plan(room=100) == (length, "gamma")
+
+
+@pytest.mark.parametrize("token,q,why", [(3, 0.9, None), (3, 0.4, None), (3, 0.39, "confidence"),
+                                         (7, 0.99, "eos"), (7, 0.1, "eos")])
+def test_adaptive_stops_on_low_confidence_and_eos(token, q, why):
+    assert adaptive().stop(token, q) == why
+
+
+@pytest.mark.parametrize("room,plan", [(100, (4, "gamma")), (5, (4, "gamma")), (4, (3, "room")),
+                                       (2, (1, "room")), (1, (1, "room"))])
+def test_adaptive_never_drafts_past_the_room_left(room, plan):
+    assert adaptive().plan(room) == plan
+
+
+def test_fixed_is_gamma_every_step_whatever_it_sees():
+    policy = WindowPolicy("fixed", gamma=5, threshold=0.9, eos=frozenset({7}))
+    for drafted, accepted in [(5, 5), (5, 0), (5, 5), (5, 5)]:
+        policy.observe(drafted, accepted)
+        assert policy.plan(room=1) == (5, "gamma")
+    assert policy.stop(7, 0.0) is None
+    assert policy.cut([7, 1, 2, 3, 4], [0.0] * 5, room=1) == (5, "gamma")
+
+
+@pytest.mark.parametrize("tokens,q,room,cut", [
+    ([1, 2, 3, 4], [0.9, 0.9, 0.9, 0.9], 100, (4, "gamma")),
+    ([1, 2, 3, 4], [0.9, 0.2, 0.9, 0.9], 100, (2, "confidence")),
+    ([1, 7, 3, 4], [0.9, 0.9, 0.9, 0.9], 100, (2, "eos")),
+    ([1, 2, 3, 4], [0.9, 0.9, 0.9, 0.9], 3, (2, "room")),
+    ([1, 2, 3, 4], [0.9, 0.9, 0.1, 0.9], 3, (2, "room")),  # the cap comes first
+])
+def test_cut_is_what_the_rollout_would_have_drafted(tokens, q, room, cut):
+    assert adaptive().cut(tokens, q, room) == cut
+
+
+def test_policy_from_settings_and_mirror_cap():
+    s = Settings(gamma=3, window="adaptive", window_threshold=0.25, window_min=2, window_max=10)
+    p = policy_for(s, {5})
+    assert (p.kind, p.length, p.threshold, p.min_len, p.max_len, p.eos) == ("adaptive", 3, 0.25, 2, 10,
+                                                                            frozenset({5}))
+    assert policy_for(s, (), cap=3).max_len == 3  # Mirror-SD: no window past its branches' depth
+    assert policy_for(Settings(gamma=6), ()).plan(1) == (6, "gamma")
+
+
+@pytest.mark.parametrize("changes", [{"window": "grow"}, {"window_threshold": 1.0},
+                                     {"window_threshold": -0.1}, {"window_min": 0},
+                                     {"window_min": 5, "window_max": 4}])
+def test_bad_window_settings_fail_for_speculative_methods_only(changes):
+    for method in SPECULATIVE:
+        with pytest.raises(MirrorSDError, match="window"):
+            Settings(**changes).check(method)
+    Settings(**changes).check("ar")  # AR drafts nothing
+
+
+# ---------------------------------------------------------------- lossless
+
+def windows_of(events):
+    return [(len(v.drafted), v.stop) for v in events if isinstance(v, Verify)]
+
+
+def check_windows(events, settings: Settings, method: str):
+    """Lengths and stop reasons agree between the events and the stats; each window is
+    within the policy's bounds."""
+    assert not [e for e in events if isinstance(e, Notice)], "the draft lane must not fail"
+    st = events[-1].stats
+    windows = windows_of(events)
+    assert st["window_lengths"] == [n for n, _ in windows]
+    assert st["window_stops"] == {r: sum(w == r for _, w in windows) for r in {w for _, w in windows}}
+    top = settings.gamma if method == "mirror" else settings.window_max
+    assert all(1 <= n <= top and why in STOP_REASONS for n, why in windows)
+    if method == "mirror":  # the early exit covers exactly the window verified
+        starts = [e for e in events if isinstance(e, StepStart)]
+        assert [len(e.window) for e in starts] == [n for n, _ in windows]
+        for e in (e for e in events if isinstance(e, EarlyExit)):
+            assert e.positions == list(range(len(starts[e.step].window) + 1))
+        taken = [b for b in events if isinstance(b, DraftBranch) and b.status in ("taken", "serial")]
+        assert [b.tokens for b in taken] == [e.window for e in starts]
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+@pytest.mark.parametrize("kind", ["perturbed", "random", "same"])
+def test_adaptive_greedy_equals_generate(method, kind):
+    seen = {}
+    for seed in range(4):
+        pair = tiny.cached_pair(kind, seed)
+        for p in (tiny.prompt(seed, 1), tiny.prompt(seed, 3 + 5 * seed)):
+            s = Settings(max_new_tokens=20, gamma=4, window="adaptive", window_threshold=THRESHOLD,
+                         window_max=8, kappa=4)
+            events = tiny.run(METHODS[method], pair, p, **vars(s))
+            assert tiny.finish(events).token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 20)
+            check_windows(events, s, method)
+            for n, why in windows_of(events):
+                seen.setdefault(why, set()).add(n)
+    # the runs exercised the policy: windows of several lengths, cut by confidence and by room
+    assert {"confidence", "room"} <= set(seen), seen
+    assert len(set().union(*seen.values())) >= 3, seen
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_adaptive_window_stops_at_a_drafted_eos(method):
+    p = tiny.prompt(3, 5)
+    model, eos, index = tiny.eos_target(3, p)
+    pair = ModelPair(model, tiny.perturb(model, 0.0, 99))  # the draft writes the target's text
+    ref = tiny.reference_greedy(model, p, 40)
+    s = Settings(max_new_tokens=40, gamma=4, window="adaptive", window_threshold=0.0, kappa=4)
+    events = tiny.run(METHODS[method], pair, p, **vars(s))
+    assert tiny.finish(events).token_ids == ref and ref[-1] == eos
+    check_windows(events, s, method)
+    last = [v for v in events if isinstance(v, Verify)][-1]
+    assert last.stop == "eos" and last.drafted[-1] == eos
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_fixed_windows_are_gamma_long(method):
+    pair = tiny.cached_pair("perturbed", 1)
+    s = Settings(max_new_tokens=17, gamma=3, kappa=4)
+    events = tiny.run(METHODS[method], pair, tiny.prompt(1, 6), **vars(s))
+    assert windows_of(events) == [(3, "gamma")] * len(windows_of(events)) != []
+    check_windows(events, s, method)
+
+
+def test_ar_reports_no_windows():
+    events = tiny.run(METHODS["ar"], tiny.cached_pair("perturbed", 0), tiny.prompt(0, 3), max_new_tokens=4)
+    st = events[-1].stats
+    assert st["window_lengths"] == [] and st["window_stops"] == {}
+
+
+# ---------------------------------------------------------------- sampling
+
+V = 12
+SEED = 6
+
+
+@torch.inference_mode()
+def marginals(model, prompt_ids, temperature):
+    """The target's exact P(1st token) and P(2nd token)."""
+    def warp(logits):
+        return torch.softmax(logits.double() / temperature, dim=-1)
+    p1 = warp(model(torch.tensor([prompt_ids])).logits[0, -1])
+    ctx = torch.tensor([prompt_ids + [v] for v in range(V)])
+    return p1.tolist(), (p1[:, None] * warp(model(ctx).logits[:, -1])).sum(0).tolist()
+
+
+@pytest.mark.parametrize("method,runs", [("sd", 400), ("mirror", 300)])
+def test_adaptive_sampling_follows_the_target(method, runs):
+    pair = tiny.pair_perturbed(SEED, scale=0.2, vocab_size=V, initializer_range=0.3)
+    prompt = tiny.prompt(SEED, 4, vocab=V)
+    p1, p2 = marginals(pair.target, prompt, 1.0)
+    first, second, lengths = [0] * V, [0] * V, set()
+    for seed in range(runs):
+        s = Settings(max_new_tokens=4, temperature=1.0, gamma=3, window="adaptive", window_threshold=0.3,
+                     branch_budget=3, kappa=4, seed=seed)
+        events = list(METHODS[method](pair, s).generate(prompt))
+        tokens = tiny.finish(events).token_ids
+        first[tokens[0]] += 1
+        second[tokens[1]] += 1
+        lengths |= {n for n, _ in windows_of(events)}
+    assert len(lengths) >= 2, lengths  # the windows' lengths did vary with the draft's confidence
+    for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
+        stat, dof = chi_square(counts, probs)
+        assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
