@@ -5,7 +5,6 @@ model's linear layers called back to back on random rows (docs/performance.md, "
     env MIRROR_SD_FAST_LAYERS=0 python research/draft_step_split.py --precision int4
     python research/draft_step_split.py --precision int4
 """
-import argparse
 import os
 import statistics
 import sys
@@ -18,15 +17,12 @@ import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from mirror_sd.cpu import fast_layers  # noqa: E402
-from script_timing import default_model, kernel_layers, median_ms  # noqa: E402
+from script_timing import default_model, kernel_layers, median_ms, model_args  # noqa: E402
 
 
 @torch.inference_mode()
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["draft", "target"], default="draft")
-    ap.add_argument("--precision", default="int4")
-    args = ap.parse_args()
+    args = model_args(precision="int4")
     torch.set_num_threads(2)
     model = default_model(args.model, args.precision)
     layers = model.model.layers

@@ -20,7 +20,6 @@ import os
 import sys
 import statistics
 import threading
-import time
 import warnings
 
 import torch

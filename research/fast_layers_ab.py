@@ -7,7 +7,6 @@ alternating by round; and the largest logit difference between the two
     python research/fast_layers_ab.py --model draft --precision int4
     python research/fast_layers_ab.py --model target --precision int8
 """
-import argparse
 import os
 import sys
 import warnings
@@ -16,15 +15,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 from mirror_sd.cpu import fast_layers  # noqa: E402
 from mirror_sd.cpu import lean_layers  # noqa: E402
-from script_timing import SHAPES, default_model, interleaved, lean_copy  # noqa: E402
+from script_timing import SHAPES, default_model, interleaved, lean_copy, model_args  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["draft", "target"], default="draft")
-    ap.add_argument("--precision", default="int4")
-    ap.add_argument("--rounds", type=int, default=4)
-    args = ap.parse_args()
+    args = model_args(precision="int4", rounds=4)
     fast = default_model(args.model, args.precision)
     lean = lean_copy(fast)
     print(f"fast layers: {fast_layers.installed(fast)}; lean copy: {lean_layers.installed(lean)}")

@@ -6,23 +6,17 @@ precisions alternates by round (docs/performance.md, "Precisions").
     python research/precision_ab.py --model draft --precisions int8,int4
     python research/precision_ab.py --model target --precisions int8,int4
 """
-import argparse
 import os
 import sys
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
-from script_timing import SHAPES, default_model, interleaved  # noqa: E402
+from script_timing import SHAPES, default_model, interleaved, model_args  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["draft", "target"], default="draft")
-    ap.add_argument("--precisions", default="int8,int4")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--threads", default="1,2")
-    args = ap.parse_args()
+    args = model_args(precisions="int8,int4", rounds=4, threads="1,2")
     names = args.precisions.split(",")
     threads = [int(t) for t in args.threads.split(",")]
     times, _ = interleaved({name: default_model(args.model, name) for name in names},

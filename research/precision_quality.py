@@ -5,7 +5,6 @@ equals fp32's and the mean KL(fp32 || precision); with fast_layers and with the 
 
     python research/precision_quality.py --model draft --precisions int8,int4
 """
-import argparse
 import inspect
 import json.decoder
 import os
@@ -19,15 +18,12 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from mirror_sd.cpu import fast_layers  # noqa: E402
 from mirror_sd.models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, default_cache_dir  # noqa: E402
-from script_timing import default_model, lean_copy  # noqa: E402
+from script_timing import default_model, lean_copy, model_args  # noqa: E402
 
 
 @torch.inference_mode()
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["draft", "target"], default="draft")
-    ap.add_argument("--precisions", default="int8,int4")
-    args = ap.parse_args()
+    args = model_args(precisions="int8,int4")
     bundled = DEFAULT_DRAFT if args.model == "draft" else DEFAULT_TARGET
     tok = AutoTokenizer.from_pretrained(default_cache_dir() / f"{bundled.stem}-hf")
     ids = tok(inspect.getsource(json.decoder)[:3000], return_tensors="pt").input_ids[:, :400]

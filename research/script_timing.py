@@ -1,4 +1,5 @@
 """Timing helpers shared by the measurement scripts in this folder."""
+import argparse
 import statistics
 import time
 
@@ -37,16 +38,29 @@ def forward_ms(model, ids, rows, n=10):
 SHAPES = (("decode 1 token", 1, 1), ("batch of 4 rows", 1, 4), ("4 tokens of one row", 4, 1))
 
 
+def model_args(**options) -> argparse.Namespace:
+    """The parsed command line of a script that measures one model of the default pair:
+    `--model` (draft or target), and `--NAME` for each keyword, its value the default (whose
+    type the option takes)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["draft", "target"], default="draft")
+    for name, default in options.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+    return ap.parse_args()
+
+
 def default_model(role: str, precision: str):
-    """The default pair's target or draft at `precision`, converted as load_pair converts it."""
+    """The default pair's target or draft at `precision`, converted as load_pair converts it
+    (the kernels as load_pair chooses them: MIRROR_SD_NATIVE_INT8 / MIRROR_SD_FAST_LAYERS apply)."""
     from transformers import AutoModelForCausalLM
     from mirror_sd.models.loading import (DEFAULT_DRAFT, DEFAULT_TARGET, apply_precision,
-                                   default_cache_dir, ensure_default_pair)
+                                          default_cache_dir, ensure_default_pair)
+    from mirror_sd.models.precision import kernel_choice
     ensure_default_pair()
     bundled = DEFAULT_DRAFT if role == "draft" else DEFAULT_TARGET
     path = default_cache_dir() / f"{bundled.stem}-hf"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return apply_precision(model, precision, role)
+    return apply_precision(model, precision, role, kernel_choice())
 
 
 def interleaved(models: dict, rounds: int, threads=(1, 2), shapes=SHAPES):
