@@ -25,17 +25,17 @@ def show(message, fraction=None):
     print(f"[{time.perf_counter() - t0:5.1f} s] {message[:50]:<50} {rss()}", flush=True)
 
 
-_apply = loading.apply_precision
+_convert = loading.convert_lean
 
 
-def apply_precision(model, name, role):  # RSS on each side of loading.apply_precision
-    show(f"{role}: apply_precision({name}) starts")
-    model = _apply(model, name, role)
-    show(f"{role}: apply_precision({name}) ends")
+def convert_lean(model, name, role, *rest):  # RSS on each side of the precision conversion
+    show(f"{role}: convert_lean({name}) starts")
+    model = _convert(model, name, role, *rest)
+    show(f"{role}: convert_lean({name}) ends")
     return model
 
 
-loading.apply_precision = apply_precision
+loading.convert_lean = convert_lean  # what load_pair calls to convert a loaded model
 target_prec = sys.argv[1] if len(sys.argv) > 1 else "int8"
 draft_prec = sys.argv[2] if len(sys.argv) > 2 else "int8-dyn"
 pair = loading.load_pair("default", "default", target_precision=target_prec,

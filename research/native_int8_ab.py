@@ -10,8 +10,6 @@ decode steps over the same tokens (bit for bit), and the top-1 of both kernels o
 greedy tokens of the first built-in question.
 """
 import argparse
-import dataclasses
-import functools
 import os
 import statistics
 import sys
@@ -22,8 +20,6 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
-from mirror_sd.cpu import linears as cpu_kernels  # noqa: E402
-from mirror_sd.models import loading  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
 from script_timing import forward_ms, median_ms  # noqa: E402
 
@@ -50,14 +46,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
     ids = torch.randint(0, 20000, (1, 108), generator=torch.Generator().manual_seed(0))
-    native = load_pair(precision="int8", draft_precision="int8-dyn").target
-    fbgemm_prec = dataclasses.replace(loading.PRECISIONS["int8"],
-                                      post_load=functools.partial(cpu_kernels.row_int8, native=False))
-    loading.PRECISIONS["int8"], saved = fbgemm_prec, loading.PRECISIONS["int8"]
-    try:
-        fbgemm = load_pair(precision="int8", draft_precision="int8-dyn").target
-    finally:
-        loading.PRECISIONS["int8"] = saved
+    native = load_pair(precision="int8", draft_precision="int8-dyn", kernels="auto").target
+    fbgemm = load_pair(precision="int8", draft_precision="int8-dyn", kernels="fbgemm").target
     print("kernels:", type(native.lm_head).__name__, "/", type(fbgemm.lm_head).__name__)
     models = {"native AVX2": native, "fbgemm rows": fbgemm}
     results = {}
