@@ -125,6 +125,8 @@ BAD_BEFORE_LOADING = [
     (["--top-p", "0"], "top-p must be in (0, 1]"),
     (["--max-new-tokens", "0"], "max new tokens must be at least 1"),
     (["--kappa", "0"], "kappa must be between 1 and 64"),
+    (["--window", "adaptive", "--window-threshold", "1.5"], "window threshold must be in [0, 1)"),
+    (["--window", "adaptive", "--window-min", "5", "--window-max", "3"], "window max must be between"),
 ]
 
 
@@ -209,3 +211,26 @@ def test_json_stats_split_prefill_and_decode(capsys, dirs, method):
     assert st["decode_tokens_per_s"] == pytest.approx(st["decode_tokens"] / st["decode_s"])
     prefill = [s for s in out["spans"] if s["label"] == "prefill"]
     assert prefill and all(s["end_ms"] - s["start_ms"] <= st["prefill_s"] * 1e3 for s in prefill)
+
+
+@pytest.mark.parametrize("method", ["ar", "sd", "mirror"])
+@pytest.mark.parametrize("window", ["fixed", "adaptive"])
+def test_json_stats_give_each_window_and_why_it_stopped(capsys, dirs, method, window):
+    """window_lengths: one per step; window_stops: reason -> count over the same windows;
+    adaptive windows keep the target's greedy output."""
+    rc, out, err = generate(capsys, dirs, "--method", method, "--gamma", "3", "--window", window,
+                            "--window-threshold", "0.05")
+    assert rc == 0, err
+    st = out["stats"]
+    lengths, stops = st["window_lengths"], st["window_stops"]
+    assert out["token_ids"] == tiny.reference_greedy(load_pair(*dirs).target, out["prompt_ids"], 10)
+    if method == "ar":
+        assert lengths == [] and stops == {}
+        return
+    assert len(lengths) == st["steps"] == st["target_forwards"] and sum(lengths) == st["drafted"]
+    assert sum(stops.values()) == len(lengths)
+    assert set(stops) <= {"gamma", "confidence", "eos", "room"}
+    if window == "fixed":
+        assert set(lengths) == {3} and set(stops) == {"gamma"}
+    else:
+        assert all(1 <= n <= 12 for n in lengths)

@@ -34,6 +34,25 @@ def _mismatch(c: dict) -> str:
     return s
 
 
+def window_lines(overall: dict, methods: list[str]) -> list[str]:
+    """The draft windows per method: their lengths' distribution and why they stopped."""
+    rows = [(m, overall[m]) for m in methods if overall[m].get("windows")]
+    if not rows:
+        return []
+    out = ["", "## Draft windows", "",
+           "Drafted tokens per verified window (engine/windows.py: fixed = gamma every step; "
+           "adaptive = grows after a fully accepted window, shrinks after a rejection, stops where "
+           "the draft's own probability of its token falls below the threshold, at a drafted eos, "
+           "or at the tokens left to generate).", "",
+           "| method | windows | mean length | length: share | stop reasons |", "|---|---|---|---|---|"]
+    for m, c in rows:
+        n = c["windows"]
+        hist = ", ".join(f"{k}: {v / n:.0%}" for k, v in c["window_hist"].items())
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(c["window_stops"].items(), key=lambda kv: -kv[1]))
+        out.append(f"| {LABELS.get(m, m)} | {n} | {_f(c['window_mean'])} | {hist} | {stops} |")
+    return out
+
+
 def summary_markdown(results: dict, files: list[str] | None = None, notes: list[str] | None = None) -> str:
     meta, summ = results["meta"], results["summary"]
     methods = meta["methods"]
@@ -48,7 +67,10 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         f"{meta['devices']['target']}, draft {meta['devices']['draft']}; torch threads per lane "
         f"{meta['torch_threads']}; {meta['machine']['cpu_cores']} cores",
         f"- Decoding: {mode}, max new tokens {s['max_new_tokens']}, gamma {s['gamma']}, kappa "
-        f"{s['kappa']}, exit layer {meta['exit_layer']}, branch budget {s['branch_budget']}",
+        f"{s['kappa']}, exit layer {meta['exit_layer']}, branch budget {s['branch_budget']}, "
+        f"windows {s.get('window', 'fixed')}"
+        + (f" (threshold {s.get('window_threshold')}, {s.get('window_min')}-{s.get('window_max')} tokens)"
+           if s.get("window") == "adaptive" else ""),
         f"- Questions: {meta['questions']} ({', '.join(meta['categories'])}) from "
         f"`{meta.get('questions_file', 'the given list')}`; one warm-up run per method; "
         f"{meta['order']}",
@@ -93,6 +115,7 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
             lines.append(f"| {cat} | {LABELS.get(m, m)} | {c['questions']} | {_f(c['tokens_per_s'])} | "
                          f"{_x(c['speedup_median'])} | {_x(c['speedup_mean'])} | "
                          f"{_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | {_mismatch(c)} |")
+    lines += window_lines(summ["overall"], methods)
     bd = results["breakdown"]
     lines += ["", "## Where the time goes (ms per generated token, from the spans)", "",
               "Each instant of wall time goes to the busiest lane by priority: target, then "

@@ -103,6 +103,7 @@ def _cell(entries, method: str) -> dict:
     turns = [t["stats"] for _, r in ok for t in r.get("turns", []) if t.get("stats")]
     prefills = [st["prefill_s"] for st in turns if st.get("prefill_s") is not None]
     return {
+        **window_cell(turns),
         "questions": len(ok),
         "errors": len(recs) - len(ok),
         "new_tokens": new,
@@ -120,6 +121,19 @@ def _cell(entries, method: str) -> dict:
         "first_mismatch": ({"question_id": bad[0][0]["question_id"], **bad[0][1]["first_mismatch"]}
                            if bad else None),
     }
+
+
+def window_cell(turns: list[dict]) -> dict:
+    """The draft windows of runs (their stats): how many, mean length, {length: count} and
+    {stop reason: count}; None where the runs record no windows (AR, HF assisted)."""
+    lengths = [n for st in turns for n in st.get("window_lengths") or []]
+    stops: dict[str, int] = {}
+    for st in turns:
+        for why, k in (st.get("window_stops") or {}).items():
+            stops[why] = stops.get(why, 0) + k
+    hist = {str(n): lengths.count(n) for n in sorted(set(lengths))}  # str keys: as results.json has them
+    return {"windows": len(lengths), "window_mean": statistics.fmean(lengths) if lengths else None,
+            "window_hist": hist, "window_stops": stops}
 
 
 def summarize(results: dict) -> dict:
