@@ -1,6 +1,9 @@
 """Per-step draft windows (engine/windows.py): the policy's rules, and that SD and Mirror-SD
 under the adaptive policy still give transformers' own greedy output and sample from the
 target's distribution; the windows' lengths and stop reasons reach the events and the stats."""
+import html
+import re
+
 import pytest
 import torch
 
@@ -206,3 +209,28 @@ def test_adaptive_sampling_follows_the_target(method, runs):
     for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
         stat, dof = chi_square(counts, probs)
         assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
+
+
+# ---------------------------------------------------------------- the inspector and the strip
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_strip_and_inspector_show_each_windows_length_and_stop(method):
+    from ui.inspector import render_inspector
+    from ui.runs import RunRecord
+    from ui.steps import WINDOW_STOPS, render_strip
+
+    s = Settings(max_new_tokens=20, gamma=4, window="adaptive", window_threshold=THRESHOLD, kappa=4)
+    events = tiny.run(METHODS[method], tiny.cached_pair("perturbed", 0), tiny.prompt(0, 5), **vars(s))
+    rec = RunRecord(method)
+    for e in events:
+        rec.add(e, 0)
+    verifies = [v for v in events if isinstance(v, Verify)]
+    strip = render_strip(rec, selected=verifies[0].step)
+    marks = re.findall(r'<small class="msd-step-window w-(\w+)">γ(\d+)(·?)</small>', strip)
+    assert [(why, int(n), dot == "·") for why, n, dot in marks] == [
+        (v.stop, len(v.drafted), v.stop != "gamma") for v in verifies]
+    for v in verifies:
+        page = render_inspector(rec, v.step)
+        n = len(v.drafted)
+        note = f"window of {n} drafted token{'' if n == 1 else 's'}, stopped: {WINDOW_STOPS[v.stop]}"
+        assert html.escape(note) in page

@@ -20,7 +20,7 @@ import gradio as gr
 
 from . import texts
 from .runs import RunRecord, StepView, analyse
-from .steps import narrate, render_strip, replay_step, step_kind, visible
+from .steps import narrate, render_strip, replay_step, step_kind, visible, window_note
 
 esc = html.escape
 ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
@@ -221,6 +221,12 @@ def _verification(rec: RunRecord, sv: StepView, greedy: bool) -> str:
             f'<th>result</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
+def _window(v) -> str:
+    """' · window of n drafted tokens, stopped: why' (engine/windows.py), '' without a verify."""
+    note = window_note(v)
+    return f" · <span class=\"msd-window-note\">{esc(note)}</span>" if note else ""
+
+
 def _sub(n: int) -> str:
     return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
@@ -254,7 +260,7 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
-            f'{esc(ORIGINS.get(kind, kind))}{verdict} · committed '
+            f'{esc(ORIGINS.get(kind, kind))}{_window(v)}{verdict} · committed '
             f'<code>{esc(committed)}</code></div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
     return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'

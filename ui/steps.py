@@ -36,6 +36,24 @@ KINDS = {  # kind -> (label, definition)
                            "target waits."),
     "plain": ("no draft", "A plain target step: no drafted window."),
 }
+WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows.py)
+    "gamma": "the window policy's length (γ with fixed windows)",
+    "confidence": "the draft's probability of its last token fell below the threshold",
+    "eos": "the draft wrote an end-of-sequence token",
+    "room": "no more tokens were left to generate",
+}
+
+
+def window_note(verify) -> str:
+    """'n drafted tokens, stopped at ...' for a step's Verify event ('' without one; the
+    reason is left out for traces recorded before windows had one)."""
+    if verify is None:
+        return ""
+    n = len(verify.drafted)
+    why = WINDOW_STOPS.get(getattr(verify, "stop", "") or "")
+    return f"window of {n} drafted token{'' if n == 1 else 's'}" + (f", stopped: {why}" if why else "")
+
+
 OUTCOMES = {  # verify kind -> (label, definition)
     "correction": ("rejection", "The target rejected a drafted token and wrote its own there."),
     "bonus": ("all accepted", "The target accepted the whole window and added one token of its own."),
@@ -200,6 +218,17 @@ def narrate(rec: RunRecord, step: int) -> str:
     return f"Step {pos + 1}: {text[:1].upper()}{text[1:]}." if text else f"Step {pos + 1}."
 
 
+def _window_mark(verify) -> str:
+    """The window's length under the cell, with its stop reason in the class (and a mark when
+    the window stopped before the policy's length)."""
+    if verify is None:
+        return ""
+    stop = getattr(verify, "stop", "") or ""
+    mark = "" if stop in ("", "gamma") else "·"
+    return (f'<small class="msd-step-window w-{esc(stop or "none")}">'
+            f'γ{len(verify.drafted)}{mark}</small>')
+
+
 def render_strip(rec: RunRecord, selected: int | None, played: int | None = None) -> str:
     """One button per step (numbered from 1), coloured by `step_kind`, with the verdict's bar;
     `played`: during a replay, the steps after it are faded."""
@@ -216,6 +245,8 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
         tips = [f"Step {pos + 1}: {label}", tip]
         if outcome in OUTCOMES:
             tips.append(OUTCOMES[outcome][1])
+        if sv.verify is not None:
+            tips.append(window_note(sv.verify)[:1].upper() + window_note(sv.verify)[1:] + ".")
         tips.append(f"{len(sv.commit_tokens)} token{'s' if len(sv.commit_tokens) != 1 else ''} committed")
         cls = ["msd-step", f"k-{kind}", f"o-{outcome or 'none'}"]
         if s == selected:
@@ -225,7 +256,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
         cells.append(f'<button type="button" class="{" ".join(cls)}" data-step="{s}" '
                      f'data-run="{esc(rec.method)}" title="{esc(" ".join(tips))}" '
                      f'aria-label="step {pos + 1}, {esc(label)}">{pos + 1}'
-                     f'<small>+{len(sv.commit_tokens)}</small></button>')
+                     f'<small>+{len(sv.commit_tokens)}</small>{_window_mark(sv.verify)}</button>')
     at = order.index(selected) if selected in order else None
     nav = ""
     if at is not None:
@@ -244,7 +275,8 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: where the window came from; bar: the verdict; +n: tokens committed. {key}</div>'
+            f'Cell: where the window came from; bar: the verdict; +n: tokens committed; γn: the '
+            f'window\'s drafted tokens (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 
 
