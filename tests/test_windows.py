@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, StepStart, Verify
+from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart, Verify
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.windows import STOP_REASONS, WindowPolicy, policy_for
@@ -118,6 +118,11 @@ def check_windows(events, settings: Settings, method: str):
     assert st["window_stops"] == {r: sum(w == r for _, w in windows) for r in {w for _, w in windows}}
     top = settings.gamma if method == "mirror" else settings.window_max
     assert all(1 <= n <= top and why in STOP_REASONS for n, why in windows)
+    # the draft spans say how many tokens were drafted (the latency model divides by it)
+    label = "fallback" if method == "mirror" else "draft"
+    drafted = [int(sp.detail.split()[0]) for sp in events if isinstance(sp, Span) and sp.label == label]
+    serial = [len(b.tokens) for b in events if isinstance(b, DraftBranch) and b.status == "serial"]
+    assert drafted == (serial[1:] if method == "mirror" else [n for n, _ in windows])
     if method == "mirror":  # the early exit covers exactly the window verified
         starts = [e for e in events if isinstance(e, StepStart)]
         assert [len(e.window) for e in starts] == [n for n, _ in windows]

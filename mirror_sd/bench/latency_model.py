@@ -30,6 +30,11 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+def _drafted(span, gamma: int) -> int:
+    """Tokens a draft span wrote ("N tokens, serial"; adaptive windows vary), else gamma."""
+    return _detail_int(_get(span, "detail")) or gamma
+
+
 def _detail_int(detail: str) -> int | None:
     m = re.match(r"\s*(\d+)", detail or "")
     return int(m.group(1)) if m else None
@@ -94,7 +99,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
     ver = spans("sd", "target", "verify_forward")
     ver_k = [s for s in ver if _detail_int(_get(s, "detail")) in (None, gamma + 1)] or ver
     tk = _mean(_dur(s) for s in ver_k)
-    draft_sd = _mean(_dur(s) / gamma for s in spans("sd", "draft", "draft"))
+    draft_sd = _mean(_dur(s) / _drafted(s, gamma) for s in spans("sd", "draft", "draft"))
 
     # Mirror's split verify forward, step by step
     steps: dict = {}
@@ -130,7 +135,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         if m_steps:
             fwd_factor = len(branches) / m_steps / gamma
     ext = _mean(_dur(s) for s in spans("mirror", "draft", "extend"))
-    fb = _mean(_dur(s) / gamma for s in spans("mirror", "draft", "fallback"))
+    fb = _mean(_dur(s) / _drafted(s, gamma) for s in spans("mirror", "draft", "fallback"))
     if draft_sd is None and fb is not None:
         draft_sd = fb
         notes.append("no SD draft spans: serial draft cost from Mirror's fallbacks")

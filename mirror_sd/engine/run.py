@@ -70,10 +70,11 @@ class Run:
         if device is not None:
             lane_sync(device)
         start = time.perf_counter_ns()
-        yield
+        note = {"detail": detail}  # the body may set the detail once it knows (e.g. tokens drafted)
+        yield note
         if device is not None:
             lane_sync(device)
-        self.spans.append(Span(lane, label, start, time.perf_counter_ns(), step, detail))
+        self.spans.append(Span(lane, label, start, time.perf_counter_ns(), step, note["detail"]))
 
     def commit(self, step: int, tokens: list[int], sources: list[str], hit=None) -> Commit | None:
         """Append tokens, stopping at an end-of-sequence token or at max_new_tokens."""

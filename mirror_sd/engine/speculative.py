@@ -59,9 +59,10 @@ class Speculative(Decoder):
         step = 0
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids))
-            with run.span("draft", "draft", draft.device, step, proposer.describe(policy.plan(run.room)[0])):
+            with run.span("draft", "draft", draft.device, step) as note:
                 window = draft_window(proposer, policy, draft, run.committed, run.room, s.sampling,
                                       generator_for(s.seed, step, "draft"))
+                note["detail"] = proposer.describe(len(window.tokens))
             yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
             verdict, event, commit = verify_window(run, target, step, window)
             policy.observe(len(window.tokens), verdict.accepted)

@@ -173,9 +173,10 @@ class MirrorSpeculative(Decoder):
             if len(run.committed) > 1:
                 with run.span("target", "prefill", target.device, 0):
                     target.feed(run.committed[:-1], logits_to_keep=1)
-            with run.span("draft", "prefill+draft", draft.device, 0, proposer.describe(policy.plan(run.room)[0])):
+            with run.span("draft", "prefill+draft", draft.device, 0) as note:
                 window = draft_window(proposer, policy, draft, run.committed, run.room, s.sampling,
                                       generator_for(s.seed, 0, "draft"))
+                note["detail"] = proposer.describe(len(window.tokens))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window
 

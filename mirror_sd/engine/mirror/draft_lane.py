@@ -191,11 +191,12 @@ class DraftWorker(threading.Thread):
                 lane.cache.crop(n - len(window.tokens))  # drop the cut tokens' entries
             job.next_window = window.cut(n, stop)
         else:  # a miss: roll out from c serially, as plain SD would
-            with self._span("fallback", job.step, self.proposer.describe(policy.plan(room)[0])):
+            with self._span("fallback", job.step) as note:
                 # the same random stream as a branch rooted at (A, c): a seeded run samples the
                 # same window whether the branch was precomputed or not (hits change speed only)
                 job.next_window = draft_window(self.proposer, policy, lane, prefix + job.window.tokens[:A] + [c],
                                                room, s.sampling, generator_for(s.seed, job.step, "branch", A, c))
+                note["detail"] = self.proposer.describe(len(job.next_window.tokens))
         job.hit = taken is not None
         return taken
 
