@@ -581,35 +581,3 @@ def test_the_latency_model_knows_the_engines_largest_budget():
     from mirror_sd.engine.settings import MAX_BRANCH_BUDGET
     assert lm.MAX_BUDGET == MAX_BRANCH_BUDGET
 
-
-def test_window_stats_by_hand():
-    from mirror_sd.bench.summary import window_cell
-    turns = [{"window_lengths": [4, 2, 4], "window_stops": {"gamma": 2, "confidence": 1}},
-             {"window_lengths": [1], "window_stops": {"room": 1}}, {"new_tokens": 3}]
-    c = window_cell(turns)
-    assert c == {"windows": 4, "window_mean": 2.75, "window_hist": {"1": 1, "2": 1, "4": 2},
-                 "window_stops": {"gamma": 2, "confidence": 1, "room": 1}}
-    assert window_cell([{"new_tokens": 3}])["window_mean"] is None
-
-
-def test_adaptive_window_variant_is_reported(pair, tmp_path):
-    """`sd:window=adaptive` runs next to plain SD; the report gives both methods' window
-    lengths and stop reasons, and the adaptive variant's greedy tokens are AR's."""
-    assert runners.variant("sd:window=adaptive:window_threshold=0.2") == (
-        "sd", {"window": "adaptive", "window_threshold": 0.2})
-    methods = ["ar", "sd", "sd:window=adaptive:window_threshold=0.05", "mirror:window=adaptive"]
-    results = bench.run_benchmark(pair, load_questions(SAMPLE)[:2], methods,
-                                  Settings(max_new_tokens=NEW, gamma=3), out_dir=tmp_path, progress=False)
-    overall = results["summary"]["overall"]
-    assert overall["ar"]["windows"] == 0
-    assert set(overall["sd"]["window_hist"]) == {"3"} and set(overall["sd"]["window_stops"]) == {"gamma"}
-    for m in methods[1:]:
-        c = overall[m]
-        assert c["mismatches"] == 0 and c["checked"] == 2
-        assert sum(c["window_hist"].values()) == sum(c["window_stops"].values()) == c["windows"] > 0
-    assert len(overall[methods[2]]["window_hist"]) >= 2  # the adaptive windows did vary
-    md = (tmp_path / "summary.md").read_text()
-    section = md.split("## Draft windows")[1].split("##")[0]
-    assert "| SD |" in section and all(f"| {m} |" in section for m in methods[2:])
-    assert "| AR |" not in section  # AR drafts no windows
-    assert "gamma" in section and "confidence" in section

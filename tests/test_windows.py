@@ -7,6 +7,10 @@ import re
 import pytest
 import torch
 
+from mirror_sd.bench import harness as bench
+from mirror_sd.bench import runners
+from mirror_sd.bench.questions import load_questions
+from mirror_sd.bench.summary import window_cell
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart, Verify
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
@@ -15,6 +19,8 @@ from mirror_sd.errors import MirrorSDError
 from mirror_sd.models.pair import ModelPair
 
 import tiny
+from test_bench import NEW, SAMPLE
+from test_bench import tiny_pair as bench_pair
 from tiny import CHI2_CRIT_001, chi_square, one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -239,3 +245,37 @@ def test_strip_and_inspector_show_each_windows_length_and_stop(method):
         n = len(v.drafted)
         note = f"window of {n} drafted token{'' if n == 1 else 's'}, stopped: {WINDOW_STOPS[v.stop]}"
         assert html.escape(note) in page
+
+
+# ---------------------------------------------------------------- the benchmark report
+
+def test_window_stats_by_hand():
+    turns = [{"window_lengths": [4, 2, 4], "window_stops": {"gamma": 2, "confidence": 1}},
+             {"window_lengths": [1], "window_stops": {"room": 1}}, {"new_tokens": 3}]
+    c = window_cell(turns)
+    assert c == {"windows": 4, "window_mean": 2.75, "window_hist": {"1": 1, "2": 1, "4": 2},
+                 "window_stops": {"gamma": 2, "confidence": 1, "room": 1}}
+    assert window_cell([{"new_tokens": 3}])["window_mean"] is None
+
+
+def test_adaptive_window_variant_is_reported(tmp_path):
+    """`sd:window=adaptive` runs next to plain SD; the report gives both methods' window
+    lengths and stop reasons, and the adaptive variant's greedy tokens are AR's."""
+    assert runners.variant("sd:window=adaptive:window_threshold=0.2") == (
+        "sd", {"window": "adaptive", "window_threshold": 0.2})
+    methods = ["ar", "sd", "sd:window=adaptive:window_threshold=0.05", "mirror:window=adaptive"]
+    results = bench.run_benchmark(bench_pair(), load_questions(SAMPLE)[:2], methods,
+                                  Settings(max_new_tokens=NEW, gamma=3), out_dir=tmp_path, progress=False)
+    overall = results["summary"]["overall"]
+    assert overall["ar"]["windows"] == 0
+    assert set(overall["sd"]["window_hist"]) == {"3"} and set(overall["sd"]["window_stops"]) == {"gamma"}
+    for m in methods[1:]:
+        c = overall[m]
+        assert c["mismatches"] == 0 and c["checked"] == 2
+        assert sum(c["window_hist"].values()) == sum(c["window_stops"].values()) == c["windows"] > 0
+    assert len(overall[methods[2]]["window_hist"]) >= 2  # the adaptive windows did vary
+    md = (tmp_path / "summary.md").read_text()
+    section = md.split("## Draft windows")[1].split("##")[0]
+    assert "| SD |" in section and all(f"| {m} |" in section for m in methods[2:])
+    assert "| AR |" not in section  # AR drafts no windows
+    assert "gamma" in section and "confidence" in section
