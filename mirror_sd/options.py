@@ -12,12 +12,11 @@ from dataclasses import fields
 
 from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
 from mirror_sd.engine.settings import Settings
-from mirror_sd.engine.windows import WINDOW_CHOICES
+from mirror_sd.engine.windows import DEFAULT_WINDOW, WINDOW_CHOICES
 from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES
 
 DEFAULTS = {f.name: f.default for f in fields(Settings)}
-DEFAULT_WINDOW = "adaptive"  # the window policy of the command lines (see --window)
 
 
 def int_or_auto(text: str):
@@ -59,8 +58,6 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                    help="the draft's proposal vocabulary: full, auto (the shipped frequent-token "
                         "set for the pair's tokenizer, when there is one), or a .safetensors file "
                         "(proposals/draft_vocab.py; proposals only, output unchanged)")
-    # adaptive by default here (Settings keeps fixed): in an interleaved int8 benchmark of the
-    # default pair it was faster than fixed windows for SD and Mirror-SD, with AR's tokens
     p.add_argument("--window", default=DEFAULT_WINDOW, choices=WINDOW_CHOICES,
                    help="window length per step: fixed (gamma every step) or adaptive (grows after a "
                         "fully accepted window, shrinks after a rejection, stops where the draft's "

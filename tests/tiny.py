@@ -13,6 +13,8 @@ so tests `import tiny` for both).
 from __future__ import annotations
 
 import functools
+import threading
+import time
 
 import pytest
 import torch
@@ -145,3 +147,16 @@ def assert_first_two_follow_the_target(decoder_cls, pair, prompt_ids: list[int],
     for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
         stat, dof = chi_square(counts, probs)
         assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
+
+
+def draft_lane_threads():
+    """Mirror-SD draft-lane threads still alive (a finished or cancelled run leaves none)."""
+    return [t for t in threading.enumerate() if t.name == "mirror-draft-lane" and t.is_alive()]
+
+
+def wait_no_draft_lane(timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while draft_lane_threads() and time.monotonic() < deadline:
+        for t in draft_lane_threads():
+            t.join(0.1)
+    return draft_lane_threads()

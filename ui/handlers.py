@@ -12,6 +12,7 @@ import time
 import gradio as gr
 
 from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.windows import DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
 from .inspector import render_inspector
@@ -54,7 +55,7 @@ def _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed,
     return Settings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                     top_p=float(top_p), seed=int(seed), gamma=int(gamma), kappa=int(kappa),
                     exit_layer=int(exit_layer) or None, branch_budget=int(branch_budget),
-                    streams=streams or "off", draft_vocab=draft_vocab or "full")
+                    streams=streams or "off", draft_vocab=draft_vocab or "full", window=DEFAULT_WINDOW)
 
 
 def _pane_state(rec: RunRecord | None, running: bool) -> str:

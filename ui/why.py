@@ -77,6 +77,19 @@ def _durations(rec: RunRecord | None, labels: set[str], lane: str | None = None)
             if s.label in labels and (lane is None or s.lane == lane) and s.step > 0]
 
 
+def _per_drafted_token(rec: RunRecord | None, label: str) -> list[float]:
+    """Seconds per drafted token of each serial draft window (steps after the first); a
+    span's detail starts with the number of tokens it drafted (windows vary in length)."""
+    if rec is None:
+        return []
+    out = []
+    for s in rec.spans:
+        n = s.detail.split(" ", 1)[0] if s.detail else ""
+        if s.lane == "draft" and s.label == label and s.step > 0 and n.isdigit() and int(n) > 0:
+            out.append((s.end_ns - s.start_ns) / 1e9 / int(n))
+    return out
+
+
 def _verify_forwards(rec: RunRecord | None) -> list[float]:
     """One target verify forward per step (Mirror-SD splits it into prefix, exit, suffix)."""
     if rec is None:
@@ -106,10 +119,8 @@ def costs(records: dict[str, RunRecord]) -> dict:
         out["verify_alone"] = median(d)
     if d := _verify_forwards(mirror):
         out["verify_beside"] = median(d)
-    if (d := _durations(sd, {"draft"}, "draft")) and _gamma(sd):
-        out["draft"] = median(d) / _gamma(sd)
-    elif (d := _durations(mirror, {"fallback"}, "draft")) and _gamma(mirror):
-        out["draft"] = median(d) / _gamma(mirror)
+    if d := _per_drafted_token(sd, "draft") or _per_drafted_token(mirror, "fallback"):
+        out["draft"] = median(d)
     if d := _durations(mirror, {"branches"}, "draft"):
         out["draft_beside"] = median(d)
     out["gamma"] = _gamma(sd) or _gamma(mirror)

@@ -49,7 +49,7 @@ class Settings:
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
     streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
     draft_vocab: str = "full"  # the draft's proposal vocabulary: full | auto (the shipped file) | a file
-    window: str = "fixed"  # per-step window length: fixed (gamma) | adaptive (engine/windows.py)
+    window: str = "fixed"  # per-step window length: fixed (gamma every step) | adaptive; the CLI, benchmark and app default to windows.DEFAULT_WINDOW
     window_threshold: float = 0.4  # adaptive: stop drafting below this draft probability
     window_min: int = 1  # adaptive: the shortest and longest windows
     window_max: int = 12

@@ -1,0 +1,163 @@
+"""The decoders' lanes on tiny models: a run can be cancelled and leaves no draft-lane thread,
+a lane working alone takes both cores and gives them back, and a failing draft lane degrades
+to plain decoding (target-only output, still generate()'s)."""
+import contextlib
+import threading
+import time
+
+import pytest
+import torch
+
+from mirror_sd.engine.mirror import decoder as mirror_decoder
+from mirror_sd.engine.mirror import draft_lane as mirror_mod
+from mirror_sd.engine.registry import METHODS
+from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.events import Commit, Error, Notice
+from mirror_sd.engine.mirror.decoder import MirrorSpeculative
+from mirror_sd.models.pair import ModelPair
+
+import tiny
+from tiny import one_torch_thread, wait_no_draft_lane  # noqa: F401  (one_torch_thread: fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+DECODERS = METHODS  # the registry: name -> decoder class
+
+
+def of(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+# ---------------------------------------------------------------- cancellation
+
+@pytest.mark.parametrize("method", ["ar", "sd", "mirror"])
+def test_cancel_after_first_commit(method):
+    pair = tiny.cached_pair("perturbed", 1)
+    cancel = threading.Event()
+    events, cancelled_at = [], None
+    gen = DECODERS[method](pair, Settings(max_new_tokens=200, gamma=3)).generate(tiny.prompt(1, 5), cancel)
+    for e in gen:
+        events.append(e)
+        if isinstance(e, Commit) and not cancel.is_set():
+            cancel.set()
+            cancelled_at = time.monotonic()
+    elapsed = time.monotonic() - cancelled_at
+    fin = tiny.finish(events)
+    assert elapsed < 5.0
+    assert fin.stats["cancelled"] is True
+    commits = of(events, Commit)
+    assert len(commits) == 1  # nothing committed after the cancel
+    assert fin.token_ids == commits[0].token_ids and len(fin.token_ids) < 200
+    assert not of(events, Error)
+    assert wait_no_draft_lane() == []
+
+
+# ---------------------------------------------------------------- one lane alone
+
+def test_a_lane_takes_both_cores_only_while_the_other_waits(monkeypatch):
+    """Mirror-SD gives the working lane the other lane's cores (placement.lane_alone) for the
+    prefill and the first window, and in the draft lane from the verdict on; never while the
+    target lane runs a forward, and always given back before the next step starts."""
+    seed = 2
+    pair = tiny.pair_perturbed(seed)
+    entered = {"main": 0, "worker": 0}
+    worker_alone = threading.Event()
+    bad = []
+
+    @contextlib.contextmanager
+    def recording_alone(_pair):
+        worker = threading.current_thread().name == "mirror-draft-lane"
+        entered["worker" if worker else "main"] += 1
+        if worker:
+            job = decoder._active
+            if job is None or not job.verdict_ready.is_set():
+                bad.append("the draft lane took both cores before the verdict")
+            worker_alone.set()
+        try:
+            yield
+        finally:
+            worker_alone.clear()
+
+    def target_forward_starts(module, args):
+        if threading.current_thread().name != "mirror-draft-lane" and worker_alone.is_set():
+            bad.append("the target ran while the draft lane held both cores")
+
+    monkeypatch.setattr(mirror_decoder, "lane_alone", recording_alone)
+    hook = pair.target.register_forward_pre_hook(target_forward_starts)
+    try:
+        p = tiny.prompt(seed, 6)
+        decoder = MirrorSpeculative(pair, Settings(max_new_tokens=24, gamma=3, branch_budget=2))
+        events = list(decoder.generate(p))
+    finally:
+        hook.remove()
+    fin = tiny.finish(events)
+    assert fin.token_ids == tiny.reference_greedy(pair.target, p, 24)
+    assert bad == []
+    assert entered["main"] == 1  # the prefill and the first window
+    assert 1 <= entered["worker"] <= fin.stats["steps"]  # at most once per step
+    assert not worker_alone.is_set()
+
+
+def test_lane_alone_gives_a_cpu_lane_both_cores_and_takes_them_back():
+    from mirror_sd.placement import Placement, cpu_cores, lane_alone
+    placement = Placement("cpu", "cpu")
+    placement.target_threads = placement.draft_threads = 1
+    pair = ModelPair(tiny.target(1), tiny.target(1), None, info={"placement": placement})
+    seen = {}
+
+    def lane():
+        torch.set_num_threads(1)
+        with lane_alone(pair):
+            seen["inside"] = torch.get_num_threads()
+        seen["after"] = torch.get_num_threads()
+
+    t = threading.Thread(target=lane)
+    t.start()
+    t.join()
+    assert seen["inside"] == (2 if cpu_cores() >= 2 else 1)
+    assert seen["after"] == 1
+
+
+# ---------------------------------------------------------------- draft lane failure
+
+def test_draft_lane_failure_falls_back_to_plain_decoding(monkeypatch):
+    def broken(self, job, alone):
+        raise RuntimeError("draft device lost")
+
+    monkeypatch.setattr(mirror_mod.DraftWorker, "_step", broken)
+    seed = 2
+    pair = tiny.cached_pair("perturbed", seed)
+    p = tiny.prompt(seed, 6)
+    events = list(MirrorSpeculative(pair, Settings(max_new_tokens=20, gamma=3)).generate(p))
+    fin = tiny.finish(events)
+    assert fin.token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 20)
+    notices = of(events, Notice)
+    assert len(notices) == 1 and "draft device lost" in notices[0].message
+    assert not of(events, Error)
+    assert [t for c in of(events, Commit) for t in c.token_ids] == fin.token_ids
+    assert wait_no_draft_lane() == []
+
+
+def test_draft_model_failing_mid_run_inside_the_lane_thread(monkeypatch):
+    """The draft model's forward raises from its 3rd call inside the draft-lane thread only
+    (after the lane already rolled branches out and moved its cache)."""
+    seed = 3
+    pair = tiny.pair_perturbed(seed)
+    original = pair.draft.forward
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        if threading.current_thread().name == "mirror-draft-lane":
+            calls["n"] += 1
+            if calls["n"] >= 3:
+                raise RuntimeError("draft lane OOM")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pair.draft, "forward", flaky)
+    p = tiny.prompt(seed, 6)
+    events = list(MirrorSpeculative(pair, Settings(max_new_tokens=30, gamma=3)).generate(p))
+    fin = tiny.finish(events)
+    assert calls["n"] >= 3
+    assert fin.token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 30)
+    assert len(of(events, Notice)) == 1 and not of(events, Error)
+    assert wait_no_draft_lane() == []
