@@ -157,7 +157,7 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                 timeline = gr.Plot(build_timeline({}), show_label=False, elem_id="timeline")
                 gr.Markdown("### Step inspector")
                 with gr.Row():
-                    which = gr.Radio([("Mirror-SD", "mirror"), ("Plain SD", "sd")], value="mirror",
+                    which = gr.Radio([("Mirror-SD", "mirror"), ("SD", "sd")], value="mirror",
                                      label="run", scale=1)
                     step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
                                      elem_id="step-slider", scale=4)

@@ -217,7 +217,7 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
                      f"<b>{c['draft'] / c['target']:.0%}</b> of a target forward")
         lines.append(line)
     if k.get("verify"):
-        lines.append(f"lanes' contention: the target's verify forward ({c['gamma'] + 1} tokens) took "
+        lines.append(f"lanes' contention: the target's verify forward ({c['verify_window'] + 1} tokens) took "
                      f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
                      f"draft (Mirror-SD): <b>{k['verify']:.2f}×</b>")
     if k.get("draft"):

@@ -90,15 +90,34 @@ def _per_drafted_token(rec: RunRecord | None, label: str) -> list[float]:
     return out
 
 
-def _verify_forwards(rec: RunRecord | None) -> list[float]:
-    """One target verify forward per step (Mirror-SD splits it into prefix, exit, suffix)."""
+def _verify_forwards(rec: RunRecord | None, window: int | None = None) -> list[float]:
+    """One target verify forward per step (Mirror-SD splits it into prefix, exit, suffix);
+    with `window`, only the steps that verified that many drafted tokens."""
     if rec is None:
         return []
     per_step: dict[int, float] = {}
     for s in rec.spans:
         if s.lane == "target" and s.label in ("verify_forward", "prefix", "exit_head", "suffix") and s.step > 0:
             per_step[s.step] = per_step.get(s.step, 0.0) + (s.end_ns - s.start_ns) / 1e9
+    if window is not None:
+        sizes = _windows(rec)
+        return [d for step, d in per_step.items() if sizes.get(step) == window]
     return list(per_step.values())
+
+
+def _windows(rec: RunRecord | None) -> dict[int, int]:
+    """step -> drafted tokens it verified."""
+    return {e.step: len(e.drafted) for e in (rec.events if rec else []) if isinstance(e, Verify)}
+
+
+def _common_window(sd: RunRecord | None, mirror: RunRecord | None) -> int | None:
+    """The window length verified most often by both runs (steps after the first), so that
+    SD's verify forward alone and Mirror-SD's beside the draft are compared at equal size
+    (a verify's cost grows with its rows, and adaptive windows vary)."""
+    a = [w for s, w in _windows(sd).items() if s > 0]
+    b = [w for s, w in _windows(mirror).items() if s > 0]
+    both = set(a) & set(b)
+    return max(both, key=lambda w: (min(a.count(w), b.count(w)), w)) if both else None
 
 
 def _gamma(rec: RunRecord | None) -> int:
@@ -115,10 +134,12 @@ def costs(records: dict[str, RunRecord]) -> dict:
     out: dict = {}
     if d := _durations(ar, TARGET_FORWARD):
         out["target"] = median(d)
-    if d := _verify_forwards(sd):
+    window = _common_window(sd, mirror)
+    if d := _verify_forwards(sd, window):
         out["verify_alone"] = median(d)
-    if d := _verify_forwards(mirror):
+    if d := _verify_forwards(mirror, window):
         out["verify_beside"] = median(d)
+    out["verify_window"] = window
     if d := _per_drafted_token(sd, "draft") or _per_drafted_token(mirror, "fallback"):
         out["draft"] = median(d)
     if d := _durations(mirror, {"branches"}, "draft"):
@@ -131,7 +152,7 @@ def contention(c: dict) -> dict:
     """Slowdowns from sharing the hardware (1.0 = none): verify beside the draft over verify
     alone, one draft forward beside the target over one alone."""
     out = {}
-    if c.get("verify_alone") and c.get("verify_beside"):
+    if c.get("verify_alone") and c.get("verify_beside") and c.get("verify_window") is not None:
         out["verify"] = c["verify_beside"] / c["verify_alone"]
     if c.get("draft") and c.get("draft_beside"):
         out["draft"] = c["draft_beside"] / c["draft"]
@@ -209,8 +230,9 @@ def _against_sd(records: dict[str, RunRecord], mirror: RunRecord, c: dict) -> st
     bus = (f" (both lanes share the same cores and memory bus: each verify took {k:.2f}× as "
            f"long beside the draft as alone)" if k else "")
     ahead = "Mirror-SD" if _speed(records, "mirror") >= sd_speed else "SD"
-    verify = (f"its verify forwards took {slower:.2f} s longer" if slower >= 0 else
-              f"its verify forwards even took {-slower:.2f} s less")
+    steps = f" ({len(_windows(mirror))} verify steps against SD's {len(_windows(sd))})"
+    verify = (f"its verify forwards took {slower:.2f} s more in all{steps}" if slower >= 0 else
+              f"its verify forwards even took {-slower:.2f} s less in all{steps}")
     saved = (f"saved {hidden:.2f} s of exposed draft time" if hidden >= 0 else
              f"left {-hidden:.2f} s more draft time exposed")
     return (f" Against plain SD ({sd_speed:.2f}×): running the draft beside the target {saved}, "

@@ -166,7 +166,8 @@ def alpha_from_tau(tau: float, gamma: int) -> float:
 # the model
 
 
-def _target_k(cal: Calibration, k: int) -> float:
+def target_k(cal: Calibration, k: int) -> float:
+    """One target forward over k rows: linear between one row and the measured verify."""
     t1, tk = cal.t_target_1, cal.t_target_k
     if tk is None:
         return t1
@@ -184,7 +185,7 @@ def _prefix_suffix(cal: Calibration, t_fwd: float) -> tuple[float, float]:
 def step_terms(cal: Calibration) -> dict:
     """Every term of the model for the calibration's settings (seconds; None when unknown)."""
     g = cal.gamma
-    t_fwd = _target_k(cal, g + 1) if (cal.t_target_1 or cal.t_target_k) else None
+    t_fwd = target_k(cal, g + 1) if (cal.t_target_1 or cal.t_target_k) else None
     terms = {"T_AR": cal.t_target_1, "T_target(gamma+1)": t_fwd}
     draft = cal.t_draft_token
     terms["T_draft(gamma)"] = g * draft if draft is not None else None

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mirror_sd.bench import latency_model as lm
+from mirror_sd.bench.step_model import target_k
 
 METHODS = ("ar", "sd", "mirror")
 PROFILE_NAMES = {
@@ -362,6 +363,14 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
     if m == "mirror":
         t_hit, t_miss = (step_seconds(cal, m, h, profile.tail) for h in (True, False))
         busy = None if t_hit is None or t_miss is None else hits * t_hit + (steps - hits) * t_miss
+    elif m == "sd" and replay and rec.windows:
+        # windows vary in length (adaptive policy): the draft pays for the tokens it really
+        # drafted, the target for one verify forward per step
+        draft = lm.step_terms(cal)["T_draft(gamma)"]
+        fwd = None if cal.t_target_1 is None and cal.t_target_k is None else sum(
+            target_k(cal, w + 1) for w in rec.windows)  # verify of w + 1 rows
+        busy = (None if draft is None or fwd is None else
+                sum(rec.windows) * draft / cal.gamma + fwd + steps * cal.t_accept)
     else:
         t = step_seconds(cal, m)
         busy = None if t is None else steps * t
