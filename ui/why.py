@@ -230,7 +230,7 @@ def _against_sd(records: dict[str, RunRecord], mirror: RunRecord, c: dict) -> st
     bus = (f" (both lanes share the same cores and memory bus: each verify took {k:.2f}× as "
            f"long beside the draft as alone)" if k else "")
     ahead = "Mirror-SD" if _speed(records, "mirror") >= sd_speed else "SD"
-    steps = f" ({len(_windows(mirror))} verify steps against SD's {len(_windows(sd))})"
+    steps = f" over {len(_windows(mirror))} verify steps against SD's {len(_windows(sd))}"
     verify = (f"its verify forwards took {slower:.2f} s more in all{steps}" if slower >= 0 else
               f"its verify forwards even took {-slower:.2f} s less in all{steps}")
     saved = (f"saved {hidden:.2f} s of exposed draft time" if hidden >= 0 else

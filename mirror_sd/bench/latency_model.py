@@ -98,6 +98,12 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         notes.append("no AR decode spans: T_AR unknown, no speedups")
     ver = spans("sd", "target", "verify_forward")
     ver_k = [s for s in ver if _detail_int(_get(s, "detail")) in (None, gamma + 1)] or ver
+    rows = [_detail_int(_get(s, "detail")) for s in ver]
+    gamma_measured = gamma
+    if len(ver_k) < len(ver) and None not in rows:
+        # windows of varying length (the adaptive policy): the mean verify forward over every
+        # step, at the mean window, so that steps x T_target(gamma_measured + 1) is what the run spent
+        ver_k, gamma_measured = ver, max(1, round(sum(rows) / len(rows)) - 1)
     tk = _mean(_dur(s) for s in ver_k)
     draft_sd = _mean(_dur(s) / _drafted(s, gamma) for s in spans("sd", "draft", "draft"))
 
@@ -156,7 +162,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         alpha_mirror=None if tau_m is None else alpha_from_tau(tau_m, gamma),
         hit_rate=hits / (hits + misses) if hits + misses else None,
         hit_rates=hit_rates_from_ranks(ranks), rank_steps=len(ranks),
-        gamma_measured=gamma, source=source, notes=notes)
+        gamma_measured=gamma_measured, source=source, notes=notes)
     return cal
 
 

@@ -148,6 +148,12 @@ def mirror_tails(outcomes: list, spans) -> tuple[list[float], list[float]]:
     return hit, miss
 
 
+def _drafted_tokens(span) -> int | None:
+    """Tokens a draft span wrote: its detail starts with the count ("4 tokens, serial")."""
+    head = (_get(span, "detail") or "").split(" ", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
 def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
     """The decode steps of one run. `record`: {method, stats (Finish.stats), spans, and
     optionally events (the typed events, for per-step accepted lengths and hits)}."""
@@ -168,8 +174,12 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
     if tokens is None:
         tokens = max(0, (stats.get("new_tokens") or 0) - (1 if method == "ar" else 0))
     verifies = [e for e in (events or []) if _kind(e) == "Verify" and _get(e, "step", 0) > 0]
+    windows = [len(_get(e, "drafted")) for e in verifies]
+    if not windows and method == "sd":  # a benchmark record keeps spans, not events
+        windows = [n for n in (_drafted_tokens(s) for s in spans
+                               if _get(s, "label") == "draft" and _get(s, "step", 0) > 0) if n]
     rec = RecordedSteps(method, gamma, outcomes, int(tokens), decode_s,
-                        windows=[len(_get(e, "drafted")) for e in verifies],
+                        windows=windows,
                         accepted=[int(_get(e, "accepted")) for e in verifies])
     if method == "mirror":
         rec.tail_hit, rec.tail_miss = mirror_tails(outcomes, spans)
@@ -366,11 +376,13 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
     elif m == "sd" and replay and rec.windows:
         # windows vary in length (adaptive policy): the draft pays for the tokens it really
         # drafted, the target for one verify forward per step
+        # the draft pays for the tokens it really drafted; a verify forward costs the run's
+        # mean (its cost grows far less than linearly with the rows on these kernels)
         draft = lm.step_terms(cal)["T_draft(gamma)"]
-        fwd = None if cal.t_target_1 is None and cal.t_target_k is None else sum(
-            target_k(cal, w + 1) for w in rec.windows)  # verify of w + 1 rows
+        fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
+            cal, (cal.gamma_measured or cal.gamma) + 1)
         busy = (None if draft is None or fwd is None else
-                sum(rec.windows) * draft / cal.gamma + fwd + steps * cal.t_accept)
+                sum(rec.windows) * draft / cal.gamma + steps * (fwd + cal.t_accept))
     else:
         t = step_seconds(cal, m)
         busy = None if t is None else steps * t
