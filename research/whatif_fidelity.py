@@ -191,10 +191,17 @@ def main(argv=None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--run", default=None, metavar="ARGS",
                    help="benchmark arguments: run `python -m mirror_sd.bench ARGS --out OUT_DIR` first")
+    p.add_argument("--methods", default=None, metavar="A,B,C",
+                   help="the benchmark's method names to read, one per base method (e.g. "
+                        "ar,sd:window=fixed,mirror:window=fixed); default: every record, variants "
+                        "pooled with their base method")
     args = p.parse_args(argv)
     results = load(args.out_dir, args.run)
     kw = setup(results)
     records = records_from_results(results)
+    if args.methods:
+        keep = args.methods.split(",")
+        records = [dict(r, method=wi.base_method(r["method"])) for r in records if r["method"] in keep]
     print(f"benchmark: {results['meta'].get('target')} / {results['meta'].get('draft')}, "
           f"{results['meta'].get('precision')}, {len(results['questions'])} questions, settings {kw}")
     print_fidelity(fidelity(records, kw))
