@@ -133,15 +133,21 @@ def test_profile_a_reproduces_each_methods_decode_time(runs):
 
 def test_profile_a_reproduces_adaptive_windows(pair):
     """Adaptive windows vary from step to step: the replay pays for the tokens each window
-    really drafted, and stays within 10% of the measured decode time."""
+    really drafted, and stays within 10% of the measured decode time (three prompts pooled,
+    as above: a tiny run's decode phase is a fraction of a second)."""
     # no confidence stop (the tiny draft is never sure): lengths follow the verdicts
-    records = {m: record(pair, m, PROMPTS[1], window="adaptive", window_threshold=0.0)
-               for m in wi.METHODS}
-    sd = wi.recorded_steps(wi.record_from_run(records["sd"]), GAMMA)
+    runs = [{m: record(pair, m, p, window="adaptive", window_threshold=0.0) for m in wi.METHODS}
+            for p in PROMPTS]
+    sd = wi.recorded_steps(wi.record_from_run(runs[0]["sd"]), GAMMA)
     assert len(set(sd.windows)) > 1, sd.windows  # the windows did vary
-    result = project_prompt(records)
-    for m, row in result["projected"]["a"].items():
-        assert row["decode_s"] / row["measured_decode_s"] == pytest.approx(1.0, abs=0.10), (m, row)
+    projected = {m: 0.0 for m in wi.METHODS}
+    measured = {m: 0.0 for m in wi.METHODS}
+    for records in runs:
+        for m, row in project_prompt(records)["projected"]["a"].items():
+            projected[m] += row["decode_s"]
+            measured[m] += row["measured_decode_s"]
+    for m in wi.METHODS:
+        assert projected[m] / measured[m] == pytest.approx(1.0, abs=0.10), (m, projected, measured)
 
 
 def test_calibration_leaves_out_the_prefill_phase(runs):

@@ -7,9 +7,9 @@ hardware profile says what each step costs there.
 
 Profiles:
   a  this machine as measured: costs calibrated from the run's own spans (target forward per
-     token, verify of gamma+1 tokens, draft per token, the lanes' contention when both run at
-     once) plus the host time per step off the critical path (sampling, commits, thread
-     hand-offs), measured per method. Mirror-SD's target lane is taken as it ran beside the
+     token, a verify forward, draft per drafted token, the lanes' contention) plus the host
+     time per step off the critical path, measured per method; SD pays for the tokens each
+     window really drafted (adaptive windows vary). Mirror-SD's target lane is taken as it ran beside the
      draft, and its step adds the draft work measured after each verdict (a hit: the taken
      branch's last forwards; a miss: the forward in flight, then the serial fallback), since
      the latency model's mean terms miss when the taken root started early. It should
@@ -22,11 +22,10 @@ Profiles:
      or second device, costs from weight bytes over each device's memory bandwidth, the
      latency model's step times (the paper's schedule).
 
-The decode phase starts at the first commit (stats `decode_s`), as the benchmark and the
-headline count it. Replayed decode steps per method: AR, every target forward after the
-prefill; SD, every step after the first; Mirror-SD, the outcome (hit or miss) of every step
-but the last: the decode phase holds step 0's draft work after its verdict, every later step,
-and the last step's target lane, which is one full step per outcome.
+The decode phase starts at the first commit (stats `decode_s`). Replayed decode steps: AR,
+every target forward after the prefill; SD, every step after the first; Mirror-SD, the outcome
+(hit or miss) of every step but the last (step 0's draft work after its verdict, every later
+step and the last step's target lane make one full step per outcome).
 
 Pure Python: no torch, no models; spans may be `events.Span` objects or dicts.
 """
