@@ -98,10 +98,14 @@ def run_default_example(page, url: str, max_new_tokens: int | None, timeout_s: f
         box.fill(str(max_new_tokens))
         box.press("Enter")
         box.blur()
-        # the slider takes the typed value on Enter/blur: wait for it, or Run may read the old one
-        page.wait_for_function(
-            "n => { const r = document.querySelector('#max-new-tokens input[type=range]');"
-            " return r && r.value === String(n); }", arg=max_new_tokens, timeout=10_000)
+        # the slider takes the typed value on Enter/blur: give it time, or Run may read the old
+        # one (check_rendered asserts the token count, so a run at the old value still fails)
+        try:
+            page.wait_for_function(
+                "n => { const r = document.querySelector('#max-new-tokens input[type=range]');"
+                " return r && r.value === String(n); }", arg=max_new_tokens, timeout=10_000)
+        except sync_api.TimeoutError:
+            page.wait_for_timeout(2_000)
     page.click("#run-btn")
     page.wait_for_selector('#pane-mirror .msd-pane:is([data-state="done"], [data-state="error"], '
                            '[data-state="stopped"])', timeout=timeout_s * 1000)
