@@ -1,4 +1,5 @@
-"""`python -m mirror_sd.models --prepare-default`: build the default pair's cache (bundled.py)."""
+"""`python -m mirror_sd.models --prepare-default` (or `--prepare gemma-3-270m`, `--prepare all`):
+build bundled models' caches (bundled.py)."""
 import logging
 
 from mirror_sd.models.bundled import main

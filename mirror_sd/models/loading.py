@@ -1,14 +1,16 @@
 """Turn model names into a checked `ModelPair`, or one model.
 
-`load_pair` loads a (target, draft) pair with the target's tokenizer; `load_target` a second
-target alone; `load_model` one model (and its tokenizer) by name, as the trainers use it. Every
-path goes through the same steps: names to sources (names.py; "default" is the bundled pair,
-bundled.py), the checks that can fail before any weights are read (precision and device,
-vocabularies, memory), loading on the devices `placement.resolve_placement()` picks, and the
+`load_pair` loads a (target, draft) pair with both tokenizers (ModelPair decides from them
+whether the pair shares a vocabulary or needs a bridge); `load_target` a second target alone;
+`load_model` one model (and its tokenizer) by name, as the trainers use it. Every path goes
+through the same steps: names to sources (names.py; "default" and the names of `BUNDLED` are
+bundled models, bundled.py), the checks that can fail before any weights are read (precision
+and device, memory), loading on the devices `placement.resolve_placement()` picks, and the
 precision's conversion (precision.py). Decoding lives elsewhere.
 
 Build the default pair's cache ahead of time: `python -m mirror_sd.models --prepare-default`
-(this module's own `python -m mirror_sd.models.loading --prepare-default` does the same).
+(`--prepare gemma-3-270m` for a bundled model by name; this module's own
+`python -m mirror_sd.models.loading` takes the same flags).
 """
 from __future__ import annotations
 
@@ -16,14 +18,14 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.models.bundled import (DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULTS, Progress,
-                                      default_cache_dir, ensure_bundled, ensure_default_pair,
-                                      report)
+from mirror_sd.models.bundled import (BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULTS,
+                                      Progress, bundled_model, bundled_name, default_cache_dir,
+                                      ensure_bundled, ensure_default_pair, report)
 from mirror_sd.models.memory import check_memory, pool
 from mirror_sd.models.names import Source, inspect, load_error, resolve
 from mirror_sd.models.pair import ModelPair, model_device
@@ -33,7 +35,7 @@ from mirror_sd.placement import Placement, configure_cpu_threads, resolve_placem
 
 # What callers take from here: the loaders, and the names they are usually imported with.
 __all__ = ["load_pair", "load_target", "load_model", "LoadedModel", "apply_precision",
-           "PRECISIONS", "DEFAULT_TARGET", "DEFAULT_DRAFT", "default_cache_dir",
+           "PRECISIONS", "BUNDLED", "DEFAULT_TARGET", "DEFAULT_DRAFT", "default_cache_dir",
            "ensure_default_pair"]
 
 log = logging.getLogger(__name__)
@@ -54,15 +56,21 @@ def _load_model(src: Source, role: str, prec: Precision, device_map, max_memory,
     return model
 
 
+def _bundled(name: str, role: str):
+    """The bundled model `name` stands for in `role` ("default": the default pair's), or None."""
+    return DEFAULTS[role] if name == "default" else bundled_model(name)
+
+
 def _sources(names: dict[str, str], trust_remote_code: bool, cache_dir,
              progress: Progress | None) -> dict[str, Source]:
-    # Named models first: a typo must not wait for the default pair's first-time build.
+    # Named models first: a typo must not wait for a bundled model's first-time build.
     srcs = {role: resolve(name, role, trust_remote_code, cache_dir)
-            for role, name in names.items() if name != "default"}
+            for role, name in names.items() if _bundled(name, role) is None}
     for role in ("target", "draft"):
-        if names.get(role) == "default":
-            path = ensure_bundled(DEFAULTS[role], cache_dir, progress)
-            srcs[role] = Source(f"default {role} ({path.name})", str(path))
+        if role in names and role not in srcs:
+            path = ensure_bundled(_bundled(names[role], role), cache_dir, progress)
+            label = f"default {role}" if names[role] == "default" else bundled_name(names[role])
+            srcs[role] = Source(f"{label} ({path.name})", str(path))
     return srcs
 
 
@@ -102,6 +110,20 @@ def _tokenizer(src: Source, trust_remote_code: bool, whose: str = "the target"):
                             f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from e
 
 
+def _size_warnings(target_params: int, draft_params: int) -> list[str]:
+    if draft_params <= target_params:
+        return []
+    return [f"the draft ({draft_params:,} params) is larger than the target ({target_params:,}): "
+            f"speculative decoding cannot be faster than the target alone"]
+
+
+def _draft_tokenizer_kwarg(draft_tokenizer) -> dict:
+    """ModelPair's draft_tokenizer keyword, where this ModelPair takes one."""
+    if "draft_tokenizer" in {f.name for f in fields(ModelPair)}:
+        return {"draft_tokenizer": draft_tokenizer}
+    return {}
+
+
 def load_pair(target: str = "default", draft: str = "default", *, precision: str = "fp32",
               target_device: str = "auto", draft_device: str = "auto",
               max_memory: dict | None = None, trust_remote_code: bool = False,
@@ -109,11 +131,14 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
               memory_limit_bytes: int | None = None, target_precision: str | None = None,
               draft_precision: str | None = None, kernels: str | None = None,
               fast_layers: bool | None = None) -> ModelPair:
-    """Load a (target, draft) pair with the target's tokenizer.
+    """Load a (target, draft) pair with the target's tokenizer (chat template, token ids) and
+    the draft's (info["draft_tokenizer_load_s"]); a draft with another vocabulary is allowed.
 
-    `target`/`draft`: "default" (the bundled Qwen2.5-Coder 1.5B / 0.5B pair), a Hugging Face
-    hub id, a local model folder, or a .gguf file. `progress(message, fraction)` is called at
-    each phase. `cache_dir` holds the default pair (and hub downloads under `hub/`).
+    `target`/`draft`: "default" (the bundled Qwen2.5-Coder 1.5B / 0.5B pair), a bundled model's
+    name (`BUNDLED`: "gemma-3-270m"...), a Hugging Face hub id, a local model folder, or a .gguf
+    file. info["warnings"] lists what the caller should show (a draft larger than its target).
+    `progress(message, fraction)` is called at each phase. `cache_dir` holds the bundled models
+    (and hub downloads under `hub/`).
     `memory_limit_bytes` replaces the free memory of each pool (RAM, each GPU) in the check
     made before loading: for tests, or to cap what the pair may use.
     `precision` applies to both models unless `target_precision` / `draft_precision` say
@@ -130,13 +155,10 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     report(progress, "checking the models", 0.0)
     names = {"target": target, "draft": draft}
     srcs = _sources(names, trust_remote_code, cache_dir, progress)
-    (t_params, t_vocab), (d_params, d_vocab) = (inspect(srcs[r], r, trust_remote_code)
-                                                for r in ("target", "draft"))
-    if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
-        raise MirrorSDError(
-            f"The target and the draft must share one vocabulary: target "
-            f"{srcs['target'].name!r} has {t_vocab} token ids, draft {srcs['draft'].name!r} "
-            f"has {d_vocab}.")
+    (t_params, _), (d_params, _) = (inspect(srcs[r], r, trust_remote_code)
+                                    for r in ("target", "draft"))
+    # Vocabularies are compared by ModelPair from the two tokenizers: the same one makes a
+    # plain pair, different ones a cross-tokenizer pair (or a clear error without overlap).
     needs = defaultdict(float)
     needs[pool(placement.target_device_map)] += t_params * precs["target"].bytes_per_param
     needs[pool(placement.draft_device)] += d_params * precs["draft"].bytes_per_param
@@ -144,17 +166,27 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     check_memory(needs, memory_limit_bytes, f"The pair in {label} needs", placement)
 
     info: dict = {"precision": names_prec["target"], "draft_precision": names_prec["draft"],
-                  "dtype": str(precs["target"].dtype).replace("torch.", ""), "placement": placement}
+                  "dtype": str(precs["target"].dtype).replace("torch.", ""), "placement": placement,
+                  "warnings": _size_warnings(t_params, d_params)}
+    for warning in info["warnings"]:
+        log.warning(warning)
+        report(progress, f"warning: {warning}", 0.1)
     models = {}
     for role, frac in (("target", 0.2), ("draft", 0.7)):
         report(progress, f"loading {role} {srcs[role].name}", frac)
         models[role], info[role] = _load_role(role, srcs[role], names_prec[role], placement,
                                               trust_remote_code, choice)
-    t0 = time.perf_counter()
-    tokenizer = _tokenizer(srcs["target"], trust_remote_code)  # chat template and token ids
-    info["tokenizer_load_s"] = round(time.perf_counter() - t0, 2)
-    pair = ModelPair(models["target"], models["draft"], tokenizer, target_name=srcs["target"].name,
-                     draft_name=srcs["draft"].name, precision=names_prec["target"], info=info)
+    toks = {}
+    for role, whose in (("target", "the target"), ("draft", "the draft")):
+        t0 = time.perf_counter()
+        # the target's gives the chat template and the token ids; the draft's, the bridge
+        toks[role] = _tokenizer(srcs[role], trust_remote_code, whose)
+        info["tokenizer_load_s" if role == "target" else "draft_tokenizer_load_s"] = \
+            round(time.perf_counter() - t0, 2)
+    pair = ModelPair(models["target"], models["draft"], toks["target"],
+                     target_name=srcs["target"].name, draft_name=srcs["draft"].name,
+                     precision=names_prec["target"], info=info,
+                     **_draft_tokenizer_kwarg(toks["draft"]))
     # every method (AR included) then runs with the same thread budget: a fair comparison
     configure_cpu_threads(info["placement"])
     report(progress, "done", 1.0)
@@ -197,10 +229,10 @@ def load_model(name: str = "default", role: str = "target", *, precision: str | 
                trust_remote_code: bool = False, cache_dir: str | os.PathLike | None = None,
                progress: Progress | None = None, kernels: str | None = None,
                fast_layers: bool | None = None) -> LoadedModel:
-    """One model by name ("default": the bundled pair's model for `role`), in eval mode, on
-    `device`, with the same name handling and checks as load_pair. `precision` None: float32
-    as stored, on transformers' own layers (what the trainers fit on); a precision name:
-    converted as load_pair converts. `weights=False`: the tokenizer only."""
+    """One model by name ("default": the bundled pair's model for `role`; a `BUNDLED` name),
+    in eval mode, on `device`, with the same name handling and checks as load_pair. `precision`
+    None: float32 as stored, on transformers' own layers (what the trainers fit on); a
+    precision name: converted as load_pair converts. `weights=False`: the tokenizer only."""
     src = _sources({role: name}, trust_remote_code, cache_dir, progress)[role]
     model = None
     if weights:
