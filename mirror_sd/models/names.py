@@ -1,7 +1,8 @@
 """A model name (a hub id, a local folder, a .gguf file) -> a checked `Source`, and what can
 be read about it before its weights are: parameter count and vocabulary size.
 
-"default" (the bundled pair) is resolved by `bundled.py`; this module handles every other name.
+"default" and the bundled models' names ("gemma-3-270m"...: `bundled.BUNDLED`) are resolved by
+`bundled.py` (through `loading`); this module handles every other name.
 Checks that fail here fail fast, before anything is loaded: a missing path, a folder that is not
 a model, a hub id that does not exist or cannot be reached, a model that needs custom code.
 """
