@@ -14,7 +14,8 @@ from mirror_sd.errors import MirrorSDError
 from mirror_sd.models import bundled, loading
 from mirror_sd.models.bundled import BUNDLED, GEMMA_3_270M, BundledModel, bundled_model
 from mirror_sd.models.pair import ModelPair
-from mirror_sd.models.tiny import build, qwen_config, tiny_tokenizer
+from mirror_sd.models.precision import row_exact_attention_fits
+from mirror_sd.models.tiny import build, llama_config, qwen_config, tiny_tokenizer
 
 
 def save_tiny(path, layers: int, vocab: int = 300, tokenizer=None) -> str:
@@ -116,6 +117,46 @@ def test_the_same_tokenizer_still_makes_a_plain_pair(folders):
     pair = loading.load_pair(folders["large"], folders["small"], target_device="cpu",
                              draft_device="cpu")
     assert pair.bridge is None and pair.draft is pair.draft_model
+
+
+# -- a sliding-window target at a row-exact precision ---------------------------------------
+
+def gemma_config(**over):
+    from transformers import Gemma3TextConfig
+    kw = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=4,
+              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128,
+              eos_token_id=258)
+    return Gemma3TextConfig(**{**kw, **over})
+
+
+def test_row_exact_attention_fits_full_attention_only():
+    from transformers import MistralConfig
+    assert row_exact_attention_fits(qwen_config()) and row_exact_attention_fits(llama_config())
+    assert not row_exact_attention_fits(gemma_config())
+    assert not row_exact_attention_fits(MistralConfig(sliding_window=4096))
+    assert row_exact_attention_fits(MistralConfig(sliding_window=None))
+
+
+def test_a_sliding_window_target_at_int8_keeps_its_attention_and_says_so(folders, tmp_path):
+    from transformers import Gemma3ForCausalLM
+    from mirror_sd.cpu import exact_attention
+    torch.manual_seed(0)
+    Gemma3ForCausalLM(gemma_config()).save_pretrained(tmp_path / "gemma")
+    tiny_tokenizer().save_pretrained(tmp_path / "gemma")
+    gemma = str(tmp_path / "gemma")
+    pair = loading.load_pair(gemma, gemma, precision="int8", target_device="cpu",
+                             draft_device="cpu")
+    assert not exact_attention.installed(pair.target)
+    (warning,) = pair.info["warnings"]
+    assert "sliding-window attention" in warning and "not row-exact" in warning
+    ids = torch.randint(0, 259, (1, 12))  # longer than the window: row-by-row attention would
+    fp32 = loading.load_model(gemma, "target", tokenizer=False).model  # see past it
+    with torch.no_grad():
+        assert (fp32(ids).logits - pair.target(ids).logits).abs().max() < 0.1
+    qwen = loading.load_pair(folders["large"], folders["small"], precision="int8",
+                             target_device="cpu", draft_device="cpu")
+    assert exact_attention.installed(qwen.target) and qwen.info["warnings"] == []
 
 
 # -- assembly from PyPI parts ---------------------------------------------------------------

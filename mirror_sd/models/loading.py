@@ -30,7 +30,8 @@ from mirror_sd.models.memory import check_memory, pool
 from mirror_sd.models.names import Source, inspect, load_error, resolve
 from mirror_sd.models.pair import ModelPair, model_device
 from mirror_sd.models.precision import (PRECISIONS, KernelChoice, Precision, apply_precision,
-                                        check_precisions, convert_lean, kernel_choice)
+                                        check_precisions, convert_lean, kernel_choice,
+                                        row_exact_attention_fits)
 from mirror_sd.placement import Placement, configure_cpu_threads, resolve_placement
 
 # What callers take from here: the loaders, and the names they are usually imported with.
@@ -110,11 +111,11 @@ def _tokenizer(src: Source, trust_remote_code: bool, whose: str = "the target"):
                             f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from e
 
 
-def _size_warnings(target_params: int, draft_params: int) -> list[str]:
-    if draft_params <= target_params:
-        return []
-    return [f"the draft ({draft_params:,} params) is larger than the target ({target_params:,}): "
-            f"speculative decoding cannot be faster than the target alone"]
+def _warn(info: dict, progress: Progress | None, warning: str) -> None:
+    """A warning for the caller to show: in info["warnings"], the log and the progress."""
+    info["warnings"].append(warning)
+    log.warning(warning)
+    report(progress, f"warning: {warning}")
 
 
 def _draft_tokenizer_kwarg(draft_tokenizer) -> dict:
@@ -167,15 +168,21 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
 
     info: dict = {"precision": names_prec["target"], "draft_precision": names_prec["draft"],
                   "dtype": str(precs["target"].dtype).replace("torch.", ""), "placement": placement,
-                  "warnings": _size_warnings(t_params, d_params)}
-    for warning in info["warnings"]:
-        log.warning(warning)
-        report(progress, f"warning: {warning}", 0.1)
+                  "warnings": []}
+    if d_params > t_params:
+        _warn(info, progress, f"the draft ({d_params:,} params) is larger than the target "
+                              f"({t_params:,}): speculative decoding cannot be faster than the "
+                              f"target alone")
     models = {}
     for role, frac in (("target", 0.2), ("draft", 0.7)):
         report(progress, f"loading {role} {srcs[role].name}", frac)
         models[role], info[role] = _load_role(role, srcs[role], names_prec[role], placement,
                                               trust_remote_code, choice)
+    if precs["target"].exact_rows and not row_exact_attention_fits(models["target"].config):
+        _warn(info, progress, f"the target has sliding-window attention: at {names_prec['target']} "
+                              f"its verification is not row-exact (greedy output matches "
+                              f"decoding token by token in practice, as in fp32, not by "
+                              f"construction)")
     toks = {}
     for role, whose in (("target", "the target"), ("draft", "the draft")):
         t0 = time.perf_counter()

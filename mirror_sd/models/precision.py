@@ -155,16 +155,28 @@ def check_precisions(names: dict[str, str], devices: dict[str, str],
     return precs
 
 
+def row_exact_attention_fits(config) -> bool:
+    """Whether cpu/exact_attention.py computes a model's attention: every layer attends to the
+    whole context. A sliding-window layer (Gemma 3, Mistral) must not see keys past its window,
+    which the row-by-row attention would show it."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        return all(t == "full_attention" for t in types)
+    return getattr(config, "sliding_window", None) is None or \
+        getattr(config, "use_sliding_window", True) is False
+
+
 def apply_precision(model, name: str, role: str, kernels: KernelChoice = KernelChoice()):
     """The precision's conversion after loading; a target whose linears are row-independent
-    also gets row-exact attention, so verifying k tokens equals decoding them one by one.
+    also gets row-exact attention, so verifying k tokens equals decoding them one by one
+    (where `row_exact_attention_fits`; otherwise transformers' attention, rows as in fp32).
     Decoder layers it knows run lean_layers' forward on a CPU (transformers' bits, fewer ops),
     and, with `kernels.fast_layers`, those on the AVX2 kernels run as two C++ calls."""
     from mirror_sd.cpu import exact_attention, fast_layers, lean_layers
     prec = PRECISIONS[name]
     if prec.post_load:
         model = prec.post_load(model, kernels)
-    if prec.exact_rows and role == "target":
+    if prec.exact_rows and role == "target" and row_exact_attention_fits(model.config):
         exact_attention.install(model)
     lean_layers.install(model)  # CPU fp32-activation layers it knows; same bits, fewer ops
     if kernels.fast_layers:
