@@ -137,7 +137,8 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
 
     `target`/`draft`: "default" (the bundled Qwen2.5-Coder 1.5B / 0.5B pair), a bundled model's
     name (`BUNDLED`: "gemma-3-270m"...), a Hugging Face hub id, a local model folder, or a .gguf
-    file. info["warnings"] lists what the caller should show (a draft larger than its target).
+    file. info["warnings"] lists what the caller should show (a draft larger than its target; a
+    sliding-window target at a row-exact precision, whose verification then is not row-exact).
     `progress(message, fraction)` is called at each phase. `cache_dir` holds the bundled models
     (and hub downloads under `hub/`).
     `memory_limit_bytes` replaces the free memory of each pool (RAM, each GPU) in the check
