@@ -65,5 +65,17 @@ class Lane:
         self.ids.extend(tokens)
         return out.last_hidden_state[0]
 
+    def entries(self, k: int) -> int:
+        """Cache positions of the first k tokens (one each; a CrossLane may use more)."""
+        return k
+
+    def can_branch(self, token: int) -> bool:
+        """Whether a batched branch may be rooted at `token` (cross.py narrows this)."""
+        return True
+
+    def adopt(self, cache: DynamicCache, ids: list[int]) -> None:
+        """Take over `cache`, which holds the keys/values of `ids` (a finished branch)."""
+        self.cache, self.ids = cache, list(ids)
+
     def synchronize(self):
         lane_sync(self.device)

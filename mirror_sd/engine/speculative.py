@@ -11,6 +11,7 @@ from mirror_sd.engine.decoder import Decoder
 from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
+from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.windows import policy_for
@@ -48,7 +49,7 @@ class Speculative(Decoder):
     def _decode(self, run, cancel):
         s = run.settings
         target = Lane(self.pair.target, "target")
-        draft = Lane(self.pair.draft, "draft")
+        draft = lane_for(self.pair.draft, "draft", run.committed)
         proposer, notice = proposer_for(self.pair, s.streams)
         if notice:
             yield Notice(notice)

@@ -24,6 +24,11 @@ def num_layers(model) -> int:
     return int(model.config.num_hidden_layers)
 
 
+def same_vocabulary(a, b) -> bool:
+    """Two tokenizers with the same token -> id map (one token stream serves both models)."""
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
 def model_device(model) -> torch.device:
     """Device of the input embeddings: where input ids must go."""
     return model.get_input_embeddings().weight.device
@@ -39,15 +44,35 @@ class ModelPair:
     precision: str = "fp32"
     info: dict = field(default_factory=dict)  # load times, devices, parameter counts...
     streams: Any = None  # the draft's trained stream heads (streams.py); None: looked up in assets/
+    # The draft's own tokenizer, when it may differ from the target's. A different one makes a
+    # cross-tokenizer pair: `bridge` maps the vocabularies (vocab_bridge.py), `draft` becomes the
+    # draft seen in target ids (engine/cross.py) and `draft_model` stays the model as loaded.
+    draft_tokenizer: Any = None
+    bridge: Any = field(default=None, init=False)
+    draft_model: Any = field(default=None, init=False)
 
     def __post_init__(self):
+        self.draft_model = self.draft
         vt, vd = model_vocab_size(self.target), model_vocab_size(self.draft)
-        if vt != vd:
+        if self.draft_tokenizer is not None and self.tokenizer is not None and not same_vocabulary(
+                self.tokenizer, self.draft_tokenizer):
+            from mirror_sd.engine.cross import BridgedDraft
+            from mirror_sd.models.vocab_bridge import VocabBridge
+            self.bridge = VocabBridge.build(self.tokenizer, self.draft_tokenizer, vt, vd)
+            self.bridge.check(self.target_name, self.draft_name)
+            self.draft = BridgedDraft(self.draft_model, self.bridge)
+        elif vt != vd:
             raise MirrorSDError(
                 f"The target and the draft must share one vocabulary: target {self.target_name!r} "
-                f"has {vt} token ids, draft {self.draft_name!r} has {vd}.")
+                f"has {vt} token ids, draft {self.draft_name!r} has {vd} (a draft with another "
+                f"tokenizer needs that tokenizer: load the pair by name).")
         self.target.eval()
         self.draft.eval()
+
+    @property
+    def cross(self) -> bool:
+        """The draft uses another tokenizer (token-level intersection, vocab_bridge.py)."""
+        return self.bridge is not None
 
     @property
     def vocab_size(self) -> int:
@@ -87,8 +112,12 @@ class ModelPair:
                                                      tokenize=True)
             if hasattr(ids, "keys"):  # BatchEncoding in some versions
                 ids = ids["input_ids"]
-            return list(ids)
-        return self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+        else:
+            ids = self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+        if self.bridge is not None:  # the draft reads its own rendering of the same messages
+            from mirror_sd.models.vocab_bridge import encode_draft_prompt
+            self.bridge.remember_prompt(ids, encode_draft_prompt(self.draft_tokenizer, messages)[0])
+        return list(ids)
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:

@@ -179,3 +179,95 @@ def tiny_pair(seed: int = 0) -> ModelPair:
             "draft": {"source": "tiny (target + noise)", "device": "cpu", "layers": LAYERS}}
     return ModelPair(target, draft, word_tokenizer(), target_name="tiny-target",
                      draft_name="tiny-draft", info=info)
+
+
+# Cross-tokenizer pairs: two tokenizers trained here on a small text (the `tokenizers` library).
+CROSS_TEXT = (
+    "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(i * i)\n"
+    "The draft proposes tokens and the target verifies them. Speculative decoding is lossless.\n"
+    "if x > 0:\n    y = x / 2\nelse:\n    y = -x\nresult = [n for n in numbers if n % 2 == 0]\n"
+    "Hello world! Caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u2014 \u00fcber. 42 + 17 = 59.\n"
+) * 4
+
+
+def _bytelevel_bpe(vocab_size: int):
+    """A byte-level BPE (Qwen's scheme) trained on CROSS_TEXT, with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([CROSS_TEXT], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT
+    return fast
+
+
+def _sentencepiece_bpe(vocab_size: int):
+    """A SentencePiece-style BPE (Gemma's scheme: U+2581 for spaces, <0xNN> byte fallback,
+    a BOS token, no chat template) trained on CROSS_TEXT."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split("\u2581", behavior="merged_with_next")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"] + byte_tokens,
+                                  show_progress=False)
+    tok.train_from_iterator([CROSS_TEXT], trainer)
+    bos = tok.token_to_id("<bos>")
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>", unk_token="<unk>")
+
+
+def _permuted_twin(target_tok, seed: int):
+    """The target's byte-level vocabulary under other ids (and a few extra tokens): every
+    target token has a twin, at a different id."""
+    import json
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+    spec = json.loads(target_tok.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(vocab), generator=g).tolist()
+    names = sorted(vocab, key=vocab.get)
+    spec["model"]["vocab"] = {names[i]: order[i] for i in range(len(names))}
+    spec["added_tokens"] = [dict(t, id=spec["model"]["vocab"][t["content"]]) for t in spec["added_tokens"]]
+    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+                                   eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT  # the same conversation text: the draft reads what the target reads
+    return fast, {vocab[n]: spec["model"]["vocab"][n] for n in names}
+
+
+def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.float64,
+               draft_noise: float = 0.05) -> ModelPair:
+    """A tiny target and a draft with another tokenizer.
+
+    kind "twin": the draft's vocabulary is the target's under permuted ids (same chat template),
+    and the draft is the target with its embedding and head rows permuted the same way plus
+    weight noise: most drafts are accepted.
+    kind "foreign": the draft has its own SentencePiece-style BPE (spaces as U+2581, byte
+    fallback) and its own random weights: part of the vocabulary is shared, many target tokens
+    are spelled with several draft tokens, and little is accepted."""
+    target_tok = _bytelevel_bpe(320)
+    t_model = build(qwen_config(vocab_size=len(target_tok)), seed, "qwen", dtype)
+    if kind == "twin":
+        draft_tok, perm = _permuted_twin(target_tok, seed + 1)
+        d_model = perturb(t_model, draft_noise, seed + 2)
+        src = torch.tensor(sorted(perm), dtype=torch.long)
+        dst = torch.tensor([perm[i] for i in sorted(perm)], dtype=torch.long)
+        with torch.no_grad():
+            for w in (d_model.get_input_embeddings().weight, d_model.get_output_embeddings().weight):
+                rows = w[src].clone()
+                w[dst] = rows
+    elif kind == "foreign":
+        draft_tok = _sentencepiece_bpe(420)
+        d_model = build(llama_config(vocab_size=len(draft_tok), num_hidden_layers=2), seed + 3, "llama", dtype)
+    else:
+        raise ValueError(f"unknown cross pair kind {kind!r}")
+    return ModelPair(t_model, d_model, target_tok, target_name=f"tiny-target ({kind})",
+                     draft_name=f"tiny-draft ({kind})", draft_tokenizer=draft_tok)

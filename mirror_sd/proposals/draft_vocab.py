@@ -191,6 +191,9 @@ def use(pair, choice: str):
     if pair.draft is pair.target:
         yield InUse(None, "full draft vocabulary (the draft is the target)")
         return
+    if getattr(pair, "bridge", None) is not None:
+        yield InUse(None, "the vocabulary both tokenizers share (a cross-tokenizer pair)", choice not in CHOICES)
+        return
     vocab_size = model_vocab_size(pair.draft)
     vf, line = _find_cached(choice, pair.tokenizer, vocab_size)
     warn = vf is None and choice not in CHOICES

@@ -161,6 +161,8 @@ def rollout_for(pair, streams: str):
     from mirror_sd.engine.drafting import serial_rollout
     if streams == "off":
         return serial_rollout, None
+    if getattr(pair, "bridge", None) is not None:
+        return serial_rollout, "stream heads are not used with a draft of another tokenizer: serial drafting"
     heads, line = find_heads(pair)
     if heads is None:
         return serial_rollout, line

@@ -30,9 +30,12 @@ from __future__ import annotations
 import threading
 import time
 
+import torch
+
 from mirror_sd.engine.autoregressive import plain_step
 from mirror_sd.engine.decoder import Decoder
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart
+from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
@@ -76,9 +79,13 @@ class MirrorSpeculative(Decoder):
         vocabulary")."""
         if self._vocab is not None and self._vocab.ids is not None:
             return self._vocab.ids
+        ids = None
         if self.settings.exit_head == "auto" and self.pair.tokenizer is not None:
-            return shipped_ids(self.pair.tokenizer, model_vocab_size(self.pair.target))
-        return None
+            ids = shipped_ids(self.pair.tokenizer, model_vocab_size(self.pair.target))
+        if getattr(self.pair, "bridge", None) is not None:  # a root must be a token the draft can read in one position
+            shared = self.pair.bridge.shared_target
+            ids = shared if ids is None else ids[torch.isin(ids, shared)]
+        return ids
 
     def _decode(self, run, cancel):
         s = run.settings
@@ -86,7 +93,7 @@ class MirrorSpeculative(Decoder):
         for note in self._notices:
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
-        draft = Lane(self.pair.draft, "draft")
+        draft = lane_for(self.pair.draft, "draft", run.committed)
         proposer, notice = proposer_for(self.pair, s.streams)
         if notice:
             yield Notice(notice)

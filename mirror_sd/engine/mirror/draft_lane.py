@@ -133,13 +133,13 @@ class DraftWorker(threading.Thread):
         only if it is one of them), so a step hits exactly when the verdict's rank is below
         the budget. Returns (batch, scored roots or None), or None when cancelled."""
         s, lane = self.run_.settings, self.lane
-        batch = BranchBatch(lane.model, lane.cache, job.n, s.gamma, s.sampling)
+        batch = BranchBatch(lane.model, lane.cache, lane.entries(job.n), s.gamma, s.sampling)
         admitted: set = set()
         scored = None  # the roots scored once the early exit arrived, best first
         alone_now = False
 
         def admit(roots, limit):
-            for root in roots[:limit]:
+            for root in [r for r in roots if lane.can_branch(r.token)][:limit]:
                 if (root.depth, root.token) not in admitted:
                     admitted.add((root.depth, root.token))
                     batch.admit(root, generator_for(s.seed, job.step, "branch", root.depth, root.token))
@@ -185,8 +185,7 @@ class DraftWorker(threading.Thread):
         if taken is not None:  # a hit: the branch is the next window, its cache the draft's
             window = taken.window()
             n, stop = policy.cut(window.tokens, window.q_probs, room)
-            lane.cache = taken.cache
-            lane.ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:n - 1]
+            lane.adopt(taken.cache, prefix + job.window.tokens[:A] + [c] + taken.tokens[:n - 1])
             if n < len(window.tokens):
                 lane.cache.crop(n - len(window.tokens))  # drop the cut tokens' entries
             job.next_window = window.cut(n, stop)

@@ -1,0 +1,157 @@
+"""A draft with another tokenizer, seen by the engine in the target's token ids.
+
+`BridgedDraft` wraps the draft model: it reads target ids and answers with target-width logits
+that are -inf outside the shared vocabulary (models/vocab_bridge.py), so a softmax over them
+is the draft's distribution renormalised over the shared tokens: token-level intersection.
+Every caller (the serial rollout, Mirror-SD's batched branches, the acceptance rule) then works
+unchanged: what the draft proposes is a target token and q is over target ids.
+
+A target token the draft's vocabulary lacks is fed as the draft tokens that spell it, so one
+target token may take several draft positions. `CrossLane` keeps that bookkeeping (draft
+positions per committed target token) so that cutting the cache back to a common prefix stays
+exact, and feeds the draft its own rendering of the prompt (VocabBridge.draft_prompt).
+Batched forwards (Mirror-SD's branches) take shared tokens only, one position each: the
+branch roots are restricted to shared tokens (`Lane.can_branch`), and drafted tokens are
+shared by construction.
+"""
+from __future__ import annotations
+
+import torch
+
+from mirror_sd.engine.lanes import Lane, common_prefix
+from mirror_sd.errors import MirrorSDError
+from mirror_sd.models.vocab_bridge import VocabBridge
+
+
+class BridgedDraft(torch.nn.Module):
+    """The draft model in the target's vocabulary (ids in, target-width logits out)."""
+
+    def __init__(self, model, bridge: VocabBridge):
+        super().__init__()
+        self.model = model
+        self.bridge = bridge
+        self.config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        self.base_model_prefix = "model"  # no stream heads on a bridged draft (their hidden states are the draft's)
+        self.register_buffer("t2d", bridge.t2d.clone(), persistent=False)
+        self.register_buffer("shared_target", bridge.shared_target.clone(), persistent=False)
+        self.register_buffer("shared_draft", bridge.shared_draft.clone(), persistent=False)
+
+    @property
+    def device(self):
+        return self.model.get_input_embeddings().weight.device
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
+
+    def to_target(self, logits: torch.Tensor) -> torch.Tensor:
+        """[..., draft vocab] -> [..., target vocab]: the shared columns, -inf elsewhere."""
+        out = logits.new_full((*logits.shape[:-1], self.bridge.target_vocab), float("-inf"))
+        return out.index_copy_(-1, self.shared_target.to(logits.device),
+                               logits.index_select(-1, self.shared_draft.to(logits.device)))
+
+    def chunks(self, target_ids: list[int]) -> list[list[int]]:
+        return [self.bridge.expand(int(t)) for t in target_ids]
+
+    def forward(self, input_ids: torch.Tensor, chunks: list[list[int]] | None = None,
+                logits_to_keep: int = 0, **kwargs):
+        """Like the draft's forward, in target ids. One row: any target ids (each spelled in
+        draft tokens; logits at the last position of each). Several rows (with a mask and
+        position ids): shared tokens only, one position each."""
+        if input_ids.shape[0] > 1 or "position_ids" in kwargs or "attention_mask" in kwargs:
+            d = self.t2d.to(input_ids.device)[input_ids]
+            if bool((d < 0).any()):
+                raise MirrorSDError("A batched draft forward got a token outside the shared vocabulary.")
+            out = self.model(input_ids=d, logits_to_keep=logits_to_keep, **kwargs)
+            out.logits = self.to_target(out.logits)
+            return out
+        chunks = chunks if chunks is not None else self.chunks(input_ids[0].tolist())
+        return self.forward_chunks(chunks, logits_to_keep, **kwargs)
+
+    def forward_chunks(self, chunks: list[list[int]], logits_to_keep: int = 0, **kwargs):
+        """Feed the draft tokens `chunks` (one list per target token, possibly empty) as one
+        row; logits at the end of each non-empty chunk among the last `logits_to_keep` chunks
+        (all when 0)."""
+        flat = [d for c in chunks for d in c]
+        ends, pos = [], 0
+        for c in chunks:
+            pos += len(c)
+            ends.append(pos - 1 if c else None)
+        wanted = [e for e in (ends[-logits_to_keep:] if logits_to_keep else ends) if e is not None]
+        first = wanted[0] if wanted else len(flat) - 1
+        ids = torch.tensor([flat], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, logits_to_keep=len(flat) - first, **kwargs)
+        rows = torch.tensor([e - first for e in wanted] or [len(flat) - 1 - first], device=out.logits.device)
+        out.logits = self.to_target(out.logits.index_select(1, rows))
+        return out
+
+
+class CrossLane(Lane):
+    """A lane on a BridgedDraft: target ids in and out, draft positions counted per token."""
+
+    def __init__(self, model: BridgedDraft, name: str, prompt_ids: list[int]):
+        self.prompt = list(prompt_ids)
+        self.draft_prompt = model.bridge.draft_prompt(self.prompt)
+        super().__init__(model, name)
+
+    def reset(self):
+        super().reset()
+        self.lens: list[int] = []  # draft positions of each token in self.ids
+
+    def entries(self, k: int) -> int:
+        return sum(self.lens[:k])
+
+    def can_branch(self, token: int) -> bool:
+        return self.model.bridge.is_shared(token)
+
+    def sync(self, committed: list[int]) -> list[int]:
+        keep = common_prefix(self.ids, committed)
+        if keep == len(committed) and keep > 0:
+            keep -= 1
+        if keep < len(self.prompt):  # the prompt is one unit in the draft's rendering
+            keep = 0
+        drop = sum(self.lens[keep:])
+        if keep == 0:
+            self.reset()
+        elif drop > 0:
+            self.cache.crop(-drop)
+        self.ids, self.lens = self.ids[:keep], self.lens[:keep]
+        return committed[keep:]
+
+    def _chunks(self, tokens: list[int]) -> list[list[int]]:
+        start, out, p = len(self.ids), [], len(self.prompt)
+        for k, t in enumerate(tokens):
+            i = start + k
+            if i < p and t == self.prompt[i]:
+                out.append(self.draft_prompt if i == p - 1 else [])
+            else:
+                out.append(self.model.bridge.expand(t))
+        return out
+
+    @torch.inference_mode()
+    def feed(self, tokens: list[int], logits_to_keep: int = 0) -> torch.Tensor:
+        chunks = self._chunks(tokens)
+        out = self.model.forward_chunks(chunks, logits_to_keep, cache=self.cache, use_cache=True)
+        self.cache = out.cache
+        self.ids.extend(tokens)
+        self.lens.extend(len(c) for c in chunks)
+        return out.logits[0]
+
+    def feed_hidden(self, tokens: list[int]) -> torch.Tensor:
+        raise MirrorSDError("Stream heads need a draft that shares the target's vocabulary.")
+
+    def adopt(self, cache, ids: list[int]) -> None:
+        keep = common_prefix(self.ids, ids)
+        self.cache = cache
+        self.lens = self.lens[:keep] + [1] * (len(ids) - keep)  # shared tokens: one position each
+        self.ids = list(ids)
+
+
+def lane_for(model, name: str, prompt_ids: list[int]) -> Lane:
+    """The lane for a model: a CrossLane for a bridged draft, else a plain Lane."""
+    if isinstance(model, BridgedDraft):
+        return CrossLane(model, name, prompt_ids)
+    return Lane(model, name)
