@@ -1,4 +1,4 @@
-"""Benchmark questions in Spec-Bench's format (docs/algorithm.md section 8).
+"""Benchmark questions in Spec-Bench's format (docs/algorithm.md section 9).
 
 One JSON object per line: `question_id`, `category`, `turns` (the user messages; a multi-turn
 question is answered turn by turn, each answer fed back), optional `reference`. The built-in

@@ -155,7 +155,9 @@ def hf_assisted_generation_config(pair, settings, assistant_tokens: int | None =
 
 
 def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
-    """transformers' own `target.generate(assistant_model=draft)`, timed with perf_counter_ns.
+    """transformers' own `target.generate(assistant_model=draft)`, timed with perf_counter_ns;
+    for a draft with another tokenizer, with `tokenizer=` and `assistant_tokenizer=` (universal
+    assisted generation).
 
     Its target and draft forwards are timed with forward hooks, so target forwards, mean
     accepted and the time breakdown are reported; drafted/accepted counts and hit rate are
@@ -172,15 +174,19 @@ def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
         device = model_device(pair.target)
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         spans: list = []
+        draft = getattr(pair, "draft_model", None) or pair.draft  # the model as loaded
         hooks = (_timing_hooks(pair.target, "target", spans, "prefill", "verify_forward")
-                 + _timing_hooks(pair.draft, "draft", spans, "draft", "draft"))
+                 + _timing_hooks(draft, "draft", spans, "draft", "draft"))
+        # a draft with another tokenizer: transformers' universal assisted generation
+        cross = (dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.draft_tokenizer)
+                 if getattr(pair, "bridge", None) is not None else {})
         error = None
         torch.manual_seed(settings.seed)
         t0 = time.perf_counter_ns()
         try:
             with torch.inference_mode(), method_threads(pair, 1):  # one model at a time
                 out = pair.target.generate(ids, attention_mask=torch.ones_like(ids),
-                                           generation_config=gc, assistant_model=pair.draft)
+                                           generation_config=gc, assistant_model=draft, **cross)
             new = out[0, len(prompt_ids):].tolist()
         except Exception as e:  # reported in the results, the benchmark goes on
             error, new = f"{type(e).__name__}: {e}", []
