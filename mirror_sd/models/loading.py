@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,13 +118,6 @@ def _warn(info: dict, progress: Progress | None, warning: str) -> None:
     report(progress, f"warning: {warning}")
 
 
-def _draft_tokenizer_kwarg(draft_tokenizer) -> dict:
-    """ModelPair's draft_tokenizer keyword, where this ModelPair takes one."""
-    if "draft_tokenizer" in {f.name for f in fields(ModelPair)}:
-        return {"draft_tokenizer": draft_tokenizer}
-    return {}
-
-
 def load_pair(target: str = "default", draft: str = "default", *, precision: str = "fp32",
               target_device: str = "auto", draft_device: str = "auto",
               max_memory: dict | None = None, trust_remote_code: bool = False,
@@ -193,8 +186,7 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
             round(time.perf_counter() - t0, 2)
     pair = ModelPair(models["target"], models["draft"], toks["target"],
                      target_name=srcs["target"].name, draft_name=srcs["draft"].name,
-                     precision=names_prec["target"], info=info,
-                     **_draft_tokenizer_kwarg(toks["draft"]))
+                     precision=names_prec["target"], info=info, draft_tokenizer=toks["draft"])
     # every method (AR included) then runs with the same thread budget: a fair comparison
     configure_cpu_threads(info["placement"])
     report(progress, "done", 1.0)
