@@ -1,0 +1,122 @@
+"""Cross-tokenizer pairs are lossless: SD and Mirror-SD with a draft of another tokenizer give
+the target's own output.
+
+Greedy: the token ids equal transformers' `generate(do_sample=False)` of the target (cut after
+the first eos, where the decoders stop) for both tiny cross pairs ("twin": the target's
+vocabulary under permuted ids, the draft close to the target; "foreign": a SentencePiece-style
+vocabulary and a random draft), fixed and adaptive windows, several seeds and prompts. The
+twin must also accept drafts, so that a bridge proposing nothing (or the wrong tokens) fails
+here too. Sampling: the first two tokens at temperature 1 follow the target's exact marginals
+(chi-square at alpha = 0.001, tests/tiny.py).
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from mirror_sd.engine.registry import METHODS
+from mirror_sd.engine.settings import Settings
+from mirror_sd.models.tiny import cross_pair, sharpen
+
+import tiny
+from tiny import one_torch_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+N_NEW = 24
+GAMMA = 4
+SEEDS = (0, 1, 2)
+PROMPTS = ("def add(a, b): return a + b", "Hello world! Caf\u00e9 \u2014 \u00fcber. 42 + 17 =")
+
+
+@functools.lru_cache(maxsize=None)
+def cached_cross(kind: str, seed: int):
+    return cross_pair(seed, kind)
+
+
+@torch.inference_mode()
+def target_greedy(pair, prompt_ids: list[int], n: int) -> list[int]:
+    """The target's own generate(), n new tokens, cut after the first eos of the pair (the
+    tiny targets have no eos of their own; the tokenizer's stops the decoders)."""
+    ids = torch.tensor([prompt_ids])
+    out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                               min_new_tokens=n, do_sample=False)[0, len(prompt_ids):].tolist()
+    stops = [i for i, t in enumerate(out) if t in pair.eos_token_ids]
+    return out[:stops[0] + 1] if stops else out
+
+
+@functools.lru_cache(maxsize=None)
+def case(kind: str, seed: int, text: str) -> tuple[list[int], list[int]]:
+    pair = cached_cross(kind, seed)
+    prompt_ids = pair.encode_prompt(text)
+    return prompt_ids, target_greedy(pair, prompt_ids, N_NEW)
+
+
+def greedy_runs(method: str, kind: str, window: str):
+    """(mismatches, Finish of every run) over all seeds and prompts."""
+    mismatches, finishes = [], []
+    for seed in SEEDS:
+        pair = cached_cross(kind, seed)
+        for text in PROMPTS:
+            prompt_ids, reference = case(kind, seed, text)
+            s = Settings(max_new_tokens=N_NEW, gamma=GAMMA, window=window)
+            fin = tiny.finish(list(METHODS[method](pair, s).generate(prompt_ids)))
+            finishes.append(fin)
+            if fin.token_ids != reference:
+                mismatches.append((seed, text, fin.token_ids, reference))
+    return mismatches, finishes
+
+
+@pytest.mark.parametrize("window", ["fixed", "adaptive"])
+@pytest.mark.parametrize("kind", ["twin", "foreign"])
+@pytest.mark.parametrize("method", ["sd", "mirror"])
+def test_cross_greedy_is_the_targets_own_output(method, kind, window):
+    mismatches, finishes = greedy_runs(method, kind, window)
+    assert not mismatches, "\n".join(f"seed {s} {t!r}:\n  got  {g}\n  want {w}" for s, t, g, w in mismatches)
+    assert any(len(f.token_ids) == N_NEW for f in finishes)
+    if kind == "twin":  # the draft is the target under other ids: most steps commit several tokens
+        tokens = sum(f.stats["new_tokens"] for f in finishes)
+        forwards = sum(f.stats["target_forwards"] for f in finishes)
+        assert tokens / forwards > 1.4, (tokens, forwards)
+        assert sum(f.stats["accepted_drafts"] for f in finishes) > 0
+        if method == "mirror":
+            assert sum(f.stats["hits"] for f in finishes) > 0, "no Mirror-SD step reused a precomputed branch"
+
+
+@pytest.mark.parametrize("method", ["sd", "mirror"])
+def test_an_exact_twin_is_accepted_in_full(method):
+    """A draft that is the target itself under permuted ids proposes the target's argmax
+    (renormalising over the shared tokens keeps it): every drafted token is accepted."""
+    pair = cross_pair(0, "twin", draft_noise=0.0)
+    prompt_ids = pair.encode_prompt(PROMPTS[0])
+    fin = tiny.finish(list(METHODS[method](pair, Settings(max_new_tokens=N_NEW, gamma=GAMMA)).generate(prompt_ids)))
+    assert fin.token_ids == target_greedy(pair, prompt_ids, N_NEW)
+    assert fin.stats["acceptance_rate"] == 1.0
+    assert fin.stats["mean_accepted"] > GAMMA
+
+
+SAMPLE_CASES = [  # method, kind, gamma, runs
+    ("sd", "twin", 2, 400),
+    ("mirror", "twin", 1, 400),
+    ("sd", "foreign", 2, 400),
+    ("mirror", "foreign", 1, 400),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def sharp_cross(kind: str):
+    """A cross pair with peaked distributions (a few likely tokens: a chi-square with power)."""
+    pair = cross_pair(0, kind)
+    sharpen(pair.target, 3.0)
+    sharpen(pair.draft_model, 3.0)
+    return pair
+
+
+@pytest.mark.parametrize("method,kind,gamma,runs", SAMPLE_CASES, ids=[f"{c[0]}-{c[1]}" for c in SAMPLE_CASES])
+def test_cross_sampling_follows_the_target(method, kind, gamma, runs):
+    pair = sharp_cross(kind)
+    prompt_ids = pair.tokenizer("def add(a")["input_ids"]
+    tiny.assert_first_two_follow_the_target(METHODS[method], pair, prompt_ids, pair.bridge.target_vocab, runs,
+                                            1.0, gamma=gamma, branch_budget=3, kappa=4)
