@@ -16,6 +16,7 @@ from mirror_sd.engine.windows import DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
 from .inspector import render_inspector
+from .paircheck import render_pair_check
 from .render import render_pane, render_status, render_summary
 from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, analyse, measured
 from .preparing import Preparer
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 PAIRS = PairCache()
 RESULTS = ResultCache()
 CANCELS = Cancels()
+LOAD_ERRORS: dict[PairSpec, str] = {}  # pairs whose load failed: why (the pair check box says it)
 POLL_S = 0.35  # page refresh while a run streams: cheap renders, decoding never waits
 PANES = ("ar", "mirror", "sd")  # the order of the pane outputs (the page shows AR, SD, Mirror-SD)
 DEFAULT_PRECISION = "int8"  # AR about 4.4x faster than fp32 here; every pane runs the same weights
@@ -133,9 +135,15 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
 
 def arm(request: gr.Request = None):
     """On Run click, before queueing: a fresh Stop event for this browser session; Stop on;
-    the status is the run's from now on (the preparation's timer stops)."""
+    the status is the run's from now on (the preparation's timer stops); the pair check box
+    polls for the check of the pair the run loads."""
     CANCELS.arm(_session(request))
-    return gr.update(interactive=True), gr.Timer(active=False)
+    return gr.update(interactive=True), gr.Timer(active=False), gr.Timer(active=True)
+
+
+def arm_check():
+    """On “Check pair”: the status is the check's from now on (the preparation's timer stops)."""
+    return gr.Timer(active=False)
 
 
 def idle():
@@ -177,21 +185,37 @@ def ready_message() -> str:
 
 
 def preparing_status():
-    """Refreshes the status while the background preparation runs; then says so once and
-    stops its timer."""
+    """Refreshes the status while the background preparation runs; then says so once, shows
+    the prepared pair's check and stops its timer. Outputs: status, timer, pair check box."""
     if not _PREPARER:
-        return gr.skip(), gr.Timer(active=False)
+        return gr.skip(), gr.Timer(active=False), gr.skip()
     prep = _PREPARER[0]
     if prep.done.is_set():
         level = "error" if prep.error else "info"
-        return render_status(ready_message(), level), gr.Timer(active=False)
-    return render_status(ready_message(), "info"), gr.skip()
+        loaded = PAIRS.peek(prep.spec)
+        box = render_pair_check(loaded.check) if loaded is not None and loaded.check else gr.skip()
+        return render_status(ready_message(), level), gr.Timer(active=False), box
+    return render_status(ready_message(), "info"), gr.skip(), gr.skip()
 
 
 def stop(request: gr.Request = None):
     if CANCELS.stop(_session(request)):
         return render_status("Stopping after the current decoding step…", "warning")
     return gr.skip()
+
+
+def pair_spec(target, draft, precision, target_device, draft_device, draft_precision) -> PairSpec:
+    """The pair the controls name (blank fields take their defaults)."""
+    return PairSpec(*(str(v or "").strip() or d for v, d in
+                      zip((target, draft, precision, target_device, draft_device, draft_precision),
+                          ("default", "default", DEFAULT_PRECISION, "auto", "auto", "same"))))
+
+
+def remember_load_error(spec: PairSpec, error: str) -> None:
+    """Why a pair did not load, for the pair check box (the last few pairs)."""
+    LOAD_ERRORS[spec] = error
+    while len(LOAD_ERRORS) > 8:
+        LOAD_ERRORS.pop(next(iter(LOAD_ERRORS)))
 
 
 def _methods(chosen) -> tuple[str, ...]:
@@ -219,9 +243,7 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
             return
         settings = _settings(gamma, kappa, exit_layer, branch_budget, temperature, top_p, seed,
                              max_new_tokens, streams, draft_vocab)
-        spec = PairSpec(*(str(v or "").strip() or d for v, d in
-                          zip((target, draft, precision, target_device, draft_device, draft_precision),
-                              ("default", "default", DEFAULT_PRECISION, "auto", "auto", "same"))))
+        spec = pair_spec(target, draft, precision, target_device, draft_device, draft_precision)
         methods = _methods(methods)
         try:  # a bad value is a message now, before any model loads
             for m in methods:
@@ -261,6 +283,10 @@ def run(prompt, target, draft, precision, target_device, draft_device, gamma, ka
         meta = dict(job.meta)
         if meta.get("auto"):  # the settings the runs really used
             settings_d.update(gamma=meta["auto"]["gamma"], branch_budget=meta["auto"]["branch_budget"])
+        if job.error and not PAIRS.loaded(spec):
+            remember_load_error(spec, job.error)
+        else:
+            LOAD_ERRORS.pop(spec, None)
         if job.error:
             gr.Warning(job.error)
             if not records:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import handlers, whatif, zerogpu
+from . import handlers, pairbox, whatif, zerogpu
 from .inspector import follow_replay, pick, render_inspector
+from .paircheck import render_pair_check
 from .render import render_legend, render_pane, render_status, render_summary
 from .runs import METHOD_ORDER, SHORT_NAMES
 from .steps import PICK_JS
@@ -26,6 +27,8 @@ QUEUE_SIZE = int(os.environ.get("MIRROR_SD_QUEUE_SIZE", "16"))
 # name -> (target, draft); "default" is the bundled offline pair
 PAIR_PRESETS = {
     "Default: Qwen2.5-Coder 1.5B + 0.5B (bundled, offline)": ("default", "default"),
+    "Cross-tokenizer: Qwen2.5-Coder 1.5B + Gemma 3 270M (bundled, offline)": ("default",
+                                                                             "gemma-3-270m"),
     "Hub: Qwen2.5-Coder-1.5B-Instruct + 0.5B-Instruct": ("Qwen/Qwen2.5-Coder-1.5B-Instruct",
                                                          "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
     "Hub: Qwen2.5-7B-Instruct + 0.5B-Instruct": ("Qwen/Qwen2.5-7B-Instruct",
@@ -100,7 +103,11 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                     target = gr.Textbox("default", label="Target model",
                                         info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
                     draft = gr.Textbox("default", label="Draft model",
-                                       info="Must share the target's vocabulary.")
+                                       info="Its tokenizer may differ from the target's: then it "
+                                            "proposes only the tokens both vocabularies share "
+                                            "(a cross-tokenizer pair; output unchanged).")
+                    check_btn = gr.Button("Check pair", size="sm", elem_id="check-pair-btn",
+                                          visible=not zerogpu.on_zerogpu())
                     precision = gr.Dropdown(TARGET_PRECISIONS, value=zerogpu.default_precision(handlers.DEFAULT_PRECISION), label="Precision",
                                             info=PRECISION_INFO)
                     draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
@@ -135,7 +142,9 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                         gr.Markdown(HOW_IN_NOTATION)
             with gr.Column(scale=8, elem_id="results"):
                 status = gr.HTML(render_status(handlers.ready_message()), elem_id="status")
+                pair_check = gr.HTML(render_pair_check(None), elem_id="pair-check")
                 preparing = gr.Timer(1.0, active=not handlers.tiny_models())
+                check_poll = gr.Timer(1.0, active=False)  # a run's pair check, once loaded
                 gr.HTML(render_legend(), elem_id="legend")
                 with gr.Row(equal_height=False):
                     ar_pane = gr.HTML(render_pane("ar", None, "waiting", note="Press Run."),
@@ -171,7 +180,18 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                   use_cache, draft_precision, auto_tune, streams, draft_vocab]
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
-        preset.change(_preset, preset, [target, draft], api_visibility="private", **free)
+        pair_inputs = [target, draft, precision, target_device, draft_device, draft_precision]
+        loads = dict(api_visibility="private", concurrency_limit=1, concurrency_id="decode")
+        preset.change(_preset, preset, [target, draft], api_visibility="private", **free).then(
+            pairbox.preset_check, pair_inputs, [status, pair_check], **loads)
+        check_btn.click(handlers.arm_check, None, preparing, api_visibility="private", **free).then(
+            pairbox.check, pair_inputs, [status, pair_check], **loads)
+        demo.load(pairbox.show, pair_inputs, pair_check, api_visibility="private", **free)
+        for field in pair_inputs:  # the box names the pair the controls name
+            field.change(pairbox.show, pair_inputs, pair_check, api_visibility="private",
+                         show_progress="hidden", **free)
+        check_poll.tick(pairbox.poll, pair_inputs, [pair_check, check_poll], api_visibility="private",
+                        show_progress="hidden", **free)
         layer_range = dict(fn=handlers.exit_layer_range, inputs=[target, exit_layer],
                            outputs=exit_layer, api_visibility="private", show_progress="hidden",
                            **free)
@@ -179,14 +199,17 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
         target.change(**layer_range)
         device_config.change(zerogpu.configuration_devices, device_config, [target_device, draft_device],
                              api_visibility="private", **free)
-        demo.load(handlers.preparing_status, None, [status, preparing], api_visibility="private",
-                  show_progress="hidden", **free)
-        preparing.tick(handlers.preparing_status, None, [status, preparing],
+        demo.load(handlers.preparing_status, None, [status, preparing, pair_check],
+                  api_visibility="private", show_progress="hidden", **free)
+        preparing.tick(handlers.preparing_status, None, [status, preparing, pair_check],
                        api_visibility="private", show_progress="hidden", **free)
-        run_btn.click(handlers.arm, None, [stop_btn, preparing], api_visibility="private", **free).then(
+        run_btn.click(handlers.arm, None, [stop_btn, preparing, check_poll], api_visibility="private",
+                      **free).then(
             zerogpu.gpu_run(handlers.run), inputs, outputs, api_name="run", concurrency_limit=1,
             concurrency_id="decode", show_progress="full", show_progress_on=[status]).then(
             handlers.idle, None, stop_btn, api_visibility="private", **free).then(
+            pairbox.after_run, [state] + pair_inputs, [pair_check, check_poll],
+            api_visibility="private", **free).then(
             **layer_range)  # the pair is loaded now: its real layer count
         race_event = race_btn.click(handlers.race, [state, speed],
                                     [status, ar_pane, mirror_pane, sd_pane], api_name="race",

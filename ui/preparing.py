@@ -9,6 +9,7 @@ import time
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
+from .paircheck import ensure_check
 from .runs import METHOD_ORDER
 from .session import PairCache, PairSpec, warm_up
 from .texts import parse_prompt
@@ -23,7 +24,8 @@ class Preparer(threading.Thread):
     """Started by the app's launch: loads the default pair (converting the bundled GGUF files
     the first time) so that the first Run finds it loaded, builds the AVX2 kernel beside the
     conversion when the precision needs it (the build is one process on the other core), then
-    warms every method up. A failure is logged; the first Run then tries again and says why."""
+    checks the pair (paircheck.py) and warms every method up. A failure is logged; the first
+    Run then tries again and says why."""
 
     def __init__(self, pairs: PairCache, spec: PairSpec, prompt: str, settings: Settings):
         super().__init__(name="mirror-sd-prepare", daemon=True)
@@ -47,6 +49,9 @@ class Preparer(threading.Thread):
             loaded = self.pairs.get(self.spec, lambda message, fraction=None: None)
             prompt_ids = loaded.pair.encode_prompt(parse_prompt(self.prompt))
             with loaded.lock:
+                self.message = "Preparing in the background: checking the pair"
+                ensure_check(loaded)
+
                 def say(message: str, fraction: float | None) -> None:
                     self.message = f"Preparing in the background: {message}"
                 warm_up(loaded, prompt_ids, self.settings, METHOD_ORDER, threading.Event(), say)

@@ -10,7 +10,8 @@ import unicodedata
 
 from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, analyse, compare_tokens, live_stats, measured
 from .texts import GLOSSARY, LEGEND, LEGEND_MARKS
-from .why import LEVERS, PART_NAMES, PARTS, breakdown, contention, costs, early_exit_share, why_sentence
+from .why import (LEVERS, PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence,
+                  early_exit_share, why_sentence)
 
 esc = html.escape
 KEEP = {"\n", "\t", "\r"}
@@ -273,6 +274,8 @@ def render_summary(records: dict[str, RunRecord], settings: dict | None = None,
     one_cpu = all(str(meta.get(k, "")).startswith("cpu") for k in ("target_device", "draft_device"))
     levers = f'<p class="msd-levers">{esc(LEVERS)}</p>' if one_cpu else ""
     why = f'<p class="msd-why">{esc(why)}</p>{levers}' if why else ""
+    cross = cross_sentence(meta)
+    why += f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
     return (f'<div class="msd-summary">{_headline(done, speed)}{why}'
             f'<ul class="msd-checks">{checks}{_fairness(meta, order)}</ul>'
             f'{render_breakdown(done)}{render_lanes(done)}{table}'

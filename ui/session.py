@@ -2,7 +2,9 @@
 
 - `PairCache`: model pairs load lazily on first use (progress reported) and stay loaded; each
   loaded pair has a lock, so one run at a time uses it. `PairCache.tiny()` holds the tiny
-  random pair of `mirror_sd.models.tiny` instead (tests and the app's test mode, no downloads).
+  random pair of `mirror_sd.models.tiny` instead (tests and the app's test mode, no downloads;
+  a bundled draft with another tokenizer, e.g. "gemma-3-270m", gets the tiny cross pair).
+  Each loaded pair keeps its pair check (ui/paircheck.py), computed once by the first job.
 - `Job`: a worker thread that loads the pair, then runs AR, Mirror-SD and optionally plain SD
   one after another (never at the same time, so each timing is honest), recording every event
   with its arrival time. The Gradio handler polls it and renders; decoding never waits for
@@ -24,6 +26,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
 
+from .paircheck import cross_meta, ensure_check, output_coverage
 from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, timed_origin
 from .texts import parse_prompt
 
@@ -54,6 +57,7 @@ class LoadedPair:
     lock: threading.Lock = field(default_factory=threading.Lock)
     meta: dict = field(default_factory=dict)
     warmed: set = field(default_factory=set)  # (method, streams, draft_vocab) run once, untimed
+    check: dict | None = None  # paircheck.ensure_check: computed once, holding `lock`
 
 
 def _load(spec: PairSpec, progress) -> object:
@@ -64,12 +68,28 @@ def _load(spec: PairSpec, progress) -> object:
                      progress=progress)
 
 
+def tiny_cross(spec: PairSpec) -> bool:
+    """Test mode: a draft named like a bundled model (Gemma 3 270M, another tokenizer than the
+    default target's) or "tiny-cross" gets the tiny cross-tokenizer pair."""
+    from mirror_sd.models.bundled import DEFAULTS, bundled_model
+    draft = spec.draft.strip().lower()
+    model = bundled_model(draft)
+    return draft == "tiny-cross" or (model is not None and model not in DEFAULTS.values())
+
+
 def _load_tiny(spec: PairSpec, progress) -> object:
     import torch
 
-    from mirror_sd.models.tiny import tiny_pair
-    progress("building the tiny test pair", 0.5)
+    from mirror_sd.models.tiny import cross_pair, tiny_pair
     torch.set_num_threads(1)  # tiny matmuls: threads only fight over the cores
+    if tiny_cross(spec):
+        progress("building the tiny cross-tokenizer test pair", 0.5)
+        pair = cross_pair(0, "twin", dtype=torch.float32)
+        pair.info = {"precision": "fp32", "dtype": "float32", **(pair.info or {}),
+                     **{role: {"source": f"tiny (random, {how})", "device": "cpu"}
+                        for role, how in (("target", "built in code"), ("draft", "another tokenizer"))}}
+        return pair
+    progress("building the tiny test pair", 0.5)
     return tiny_pair()
 
 
@@ -81,7 +101,7 @@ def pair_meta(spec: PairSpec, pair, tiny: bool = False) -> dict:
             "draft_precision": spec.draft_precision,
             "target_device": (info.get("target") or {}).get("device", spec.target_device),
             "draft_device": (info.get("draft") or {}).get("device", spec.draft_device),
-            "tiny": tiny}
+            "tiny": tiny, "cross": cross_meta(pair)}
 
 
 def _config_layers(folder) -> int | None:
@@ -182,6 +202,10 @@ class PairCache:
 
     def loaded(self, spec: PairSpec) -> bool:
         return spec in self._pairs
+
+    def peek(self, spec: PairSpec) -> LoadedPair | None:
+        """The loaded pair for `spec`, without loading it (None when it is not loaded)."""
+        return self._pairs.get(spec)
 
     def get(self, spec: PairSpec, progress) -> LoadedPair:
         key = spec
@@ -331,6 +355,9 @@ class Job(threading.Thread):
             self.message = "Waiting for the background warm-up of the models to finish"
             loaded.lock.acquire()
         try:
+            if loaded.check is None:
+                self.message = "Checking the pair (untimed)"
+            self.meta["pair_check"] = ensure_check(loaded)
             self._warm_up(loaded, prompt_ids, settings)
             if req.auto and not self.cancel.is_set():
                 from mirror_sd.bench.tuning import auto_settings
@@ -346,6 +373,9 @@ class Job(threading.Thread):
                 self.current = method
                 self.message = f"Running {method}"
                 rec = self._timed_run(pair, method, settings, prompt_ids)
+                if method == "ar" and self.meta.get("cross") and rec.finish is not None:
+                    self.meta["cross"] = {**self.meta["cross"], "ar_tokens": len(rec.finish.token_ids),
+                                          "ar_coverage": output_coverage(pair, rec.finish.token_ids)}
                 if rec.errors:  # the same settings would fail the next method too
                     self.error = rec.errors[0]
                     break

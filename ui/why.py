@@ -11,6 +11,8 @@
   against hits rooted only in the draft's own guesses, and how often the early exit's top-κ
   held the target's token.
 - `why_sentence(records)`: one plain sentence from those numbers.
+- `cross_sentence(meta)`: for a cross-tokenizer pair, what the draft could propose at all and
+  the share of this run's AR output it covers (the job measures it: meta["cross"]).
 """
 from __future__ import annotations
 
@@ -243,3 +245,19 @@ LEVERS = ("On this machine Mirror-SD's two levers are missing: a draft much chea
           "target (the paper pairs a 14-32B target with a ~0.6B draft) and lanes on separate "
           "devices (here both share two CPU cores and one memory bus). The “What if” panel "
           "projects where it would pay off.")
+
+
+def cross_sentence(meta: dict) -> str:
+    """A cross-tokenizer pair: the draft proposes only the shared tokens; how much of this
+    run's AR output they cover ('' for a same-tokenizer pair)."""
+    cross = (meta or {}).get("cross")
+    if not cross:
+        return ""
+    sentence = (f"Cross-tokenizer pair: the draft proposes only the {cross['shared_tokens']:,} tokens "
+                f"both vocabularies spell the same ({cross['shared_share']:.0%} of the target's "
+                f"{cross['target_tokens']:,})")
+    if cross.get("ar_coverage") is not None:
+        sentence += (f"; {cross['ar_coverage']:.0%} of this run's AR output "
+                     f"({cross.get('ar_tokens', '?')} tokens) are among them, the rest only the "
+                     f"target can write (a correction or a bonus token)")
+    return sentence + "."

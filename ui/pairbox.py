@@ -1,0 +1,133 @@
+"""Handlers of the "Pair check" box (ui/paircheck.py renders it; the check runs in a worker).
+
+The box names the pair the controls name: its check once that pair is loaded (by the
+background preparation at launch, "Check pair", a bundled preset or a run), else a line that
+says how to get it, or why its load failed. On ZeroGPU the models live in the run's worker
+process only: there the box shows the check that came back with the last run.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import gradio as gr
+
+from mirror_sd.errors import MirrorSDError
+
+from . import handlers, zerogpu
+from .paircheck import ensure_check, render_pair_check, render_pair_note
+from .render import render_status
+from .session import PairSpec, phase_estimate
+
+log = logging.getLogger(__name__)
+
+NOT_LOADED = ("{names}: not loaded yet. “Check pair” (under “Model pair and devices”) loads and "
+              "checks it without a run; Run does too.")
+ON_ZEROGPU = "{names}: the check comes with the first Run here (the models load for a run only)."
+
+
+def _names(spec: PairSpec) -> str:
+    return f"{spec.target} + {spec.draft} ({spec.precision})"
+
+
+def _view(spec: PairSpec, state=None) -> str:
+    """The box for `spec`: its check, a failed load's message, or how to get it."""
+    loaded = handlers.PAIRS.peek(spec)
+    if loaded is not None and loaded.check is not None:
+        return render_pair_check(loaded.check)
+    if error := handlers.LOAD_ERRORS.get(spec):
+        return render_pair_note(f"{_names(spec)} could not be loaded: {error}", "error")
+    if zerogpu.on_zerogpu():
+        check = ((state or {}).get("meta") or {}).get("pair_check")
+        return render_pair_check(check) if check else render_pair_note(ON_ZEROGPU.format(names=_names(spec)))
+    return render_pair_note(NOT_LOADED.format(names=_names(spec)))
+
+
+def show(target, draft, precision, target_device, draft_device, draft_precision):
+    """The box for the pair the controls name (page load, a changed field)."""
+    return _view(handlers.pair_spec(target, draft, precision, target_device, draft_device, draft_precision))
+
+
+def poll(target, draft, precision, target_device, draft_device, draft_precision):
+    """While a run loads its pair: the check as soon as it is there, then the timer stops."""
+    spec = handlers.pair_spec(target, draft, precision, target_device, draft_device, draft_precision)
+    loaded = handlers.PAIRS.peek(spec)
+    if loaded is None or loaded.check is None:
+        return gr.skip(), gr.skip()
+    return render_pair_check(loaded.check), gr.Timer(active=False)
+
+
+def after_run(state, target, draft, precision, target_device, draft_device, draft_precision):
+    """After a run: the check of its pair (or why it did not load); the poll timer stops."""
+    spec = handlers.pair_spec(target, draft, precision, target_device, draft_device, draft_precision)
+    return _view(spec, state), gr.Timer(active=False)
+
+
+class CheckJob(threading.Thread):
+    """Load a pair (if it is not loaded) and check it, in a worker thread."""
+
+    def __init__(self, spec: PairSpec):
+        super().__init__(name="mirror-sd-check", daemon=True)
+        self.spec = spec
+        self.message, self.fraction = "starting", None
+        self.error: str | None = None
+        self.check: dict | None = None
+        self.finished = threading.Event()
+
+    def _progress(self, message: str, fraction=None) -> None:
+        self.message, self.fraction = f"{message}{phase_estimate(message)}", fraction
+
+    def run(self) -> None:
+        try:
+            loaded = handlers.PAIRS.get(self.spec, self._progress)
+            self.message, self.fraction = "checking the pair", None
+            with loaded.lock:  # a run on this pair first
+                self.check = ensure_check(loaded)
+        except MirrorSDError as e:
+            self.error = str(e)
+        except Exception as e:  # never a traceback in the page; the log keeps it
+            log.exception("pair check failed")
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.finished.set()
+
+
+def check(target, draft, precision, target_device, draft_device, draft_precision):
+    """“Check pair”: load the pair the controls name (if needed) and show its check, no run.
+    Streams (status, box)."""
+    spec = handlers.pair_spec(target, draft, precision, target_device, draft_device, draft_precision)
+    if zerogpu.on_zerogpu():
+        yield gr.skip(), render_pair_note(ON_ZEROGPU.format(names=_names(spec)))
+        return
+    job = CheckJob(spec)
+    job.start()
+    start = time.monotonic()
+    while not job.finished.wait(handlers.POLL_S):
+        yield (render_status(f"Loading and checking {_names(spec)}: {job.message} "
+                             f"({time.monotonic() - start:.0f} s)", "info", job.fraction), gr.skip())
+    if job.error:
+        handlers.remember_load_error(spec, job.error)
+        gr.Warning(job.error)
+        yield render_status(job.error, "error"), _view(spec)
+        return
+    handlers.LOAD_ERRORS.pop(spec, None)
+    yield (render_status(f"{_names(spec)} is loaded and checked (see “Pair check”). Press Run.", "info"),
+           render_pair_check(job.check))
+
+
+def preset_check(target, draft, precision, target_device, draft_device, draft_precision):
+    """A chosen preset: bundled models (offline) and the test mode's tiny pairs load and are
+    checked at once; a hub pair waits for “Check pair” or Run (a download is a big step)."""
+    values = (target, draft, precision, target_device, draft_device, draft_precision)
+    spec = handlers.pair_spec(*values)
+    if handlers.PAIRS.peek(spec) is not None or not (handlers.tiny_models() or offline(spec)):
+        yield gr.skip(), _view(spec)
+        return
+    yield from check(*values)
+
+
+def offline(spec: PairSpec) -> bool:
+    """Both models are bundled (no download)."""
+    from mirror_sd.models.bundled import bundled_name
+    return all(name == "default" or bundled_name(name) for name in (spec.target, spec.draft))
