@@ -99,10 +99,11 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                     max_new_tokens = gr.Slider(4, 512, value=DEFAULT_TOKENS, step=4, label="Max new tokens", elem_id="max-new-tokens",
                                                info="On 2 CPU cores the default pair writes about 9 tokens/s alone at int8, 2.5 at fp32.")
                 with gr.Accordion("Model pair and devices", open=False):
-                    preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair")
+                    preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair",
+                                         elem_id="pair-preset")
                     target = gr.Textbox("default", label="Target model",
                                         info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
-                    draft = gr.Textbox("default", label="Draft model",
+                    draft = gr.Textbox("default", label="Draft model", elem_id="draft-model",
                                        info="Its tokenizer may differ from the target's: then it "
                                             "proposes only the tokens both vocabularies share "
                                             "(a cross-tokenizer pair; output unchanged).")
