@@ -13,6 +13,17 @@ from mirror_sd.models.pair import model_device
 from mirror_sd.placement import lane_sync
 
 
+def new_cache(config) -> DynamicCache:
+    """An empty cache whose every layer keeps all positions. The lanes cut caches back after a
+    rejection and the branches index positions; a sliding-window layer (Gemma 3) drops old
+    entries and cannot be cut back, so such models get full layers instead (their attention
+    still applies its window by position: the same logits)."""
+    cache = DynamicCache(config=config)
+    if any(type(layer).__name__ != "DynamicLayer" for layer in cache.layers):
+        cache = DynamicCache()
+    return cache
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -29,7 +40,7 @@ class Lane:
         self.reset()
 
     def reset(self):
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model.config)
         self.ids: list[int] = []  # tokens whose keys/values the cache holds, in order
 
     def sync(self, committed: list[int]) -> list[int]:

@@ -243,6 +243,9 @@ def _permuted_twin(target_tok, seed: int):
     return fast, {vocab[n]: spec["model"]["vocab"][n] for n in names}
 
 
+TWIN_SHARPEN = 4.0
+
+
 def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.float64,
                draft_noise: float = 0.05) -> ModelPair:
     """A tiny target and a draft with another tokenizer.
@@ -256,6 +259,7 @@ def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.flo
     target_tok = _bytelevel_bpe(320)
     t_model = build(qwen_config(vocab_size=len(target_tok)), seed, "qwen", dtype)
     if kind == "twin":
+        sharpen(t_model, TWIN_SHARPEN)  # peaked distributions: the noisy twin agrees on most argmaxes
         draft_tok, perm = _permuted_twin(target_tok, seed + 1)
         d_model = perturb(t_model, draft_noise, seed + 2)
         src = torch.tensor(sorted(perm), dtype=torch.long)

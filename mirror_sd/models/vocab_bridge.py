@@ -10,8 +10,9 @@ sampling with any proposal q is exact for the target's p. Everything the engine 
 in target ids; the draft's side is translated at its edge (engine/cross.py).
 
 What the draft reads: the committed text, target token by target token. A shared token is its
-draft twin (one draft position); any other target token (a merge the draft's vocabulary lacks,
-a special token) is spelled with the draft's own tokens by longest match on bytes. The prompt
+draft twin (one draft position); a special token the draft also has (same text) is that
+token; any other target token (a merge the draft's vocabulary lacks, a special token of the
+target's own) is spelled with the draft's own tokens by longest match on bytes. The prompt
 is the exception: the draft reads its own rendering of the conversation (`draft_prompt`):
 its chat template when it has one, else the user's text and a blank line (a base model
 continues text; it does not know the target's chat markup).
@@ -120,6 +121,7 @@ class VocabBridge:
     draft_byte_tokens: set = field(default_factory=set)  # the draft's <0xNN> ids
     draft_bos: list[int] = field(default_factory=list)
     special_text: dict[int, str] = field(default_factory=dict)  # target special id -> its text
+    draft_specials: dict[str, int] = field(default_factory=dict)  # draft special text -> its id
     _expansions: dict[int, list[int]] = field(default_factory=dict, repr=False)
     _prompts: dict[tuple, list[int]] = field(default_factory=dict, repr=False)
 
@@ -154,6 +156,8 @@ class VocabBridge:
         bridge.draft_bos = [bos] if bos is not None and probe[:1] == [bos] else []
         bridge.special_text = {int(i): str(t) for i, t in
                                (getattr(target_tokenizer, "added_tokens_decoder", {}) or {}).items()}
+        bridge.draft_specials = {str(t): int(i) for i, t in
+                                 (getattr(draft_tokenizer, "added_tokens_decoder", {}) or {}).items()}
         return bridge
 
     # -- the figures a pair check shows -------------------------------------------------
@@ -211,8 +215,12 @@ class VocabBridge:
             return [d]
         if target_id not in self._expansions:
             b = self.target_bytes[target_id] if target_id < len(self.target_bytes) else None
+            text = self.special_text.get(target_id, "")
+            if b is None and text in self.draft_specials:  # the same special token (one family)
+                self._expansions[target_id] = [self.draft_specials[text]]
+                return self._expansions[target_id]
             if b is None:
-                b = self.special_text.get(target_id, "").encode("utf-8")
+                b = text.encode("utf-8")
             self._expansions[target_id] = self.spell(b) or self.spell(b" ")
         return self._expansions[target_id]
 

@@ -18,6 +18,7 @@ from transformers import DynamicCache
 from mirror_sd.engine.acceptance import Sampling
 from mirror_sd.engine.mirror.scoring import Root
 from mirror_sd.engine.drafting import Window, choose, to_probs
+from mirror_sd.engine.lanes import new_cache
 
 
 @dataclass
@@ -49,7 +50,7 @@ class BranchBatch:
         row = Row(root, self.slots, generator)
         mask = torch.ones(1, self.base_len + self.slots, dtype=torch.long, device=self.device)
         mask[0, self.n + root.depth:] = 0  # hide d_{depth+1}..d_gamma and earlier rows' slots
-        new = DynamicCache(config=self.model.config)
+        new = new_cache(self.model.config)
         for i, layer in enumerate(self.base.layers):
             k, v = layer.keys, layer.values  # [1, H, base_len, D]
             if self.slots:
@@ -110,7 +111,7 @@ class BranchBatch:
         start = self.base_len + row.start_slot
         index = torch.cat([torch.arange(self.n + row.root.depth),
                            torch.arange(start, start + self.gamma)]).to(self.device)
-        out = DynamicCache(config=self.model.config)
+        out = new_cache(self.model.config)
         for li, layer in enumerate(self.cache.layers):
             out.update(layer.keys[i:i + 1].index_select(2, index), layer.values[i:i + 1].index_select(2, index), li)
         return out
