@@ -25,7 +25,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.models.pair import ModelPair
 from mirror_sd.models.tiny import cross_pair
-from mirror_sd.models.vocab_bridge import (SPM_SPACE, byte_token_ids, encode_draft_prompt,
+from mirror_sd.models.vocab_bridge import (SPM_SPACE, VocabBridge, byte_token_ids, encode_draft_prompt,
                                            token_bytes)
 
 import tiny
@@ -138,13 +138,33 @@ def test_shared_tokens_map_one_to_one_on_equal_bytes(kind):
     assert not b.is_shared(-1) and not b.is_shared(b.target_vocab)
 
 
+def test_bridge_of_byte_lists():
+    """Duplicate byte strings, a byte token beside a regular one, and target ids past the
+    tokenizer (a padded LM head)."""
+    target = [b"a", b"a", b"\n", b"ab", None]  # id 1 repeats id 0; id 4 special; ids 5-6 padding
+    draft = [b"\n", b"b", b"a", b"\n", b" "]  # id 0 a <0x0A> byte token, id 3 the regular "\n"
+    b = VocabBridge(target, draft, target_vocab=7, draft_vocab=5, draft_byte_tokens={0})
+    assert b.shared_target.tolist() == [0, 2] and b.shared_draft.tolist() == [2, 3]
+    assert b.t2d.tolist() == [2, -1, 3, -1, -1, -1, -1]
+    assert b.expand(1) == [2] and b.expand(3) == [2, 1]  # spelled: "a" + "b"
+    assert b.expand(6) == [4]  # nothing to spell: one blank, never no position at all
+    assert b.target_tokens == 4 and b.shared_share == 0.5
+    assert b.spell(b"ba\nz") == [1, 2, 3]  # a byte the draft cannot write is skipped
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_target_token_is_spelled_exactly_in_draft_tokens(kind):
     """The draft reads what the target committed: both tiny draft vocabularies can write any
-    byte (the twin holds all of them, the foreign one has <0xNN> byte fallback)."""
+    byte (the twin holds all of them, the foreign one has <0xNN> byte fallback). A special
+    token the draft also has (same text) is that token."""
     b = cached_cross(kind).bridge
+    same_special = getattr(b, "draft_specials", {})
     wrong = {}
     for t in range(b.target_vocab):
+        if b.target_bytes[t] is None and b.special_text.get(t) in same_special:
+            if b.expand(t) != [same_special[b.special_text[t]]]:
+                wrong[t] = (b.special_text[t], b.expand(t))
+            continue
         spelled = b"".join(b.draft_bytes[d] or b"?" for d in b.expand(t))
         if spelled != expected_bytes(b, t):
             wrong[t] = (expected_bytes(b, t), spelled)
