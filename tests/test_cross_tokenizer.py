@@ -213,6 +213,10 @@ def test_draft_prompt_is_the_remembered_rendering(kind):
     else:  # no chat template: the user's text and a blank line, after the draft's BOS
         assert "no chat template" in how and own[0] == pair.draft_tokenizer.bos_token_id
         assert shown.endswith(text + "\n\n")
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"},
+             {"role": "user", "content": "more"}]
+    assert b.draft_prompt(pair.encode_prompt(turns)) == encode_draft_prompt(pair.draft_tokenizer, turns)[0]
+    assert b.draft_prompt(ids) == own  # still remembered
     other = pair.tokenizer("def add(a, b):")["input_ids"]  # never rendered: spelled after the BOS
     assert b.draft_prompt(other) == b.draft_bos + [d for t in other for d in b.expand(t)]
 
@@ -303,6 +307,32 @@ def test_cross_lane_fed_in_pieces_and_cut_back_matches_a_fresh_lane(kind):
     assert torch.allclose(last_logits(lane, lane.sync(other)),
                           last_logits(CrossLane(pair.draft, "fresh", prompt), other))
     assert torch.allclose(last_logits(lane, lane.sync(seq)), whole)
+
+
+@torch.inference_mode()
+def test_bridged_draft_one_row_gives_logits_after_each_target_token():
+    pair = cached_cross("foreign")
+    seq = pair.tokenizer("Caf\u00e9 \u2014 \u00fcber. if x > 0:")["input_ids"]
+    every = pair.draft(torch.tensor([seq])).logits[0]  # [len(seq), target vocab]
+    assert every.shape == (len(seq), pair.bridge.target_vocab)
+    for k in (0, 3, len(seq) - 1):
+        assert torch.allclose(every[k], pair.draft(torch.tensor([seq[:k + 1]])).logits[0, -1]), k
+    assert torch.allclose(pair.draft(torch.tensor([seq]), logits_to_keep=3).logits[0], every[-3:])
+
+
+@torch.inference_mode()
+def test_bridged_draft_batched_rows_take_shared_tokens_only():
+    pair = cached_cross("foreign")
+    b = pair.bridge
+    rows = b.shared_target[:6].view(2, 3)
+    mask = torch.ones_like(rows)
+    out = pair.draft(rows, attention_mask=mask).logits
+    raw = pair.draft_model(b.t2d[rows], attention_mask=mask).logits
+    assert torch.equal(out, pair.draft.to_target(raw))
+    assert torch.allclose(torch.softmax(out, -1)[..., b.shared_target].sum(-1), torch.ones(2, 3, dtype=out.dtype))
+    unshared = next(t for t in range(b.target_vocab) if not b.is_shared(t))
+    with pytest.raises(MirrorSDError, match="shared vocabulary"):
+        pair.draft(torch.tensor([[unshared], [int(b.shared_target[0])]]), attention_mask=torch.ones(2, 1))
 
 
 # ---------------------------------------------------------------- pair check
