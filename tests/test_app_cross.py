@@ -101,6 +101,38 @@ def test_a_pair_that_shares_almost_nothing_is_one_message_in_the_status_and_the_
     assert "could not be loaded" in pairbox.after_run(None, *CROSS)[0]
 
 
+def test_a_hub_preset_waits_for_check_pair_and_zerogpu_shows_the_check_of_the_last_run(monkeypatch):
+    from ui import zerogpu
+
+    def no_load(spec, progress):
+        raise AssertionError("a hub preset must not load by itself")
+    monkeypatch.setattr(handlers, "PAIRS", PairCache(loader=no_load))
+    hub = ("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", "int8", "auto", "auto", "same")
+    frames = list(pairbox.preset_check(*hub))
+    assert len(frames) == 1 and "not loaded yet" in frames[0][1] and "Check pair" in frames[0][1]
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
+    check = compute_check(cross_pair(0, "twin", dtype=torch.float32))
+    box, timer = pairbox.after_run({"meta": {"pair_check": check}}, *hub)
+    assert box == render_pair_check(check)
+    assert "first Run" in pairbox.show(*hub)
+
+
+def test_the_background_preparation_checks_the_pair_and_shows_it_when_done(monkeypatch):
+    from mirror_sd.engine.settings import Settings
+    from ui.preparing import Preparer
+    from ui.session import PairSpec
+    pairs = PairCache.tiny()
+    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    prep = Preparer(pairs, PairSpec(draft="gemma-3-270m"), PROMPT, Settings(max_new_tokens=4))
+    monkeypatch.setattr(handlers, "_PREPARER", [prep])
+    prep.start()
+    assert prep.done.wait(60) and prep.error is None
+    check = pairs.peek(PairSpec(draft="gemma-3-270m")).check
+    assert check is not None and check["cross"]
+    status, _, box = handlers.preparing_status()
+    assert "Ready" in status and box == render_pair_check(check)
+
+
 def test_the_summary_says_the_draft_proposes_only_shared_tokens_and_the_ar_share():
     from ui.render import render_summary
     from ui_records import tiny_records
@@ -162,6 +194,7 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
     """Choosing the cross preset loads and checks the pair (test mode: the tiny cross pair)
     before any Run; the run then matches AR token for token."""
     sync_api = pytest.importorskip("playwright.sync_api")
+    from ui.layout import PAIR_PRESETS
     demo, url = start_app()
     try:
         with sync_api.sync_playwright() as p:
@@ -193,6 +226,10 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             summary = page.inner_text("#summary")
             assert summary.count("identical to the baseline") == 2, summary
             assert "tokens are spelled the same" in page.inner_text("#pair-check")
+            page.locator("#pair-preset input").click()  # back to the default pair: one line
+            page.get_by_role("option", name=next(iter(PAIR_PRESETS))).click()
+            page.wait_for_function("() => document.querySelector('#pair-check')"
+                                   ".innerText.includes('share one tokenizer')", timeout=60_000)
             assert not errors, errors
             browser.close()
     finally:

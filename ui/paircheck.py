@@ -77,7 +77,7 @@ def output_coverage(pair, token_ids) -> float | None:
 
 def _names(check: dict) -> str:
     names = f"{check.get('target', '?')} + {check.get('draft', '?')}"
-    return f"{names} ({check['precision']})" if check.get("precision") else names
+    return f"{names} · {check['precision']}" if check.get("precision") else names
 
 
 def render_pair_note(text: str, level: str = "info") -> str:
