@@ -43,6 +43,10 @@ def run_generate(args) -> int:
                      trust_remote_code=args.trust_remote_code, progress=progress)
     prompt_ids = pair.encode_prompt(args.prompt, chat=not args.no_chat)
     settings.validate(pair, len(prompt_ids), args.method)
+    if pair.cross and args.method != "ar":
+        from mirror_sd.engine.pair_check import check_pair, describe
+        for line in describe(check_pair(pair, sample_tokens=0)):
+            print(f"pair: {line}", file=sys.stderr)
     method = REGISTRY[args.method]
     warm_up(pair, drafts=method.drafts)  # untimed: the first forward after the load
     auto = None
@@ -78,6 +82,7 @@ def run_generate(args) -> int:
             "token_ids": finish.token_ids,
             "stats": stats,
             "auto": auto.to_dict() if auto else None,
+            "pair": _pair_json(pair, finish.token_ids),
             "spans": [{"lane": s.lane, "label": s.label, "step": s.step, "detail": s.detail,
                        "start_ms": (s.start_ns - t0) / 1e6, "end_ms": (s.end_ns - t0) / 1e6}
                       for s in spans],
@@ -86,6 +91,15 @@ def run_generate(args) -> int:
         print()
         print(summary_line(stats))
     return 0
+
+
+def _pair_json(pair, token_ids: list[int]) -> dict:
+    """The pair's tokenizers: shared vocabulary and how much of this output it covers."""
+    if not pair.cross:
+        return {"cross_tokenizer": False}
+    b = pair.bridge
+    return {"cross_tokenizer": True, "shared_tokens": b.n_shared, "shared_share": b.shared_share,
+            "output_coverage": b.coverage(token_ids)}
 
 
 def _fmt(x, spec):

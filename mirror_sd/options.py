@@ -73,8 +73,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     """Which pair, at which precision, on which devices."""
     from mirror_sd.models.precision import PRECISIONS
 
-    p.add_argument("--target", default="default", help="hub id, local folder, .gguf file or 'default'")
-    p.add_argument("--draft", default="default")
+    p.add_argument("--target", default="default",
+                   help="hub id, local folder, .gguf file, 'default' (bundled Qwen2.5-Coder 1.5B) or a "
+                        "bundled name (gemma-3-270m)")
+    p.add_argument("--draft", default="default",
+                   help="as --target; 'default' is the bundled Qwen2.5-Coder 0.5B; gemma-3-270m drafts "
+                        "with another tokenizer (token-level intersection)")
     p.add_argument("--precision", default="fp32",
                    help="both models: " + ", ".join(PRECISIONS) + " (models/precision.py)")
     p.add_argument("--target-precision", default=None, help="overrides --precision for the target")

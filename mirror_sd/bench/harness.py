@@ -247,6 +247,8 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
             entry = {"question_id": q.question_id, "category": q.category,
                      "turns": len(q.turns), "order": order, "methods": {}}
             ar_turns = [r.token_ids for r in runs_by["ar"][0]]
+            if getattr(pair, "bridge", None) is not None:  # what the draft could have proposed at all
+                entry["shared_coverage"] = pair.bridge.coverage([t for turn in ar_turns for t in turn])
             ar_ok = not any(r.error for r in runs_by["ar"][0])
             for m in methods:
                 runs, plens = runs_by[m]
@@ -298,6 +300,7 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
             "order": "methods back to back per question, rotated by one per question",
             "resumed_questions": sorted(done, key=str),
             "hf_assisted": _hf_config(pair, settings, hf_assistant_tokens) if HF_ASSISTED in methods else None,
+            "cross_tokenizer": _cross_meta(pair),
             "versions": _versions(),
             "machine": {"platform": platform.platform(), "processor": platform.processor(),
                         "cpu_cores": _cores()},
@@ -313,6 +316,15 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     if out_dir is not None:
         write_outputs(results, out_dir)
     return results
+
+
+def _cross_meta(pair) -> dict | None:
+    """A draft with another tokenizer: the shared vocabulary (models/vocab_bridge.py)."""
+    b = getattr(pair, "bridge", None)
+    if b is None:
+        return None
+    return {"shared_tokens": b.n_shared, "target_tokens": b.target_tokens, "shared_share": b.shared_share,
+            "draft_vocab": b.draft_vocab}
 
 
 def rerender(out_dir: str | Path) -> dict:

@@ -75,6 +75,15 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         f"`{meta.get('questions_file', 'the given list')}`; one warm-up run per method; "
         f"{meta['order']}",
     ]
+    cross = meta.get("cross_tokenizer")
+    if cross:
+        covered = sorted(q["shared_coverage"] for q in results["questions"] if "shared_coverage" in q)
+        lines.append(
+            f"- Tokenizers: the draft has its own; {cross['shared_tokens']:,} tokens are shared "
+            f"({cross['shared_share']:.0%} of the target's {cross['target_tokens']:,}) and the draft proposes only "
+            f"those (token-level intersection)"
+            + (f"; they cover {covered[len(covered) // 2]:.0%} of AR's output (median per question, "
+               f"{covered[0]:.0%}-{covered[-1]:.0%})" if covered else ""))
     if meta.get("command"):
         lines.append(f"- Command: `{meta['command']}`")
     lines.append(f"- Run: {meta['started']} to {meta['finished']} (UTC); engine source "
