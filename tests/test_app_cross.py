@@ -11,6 +11,7 @@ import os
 import socket
 from html import escape
 
+import gradio as gr
 import pytest
 import torch
 
@@ -84,7 +85,7 @@ def test_check_pair_loads_and_checks_without_a_run_once_per_pair(monkeypatch):
     list(pairbox.preset_check(*CROSS))  # already loaded: shown, not checked again
     assert pairs.peek(handlers.pair_spec(*CROSS)).check is first
     same = ("default", "default", "int8", "auto", "auto", "same")
-    _, box = list(pairbox.preset_check(*same))[-1]  # test mode: a preset loads at once
+    _, box, _ = list(pairbox.preset_check(*same))[-1]  # test mode: a preset loads at once
     assert SAME_TOKENIZER in box
 
 
@@ -110,6 +111,7 @@ def test_a_hub_preset_waits_for_check_pair_and_zerogpu_shows_the_check_of_the_la
     hub = ("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", "int8", "auto", "auto", "same")
     frames = list(pairbox.preset_check(*hub))
     assert len(frames) == 1 and "not loaded yet" in frames[0][1] and "Check pair" in frames[0][1]
+    assert frames[0][2] == gr.skip()  # the preparation's status keeps going
     monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
     check = compute_check(cross_pair(0, "twin", dtype=torch.float32))
     box, timer = pairbox.after_run({"meta": {"pair_check": check}}, *hub)

@@ -182,15 +182,16 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
         free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
         example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
         pair_inputs = [target, draft, precision, target_device, draft_device, draft_precision]
-        loads = dict(api_visibility="private", concurrency_limit=1, concurrency_id="decode")
+        loads = dict(api_visibility="private", concurrency_limit=1, concurrency_id="decode",
+                     show_progress="minimal")  # the status streams the load's progress
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free).then(
-            pairbox.preset_check, pair_inputs, [status, pair_check], **loads)
+            pairbox.preset_check, pair_inputs, [status, pair_check, preparing], **loads)
         check_btn.click(handlers.arm_check, None, preparing, api_visibility="private", **free).then(
             pairbox.check, pair_inputs, [status, pair_check], **loads)
         demo.load(pairbox.show, pair_inputs, pair_check, api_visibility="private", **free)
-        for field in pair_inputs:  # the box names the pair the controls name
-            field.change(pairbox.show, pair_inputs, pair_check, api_visibility="private",
-                         show_progress="hidden", **free)
+        for control in pair_inputs:  # the box names the pair the controls name
+            control.change(pairbox.show, pair_inputs, pair_check, api_visibility="private",
+                           show_progress="hidden", **free)
         check_poll.tick(pairbox.poll, pair_inputs, [pair_check, check_poll], api_visibility="private",
                         show_progress="hidden", **free)
         layer_range = dict(fn=handlers.exit_layer_range, inputs=[target, exit_layer],

@@ -118,13 +118,15 @@ def check(target, draft, precision, target_device, draft_device, draft_precision
 
 def preset_check(target, draft, precision, target_device, draft_device, draft_precision):
     """A chosen preset: bundled models (offline) and the test mode's tiny pairs load and are
-    checked at once; a hub pair waits for “Check pair” or Run (a download is a big step)."""
+    checked at once; a hub pair waits for “Check pair” or Run (a download is a big step).
+    Streams (status, box, the preparation's timer: stopped when this loads)."""
     values = (target, draft, precision, target_device, draft_device, draft_precision)
     spec = handlers.pair_spec(*values)
     if handlers.PAIRS.peek(spec) is not None or not (handlers.tiny_models() or offline(spec)):
-        yield gr.skip(), _view(spec)
+        yield gr.skip(), _view(spec), gr.skip()
         return
-    yield from check(*values)
+    for status, box in check(*values):  # the status is the check's from now on
+        yield status, box, gr.Timer(active=False)
 
 
 def offline(spec: PairSpec) -> bool:
