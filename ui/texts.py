@@ -72,6 +72,12 @@ the next guesses are ready at once; if not (a **miss**) the draft guesses from s
 plain speculative decoding. The peek only decides what is prepared in advance: every token is
 still checked by the full target, so the text does not change.
 
+**Another tokenizer.** The draft may even spell text with other tokens than the target (the
+cross-tokenizer preset: Gemma 3 270M drafting for Qwen2.5-Coder 1.5B). It then proposes only the
+tokens both vocabularies spell the same (token-level intersection, Timor et al. 2025) and the
+target checks them as usual, so the text still does not change. The pair check under the status
+line says how many tokens are shared and how much of the target's own text they cover.
+
 """
 
 HOW_IN_NOTATION = """
