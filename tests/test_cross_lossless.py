@@ -16,11 +16,13 @@ import functools
 import pytest
 import torch
 
+from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
 from mirror_sd.models.tiny import cross_pair, sharpen
 
 import tiny
+from test_cross_tokenizer import cached_cross
 from tiny import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -29,11 +31,6 @@ N_NEW = 24
 GAMMA = 4
 SEEDS = (0, 1, 2)
 PROMPTS = ("def add(a, b): return a + b", "Hello world! Caf\u00e9 \u2014 \u00fcber. 42 + 17 =")
-
-
-@functools.lru_cache(maxsize=None)
-def cached_cross(kind: str, seed: int):
-    return cross_pair(seed, kind)
 
 
 @torch.inference_mode()
@@ -54,26 +51,29 @@ def case(kind: str, seed: int, text: str) -> tuple[list[int], list[int]]:
     return prompt_ids, target_greedy(pair, prompt_ids, N_NEW)
 
 
+@functools.lru_cache(maxsize=None)
 def greedy_runs(method: str, kind: str, window: str):
-    """(mismatches, Finish of every run) over all seeds and prompts."""
-    mismatches, finishes = [], []
+    """(mismatches, Finish of every run, drafted windows of every run) over all seeds and prompts."""
+    mismatches, finishes, windows = [], [], []
     for seed in SEEDS:
         pair = cached_cross(kind, seed)
         for text in PROMPTS:
             prompt_ids, reference = case(kind, seed, text)
             s = Settings(max_new_tokens=N_NEW, gamma=GAMMA, window=window)
-            fin = tiny.finish(list(METHODS[method](pair, s).generate(prompt_ids)))
+            events = list(METHODS[method](pair, s).generate(prompt_ids))
+            fin = tiny.finish(events)
             finishes.append(fin)
+            windows.append([v.drafted for v in events if isinstance(v, Verify)])
             if fin.token_ids != reference:
                 mismatches.append((seed, text, fin.token_ids, reference))
-    return mismatches, finishes
+    return mismatches, finishes, windows
 
 
 @pytest.mark.parametrize("window", ["fixed", "adaptive"])
-@pytest.mark.parametrize("kind", ["twin", "foreign"])
+@pytest.mark.parametrize("kind", ["twin", "foreign", "sliding"])
 @pytest.mark.parametrize("method", ["sd", "mirror"])
 def test_cross_greedy_is_the_targets_own_output(method, kind, window):
-    mismatches, finishes = greedy_runs(method, kind, window)
+    mismatches, finishes, windows = greedy_runs(method, kind, window)
     assert not mismatches, "\n".join(f"seed {s} {t!r}:\n  got  {g}\n  want {w}" for s, t, g, w in mismatches)
     assert any(len(f.token_ids) == N_NEW for f in finishes)
     if kind == "twin":  # the draft is the target under other ids: most steps commit several tokens
@@ -81,8 +81,24 @@ def test_cross_greedy_is_the_targets_own_output(method, kind, window):
         forwards = sum(f.stats["target_forwards"] for f in finishes)
         assert tokens / forwards > 1.4, (tokens, forwards)
         assert sum(f.stats["accepted_drafts"] for f in finishes) > 0
-        if method == "mirror":
-            assert sum(f.stats["hits"] for f in finishes) > 0, "no Mirror-SD step reused a precomputed branch"
+    if method == "mirror" and kind != "sliding":
+        assert sum(f.stats["hits"] for f in finishes) > 0, "no Mirror-SD step reused a precomputed branch"
+    if method == "mirror" and window == "fixed" and kind != "sliding":
+        assert_mirror_verifies_sds_windows(kind)
+
+
+def assert_mirror_verifies_sds_windows(kind: str) -> None:
+    """A precomputed branch is the window the draft would have rolled out serially (hits
+    change speed only): greedy Mirror-SD verifies exactly SD's windows."""
+    mirror, sd = greedy_runs("mirror", kind, "fixed")[2], greedy_runs("sd", kind, "fixed")[2]
+    steps = [(run, i) for run, (a, b) in enumerate(zip(mirror, sd)) for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    assert mirror == sd, f"Mirror-SD windows differ from SD's at (run, step) {steps}"
+
+
+def test_mirror_branches_of_a_sliding_window_draft_are_its_serial_windows():
+    """A draft with sliding-window layers (Gemma 3): a branch row's entries sit after the
+    base cache, so its local layers must see the window by position, as the serial rollout does."""
+    assert_mirror_verifies_sds_windows("sliding")
 
 
 @pytest.mark.parametrize("method", ["sd", "mirror"])

@@ -34,11 +34,28 @@ from tiny import one_torch_thread  # noqa: F401  (fixture)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 KINDS = ("twin", "foreign")
+SLIDING_WINDOW = 4  # positions a sliding-window draft layer sees (Gemma 3 alternates such layers)
+
+
+def sliding_cross_pair(seed: int) -> ModelPair:
+    """The foreign pair with a tiny Gemma 3 draft whose local layers see 4 positions: the
+    draft's caches are cut back far beyond its window."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    foreign = cross_pair(seed, "foreign")
+    config = Gemma3TextConfig(vocab_size=len(foreign.draft_tokenizer), hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                              sliding_window=SLIDING_WINDOW, layer_types=["sliding_attention", "full_attention"],
+                              max_position_embeddings=tiny.CONTEXT, initializer_range=tiny.INIT_RANGE)
+    torch.manual_seed(seed + 30_000)
+    draft = Gemma3ForCausalLM(config).to(torch.float64).eval()
+    return ModelPair(foreign.target, draft, foreign.tokenizer, target_name="tiny-target (sliding)",
+                     draft_name="tiny Gemma 3 draft (sliding window)", draft_tokenizer=foreign.draft_tokenizer)
 
 
 @functools.lru_cache(maxsize=None)
 def cached_cross(kind: str, seed: int = 0) -> ModelPair:
-    return cross_pair(seed, kind)
+    """The tiny cross pairs by kind: "twin", "foreign" (tiny.cross_pair) or "sliding"."""
+    return sliding_cross_pair(seed) if kind == "sliding" else cross_pair(seed, kind)
 
 
 def fast(model, decoder=None, normalizer=None, pre_tokenizer=None, **special) -> PreTrainedTokenizerFast:
@@ -278,7 +295,7 @@ def raw_draft_logits(pair, prompt: list[int], seq: list[int]) -> torch.Tensor:
     return pair.draft.to_target(pair.draft_model(torch.tensor([flat])).logits[:, -1])[0]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + ("sliding",))
 def test_cross_lane_fed_in_pieces_and_cut_back_matches_a_fresh_lane(kind):
     pair = cached_cross(kind)
     assert isinstance(pair.draft, BridgedDraft)
