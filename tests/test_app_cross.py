@@ -77,7 +77,7 @@ def test_check_pair_loads_and_checks_without_a_run_once_per_pair(monkeypatch):
     monkeypatch.setattr(handlers, "PAIRS", pairs)
     assert "not loaded yet" in pairbox.show(*CROSS)
     status, box = list(pairbox.check(*CROSS))[-1]
-    assert "loaded and checked" in status
+    assert "Loaded and checked" in status
     assert "cross-tokenizer" in box and "tokens are spelled the same" in box
     loaded = pairs.peek(handlers.pair_spec(*CROSS))
     first = loaded.check

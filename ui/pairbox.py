@@ -103,16 +103,17 @@ def check(target, draft, precision, target_device, draft_device, draft_precision
     job = CheckJob(spec)
     job.start()
     start = time.monotonic()
+    loading = render_pair_note(f"{_names(spec)}: loading, then a short check (the status says how far).")
     while not job.finished.wait(handlers.POLL_S):
         yield (render_status(f"Loading and checking {_names(spec)}: {job.message} "
-                             f"({time.monotonic() - start:.0f} s)", "info", job.fraction), gr.skip())
+                             f"({time.monotonic() - start:.0f} s)", "info", job.fraction), loading)
     if job.error:
         handlers.remember_load_error(spec, job.error)
         gr.Warning(job.error)
         yield render_status(job.error, "error"), _view(spec)
         return
     handlers.LOAD_ERRORS.pop(spec, None)
-    yield (render_status(f"{_names(spec)} is loaded and checked (see “Pair check”). Press Run.", "info"),
+    yield (render_status(f"Loaded and checked: {_names(spec)} (see “Pair check”). Press Run.", "info"),
            render_pair_check(job.check))
 
 
