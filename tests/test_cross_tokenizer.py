@@ -238,12 +238,27 @@ def test_draft_prompt_is_the_remembered_rendering(kind):
     assert b.draft_prompt(other) == b.draft_bos + [d for t in other for d in b.expand(t)]
 
 
-def test_a_prompt_without_the_chat_template_reads_the_same_text_to_the_draft():
-    """encode_prompt(chat=False) gives the target the plain text: the draft must read that
-    text too, not a chat rendering the target never saw."""
-    pair = cross_pair(2, "twin")
-    ids = pair.encode_prompt("def add(a, b):", chat=False)
-    assert pair.draft_tokenizer.decode(pair.bridge.draft_prompt(ids)) == pair.tokenizer.decode(ids)
+def swapped_foreign() -> ModelPair:
+    """The foreign pair the other way round: a target without a chat template (a base model's
+    SentencePiece vocabulary) and a draft that has one."""
+    f = cached_cross("foreign")
+    return ModelPair(f.draft_model, f.target, f.draft_tokenizer, draft_tokenizer=f.tokenizer)
+
+
+@pytest.mark.parametrize("case", ["chat=False", "target without a chat template"])
+def test_a_target_reading_plain_text_has_a_draft_reading_the_same_text(case):
+    """When the target reads the user's plain text (encode_prompt(chat=False), or a target
+    without a chat template), the draft must read that text too, not a chat rendering the
+    target never saw."""
+    pair, chat = (cross_pair(2, "twin"), False) if case == "chat=False" else (swapped_foreign(), True)
+    ids = pair.encode_prompt("def add(a, b):", chat=chat)
+    draft_text = pair.draft_tokenizer.decode(pair.bridge.draft_prompt(ids), skip_special_tokens=True)
+    assert draft_text == pair.tokenizer.decode(ids, skip_special_tokens=True) == "def add(a, b):"
+
+
+def test_check_says_what_a_target_without_a_chat_template_reads():
+    report = check_pair(swapped_foreign(), sample_tokens=0)
+    assert "the target reads its own chat template" not in report["prompt"], report["prompt"]
 
 
 # ---------------------------------------------------------------- refused pairs
