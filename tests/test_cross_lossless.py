@@ -2,12 +2,14 @@
 the target's own output.
 
 Greedy: the token ids equal transformers' `generate(do_sample=False)` of the target (cut after
-the first eos, where the decoders stop) for both tiny cross pairs ("twin": the target's
+the first eos, where the decoders stop) for the tiny cross pairs ("twin": the target's
 vocabulary under permuted ids, the draft close to the target; "foreign": a SentencePiece-style
-vocabulary and a random draft), fixed and adaptive windows, several seeds and prompts. The
-twin must also accept drafts, so that a bridge proposing nothing (or the wrong tokens) fails
-here too. Sampling: the first two tokens at temperature 1 follow the target's exact marginals
-(chi-square at alpha = 0.001, tests/tiny.py).
+vocabulary and a random draft; "sliding": the foreign vocabulary with a Gemma 3 draft whose
+local layers see 4 positions), fixed and adaptive windows, several seeds and prompts. The twin
+must also accept drafts, so that a bridge proposing nothing (or the wrong tokens) fails here
+too, and greedy Mirror-SD must verify exactly SD's windows (its precomputed branches are the
+draft's serial windows). Sampling: the first two tokens at temperature 1 follow the target's
+exact marginals (chi-square at alpha = 0.001, tests/tiny.py).
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Cross-tokenizer pairs: the vocabulary bridge, the draft's lane, the pair check and settings.
 
 The tiny cross pairs of `mirror_sd.models.tiny.cross_pair`: "twin" (the draft's vocabulary is
-the target's byte-level BPE under permuted ids, the draft the permuted target plus noise) and
+the target's byte-level BPE under permuted ids, the draft the permuted target plus noise),
 "foreign" (a SentencePiece-style BPE with U+2581 spaces, <0xNN> byte fallback and a BOS, and
-random draft weights). Tokenizers for the byte-string cases are built here from explicit
-vocabularies with the `tokenizers` library. Losslessness (greedy and sampled) is in
+random draft weights) and "sliding" (the foreign vocabularies with a tiny Gemma 3 draft whose
+local layers see 4 positions). Tokenizers for the byte-string cases are built here from
+explicit vocabularies with the `tokenizers` library. Losslessness (greedy and sampled) is in
 test_cross_lossless.py.
 """
 from __future__ import annotations
