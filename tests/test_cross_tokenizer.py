@@ -170,12 +170,7 @@ def test_bridge_of_byte_lists():
     assert b.spell(b"ba\nz") == [1, 2, 3]  # a byte the draft cannot write is skipped
 
 
-BYTE_TOKENS_ADDED = pytest.mark.xfail(strict=True, reason=(
-    "tiny.cross_pair's foreign tokenizer registers its <0xNN> byte tokens as special added tokens "
-    "and token_bytes gives added tokens None: the draft cannot write bytes such as '\"' or '<'"))
-
-
-@pytest.mark.parametrize("kind", ["twin", pytest.param("foreign", marks=BYTE_TOKENS_ADDED)])
+@pytest.mark.parametrize("kind", ["twin", "foreign"])
 def test_every_target_token_is_spelled_exactly_in_draft_tokens(kind):
     """The draft reads what the target committed: both tiny draft vocabularies can write any
     byte (the twin holds all of them, the foreign one has <0xNN> byte fallback). A special
@@ -251,8 +246,6 @@ def swapped_foreign() -> ModelPair:
     return ModelPair(f.draft_model, f.target, f.draft_tokenizer, draft_tokenizer=f.tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason="ModelPair.encode_prompt remembers the draft's chat rendering "
-                                       "even when the target reads the plain text")
 @pytest.mark.parametrize("case", ["chat=False", "target without a chat template"])
 def test_a_target_reading_plain_text_has_a_draft_reading_the_same_text(case):
     """When the target reads the user's plain text (encode_prompt(chat=False), or a target
@@ -264,7 +257,6 @@ def test_a_target_reading_plain_text_has_a_draft_reading_the_same_text(case):
     assert draft_text == pair.tokenizer.decode(ids, skip_special_tokens=True) == "def add(a, b):"
 
 
-@pytest.mark.xfail(strict=True, reason="check_pair says the target reads its own chat template when it has none")
 def test_check_says_what_a_target_without_a_chat_template_reads():
     report = check_pair(swapped_foreign(), sample_tokens=0)
     assert "the target reads its own chat template" not in report["prompt"], report["prompt"]

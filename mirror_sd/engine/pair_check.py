@@ -56,8 +56,10 @@ def check_pair(pair, sample_prompt: str = SAMPLE_PROMPT, sample_tokens: int = SA
                   target_vocab=b.target_vocab, draft_vocab=b.draft_vocab)
     messages = [{"role": "user", "content": sample_prompt}]
     if pair.draft_tokenizer is not None:
-        draft_ids, how = encode_draft_prompt(pair.draft_tokenizer, messages)
-        report["prompt"] = f"the draft reads {how}; the target reads its own chat template"
+        templated = bool(getattr(pair.tokenizer, "chat_template", None))
+        draft_ids, how = encode_draft_prompt(pair.draft_tokenizer, messages, templated)
+        report["prompt"] = (f"the draft reads {how}; the target reads its own chat template" if templated
+                            else f"the draft reads {how}")
         report["draft_prompt_text"] = pair.draft_tokenizer.decode(draft_ids)
     else:
         report["prompt"] = "the draft reads the target's tokens spelled in its own vocabulary"

@@ -107,7 +107,8 @@ class ModelPair:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         if not messages or not any(str(m.get("content", "")).strip() for m in messages):
             raise MirrorSDError("The prompt is empty: type something for the model to answer.")
-        if chat and getattr(self.tokenizer, "chat_template", None):
+        templated = bool(chat and getattr(self.tokenizer, "chat_template", None))
+        if templated:
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                      tokenize=True)
             if hasattr(ids, "keys"):  # BatchEncoding in some versions
@@ -116,7 +117,7 @@ class ModelPair:
             ids = self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
         if self.bridge is not None:  # the draft reads its own rendering of the same messages
             from mirror_sd.models.vocab_bridge import encode_draft_prompt
-            self.bridge.remember_prompt(ids, encode_draft_prompt(self.draft_tokenizer, messages)[0])
+            self.bridge.remember_prompt(ids, encode_draft_prompt(self.draft_tokenizer, messages, templated)[0])
         return list(ids)
 
     def decode(self, ids: list[int]) -> str:

@@ -82,9 +82,9 @@ def token_bytes(tokenizer) -> list[bytes | None]:
         return out
     if "Metaspace" in kinds or "ByteFallback" in kinds:
         for tok, i in vocab.items():
-            if i in added:
-                continue
             m = _BYTE_TOKEN.match(tok)
+            if i in added and not m:  # a byte token may be registered as an added token
+                continue
             out[i] = bytes([int(m.group(1), 16)]) if m else tok.replace(SPM_SPACE, " ").encode("utf-8")
         return out
     for tok, i in vocab.items():  # unknown scheme: what the tokenizer decodes a lone token to
@@ -244,8 +244,12 @@ def draft_messages_text(messages: list[dict]) -> str:
     return "\n".join(str(m.get("content", "")) for m in messages) + DRAFT_PROMPT_SEPARATOR
 
 
-def encode_draft_prompt(draft_tokenizer, messages: list[dict]) -> tuple[list[int], str]:
-    """(the draft's prompt ids, how it was made, in words) for a conversation."""
+def encode_draft_prompt(draft_tokenizer, messages: list[dict], chat: bool = True) -> tuple[list[int], str]:
+    """(the draft's prompt ids, how it was made, in words) for a conversation. `chat` False:
+    the target reads the plain text (no chat template), and so does the draft."""
+    if not chat:
+        ids = draft_tokenizer("\n".join(str(m.get("content", "")) for m in messages))["input_ids"]
+        return list(ids), "the same plain text as the target"
     if getattr(draft_tokenizer, "chat_template", None):
         ids = draft_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if hasattr(ids, "keys"):
