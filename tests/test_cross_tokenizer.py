@@ -361,7 +361,10 @@ def test_bridged_draft_batched_rows_take_shared_tokens_only():
     mask = torch.ones_like(rows)
     out = pair.draft(rows, attention_mask=mask).logits
     raw = pair.draft_model(b.t2d[rows], attention_mask=mask).logits
-    assert torch.equal(out, pair.draft.to_target(raw))
+    # the wrapper's head holds the shared rows only: another GEMM shape, so low bits may differ
+    expected = pair.draft.to_target(raw)
+    assert torch.equal(torch.isinf(out), torch.isinf(expected))
+    assert torch.allclose(out[~torch.isinf(out)], expected[~torch.isinf(expected)], rtol=0, atol=1e-12)
     assert torch.allclose(torch.softmax(out, -1)[..., b.shared_target].sum(-1), torch.ones(2, 3, dtype=out.dtype))
     unshared = next(t for t in range(b.target_vocab) if not b.is_shared(t))
     with pytest.raises(MirrorSDError, match="shared vocabulary"):

@@ -36,6 +36,34 @@ class BridgedDraft(torch.nn.Module):
         self.register_buffer("t2d", bridge.t2d.clone(), persistent=False)
         self.register_buffer("shared_target", bridge.shared_target.clone(), persistent=False)
         self.register_buffer("shared_draft", bridge.shared_draft.clone(), persistent=False)
+        self._cut = self._cut_head(model, bridge)
+
+    @staticmethod
+    def _cut_head(model, bridge: VocabBridge):
+        """The draft's LM head over the shared rows only: the other logits are never read, and
+        a large-vocabulary draft spends much of its forward there (Gemma 3 270M: 168M of 268M
+        parameters are its embedding and tied head). Active only inside this wrapper's forward,
+        so the model as loaded (transformers' assisted generation) keeps its full head."""
+        from mirror_sd.proposals.draft_vocab import ProposalHead, cut_head
+        head = model.get_output_embeddings()
+        if isinstance(head, ProposalHead):
+            if torch.equal(head.ids.cpu(), bridge.shared_draft):
+                return head
+            head = head.full
+        new = cut_head(head, bridge.shared_draft, bridge.draft_vocab)
+        if new is not None:
+            model.set_output_embeddings(new)
+        return new
+
+    def _draft(self, **kwargs):
+        """The draft's forward with the shared-rows head (the other rows come back as -inf)."""
+        if self._cut is None:
+            return self.model(**kwargs)
+        self._cut.active = True
+        try:
+            return self.model(**kwargs)
+        finally:
+            self._cut.active = False
 
     @property
     def device(self):
@@ -65,7 +93,7 @@ class BridgedDraft(torch.nn.Module):
             d = self.t2d.to(input_ids.device)[input_ids]
             if bool((d < 0).any()):
                 raise MirrorSDError("A batched draft forward got a token outside the shared vocabulary.")
-            out = self.model(input_ids=d, logits_to_keep=logits_to_keep, **kwargs)
+            out = self._draft(input_ids=d, logits_to_keep=logits_to_keep, **kwargs)
             out.logits = self.to_target(out.logits)
             return out
         chunks = chunks if chunks is not None else self.chunks(input_ids[0].tolist())
@@ -83,7 +111,7 @@ class BridgedDraft(torch.nn.Module):
         wanted = [e for e in (ends[-logits_to_keep:] if logits_to_keep else ends) if e is not None]
         first = wanted[0] if wanted else len(flat) - 1
         ids = torch.tensor([flat], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, logits_to_keep=len(flat) - first, **kwargs)
+        out = self._draft(input_ids=ids, logits_to_keep=len(flat) - first, **kwargs)
         rows = torch.tensor([e - first for e in wanted] or [len(flat) - 1 - first], device=out.logits.device)
         out.logits = self.to_target(out.logits.index_select(1, rows))
         return out

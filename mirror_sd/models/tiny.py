@@ -247,7 +247,7 @@ TWIN_SHARPEN = 4.0
 
 
 def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.float64,
-               draft_noise: float = 0.05) -> ModelPair:
+               draft_noise: float = 0.05, sharp: float = 1.0) -> ModelPair:
     """A tiny target and a draft with another tokenizer.
 
     kind "twin": the draft's vocabulary is the target's under permuted ids (same chat template),
@@ -255,7 +255,8 @@ def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.flo
     weight noise: most drafts are accepted.
     kind "foreign": the draft has its own SentencePiece-style BPE (spaces as U+2581, byte
     fallback) and its own random weights: part of the vocabulary is shared, many target tokens
-    are spelled with several draft tokens, and little is accepted."""
+    are spelled with several draft tokens, and little is accepted.
+    sharp: both LM heads scaled by this factor (peaked distributions, for sampling tests)."""
     target_tok = _bytelevel_bpe(320)
     t_model = build(qwen_config(vocab_size=len(target_tok)), seed, "qwen", dtype)
     if kind == "twin":
@@ -273,5 +274,8 @@ def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.flo
         d_model = build(llama_config(vocab_size=len(draft_tok), num_hidden_layers=2), seed + 3, "llama", dtype)
     else:
         raise ValueError(f"unknown cross pair kind {kind!r}")
+    if sharp != 1.0:  # both heads scaled alike (the pair wraps the draft's head: sharpen first)
+        sharpen(t_model, sharp)
+        sharpen(d_model, sharp)
     return ModelPair(t_model, d_model, target_tok, target_name=f"tiny-target ({kind})",
                      draft_name=f"tiny-draft ({kind})", draft_tokenizer=draft_tok)
