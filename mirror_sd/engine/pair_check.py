@@ -43,7 +43,8 @@ def check_pair(pair, sample_prompt: str = SAMPLE_PROMPT, sample_tokens: int = SA
     t_params, d_params = params(pair.target), params(getattr(pair, "draft_model", pair.draft))
     report = {"cross": pair.bridge is not None, "target_params": t_params, "draft_params": d_params,
               "warnings": []}
-    if d_params >= t_params:
+    said = any("larger than the target" in w for w in (getattr(pair, "info", None) or {}).get("warnings", []))
+    if d_params >= t_params and not said:  # load_pair already warns about a larger draft
         report["warnings"].append(
             f"The draft ({d_params / 1e6:.0f}M parameters) is not smaller than the target "
             f"({t_params / 1e6:.0f}M): drafting costs as much as the target itself, so speculative "
