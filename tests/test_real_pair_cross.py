@@ -4,17 +4,11 @@ check reports a real shared vocabulary."""
 import pytest
 
 import tiny
-from mirror_sd.engine.events import Error, Finish
 from mirror_sd.engine.pair_check import check_pair
-from mirror_sd.engine.registry import METHODS
-from mirror_sd.engine.settings import Settings
+from test_real_pair import PROMPTS
 
 pytestmark = pytest.mark.real_pair
 
-PROMPTS = [
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Explain in two sentences why the sky is blue.",
-]
 NEW_TOKENS = 32
 
 
@@ -32,14 +26,7 @@ def test_the_pair_is_bridged(pair):
     assert "no chat template" in report["prompt"]  # the base draft reads the user's text
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
 def test_cross_sd_and_mirror_equal_generate(pair, prompt):
-    ids = pair.encode_prompt(prompt)
-    reference = tiny.reference_greedy(pair.target, ids, NEW_TOKENS)  # transformers' generate()
-    for method in ("sd", "mirror"):
-        events = list(METHODS[method](pair, Settings(max_new_tokens=NEW_TOKENS)).generate(ids))
-        assert not [e for e in events if isinstance(e, Error)]
-        finish = events[-1]
-        assert isinstance(finish, Finish)
-        assert finish.token_ids == reference, method
+    for finish in tiny.assert_equal_generate(pair, prompt, NEW_TOKENS).values():
         assert finish.stats["accepted_drafts"] > 0  # the bridged draft proposes what the target keeps

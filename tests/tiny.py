@@ -93,6 +93,25 @@ def finish(events) -> Finish:
     return events[-1]
 
 
+def assert_equal_generate(pair, prompt: str, n: int, methods=("sd", "mirror")) -> dict:
+    """Greedy runs of `methods` on `prompt` give transformers' own generate() output token for
+    token (the first difference is shown); returns each method's Finish."""
+    from mirror_sd.engine.events import Error
+    from mirror_sd.engine.registry import METHODS
+    ids = pair.encode_prompt(prompt)
+    reference = reference_greedy(pair.target, ids, n)
+    out = {}
+    for method in methods:
+        events = list(METHODS[method](pair, Settings(max_new_tokens=n)).generate(ids))
+        assert not [e for e in events if isinstance(e, Error)]
+        got = finish(events).token_ids
+        i = next((i for i, (x, y) in enumerate(zip(got, reference)) if x != y), min(len(got), len(reference)))
+        assert got == reference, (f"{method}: first mismatch at token {i}: "
+                                  f"{pair.decode(got[i:i + 5])!r} vs {pair.decode(reference[i:i + 5])!r}")
+        out[method] = events[-1]
+    return out
+
+
 # chi-square critical values at alpha = 0.001, by degrees of freedom
 CHI2_CRIT_001 = {1: 10.828, 2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515, 6: 22.458, 7: 24.322,
                  8: 26.124, 9: 27.877, 10: 29.588, 11: 31.264, 12: 32.909, 13: 34.528,
