@@ -97,9 +97,6 @@ def assert_mirror_verifies_sds_windows(kind: str) -> None:
     assert mirror == sd, f"Mirror-SD windows differ from SD's at (run, step) {steps}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BranchBatch keeps a row's entries after the base cache and transformers computes a sliding "
-    "window from cache indices, not positions: the branch's local layers see another window"))
 def test_mirror_branches_of_a_sliding_window_draft_are_its_serial_windows():
     """A draft with sliding-window layers (Gemma 3): a branch row's entries sit after the
     base cache, so its local layers must see the window by position, as the serial rollout does."""

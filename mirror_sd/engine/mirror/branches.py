@@ -90,7 +90,8 @@ class BranchBatch:
         inputs = [[r.tokens[-1] if r.tokens else r.root.token] for r in rows]
         pos = torch.tensor([[self.n + r.root.depth + len(r.tokens)] for r in rows], device=self.device)
         mask = torch.cat([self.mask, torch.ones(len(rows), 1, dtype=torch.long, device=self.device)], 1)
-        out = self.model(input_ids=torch.tensor(inputs, device=self.device), attention_mask=mask,
+        out = self.model(input_ids=torch.tensor(inputs, device=self.device),
+                         attention_mask=self._window_masks(mask, pos) or mask,
                          position_ids=pos, cache=self.cache, use_cache=True)
         self.cache, self.mask = out.cache, mask
         self.slots += 1
@@ -105,6 +106,29 @@ class BranchBatch:
             self.done.append(rows[i])
         if finished:
             self._select([i for i in range(len(rows)) if i not in finished])
+
+    def _window_masks(self, mask: torch.Tensor, pos: torch.Tensor) -> dict | None:
+        """For a model with sliding-window layers (Gemma 3): one additive 4D mask per layer
+        type, from each cache entry's *position*. transformers would derive the window from
+        cache indices, and a row's entries sit after the base, so its local layers would see
+        another window than the serial rollout does. None for other models (the 2D mask)."""
+        config = self.model.config
+        window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
+        if not window or not types or "sliding_attention" not in types:
+            return None
+        kv_pos = torch.arange(mask.shape[1], device=self.device).repeat(len(self.live), 1)
+        for i, r in enumerate(self.live):  # slot s of row r holds position n + depth + (s - start)
+            kv_pos[i, self.base_len:] = self.n + r.root.depth + torch.arange(
+                self.slots + 1, device=self.device) - r.start_slot
+        visible = mask.bool()
+        near = visible & (pos - kv_pos < window)
+        dtype = self.base.layers[0].keys.dtype
+
+        def additive(allowed):
+            out = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+            return out.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None, None, :]
+
+        return {"full_attention": additive(visible), "sliding_attention": additive(near)}
 
     def _cut(self, i: int, row: Row) -> DynamicCache:
         """Row i as a contiguous batch-1 cache: y, d_1..d_j, v, e_1..e_{gamma-1}."""
