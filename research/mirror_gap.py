@@ -48,7 +48,7 @@ def main(path):
             if label == "verify_forward" and step > 0:
                 sd_verify[window_len(detail)].append(end - start)
     mirror_verify = defaultdict(list)
-    exposed, step_ms, tokens = [], [], 0
+    exposed, step_ms = [], []
     for t in turns(results, "mirror"):
         st = t["stats"]
         lens = st.get("window_lengths") or []
@@ -69,7 +69,6 @@ def main(path):
                 if n0 is not None:
                     exposed.append(n0 - t1)
                     step_ms.append(n0 - t0)
-        tokens += st["new_tokens"]
     med = statistics.median
     print(f"AR: target forward {med(ar):.1f} ms (median of {len(ar)})")
     print("window | SD verify alone ms | Mirror verify beside the draft ms | ratio")
@@ -78,25 +77,22 @@ def main(path):
             continue
         a, b = med(sd_verify[k]), med(mirror_verify[k])
         print(f"{k} | {a:.1f} (n={len(sd_verify[k])}) | {b:.1f} (n={len(mirror_verify[k])}) | {b / a:.2f}x")
-    ms = results["summary"]["methods"]["mirror"] if "methods" in results.get("summary", {}) else None
     steps = len(step_ms)
     mean_step, mean_exp = statistics.mean(step_ms), statistics.mean(exposed)
-    all_mirror = [x for v in mirror_verify.values() for x in v]
-    mean_ver = statistics.mean(all_mirror)
+    mean_ver = statistics.mean(x for v in mirror_verify.values() for x in v)
     sd_alone = {k: med(v) for k, v in sd_verify.items() if v}
+    # the same steps with each verify at SD's alone cost for its window length
     alone = statistics.mean(sd_alone.get(k, mean_ver) for k, v in mirror_verify.items() for _ in v)
-    tps = statistics.mean(st for st in [t["stats"]["mean_accepted"] for t in turns(results, "mirror")])
+    tps = statistics.mean(t["stats"]["mean_accepted"] for t in turns(results, "mirror"))
     ar_tok = med(ar)
-    print(f"Mirror-SD decode steps {steps}: step {mean_step:.1f} ms = verify {mean_ver:.1f} + exposed draft "
-          f"{mean_exp:.1f} + other {mean_step - mean_ver - mean_exp:.1f}; tokens per step {tps:.2f}")
-    print(f"speedup from these parts: {tps * ar_tok / mean_step:.2f}x")
     other = mean_step - mean_ver - mean_exp
+    print(f"Mirror-SD decode steps {steps}: step {mean_step:.1f} ms = verify {mean_ver:.1f} + exposed draft "
+          f"{mean_exp:.1f} + other {other:.1f}; tokens per step {tps:.2f}")
+    print(f"speedup from these parts: {tps * ar_tok / mean_step:.2f}x")
     for name, step in (("(a) verify at SD's alone cost (projection)", alone + mean_exp + other),
                        ("(b) nothing exposed (projection)", mean_ver + other),
                        ("(c) both (projection)", alone + other)):
         print(f"{name}: step {step:.1f} ms, {tps * ar_tok / step:.2f}x")
-    if ms:
-        print("summary:", {k: ms.get(k) for k in ("speedup_median", "hit_rate")})
 
 
 if __name__ == "__main__":
