@@ -234,3 +234,22 @@ def test_json_stats_give_each_window_and_why_it_stopped(capsys, dirs, method, wi
         assert set(lengths) == {3} and set(stops) == {"gamma"}
     else:
         assert all(1 <= n <= 12 for n in lengths)
+
+
+def test_a_cross_tokenizer_pair_reports_its_shared_vocabulary(capsys, monkeypatch):
+    """A draft with another tokenizer: the pair check on stderr, the JSON `pair` field, and the
+    target's own greedy output."""
+    from mirror_sd.models import loading
+    from mirror_sd.models.tiny import cross_pair
+    pair = cross_pair(0, "twin")
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pair)
+    rc = cli.main(["generate", "--method", "sd", "--prompt", "def add(a, b):", "--max-new-tokens", "8", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    data = json.loads(out.out)
+    assert data["pair"]["cross_tokenizer"] and data["pair"]["shared_tokens"] == pair.bridge.n_shared
+    assert data["pair"]["output_coverage"] == pair.bridge.coverage(data["token_ids"])
+    assert "pair: Cross-tokenizer pair" in out.err and "Prompt: the draft reads" in out.err
+    reference = tiny.reference_greedy(pair.target, data["prompt_ids"], 8)
+    assert data["token_ids"] == reference[:len(data["token_ids"])]
+    assert len(data["token_ids"]) == 8 or data["token_ids"][-1] in pair.eos_token_ids
