@@ -7,20 +7,16 @@ process only: there the box shows the check that came back with the last run.
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
 import gradio as gr
 
-from mirror_sd.errors import MirrorSDError
-
 from . import handlers, zerogpu
 from .paircheck import ensure_check, render_pair_check, render_pair_note
 from .render import render_status
-from .session import PairSpec, phase_estimate
+from .session import PairSpec, page_errors, phase_estimate
 
-log = logging.getLogger(__name__)
 
 NOT_LOADED = ("{names}: not loaded yet. “Check pair” (under “Model pair and devices”) loads and "
               "checks it without a run; Run does too.")
@@ -79,18 +75,11 @@ class CheckJob(threading.Thread):
         self.message, self.fraction = f"{message}{phase_estimate(message)}", fraction
 
     def run(self) -> None:
-        try:
+        with page_errors(self, "pair check failed"):
             loaded = handlers.PAIRS.get(self.spec, self._progress)
             self.message, self.fraction = "checking the pair", None
             with loaded.lock:  # a run on this pair first
                 self.check = ensure_check(loaded)
-        except MirrorSDError as e:
-            self.error = str(e)
-        except Exception as e:  # never a traceback in the page; the log keeps it
-            log.exception("pair check failed")
-            self.error = f"{type(e).__name__}: {e}"
-        finally:
-            self.finished.set()
 
 
 def check(target, draft, precision, target_device, draft_device, draft_precision):

@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 
 from mirror_sd.engine.settings import Settings
@@ -31,6 +32,21 @@ from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, timed_origin
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def page_errors(worker, what: str):
+    """A worker thread's body: any failure becomes `worker.error`, one line for the page, never
+    a traceback (the log keeps it, under `what`); `worker.finished` is set however it ends."""
+    try:
+        yield
+    except MirrorSDError as e:
+        worker.error = str(e)
+    except Exception as e:
+        log.exception(what)
+        worker.error = f"{type(e).__name__}: {e}"
+    finally:
+        worker.finished.set()
 
 WARM_TOKENS = 4  # per method: enough for a verify step, branches and a second window
 WARM_PROMPT = 16  # prompt tokens the warm-up prefills
@@ -323,16 +339,11 @@ class Job(threading.Thread):
         self.fraction = fraction
 
     def run(self) -> None:
-        try:
-            self._run()
-        except MirrorSDError as e:
-            self.error = str(e)
-        except Exception as e:  # never a traceback in the page; the log keeps it
-            log.exception("job failed")
-            self.error = f"{type(e).__name__}: {e}"
-        finally:
-            self.current = None
-            self.finished.set()
+        with page_errors(self, "job failed"):
+            try:
+                self._run()
+            finally:
+                self.current = None
 
     def _run(self) -> None:
         req = self.request
