@@ -81,11 +81,7 @@ class BridgedDraft(torch.nn.Module):
         return out.index_copy_(-1, self.shared_target.to(logits.device),
                                logits.index_select(-1, self.shared_draft.to(logits.device)))
 
-    def chunks(self, target_ids: list[int]) -> list[list[int]]:
-        return [self.bridge.expand(int(t)) for t in target_ids]
-
-    def forward(self, input_ids: torch.Tensor, chunks: list[list[int]] | None = None,
-                logits_to_keep: int = 0, **kwargs):
+    def forward(self, input_ids: torch.Tensor, logits_to_keep: int = 0, **kwargs):
         """Like the draft's forward, in target ids. One row: any target ids (each spelled in
         draft tokens; logits at the last position of each). Several rows (with a mask and
         position ids): shared tokens only, one position each."""
@@ -96,7 +92,7 @@ class BridgedDraft(torch.nn.Module):
             out = self._draft(input_ids=d, logits_to_keep=logits_to_keep, **kwargs)
             out.logits = self.to_target(out.logits)
             return out
-        chunks = chunks if chunks is not None else self.chunks(input_ids[0].tolist())
+        chunks = [self.bridge.expand(int(t)) for t in input_ids[0].tolist()]
         return self.forward_chunks(chunks, logits_to_keep, **kwargs)
 
     def forward_chunks(self, chunks: list[list[int]], logits_to_keep: int = 0, **kwargs):

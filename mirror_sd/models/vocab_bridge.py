@@ -144,6 +144,8 @@ class VocabBridge:
         else:
             self.shared_target = torch.zeros(0, dtype=torch.long)
             self.shared_draft = torch.zeros(0, dtype=torch.long)
+        # regular (non-special) target tokens: the denominator of the shared share
+        self.target_tokens = sum(1 for b in self.target_bytes[:self.target_vocab] if b)
         self._draft_index = draft_by
         self._max_len = max((len(b) for b in draft_by), default=1)
 
@@ -165,10 +167,6 @@ class VocabBridge:
     def n_shared(self) -> int:
         return len(self.shared_target)
 
-    @property
-    def target_tokens(self) -> int:
-        """Regular (non-special) target tokens: the denominator of the shared share."""
-        return sum(1 for b in self.target_bytes[:self.target_vocab] if b)
 
     @property
     def shared_share(self) -> float:
