@@ -26,6 +26,8 @@ def run(page, out: Path, tokens: int, precision: str | None):
         page.get_by_label("Precision", exact=True).click()
         page.get_by_role("option", name=precision, exact=True).click()
     box = page.locator("#max-new-tokens input[type=number]")
+    if not box.is_visible():  # the length slider sits in a folded group
+        page.get_by_text("Sampling and length").first.click()
     box.fill(str(tokens))
     box.press("Enter")
     start = time.time()
