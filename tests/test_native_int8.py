@@ -1,5 +1,9 @@
 """native_int8: the AVX2 row-exact int8 kernel (built on first use) and its fallback."""
 import shutil
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -17,6 +21,45 @@ def test_builds_where_a_compiler_and_avx2_exist():
     assert cpu_kernels.row_kernel() is native_int8.NativeInt8Linear
     assert cpu_kernels.row_kernel(native=False) is cpu_kernels.RowInt8Linear
 
+
+
+@needs_kernel
+def test_a_build_killed_half_way_does_not_hang_the_next_one():
+    """torch's own guard is a plain `lock` file: a build killed before it removed it made every
+    later load wait forever. Plant one where the kernel builds; a new process still loads."""
+    assert native_int8.available(), native_int8.unavailable_reason()
+    folder = native_int8.build_dir()
+    (folder / "lock").touch()
+    code = "from mirror_sd.cpu import int8; print(int8.available(), int8.unavailable_reason())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.stdout.split() == ["True", "None"], out.stdout + out.stderr
+    assert not (folder / "lock").exists()
+
+
+def test_the_build_lock_serialises_builders_and_clears_a_dead_builders_lock(tmp_path):
+    (tmp_path / "lock").touch()
+    order = []
+    with native_int8.build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+        def second():
+            with native_int8.build_lock(tmp_path):
+                order.append("second")
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.3)
+        order.append("first")
+    t.join(10)
+    assert order == ["first", "second"]
+
+
+def test_the_build_folder_is_named_by_the_sources(tmp_path, monkeypatch):
+    a = native_int8.build_dir(tmp_path)
+    assert a == native_int8.build_dir(tmp_path)  # stable: every checkout shares it
+    src = tmp_path / "module.cpp"
+    src.write_text("// changed")
+    monkeypatch.setattr(native_int8, "SOURCES", [src, *native_int8.SOURCES[1:]])
+    assert native_int8.build_dir(tmp_path) != a
 
 def layer(out_f, in_f, bias, seed=0):
     g = torch.Generator().manual_seed(seed)

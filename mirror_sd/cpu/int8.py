@@ -8,17 +8,26 @@ one scale per row; weights symmetric int8, one scale per output channel) and com
 int32 dot products with AVX2: a row's output is bit-identical whatever else is in the call.
 
 Built with torch.utils.cpp_extension (g++ and ninja; about a minute, once, cached under
-~/.cache/mirror-sd/torch_extensions). Where it cannot be built or the CPU lacks AVX2,
+~/.cache/mirror-sd/torch_extensions in a folder named by a hash of the sources, the flags and
+torch's version, with the sources copied in, so every checkout shares one build). A build is
+guarded by an OS file lock, released if its process dies: a `lock` file that torch's own guard
+left behind (a build killed half-way, which would make torch wait on it forever) is removed
+under it. Where it cannot be built or the CPU lacks AVX2,
 `available()` says why and the int8 precision keeps fbgemm's `RowInt8Linear` (as it does when
 the loader is asked for kernels="fbgemm": then this module is never loaded).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+from mirror_sd.paths import exclusive
 
 SOURCES = [Path(__file__).with_name("kernels") / f for f in ("module.cpp", "row_int8.cpp", "row_int4.cpp", "fast_layer.cpp")]
 _lock = threading.Lock()
@@ -35,6 +44,49 @@ def _cpu_has_avx2() -> bool:
             return False
 
 
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
+
+
+def build_root() -> Path:
+    return Path(os.environ.get("MIRROR_SD_EXT_DIR", Path.home() / ".cache" / "mirror-sd" / "torch_extensions"))
+
+
+def build_dir(root: Path | None = None) -> Path:
+    """This build's folder: named by the sources, the flags and torch's version (torch's
+    `load` appends to the flag lists it is given: it gets copies)."""
+    h = hashlib.sha256(" ".join(CFLAGS + LDFLAGS + [torch.__version__]).encode())
+    for src in SOURCES:
+        h.update(src.name.encode() + b"\0" + src.read_bytes())
+    return (root or build_root()) / f"mirror_sd_avx2-{h.hexdigest()[:16]}"
+
+
+@contextmanager
+def build_lock(folder: Path):
+    """One builder per folder across processes. Under it no other process of ours is building,
+    so torch's own `lock` file, if there is one, was left by a build that died, and is removed
+    (torch would wait on it forever)."""
+    with exclusive(folder / "build.flock"):
+        (folder / "lock").unlink(missing_ok=True)
+        yield
+
+
+def _build():
+    from torch.utils import cpp_extension
+    folder = build_dir()
+    with build_lock(folder):
+        src = folder / "src"
+        src.mkdir(exist_ok=True)
+        copies = []
+        for path in SOURCES:  # the same paths from every checkout: ninja rebuilds nothing
+            copy = src / path.name
+            if not copy.exists() or copy.read_bytes() != path.read_bytes():
+                shutil.copyfile(path, copy)
+            copies.append(str(copy))
+        return cpp_extension.load(name="mirror_sd_avx2", sources=copies, build_directory=str(folder),
+                                  extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS), verbose=False)
+
+
 def load():
     """The compiled extension module, or None (see `unavailable_reason`)."""
     module = _state.get("module")
@@ -48,14 +100,7 @@ def load():
             reason = "this CPU has no AVX2"
         else:
             try:
-                from torch.utils import cpp_extension
-                build = Path(os.environ.get("MIRROR_SD_EXT_DIR",
-                                            Path.home() / ".cache" / "mirror-sd" / "torch_extensions"))
-                build.mkdir(parents=True, exist_ok=True)
-                module = cpp_extension.load(
-                    name="mirror_sd_avx2", sources=[str(p) for p in SOURCES], build_directory=str(build),
-                    extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-                    extra_ldflags=["-fopenmp"], verbose=False)
+                module = _build()
             except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a build error
                 reason = f"could not build the AVX2 int8 kernel ({type(e).__name__}: " \
                          f"{str(e).strip().splitlines()[-1][:200] if str(e).strip() else ''})"

@@ -16,7 +16,6 @@ Build them ahead of time: `python -m mirror_sd.models --prepare-default` (the de
 """
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import gc
 import importlib.resources
@@ -34,6 +33,7 @@ import torch
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.models.memory import GIB, check_memory
 from mirror_sd.models.names import gguf_inspect
+from mirror_sd.paths import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -99,22 +99,6 @@ def report(progress: Progress | None, message: str, fraction: float | None = Non
         progress(message, fraction)
 
 
-@contextlib.contextmanager
-def _cache_lock(cache: Path):
-    """Only one process builds the cache at a time (a conversion needs ~10 GB of RAM)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock, builds are still atomic
-        yield
-        return
-    with open(cache / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _part_files(model: BundledModel) -> list:
     """The data files of the model's packages, in concatenation order."""
     files = []
@@ -178,7 +162,7 @@ def ensure_bundled(model: BundledModel, cache_dir: str | os.PathLike | None = No
     if (out / "config.json").is_file():
         return out
     cache.mkdir(parents=True, exist_ok=True)
-    with _cache_lock(cache):
+    with exclusive(cache / ".lock"):  # one conversion at a time (~10 GB of RAM each)
         if (out / "config.json").is_file():  # another process built it while we waited
             return out
         gguf = _assemble(model, cache, progress)
