@@ -1,7 +1,7 @@
 """New-user check of the app: `python app.py` on the real default pair, driven in Debian's
-chromium via Playwright: a run at the default settings (32 tokens), then Precision int8 (64
-tokens, set in the "Model pair and devices" accordion). Prints each run's status and summary
-and any page errors; the app's log and full-page screenshots go to --out.
+chromium via Playwright: a run at the default settings (int8, 32 tokens), then Precision fp32
+(32 tokens, set in the "Model pair and devices" accordion). Prints each run's
+status, γ and summary and any page errors; the app's log and full-page screenshots go to --out.
 
     python scripts/app_new_user_check.py [--out out/app-check]
 """
@@ -15,6 +15,8 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from ui.handlers import DEFAULT_PRECISION  # noqa: E402
 DONE = ("w => (document.querySelector('#summary').innerText.includes(w)"
         " && document.querySelector('#status').innerText.includes('Done'))"
         " || document.querySelector('#status').innerText.toLowerCase().includes('error')")
@@ -32,9 +34,13 @@ def run(page, out: Path, tokens: int, precision: str | None):
     box.press("Enter")
     start = time.time()
     page.click("#run-btn")
-    page.wait_for_function(DONE, arg=f"precision {precision or 'fp32'}", timeout=1_500_000)
+    page.wait_for_function(DONE, arg=f"precision {precision or DEFAULT_PRECISION}", timeout=1_500_000)
     page.wait_for_timeout(3000)
-    print(f"--- precision {precision or 'default'}, {tokens} tokens, {time.time() - start:.0f} s")
+    try:
+        gamma = page.locator("input[aria-label*='γ (gamma)']").first.input_value(timeout=5000)
+    except Exception:  # noqa: BLE001 - the slider's markup differs: say so, keep going
+        gamma = "?"
+    print(f"--- precision {precision or 'default'}, {tokens} tokens, γ {gamma}, {time.time() - start:.0f} s")
     print("STATUS:", page.inner_text("#status")[:400])
     print("SUMMARY:", page.inner_text("#summary")[:1200], flush=True)
     page.screenshot(path=str(out / f"{precision or 'default'}.png"), full_page=True)
@@ -65,7 +71,7 @@ def main():
                     time.sleep(2)
             page.wait_for_selector("#run-btn", timeout=120_000)
             run(page, out, 32, None)
-            run(page, out, 64, "int8")
+            run(page, out, 32, "fp32")
             print("page errors:", errors)
             browser.close()
     finally:

@@ -89,6 +89,22 @@ def test_check_pair_loads_and_checks_without_a_run_once_per_pair(monkeypatch):
     assert SAME_TOKENIZER in box
 
 
+
+def test_a_chosen_preset_checks_its_own_pair_whatever_the_fields_still_say(monkeypatch):
+    """The check chained after a preset reads the preset, not the two fields it has just set (a
+    chained event can read their old values); a loaded but unchecked pair is named as such."""
+    from ui.layout import PAIR_PRESETS, _preset_check
+    pairs = PairCache.tiny()
+    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    _, box, _ = list(_preset_check(CROSS_PRESET, "default", "default", *CROSS[2:]))[-1]
+    assert "tokens are spelled the same" in box  # the cross pair, though the fields said default
+    same = ("default", "default") + CROSS[2:]
+    pairs.get(handlers.pair_spec(*same), lambda *a: None)  # loaded by something else, no check
+    assert "loaded, not checked yet" in pairbox.show(*same)
+    default_name = next(n for n, (t, d) in PAIR_PRESETS.items() if (t, d) == ("default", "default"))
+    _, box, _ = list(_preset_check(default_name, *CROSS))[-1]
+    assert SAME_TOKENIZER in box and pairs.peek(handlers.pair_spec(*same)).check is not None
+
 def test_a_pair_that_shares_almost_nothing_is_one_message_in_the_status_and_the_box(monkeypatch):
     monkeypatch.setattr(handlers, "PAIRS", PairCache(loader=refusing_pair, is_tiny=True))
     monkeypatch.setattr(handlers, "LOAD_ERRORS", {})
@@ -232,8 +248,13 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             page.get_by_role("option", name=next(iter(PAIR_PRESETS))).click()
             # the cross pair is dropped (one pair loaded at a time) and the default one built and
             # checked: seconds when idle, longer on a busy machine
-            page.wait_for_function("() => document.querySelector('#pair-check')"
-                                   ".innerText.includes('share one tokenizer')", timeout=180_000)
+            try:
+                page.wait_for_function("() => document.querySelector('#pair-check')"
+                                       ".innerText.includes('share one tokenizer')", timeout=180_000)
+            except Exception:
+                raise AssertionError(f"after switching back the pair check says "
+                                     f"{page.inner_text('#pair-check')!r}, the status "
+                                     f"{page.inner_text('#status')!r}") from None
             assert not errors, errors
             browser.close()
     finally:

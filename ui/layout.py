@@ -185,7 +185,7 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
         loads = dict(api_visibility="private", concurrency_limit=1, concurrency_id="decode",
                      show_progress="minimal")  # the status streams the load's progress
         preset.change(_preset, preset, [target, draft], api_visibility="private", **free).then(
-            pairbox.preset_check, pair_inputs, [status, pair_check, preparing], **loads)
+            _preset_check, [preset] + pair_inputs, [status, pair_check, preparing], **loads)
         check_btn.click(handlers.arm_check, None, preparing, api_visibility="private", **free).then(
             pairbox.check, pair_inputs, [status, pair_check], **loads)
         demo.load(pairbox.show, pair_inputs, pair_check, api_visibility="private", **free)
@@ -240,6 +240,14 @@ def _preset(name):
     if target is None:
         return gr.skip(), gr.skip()
     return target, draft
+
+
+def _preset_check(name, target, draft, *rest):
+    """The chosen preset's pair loaded and checked (pairbox.preset_check). Its names come from
+    the preset itself, not from the two fields `_preset` has just set: an event chained after
+    them can still read their old values, and would then check the pair the page just left."""
+    target, draft = (t or f for t, f in zip(PAIR_PRESETS.get(name, (None, None)), (target, draft)))
+    yield from pairbox.preset_check(target, draft, *rest)
 
 
 def launch(demo: gr.Blocks, **kwargs):

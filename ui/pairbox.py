@@ -20,6 +20,7 @@ from .session import PairSpec, page_errors, phase_estimate
 
 NOT_LOADED = ("{names}: not loaded yet. “Check pair” (under “Model pair and devices”) loads and "
               "checks it without a run; Run does too.")
+LOADED_UNCHECKED = "{names}: loaded, not checked yet. “Check pair” checks it (seconds); Run does too."
 ON_ZEROGPU = "{names}: the check comes with the first Run here (the models load for a run only)."
 
 
@@ -32,6 +33,8 @@ def _view(spec: PairSpec, state=None) -> str:
     loaded = handlers.PAIRS.peek(spec)
     if loaded is not None and loaded.check is not None:
         return render_pair_check(loaded.check)
+    if loaded is not None:
+        return render_pair_note(LOADED_UNCHECKED.format(names=_names(spec)))
     if error := handlers.LOAD_ERRORS.get(spec):
         return render_pair_note(f"{_names(spec)} could not be loaded: {error}", "error")
     if zerogpu.on_zerogpu():
@@ -112,7 +115,8 @@ def preset_check(target, draft, precision, target_device, draft_device, draft_pr
     Streams (status, box, the preparation's timer: stopped when this loads)."""
     values = (target, draft, precision, target_device, draft_device, draft_precision)
     spec = handlers.pair_spec(*values)
-    if handlers.PAIRS.peek(spec) is not None or not (handlers.tiny_models() or offline(spec)):
+    loaded = handlers.PAIRS.peek(spec)
+    if (loaded is not None and loaded.check is not None) or not (handlers.tiny_models() or offline(spec)):
         yield gr.skip(), _view(spec), gr.skip()
         return
     for status, box in check(*values):  # the status is the check's from now on
