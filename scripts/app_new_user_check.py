@@ -36,11 +36,7 @@ def run(page, out: Path, tokens: int, precision: str | None):
     page.click("#run-btn")
     page.wait_for_function(DONE, arg=f"precision {precision or DEFAULT_PRECISION}", timeout=1_500_000)
     page.wait_for_timeout(3000)
-    try:
-        gamma = page.locator("input[aria-label*='γ (gamma)']").first.input_value(timeout=5000)
-    except Exception:  # noqa: BLE001 - the slider's markup differs: say so, keep going
-        gamma = "?"
-    print(f"--- precision {precision or 'default'}, {tokens} tokens, γ {gamma}, {time.time() - start:.0f} s")
+    print(f"--- precision {precision or 'default'}, {tokens} tokens, {time.time() - start:.0f} s")
     print("STATUS:", page.inner_text("#status")[:400])
     print("SUMMARY:", page.inner_text("#summary")[:1200], flush=True)
     page.screenshot(path=str(out / f"{precision or 'default'}.png"), full_page=True)
