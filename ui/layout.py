@@ -189,9 +189,11 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
         check_btn.click(handlers.arm_check, None, preparing, api_visibility="private", **free).then(
             pairbox.check, pair_inputs, [status, pair_check], **loads)
         demo.load(pairbox.show, pair_inputs, pair_check, api_visibility="private", **free)
-        for control in pair_inputs:  # the box names the pair the controls name
-            control.change(pairbox.show, pair_inputs, pair_check, api_visibility="private",
-                           show_progress="hidden", **free)
+        for control in pair_inputs:  # the box names the pair the controls name: a user's edit
+            # (.input); a preset or a device configuration sets fields and then shows the box
+            # itself, so that no late answer for a half-set pair overwrites its check
+            control.input(pairbox.show, pair_inputs, pair_check, api_visibility="private",
+                          show_progress="hidden", **free)
         check_poll.tick(pairbox.poll, pair_inputs, [pair_check, check_poll], api_visibility="private",
                         show_progress="hidden", **free)
         layer_range = dict(fn=handlers.exit_layer_range, inputs=[target, exit_layer],
@@ -200,7 +202,9 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
         demo.load(**layer_range)
         target.change(**layer_range)
         device_config.change(zerogpu.configuration_devices, device_config, [target_device, draft_device],
-                             api_visibility="private", **free)
+                             api_visibility="private", **free).then(
+            pairbox.show, pair_inputs, pair_check, api_visibility="private", show_progress="hidden",
+            **free)
         demo.load(handlers.preparing_status, None, [status, preparing, pair_check],
                   api_visibility="private", show_progress="hidden", **free)
         preparing.tick(handlers.preparing_status, None, [status, preparing, pair_check],
