@@ -1,7 +1,7 @@
 """New-user check of the app: `python app.py` on the real default pair, driven in Debian's
 chromium via Playwright: a run at the default settings (int8, 32 tokens), then Precision fp32
 (32 tokens, set in the "Model pair and devices" accordion). Prints each run's
-status, γ and summary and any page errors; the app's log and full-page screenshots go to --out.
+status and summary and any page errors; the app's log and full-page screenshots go to --out.
 
     python scripts/app_new_user_check.py [--out out/app-check]
 """

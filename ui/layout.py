@@ -250,8 +250,8 @@ def _preset_check(name, target, draft, *rest):
     """The chosen preset's pair loaded and checked (pairbox.preset_check). Its names come from
     the preset itself, not from the two fields `_preset` has just set: an event chained after
     them can still read their old values, and would then check the pair the page just left."""
-    target, draft = (t or f for t, f in zip(PAIR_PRESETS.get(name, (None, None)), (target, draft)))
-    yield from pairbox.preset_check(target, draft, *rest)
+    preset_target, preset_draft = PAIR_PRESETS.get(name, (None, None))
+    yield from pairbox.preset_check(preset_target or target, preset_draft or draft, *rest)
 
 
 def launch(demo: gr.Blocks, **kwargs):
