@@ -124,7 +124,7 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
               progress: Progress | None = None, cache_dir: str | os.PathLike | None = None,
               memory_limit_bytes: int | None = None, target_precision: str | None = None,
               draft_precision: str | None = None, kernels: str | None = None,
-              fast_layers: bool | None = None) -> ModelPair:
+              fast_layers: bool | None = None, onednn: bool | None = None) -> ModelPair:
     """Load a (target, draft) pair with the target's tokenizer (chat template, token ids) and
     the draft's (info["draft_tokenizer_load_s"]); a draft with another vocabulary is allowed.
 
@@ -140,9 +140,11 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     otherwise; the baseline (AR) always runs the target exactly as the other methods do.
     `kernels` ("auto": the AVX2 extension where it builds, else fbgemm; "fbgemm") and
     `fast_layers` (decoder layers on the extension in two C++ calls) choose the CPU kernels of
-    the reduced precisions; left None, the environment decides (`MIRROR_SD_NATIVE_INT8=0`:
-    fbgemm; `MIRROR_SD_FAST_LAYERS=0`: no fast layers), else "auto" and True."""
-    choice = kernel_choice(kernels, fast_layers)
+    the reduced precisions, `onednn` whether fp32 linears on a CPU run on oneDNN with their
+    weights packed once (else torch's own); left None, the environment decides
+    (`MIRROR_SD_NATIVE_INT8=0`: fbgemm; `MIRROR_SD_FAST_LAYERS=0`: no fast layers;
+    `MIRROR_SD_ONEDNN=0`: torch's linears), else "auto", True and True."""
+    choice = kernel_choice(kernels, fast_layers, onednn)
     placement = resolve_placement(target_device, draft_device, max_memory)
     names_prec = {"target": target_precision or precision, "draft": draft_precision or precision}
     precs = check_precisions(names_prec, _devices(placement), choice)
@@ -198,13 +200,13 @@ def load_target(target: str = "default", *, precision: str = "fp32",
                 max_memory: dict | None = None, trust_remote_code: bool = False,
                 progress: Progress | None = None, cache_dir: str | os.PathLike | None = None,
                 memory_limit_bytes: int | None = None, kernels: str | None = None,
-                fast_layers: bool | None = None):
+                fast_layers: bool | None = None, onednn: bool | None = None):
     """The target of `load_pair(target, ..., target_precision=precision)` alone: no draft, no
     tokenizer, threads left as they are. For a second copy of a pair's target at another
     precision (bench --baseline-precision); `draft_device` only matters where "auto" places
-    the target next to a draft, as it does in load_pair. `kernels`, `fast_layers`: as in
-    load_pair."""
-    choice = kernel_choice(kernels, fast_layers)
+    the target next to a draft, as it does in load_pair. `kernels`, `fast_layers`, `onednn`: as
+    in load_pair."""
+    choice = kernel_choice(kernels, fast_layers, onednn)
     placement = resolve_placement(target_device, draft_device, max_memory)
     prec = check_precisions({"target": precision}, _devices(placement), choice)["target"]
     src = _sources({"target": target}, trust_remote_code, cache_dir, progress)["target"]
@@ -228,7 +230,7 @@ def load_model(name: str = "default", role: str = "target", *, precision: str | 
                device: str = "cpu", weights: bool = True, tokenizer: bool = True,
                trust_remote_code: bool = False, cache_dir: str | os.PathLike | None = None,
                progress: Progress | None = None, kernels: str | None = None,
-               fast_layers: bool | None = None) -> LoadedModel:
+               fast_layers: bool | None = None, onednn: bool | None = None) -> LoadedModel:
     """One model by name ("default": the bundled pair's model for `role`; a `BUNDLED` name),
     in eval mode, on `device`, with the same name handling and checks as load_pair. `precision`
     None: float32 as stored, on transformers' own layers (what the trainers fit on); a
@@ -236,7 +238,7 @@ def load_model(name: str = "default", role: str = "target", *, precision: str | 
     src = _sources({role: name}, trust_remote_code, cache_dir, progress)[role]
     model = None
     if weights:
-        choice = kernel_choice(kernels, fast_layers)
+        choice = kernel_choice(kernels, fast_layers, onednn)
         placement = resolve_placement(device, device)
         prec = check_precisions({role: precision or "fp32"}, _devices(placement), choice)[role]
         params, _ = inspect(src, role, trust_remote_code)

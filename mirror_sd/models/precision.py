@@ -8,8 +8,8 @@ speed and exactness: docs/performance.md.
 
 The kernel switches are explicit (`KernelChoice`): `kernels` "auto" runs the AVX2 extension
 where it builds (else fbgemm), "fbgemm" never builds it; `fast_layers` runs a decoder layer on
-the extension's kernels as two C++ calls. `kernel_choice()` is the one place the environment
-may override them.
+the extension's kernels as two C++ calls; `onednn` runs fp32 linears on a CPU on oneDNN with
+weights packed once. `kernel_choice()` is the one place the environment may override them.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class KernelChoice:
     """Which CPU kernels a conversion uses (both change the float path, not the guarantees)."""
     kernels: str = "auto"  # auto: the AVX2 extension where it builds, else fbgemm | fbgemm
     fast_layers: bool = True  # decoder layers on the extension's kernels in two C++ calls
+    onednn: bool = True  # fp32 linears on a CPU: oneDNN, weights packed once (else torch's own)
 
     def __post_init__(self):
         if self.kernels not in KERNELS:
@@ -41,16 +42,19 @@ class KernelChoice:
         return None if self.kernels == "auto" else False
 
 
-def kernel_choice(kernels: str | None = None, fast_layers: bool | None = None) -> KernelChoice:
+def kernel_choice(kernels: str | None = None, fast_layers: bool | None = None,
+                  onednn: bool | None = None) -> KernelChoice:
     """The kernels asked for; where an argument is None, the environment's override, else the
     default: `MIRROR_SD_NATIVE_INT8=0` means kernels="fbgemm", `MIRROR_SD_FAST_LAYERS=0` means
-    fast_layers=False. The loaders (load_pair, load_target, load_model) call this; nothing
+    fast_layers=False, `MIRROR_SD_ONEDNN=0` means onednn=False. The loaders (load_pair, load_target, load_model) call this; nothing
     below them reads the environment."""
     if kernels is None:
         kernels = "fbgemm" if os.environ.get("MIRROR_SD_NATIVE_INT8", "1") == "0" else "auto"
     if fast_layers is None:
         fast_layers = os.environ.get("MIRROR_SD_FAST_LAYERS", "1") != "0"
-    return KernelChoice(kernels, bool(fast_layers))
+    if onednn is None:
+        onednn = os.environ.get("MIRROR_SD_ONEDNN", "1") != "0"
+    return KernelChoice(kernels, bool(fast_layers), bool(onednn))
 
 
 def _cpu(name: str) -> Callable:
@@ -59,6 +63,8 @@ def _cpu(name: str) -> Callable:
         from mirror_sd.cpu import linears
         if name == "row_int8":
             return linears.row_int8(model, native=kernels.native)
+        if name == "onednn_fp32":
+            return linears.onednn_fp32(model) if kernels.onednn else model
         return getattr(linears, name)(model)
     convert.__name__ = name
     return convert
@@ -93,7 +99,10 @@ class Precision:
 # In menu order. The CPU conversions start from an fp32 load, so the memory check counts them at
 # 4 bytes a parameter (the peak while converting).
 PRECISIONS: dict[str, Precision] = {
-    "fp32": Precision(torch.float32, 4, "reference weights"),
+    "fp32": Precision(torch.float32, 4,
+                      "reference weights (on a CPU, linears on oneDNN with the weights packed once: "
+                      "a verify of a few tokens costs little more than one)",
+                      post_load=_cpu("onednn_fp32")),
     "int8": Precision(torch.float32, 4,
                       "int8 weights per channel, int8 activations per row (AVX2 kernel, else "
                       "fbgemm), row-exact attention for a target (CPU): verifying k tokens gives "
@@ -222,10 +231,20 @@ def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module | Non
     return linears.output_rows(head, ids)
 
 
-def int8_head_copy(head: torch.nn.Linear) -> torch.nn.Module:
-    """A CPU int8 copy of a float LM head (fbgemm dynamic int8: one activation scale per call),
-    for heads that only propose (the early exit); the model's own head is left as it is."""
+def float_head(head: torch.nn.Module) -> bool:
+    """Whether an LM head holds float weights (nn.Linear, or fp32's oneDNN layer on a CPU),
+    as opposed to a reduced-precision kernel."""
+    return isinstance(head, torch.nn.Linear) or type(head).__name__ == "OneDNNLinear"
+
+
+def int8_head_copy(head: torch.nn.Module) -> torch.nn.Module:
+    """A CPU int8 copy of a float LM head (`float_head`; fbgemm dynamic int8: one activation
+    scale per call), for heads that only propose (the early exit); the model's own head is
+    left as it is."""
     from mirror_sd.cpu import linears
     copy = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None)
-    copy.load_state_dict({k: v.detach().float() for k, v in head.state_dict().items()})
+    with torch.no_grad():
+        copy.weight.copy_(head.weight.detach().float())
+        if head.bias is not None:
+            copy.bias.copy_(head.bias.detach().float())
     return linears.dynamic_int8(torch.nn.Sequential(copy))

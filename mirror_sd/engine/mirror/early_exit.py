@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from mirror_sd.models.pair import model_vocab_size
-from mirror_sd.models.precision import int8_head_copy
+from mirror_sd.models.precision import float_head, int8_head_copy
 
 EXIT_HEAD_CHOICES = ("auto", "exact", "int8")
 _LARGE_HEAD = 1 << 24  # parameters; tiny test models stay exact under "auto"
@@ -71,8 +71,8 @@ def exit_head(model, choice: str = "auto", lens=None, layer: int | None = None,
     device = norm.weight.device
     # a reduced-precision kernel (cpu_kernels) is used as it is; an fp32 head gets an int8 copy
     # on the CPU when asked for, or under "auto" when it is large
-    use_int8 = isinstance(head, torch.nn.Linear) and device.type == "cpu" and (
-        choice == "int8" or (choice == "auto" and head.weight.numel() >= _LARGE_HEAD))
+    use_int8 = float_head(head) and device.type == "cpu" and (
+        choice == "int8" or (choice == "auto" and head.in_features * head.out_features >= _LARGE_HEAD))
     kind = "int8" if use_int8 else "exact"
     with _lock:  # quantizing and cutting take seconds: once per model, shared by every run
         heads = _cache.setdefault(model, {})
