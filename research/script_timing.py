@@ -51,7 +51,8 @@ def model_args(**options) -> argparse.Namespace:
 
 def default_model(role: str, precision: str):
     """The default pair's target or draft at `precision`, converted as load_pair converts it
-    (the kernels as load_pair chooses them: MIRROR_SD_NATIVE_INT8 / MIRROR_SD_FAST_LAYERS apply)."""
+    (the kernels as load_pair chooses them: MIRROR_SD_NATIVE_INT8 / MIRROR_SD_FAST_LAYERS /
+    MIRROR_SD_ONEDNN apply)."""
     from transformers import AutoModelForCausalLM
     from mirror_sd.models.loading import (DEFAULT_DRAFT, DEFAULT_TARGET, apply_precision,
                                           default_cache_dir, ensure_default_pair)

@@ -1,6 +1,7 @@
 """Cost of one target forward over k new tokens at fp32, after a 100-token context: median ms of
 5 forwards for k = 1, 2, 3, 5, 8 at 1 and 2 threads (docs/performance.md, "Speculative decoding
-on this CPU").
+on this CPU"). fp32 as load_pair converts it: on a CPU, linears on oneDNN;
+`MIRROR_SD_ONEDNN=0` measures torch's own linears.
 
     python research/verify_cost.py
 """

@@ -97,7 +97,7 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
                     top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
                     seed = gr.Number(0, precision=0, label="Seed", minimum=0)
                     max_new_tokens = gr.Slider(4, 512, value=DEFAULT_TOKENS, step=4, label="Max new tokens", elem_id="max-new-tokens",
-                                               info="On 2 CPU cores the default pair writes about 9 tokens/s alone at int8, 2.5 at fp32.")
+                                               info="On 2 CPU cores the default pair writes about 9 tokens/s alone at int8, 3 at fp32.")
                 with gr.Accordion("Model pair and devices", open=False):
                     preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair",
                                          elem_id="pair-preset")

@@ -150,7 +150,7 @@ PRECISION_INFO = (
     "can differ from its baseline (the summary counts it). fp16 needs a GPU. The AR baseline "
     "always runs this same target.")
 CPU_PRECISION_TIP = ("Tip: this ran in fp32 on a CPU. Precision int8 (under “Model pair and devices”) "
-                     "runs the same comparison about 4x faster (AR int8 4.36x AR fp32, measured on "
+                     "runs the same comparison about 4x faster (AR int8 4.10x AR fp32, measured on "
                      "2 cores), every method on the same int8 weights; its kernel builds on first "
                      "use, about a minute once.")
 DRAFT_PRECISION_INFO = ("int4 and int8 (CPU, AVX2 kernels): the fastest drafts here; int4 "
