@@ -13,6 +13,7 @@ row's scale is undone afterwards. A row's output is bit-identical whatever else 
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from contextlib import contextmanager
 
@@ -181,18 +182,18 @@ class OneDNNLinear(torch.nn.Module):
     torch's stock fp32 linear packs the weight again on every call with more than one row, so
     a verify of a few rows costs two to three decode rows here, and some row counts cost more
     than larger ones (2 rows 0.92 s, 3 rows 1.32 s, 8 rows 0.80 s for the 1.5B target;
-    docs/performance.md). With the weight packed once, a verify of up to 13 rows costs about
-    1.3x one row, and one row is faster too. Numerics: fp32 products and sums in another
+    docs/performance.md). With the weight packed once, a target forward over 13 rows costs
+    about 1.2x one row (405 against 342 ms), and one row is faster too. Numerics: fp32 products and sums in another
     order (outputs differ from torch's in the low bits, like torch's own results for different
     row counts); rows are not bit-independent, as with torch's linear."""
 
     def __init__(self, linear: torch.nn.Linear | None, *, _weight=None, _bias=None):
         super().__init__()
-        weight = linear.weight.detach() if linear is not None else _weight
-        bias = (linear.bias.detach() if linear.bias is not None else None) if linear is not None else _bias
-        self.out_features, self.in_features = weight.shape
-        self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.float().contiguous(), None)
-        self.register_buffer("bias", bias.float().clone() if bias is not None else None,
+        if linear is not None:
+            _weight, _bias = linear.weight.detach(), linear.bias
+        self.out_features, self.in_features = _weight.shape
+        self._packed = torch.ops.mkldnn._reorder_linear_weight(_weight.float().contiguous(), None)
+        self.register_buffer("bias", _bias.detach().float().clone() if _bias is not None else None,
                              persistent=False)
 
     @property
@@ -216,8 +217,10 @@ class OneDNNLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, fp32 oneDNN"
 
 
+@functools.cache
 def onednn_available() -> bool:
-    """Whether this torch runs OneDNNLinear (a CPU build with oneDNN and its linear ops)."""
+    """Whether this torch runs OneDNNLinear (a CPU build with oneDNN and its linear ops); tried
+    once per process."""
     try:
         layer = OneDNNLinear(torch.nn.Linear(8, 4))
         out = layer(torch.ones(2, 8))

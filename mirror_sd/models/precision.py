@@ -46,8 +46,8 @@ def kernel_choice(kernels: str | None = None, fast_layers: bool | None = None,
                   onednn: bool | None = None) -> KernelChoice:
     """The kernels asked for; where an argument is None, the environment's override, else the
     default: `MIRROR_SD_NATIVE_INT8=0` means kernels="fbgemm", `MIRROR_SD_FAST_LAYERS=0` means
-    fast_layers=False, `MIRROR_SD_ONEDNN=0` means onednn=False. The loaders (load_pair, load_target, load_model) call this; nothing
-    below them reads the environment."""
+    fast_layers=False, `MIRROR_SD_ONEDNN=0` means onednn=False. The loaders (load_pair,
+    load_target, load_model) call this; nothing below them reads the environment."""
     if kernels is None:
         kernels = "fbgemm" if os.environ.get("MIRROR_SD_NATIVE_INT8", "1") == "0" else "auto"
     if fast_layers is None:
@@ -234,7 +234,8 @@ def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module | Non
 def float_head(head: torch.nn.Module) -> bool:
     """Whether an LM head holds float weights (nn.Linear, or fp32's oneDNN layer on a CPU),
     as opposed to a reduced-precision kernel."""
-    return isinstance(head, torch.nn.Linear) or type(head).__name__ == "OneDNNLinear"
+    from mirror_sd.cpu.linears import OneDNNLinear
+    return isinstance(head, (torch.nn.Linear, OneDNNLinear))
 
 
 def int8_head_copy(head: torch.nn.Module) -> torch.nn.Module:
