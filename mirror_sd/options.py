@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
-from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.settings import EXIT_HEAD_CHOICES, Settings
 from mirror_sd.engine.windows import DEFAULT_WINDOW, WINDOW_CHOICES
 from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES

@@ -17,15 +17,17 @@ the (target, draft) devices that `resolve_placement()` takes, after checking it 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from mirror_sd.errors import MirrorSDError
+
+GIB = 1024 ** 3
+HEADROOM = 1.15  # weights plus KV cache, activations and allocator slack (models/memory.py too)
 
 
 @dataclass
@@ -123,7 +125,6 @@ def configuration_devices(name: str, inventory: DeviceInventory | None = None,
 
 def _check_fit(name: str, devices: dict[str, str], needs: dict[str, float],
                inv: DeviceInventory) -> None:
-    from mirror_sd.models.memory import GIB, HEADROOM
     per_pool: dict[str, float] = {}
     for role, dev in devices.items():
         pool = "cpu" if dev in ("cpu", "mps") else dev

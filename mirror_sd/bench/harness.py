@@ -36,10 +36,9 @@ from pathlib import Path
 
 from mirror_sd.bench import latency_model as lm
 from mirror_sd.bench.questions import Question, categories
-from mirror_sd.bench.report import PARTIAL, summary_markdown, write_outputs  # noqa: F401  (older imports)
-from mirror_sd.bench.runners import (DEFAULT_METHODS, ENGINE_METHODS, HF_ASSISTED, LABELS,  # noqa: F401
-                                     VARIANTS, MethodRun, Runner, default_runners, engine_runner,
-                                     hf_assisted_generation_config, variant)
+from mirror_sd.bench.report import PARTIAL, write_outputs
+from mirror_sd.bench.runners import (DEFAULT_METHODS, ENGINE_METHODS, HF_ASSISTED, MethodRun, Runner,
+                                     default_runners, engine_runner, hf_assisted_generation_config)
 from mirror_sd.bench.summary import (_ratio, _sum, breakdown_summary, latency_report, pooled_prefill,
                                      summarize, time_breakdown)
 from mirror_sd.errors import MirrorSDError
@@ -408,16 +407,3 @@ def _versions() -> dict:
 def _cores() -> int:
     from mirror_sd.placement import cpu_cores
     return cpu_cores()
-
-
-
-def build_parser():
-    """The command line's parser (cli.py)."""
-    from mirror_sd.bench.cli import build_parser as parser
-    return parser()
-
-
-def main(argv=None) -> int:
-    """`python -m mirror_sd.bench` (cli.py)."""
-    from mirror_sd.bench.cli import main as cli_main
-    return cli_main(argv)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mirror_sd.engine.acceptance import Sampling
-from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
 from mirror_sd.engine.windows import WINDOW_CHOICES
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.proposals.draft_vocab import CHOICES as DRAFT_VOCAB_CHOICES
@@ -22,6 +21,7 @@ from mirror_sd.proposals.streams import STREAMS_CHOICES
 MAX_GAMMA = 32
 MAX_KAPPA = 64
 MAX_BRANCH_BUDGET = 16
+EXIT_HEAD_CHOICES = ("auto", "exact", "int8")  # read by engine/mirror/early_exit.py
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max")
