@@ -11,7 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mirror_sd.bench import harness as bench
 from mirror_sd.bench import report, runners, summary
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.events import Span
@@ -359,7 +359,7 @@ def test_method_names_can_change_settings(pair):
 def test_the_tuning_probe_splits_at_the_layer_mirror_runs_at(pair, tmp_path):
     """With an exit lens that covers layer 3 only, Mirror-SD runs at 3 (not the N/2 = 2
     default), and the auto-tuning probe's calibration splits prefix/suffix at that layer."""
-    from mirror_sd.bench import tuning
+    from mirror_sd.engine import tuning
     from mirror_sd.engine.mirror.decoder import MirrorSpeculative
     from mirror_sd.proposals.exit_lens import ExitLens, target_meta
 

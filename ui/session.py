@@ -371,7 +371,7 @@ class Job(threading.Thread):
             self.meta["pair_check"] = ensure_check(loaded)
             self._warm_up(loaded, prompt_ids, settings)
             if req.auto and not self.cancel.is_set():
-                from mirror_sd.bench.tuning import auto_settings
+                from mirror_sd.engine.tuning import auto_settings
                 self.message = "Choosing γ and branch budget (a short probe of each method)"
                 try:
                     settings, choice = auto_settings(pair, prompt_ids, settings, True, True)

@@ -34,10 +34,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench.questions import Question, categories
 from mirror_sd.bench.report import PARTIAL, write_outputs
-from mirror_sd.bench.runners import (DEFAULT_METHODS, ENGINE_METHODS, HF_ASSISTED, MethodRun, Runner,
+from mirror_sd.bench.runners import (DEFAULT_METHODS, MODELLED, HF_ASSISTED, MethodRun, Runner,
                                      default_runners, engine_runner, hf_assisted_generation_config)
 from mirror_sd.bench.summary import (_ratio, _sum, breakdown_summary, latency_report, pooled_prefill,
                                      summarize, time_breakdown)
@@ -270,7 +270,7 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
 
     exit_layer = (ran_at(r["stats"] for r in records if r["method"] == "mirror")
                   or choose_exit_layer_for(pair, settings).layer)
-    cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
+    cal = lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
                        target_layers=pair.target_layers, gamma=settings.gamma,
                        exit_layer=exit_layer, branch_budget=settings.branch_budget,
                        kappa=settings.kappa,
@@ -345,7 +345,7 @@ def rerender(out_dir: str | Path) -> dict:
             rec["breakdown_s"] = bd
     s = meta["settings"]
     exit_layer = ran_at(r["stats"] for r in records if r["method"] == "mirror") or meta["exit_layer"]
-    cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
+    cal = lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
                        target_layers=meta["target_layers"], gamma=s["gamma"],
                        exit_layer=exit_layer, branch_budget=s["branch_budget"],
                        kappa=s["kappa"], source=results["latency_model"]["calibration"].get("source", ""))

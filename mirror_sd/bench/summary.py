@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from mirror_sd.bench import latency_model as lm
-from mirror_sd.bench.runners import ENGINE_METHODS, HF_ASSISTED, _is_ar
+from mirror_sd.latency import latency_model as lm
+from mirror_sd.bench.runners import MODELLED, HF_ASSISTED, _is_ar
 
 # Time breakdown: each instant of a run's wall time goes to the highest-priority busy lane.
 COMPONENTS = ["target prefill", "target forward", "target prefix", "early-exit head",
@@ -219,7 +219,7 @@ def latency_report(cal: lm.Calibration, records, methods) -> dict:
     for sc in WHAT_IF_SCENARIOS:
         try:
             w = lm.what_if(cal, **sc)
-            what.append({"changes": sc, **{m: w["projected"][m]["speedup"] for m in ENGINE_METHODS}})
+            what.append({"changes": sc, **{m: w["projected"][m]["speedup"] for m in MODELLED}})
         except (ValueError, TypeError):
             continue
     return {"calibration": cal.to_dict(), "terms_s": lm.step_terms(cal),

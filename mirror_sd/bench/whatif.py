@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from mirror_sd.bench import latency_model as lm
-from mirror_sd.bench.step_model import target_k
+from mirror_sd.latency import latency_model as lm
+from mirror_sd.latency.step_model import target_k
 
 METHODS = ("ar", "sd", "mirror")
 PROFILE_NAMES = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 
 GAMMAS = range(1, 9)
 BUDGETS = range(1, 9)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from mirror_sd.bench.step_model import (DRAFT_DEVICES, MAX_BUDGET, PROJECTION_NOTE,  # noqa: F401
+from mirror_sd.latency.step_model import (DRAFT_DEVICES, MAX_BUDGET, PROJECTION_NOTE,  # noqa: F401
                                         WHAT_IF_KEYS, Calibration, alpha_from_tau, apply_changes,
                                         hit_rates_from_ranks, parse_what_if, predict, speedup_curve,
                                         step_terms, step_time, tau_from_alpha, tokens_per_step,
