@@ -253,8 +253,8 @@ def torch_threads(n: int):
 def method_threads(pair, lanes: int):
     """Torch CPU threads while one method runs. Two lanes at once (Mirror-SD) keep one thread
     per lane; a method that runs one model at a time (AR, SD) gets every core the two lanes
-    would have, so each method has the same cores (measured: int8 decodes 1.5x faster on two
-    threads than on one; fp32 about the same)."""
+    would have, so each method has the same cores (an int8 model decodes clearly faster on two
+    threads than on one: docs/performance.md, the lanes' table)."""
     placement = (getattr(pair, "info", None) or {}).get("placement")
     if lanes != 1 or placement is None or not placement.both_on_cpu or cpu_cores() < 2:
         yield

@@ -100,12 +100,12 @@ def method_record(method: str, runs: list[MethodRun], prompt_lens: list[int]) ->
     """The per question and method entry of results.json (turns pooled)."""
     from mirror_sd.engine.stats import draft_hidden_fraction
 
-    st = [r.stats for r in runs]
-    new = sum(s.get("new_tokens", 0) or 0 for s in st)
+    stats = [r.stats for r in runs]
+    new = sum(s.get("new_tokens", 0) or 0 for s in stats)
     wall = sum(r.wall_s for r in runs)
-    fw = _sum(s.get("target_forwards") for s in st)
-    hits, fbs = _sum(s.get("hits") for s in st), _sum(s.get("fallbacks") for s in st)
-    drafted, acc = _sum(s.get("drafted") for s in st), _sum(s.get("accepted_drafts") for s in st)
+    fw = _sum(s.get("target_forwards") for s in stats)
+    hits, fbs = _sum(s.get("hits") for s in stats), _sum(s.get("fallbacks") for s in stats)
+    drafted, acc = _sum(s.get("drafted") for s in stats), _sum(s.get("accepted_drafts") for s in stats)
     bd: dict[str, float] = {}
     for r in runs:
         for k, v in time_breakdown(r.spans, r.start_ns, r.end_ns).items():
@@ -117,10 +117,10 @@ def method_record(method: str, runs: list[MethodRun], prompt_lens: list[int]) ->
         "new_tokens": new,
         "wall_s": wall,
         "tokens_per_s": new / wall if wall > 0 else 0.0,
-        **pooled_prefill(st),
+        **pooled_prefill(stats),
         "target_forwards": fw,
         "mean_accepted": _ratio(new, fw),
-        "steps": _sum(s.get("steps") for s in st),
+        "steps": _sum(s.get("steps") for s in stats),
         "drafted": drafted,
         "accepted_drafts": acc,
         "acceptance_rate": _ratio(acc, drafted),
@@ -343,12 +343,12 @@ def rerender(out_dir: str | Path) -> dict:
                 for k, v in time_breakdown(r["spans"], 0, int(t["wall_s"] * 1e9)).items():
                     bd[k] = bd.get(k, 0.0) + v
             rec["breakdown_s"] = bd
-    s = meta["settings"]
+    saved = meta["settings"]
     exit_layer = ran_at(r["stats"] for r in records if r["method"] == "mirror") or meta["exit_layer"]
     cal = lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
-                       target_layers=meta["target_layers"], gamma=s["gamma"],
-                       exit_layer=exit_layer, branch_budget=s["branch_budget"],
-                       kappa=s["kappa"], source=results["latency_model"]["calibration"].get("source", ""))
+                       target_layers=meta["target_layers"], gamma=saved["gamma"],
+                       exit_layer=exit_layer, branch_budget=saved["branch_budget"],
+                       kappa=saved["kappa"], source=results["latency_model"]["calibration"].get("source", ""))
     results["summary"] = summarize(results)
     results["breakdown"] = breakdown_summary(results)
     results["latency_model"] = latency_report(cal, records, meta["methods"])

@@ -145,12 +145,17 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
               "error is what the model leaves out (Python overhead between spans, scheduling).", "",
               "| method | measured step ms | predicted step ms | error | tokens/step | "
               "measured speedup (decode) | predicted speedup |", "|---|---|---|---|---|---|---|"]
+    missing = []
     for m in methods:
         r = lat["predicted_vs_measured"][m]
-        lines.append(f"| {label(m)} | {_f(_ms(r['measured_step_s']), '.1f')} | "
-                     f"{_f(_ms(r['predicted_step_s']), '.1f')} | {_f(r['error'], '+.0%')} | "
-                     f"{_f(r['measured_tokens_per_step'])} | {_x(r['measured_decode_speedup'])} | "
-                     f"{_x(r['predicted_speedup'])} |")
+        lines.append(f"| {label(m)} | {_f(_ms(r.get('measured_step_s')), '.1f')} | "
+                     f"{_f(_ms(r.get('predicted_step_s')), '.1f')} | {_f(r.get('error'), '+.0%')} | "
+                     f"{_f(r.get('measured_tokens_per_step'))} | {_x(r.get('measured_decode_speedup'))} | "
+                     f"{_x(r.get('predicted_speedup'))} |")
+        reasons = dict.fromkeys(r.get("why_not", {}).values())  # each reason once, in order
+        missing += [f"- {label(m)}: n/a because {why}." for why in reasons]
+    if missing:
+        lines += ["", *missing]
     lines += ["", "Calibration: " + ", ".join(
         f"{k} {v}" for k, v in [
             ("T_target(1)", _f(_ms(cal["t_target_1"]), ".1f") + " ms"),
@@ -251,11 +256,11 @@ def make_figures(results: dict) -> dict:
     fig3 = make_subplots(rows=1, cols=2, subplot_titles=(
         "step time: measured vs latency model", "projected speedup vs target cost (projection)"))
     rows = lat["predicted_vs_measured"]
-    ms = [m for m in methods if rows[m]["measured_step_s"] is not None]
+    ms = [m for m in methods if "measured_step_s" in rows[m]]
     fig3.add_bar(name="measured", x=[label(m) for m in ms],
                  y=[_ms(rows[m]["measured_step_s"]) for m in ms], row=1, col=1)
     fig3.add_bar(name="predicted", x=[label(m) for m in ms],
-                 y=[_ms(rows[m]["predicted_step_s"]) for m in ms], row=1, col=1)
+                 y=[_ms(rows[m].get("predicted_step_s")) for m in ms], row=1, col=1)
     scales = [1, 2, 3, 5, 10, 20, 50, 100]
     try:
         for dev, dash in (("shared", "solid"), ("separate", "dash")):
