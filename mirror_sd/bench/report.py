@@ -54,11 +54,21 @@ def window_lines(overall: dict, methods: list[str]) -> list[str]:
 
 
 def summary_markdown(results: dict, files: list[str] | None = None, notes: list[str] | None = None) -> str:
-    meta, summ = results["meta"], results["summary"]
+    meta = results["meta"]
     methods = meta["methods"]
-    others = [m for m in methods if m != "ar"]
-    s = meta["settings"]
-    mode = "greedy (temperature 0)" if meta["greedy"] else f"sampling (temperature {s['temperature']})"
+    lines = (_run_lines(results) + _speed_lines(results["summary"], methods)
+             + _time_lines(results["breakdown"], methods)
+             + _latency_lines(results["latency_model"], methods)
+             + _note_lines(meta, methods, files, notes))
+    return "\n".join(lines) + "\n"
+
+
+def _run_lines(results: dict) -> list[str]:
+    """The heading and what was run: pair, decoding settings, questions, command, versions."""
+    meta = results["meta"]
+    methods = meta["methods"]
+    settings = meta["settings"]
+    mode = "greedy (temperature 0)" if meta["greedy"] else f"sampling (temperature {settings['temperature']})"
     lines = [
         "# Benchmark: " + ", ".join(label(m) for m in methods), "",
         f"- Pair: target `{meta['target']}` ({meta['target_layers']} layers), draft "
@@ -66,11 +76,11 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         f"{meta.get('draft_precision', meta['precision'])} ({meta['dtype']}); devices target "
         f"{meta['devices']['target']}, draft {meta['devices']['draft']}; torch threads per lane "
         f"{meta['torch_threads']}; {meta['machine']['cpu_cores']} cores",
-        f"- Decoding: {mode}, max new tokens {s['max_new_tokens']}, gamma {s['gamma']}, kappa "
-        f"{s['kappa']}, exit layer {meta['exit_layer']}, branch budget {s['branch_budget']}, "
-        f"windows {s.get('window', 'fixed')}"
-        + (f" (threshold {s.get('window_threshold')}, {s.get('window_min')}-{s.get('window_max')} tokens)"
-           if s.get("window") == "adaptive" else ""),
+        f"- Decoding: {mode}, max new tokens {settings['max_new_tokens']}, gamma {settings['gamma']}, kappa "
+        f"{settings['kappa']}, exit layer {meta['exit_layer']}, branch budget {settings['branch_budget']}, "
+        f"windows {settings.get('window', 'fixed')}"
+        + (f" (threshold {settings.get('window_threshold')}, {settings.get('window_min')}-{settings.get('window_max')} tokens)"
+           if settings.get("window") == "adaptive" else ""),
         f"- Questions: {meta['questions']} ({', '.join(meta['categories'])}) from "
         f"`{meta.get('questions_file', 'the given list')}`; one warm-up run per method; "
         f"{meta['order']}",
@@ -89,6 +99,13 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     lines.append(f"- Run: {meta['started']} to {meta['finished']} (UTC); engine source "
                  f"{meta.get('source') or 'unknown'}; "
                  f"torch {meta['versions'].get('torch')}, transformers {meta['versions'].get('transformers')}")
+    return lines
+
+
+def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
+    """Speedup over AR per category; per method; per category and method; windows."""
+    others = [m for m in methods if m != "ar"]
+    lines = []
     lines += ["", "## Speedup over AR", "",
               "Per-question speedup = method tokens/s over AR tokens/s on the same question "
               "(turns pooled); cells give median / mean over the questions.", "",
@@ -125,7 +142,12 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
                          f"{_x(c['speedup_median'])} | {_x(c['speedup_mean'])} | "
                          f"{_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | {_mismatch(c)} |")
     lines += window_lines(summ["overall"], methods)
-    bd = results["breakdown"]
+    return lines
+
+
+def _time_lines(bd: dict, methods: list[str]) -> list[str]:
+    """Where the time goes, per method, from the spans."""
+    lines = []
     lines += ["", "## Where the time goes (ms per generated token, from the spans)", "",
               "Each instant of wall time goes to the busiest lane by priority: target, then "
               "verify, then draft; what no span covers is overhead (Python, events, the "
@@ -137,7 +159,12 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         total = sum(v for k, v in ms.items() if k != HIDDEN and v is not None) if bd[m]["new_tokens"] else None
         lines.append(f"| {label(m)} | " + " | ".join(_f(ms[c], ".1f") for c in COMPONENTS)
                      + f" | {_f(total, '.1f')} | {_f(ms[HIDDEN], '.1f')} |")
-    lat = results["latency_model"]
+    return lines
+
+
+def _latency_lines(lat: dict, methods: list[str]) -> list[str]:
+    """The latency model against the measured step times, its calibration, what-ifs."""
+    lines = []
     cal = lat["calibration"]
     lines += ["", "## Latency model: predicted vs measured step time", "",
               "The paper's step-time model (mirror_sd/latency/latency_model.py) with costs calibrated from "
@@ -183,6 +210,11 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
                      f"{_x(w.get('sd'))} | {_x(w.get('mirror'))} |")
     lines += ["", "More: `python -m mirror_sd.bench --what-if \"target_scale=10,draft_device=separate\" "
               "--calibration results.json`; keys: " + ", ".join(lm.WHAT_IF_KEYS) + "."]
+    return lines
+
+
+def _note_lines(meta: dict, methods: list[str], files, notes) -> list[str]:
+    lines = []
     hf = meta.get("hf_assisted")
     extra = list(meta.get("run_notes") or []) + list(notes or [])
     if hf:
@@ -202,7 +234,7 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         extra.append("Files: " + ", ".join(f"`{f}`" for f in files))
     if extra:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in extra]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _ms(x):
