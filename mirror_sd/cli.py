@@ -6,16 +6,19 @@ import json
 import sys
 
 from mirror_sd.engine.events import Commit, Error, Finish, Notice, Span
-from mirror_sd.engine.registry import NAMES, REGISTRY
+from mirror_sd.engine.pair_check import describe
+from mirror_sd.engine.registry import NAMES
+from mirror_sd.engine.run_path import RunPath, tune_for
 from mirror_sd.errors import MirrorSDError, run_cli
-from mirror_sd.options import add_decoding_options, add_model_options, model_kwargs, settings_from_args
+from mirror_sd.options import (add_decoding_options, add_model_options, model_kwargs, progress,
+                               settings_from_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mirror_sd", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode one prompt with one method")
-    g.add_argument("--method", choices=NAMES, default="mirror")
+    g.add_argument("--method", choices=list(NAMES), default="mirror")
     g.add_argument("--prompt", required=True)
     g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, no chat template")
     add_decoding_options(g)
@@ -25,72 +28,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def progress(message: str, fraction=None) -> None:
-    """Loading progress on stderr (load_pair's progress callback)."""
-    pct = f" {fraction:.0%}" if fraction is not None else ""
-    print(f"[load]{pct} {message}", file=sys.stderr, flush=True)
-
-
 def run_generate(args) -> int:
     # every check that needs no model first: a bad value never waits for the models
     settings, gamma_auto, budget_auto = settings_from_args(args, args.method)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
-    from mirror_sd.engine.warmup import warm_up
-    from mirror_sd.models.loading import load_pair  # heavy imports only when needed
-
-    pair = load_pair(args.target, args.draft, **model_kwargs(args),
+    path = RunPath([args.method], settings, gamma_auto=gamma_auto, budget_auto=budget_auto,
+                   tune_for=tune_for([args.method]))
+    pair = path.load(args.target, args.draft, **model_kwargs(args),
                      trust_remote_code=args.trust_remote_code, progress=progress)
-    prompt_ids = pair.encode_prompt(args.prompt, chat=not args.no_chat)
-    settings.validate(pair, len(prompt_ids), args.method)
-    if pair.cross and args.method != "ar":
-        from mirror_sd.engine.pair_check import check_pair, describe
-        for line in describe(check_pair(pair, sample_tokens=0)):
-            print(f"pair: {line}", file=sys.stderr)
-    method = REGISTRY[args.method]
-    warm_up(pair, drafts=method.drafts)  # untimed: the first forward after the load
-    auto = None
-    if gamma_auto or budget_auto:
-        from mirror_sd.bench.tuning import auto_settings
-        try:
-            settings, auto = auto_settings(pair, prompt_ids, settings, gamma_auto, budget_auto,
-                                           method="sd" if args.method == "sd" else "mirror")
-        except ValueError as e:
-            raise MirrorSDError(f"auto tuning failed: {e}") from e
-        print(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget} (projected "
-              f"{_fmt(auto.projected_speedup, '.2f')}x over AR by the latency model, probe "
-              f"{auto.probe_s:.1f} s)", file=sys.stderr)
+    run = path.prepare(pair, args.prompt, chat=not args.no_chat)
+    for line in describe(run.pair_check) if run.pair_check else ():
+        print(f"pair: {line}", file=sys.stderr)
+    if run.auto:
+        print(f"auto: gamma {run.settings.gamma}, branch budget {run.settings.branch_budget} "
+              f"(projected {_fmt(run.auto.projected_speedup, '.2f')}x over AR by the latency "
+              f"model, probe {run.auto.probe_s:.1f} s)", file=sys.stderr)
+    spans, finish = decode(run, args.method, stream=not args.json)
+    if args.json:
+        print(json.dumps(result_json(run, args.method, finish, spans)))
+    else:
+        print()
+        print(summary_line(finish.stats))
+    return 0
+
+
+def decode(run, method: str, stream: bool) -> tuple[list[Span], Finish]:
+    """Run one method: notices to stderr, the text to stdout as it comes when `stream`."""
     spans, finish = [], None
-    for event in method.decoder(pair, settings).generate(prompt_ids):
+    for event in run.events(method):
         if isinstance(event, Error):
             raise MirrorSDError(event.message)
         if isinstance(event, Notice):
             print(f"note: {event.message}", file=sys.stderr)
-        elif isinstance(event, Commit) and not args.json:
+        elif isinstance(event, Commit) and stream:
             print(event.text, end="", flush=True)
         elif isinstance(event, Span):
             spans.append(event)
         elif isinstance(event, Finish):
             finish = event
-    stats = finish.stats
-    if args.json:
-        t0 = min((s.start_ns for s in spans), default=0)
-        print(json.dumps({
-            "method": args.method,
-            "text": finish.text,
-            "prompt_ids": prompt_ids,
-            "token_ids": finish.token_ids,
-            "stats": stats,
-            "auto": auto.to_dict() if auto else None,
-            "pair": _pair_json(pair, finish.token_ids),
-            "spans": [{"lane": s.lane, "label": s.label, "step": s.step, "detail": s.detail,
-                       "start_ms": (s.start_ns - t0) / 1e6, "end_ms": (s.end_ns - t0) / 1e6}
-                      for s in spans],
-        }))
-    else:
-        print()
-        print(summary_line(stats))
-    return 0
+    return spans, finish
+
+
+def result_json(run, method: str, finish: Finish, spans: list[Span]) -> dict:
+    """The --json object (its fields are documented in README's "Command line")."""
+    t0 = min((span.start_ns for span in spans), default=0)
+    return {
+        "method": method,
+        "text": finish.text,
+        "prompt_ids": run.prompt_ids,
+        "token_ids": finish.token_ids,
+        "stats": finish.stats,
+        "auto": run.auto.to_dict() if run.auto else None,
+        "pair": _pair_json(run.pair, finish.token_ids),
+        "spans": [{"lane": span.lane, "label": span.label, "step": span.step, "detail": span.detail,
+                   "start_ms": (span.start_ns - t0) / 1e6, "end_ms": (span.end_ns - t0) / 1e6}
+                  for span in spans],
+    }
 
 
 def _pair_json(pair, token_ids: list[int]) -> dict:

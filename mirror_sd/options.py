@@ -3,15 +3,17 @@
 
 `add_decoding_options(parser)` and `add_model_options(parser)` add the flags;
 `settings_from_args(args)` turns them into checked `Settings` (before any model loads) and
-says whether gamma and the branch budget are to be tuned (`auto`).
+says whether gamma and the branch budget are to be tuned (`auto`); `progress` prints the
+loader's progress on stderr.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import fields
 
-from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
-from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.registry import REGISTRY
+from mirror_sd.engine.settings import EXIT_HEAD_CHOICES, Settings
 from mirror_sd.engine.windows import DEFAULT_WINDOW, WINDOW_CHOICES
 from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES
@@ -39,7 +41,7 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=d["top_k"])
     p.add_argument("--seed", type=int, default=d["seed"])
     p.add_argument("--gamma", type=int_or_auto, default=d["gamma"],
-                   help="drafted tokens per window, or auto: chosen by a short probe (bench/tuning.py)")
+                   help="drafted tokens per window, or auto: chosen by a short probe (engine/tuning.py)")
     p.add_argument("--kappa", type=int, default=d["kappa"], help="early-exit candidates per window position")
     p.add_argument("--exit-layer", type=int, default=d["exit_layer"],
                    help="Mirror-SD's early-exit layer (default: chosen by engine/mirror/exit_layer.py)")
@@ -117,8 +119,14 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
                         streams=args.streams, draft_vocab=args.draft_vocab, window=args.window,
                         window_threshold=args.window_threshold, window_min=args.window_min,
                         window_max=args.window_max)
-    settings.check(method)
+    settings.check(REGISTRY[method] if method else None)
     return settings, gamma_auto, budget_auto
+
+
+def progress(message: str, fraction=None) -> None:
+    """Loading progress on stderr (load_pair's progress callback)."""
+    pct = f" {fraction:.0%}" if fraction is not None else ""
+    print(f"[load]{pct} {message}", file=sys.stderr, flush=True)
 
 
 def model_kwargs(args) -> dict:

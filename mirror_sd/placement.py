@@ -17,15 +17,17 @@ the (target, draft) devices that `resolve_placement()` takes, after checking it 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from mirror_sd.errors import MirrorSDError
+
+GIB = 1024 ** 3
+HEADROOM = 1.15  # weights plus KV cache, activations and allocator slack (models/memory.py too)
 
 
 @dataclass
@@ -123,7 +125,6 @@ def configuration_devices(name: str, inventory: DeviceInventory | None = None,
 
 def _check_fit(name: str, devices: dict[str, str], needs: dict[str, float],
                inv: DeviceInventory) -> None:
-    from mirror_sd.models.memory import GIB, HEADROOM
     per_pool: dict[str, float] = {}
     for role, dev in devices.items():
         pool = "cpu" if dev in ("cpu", "mps") else dev
@@ -252,8 +253,8 @@ def torch_threads(n: int):
 def method_threads(pair, lanes: int):
     """Torch CPU threads while one method runs. Two lanes at once (Mirror-SD) keep one thread
     per lane; a method that runs one model at a time (AR, SD) gets every core the two lanes
-    would have, so each method has the same cores (measured: int8 decodes 1.5x faster on two
-    threads than on one; fp32 about the same)."""
+    would have, so each method has the same cores (an int8 model decodes clearly faster on two
+    threads than on one: docs/performance.md, the lanes' table)."""
     placement = (getattr(pair, "info", None) or {}).get("placement")
     if lanes != 1 or placement is None or not placement.both_on_cpu or cpu_cores() < 2:
         yield

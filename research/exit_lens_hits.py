@@ -30,7 +30,8 @@ warnings.filterwarnings("ignore")
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative  # noqa: E402
 from mirror_sd.engine.mirror.scoring import score_roots  # noqa: E402
 from mirror_sd.engine.settings import Settings  # noqa: E402
-from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts  # noqa: E402
+from mirror_sd.engine.mirror.early_exit import exit_head
+from mirror_sd.models.pair import exit_parts  # noqa: E402
 from mirror_sd.engine.events import Error, Verify  # noqa: E402
 from mirror_sd.proposals.exit_lens import find_lens  # noqa: E402
 from mirror_sd.models.loading import PRECISIONS, load_pair  # noqa: E402

@@ -134,7 +134,7 @@ def timing(args) -> None:
     from mirror_sd.models.loading import load_pair
     from mirror_sd.engine.mirror.decoder import MirrorSpeculative
     from mirror_sd.bench.questions import load_questions
-    from mirror_sd.bench.tuning import choose, probe
+    from mirror_sd.engine.tuning import choose, probe
 
     pair = load_pair("default", "default", precision=args.precision, draft_precision=args.draft_precision)
     qs = split_questions(load_questions(None), args.split)[:args.prompts]

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 
 from mirror_sd.bench import harness as bench  # noqa: E402
+from mirror_sd.bench.runners import MethodRun, variant  # noqa: E402
 from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.events import Commit, Finish, Span  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
@@ -36,7 +37,7 @@ from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
 def gap_runner(method, rows):
     """A bench runner for `method` that also appends every step's (hit, gap, step) to rows."""
     from dataclasses import replace
-    base, changes = bench.variant(method)
+    base, changes = variant(method)
 
     def run(pair, ids, settings):
         decoder = METHODS[base](pair, replace(settings, **changes))
@@ -49,7 +50,7 @@ def gap_runner(method, rows):
             elif isinstance(ev, Finish):
                 finish = ev
         rows.extend(step_gaps(spans, hits))
-        return bench.MethodRun(list(finish.token_ids), finish.text, dict(finish.stats), spans,
+        return MethodRun(list(finish.token_ids), finish.text, dict(finish.stats), spans,
                                finish.stats["wall_s"])
 
     return run

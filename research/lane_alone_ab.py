@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 warnings.filterwarnings("ignore")
 
 from mirror_sd.bench import harness as bench  # noqa: E402
+from mirror_sd.bench.report import summary_markdown  # noqa: E402
+from mirror_sd.bench.runners import engine_runner  # noqa: E402
 from mirror_sd.engine.mirror import decoder as mirror  # noqa: E402
 from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
@@ -25,7 +27,7 @@ from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
 
 
 def one_core_runner():
-    engine = bench.engine_runner("mirror")
+    engine = engine_runner("mirror")
 
     def run(pair, prompt_ids, settings):
         real = mirror.lane_alone
@@ -59,7 +61,7 @@ def main():
     results = bench.run_benchmark(pair, questions, ["ar", "sd", "mirror", "mirror-one-core"], settings,
                                   out_dir=args.out, runners={"mirror-one-core": one_core_runner()},
                                   progress=False, meta={"command": command})
-    print(bench.summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
+    print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from mirror_sd.engine.lanes import Lane
 from mirror_sd.models.loading import load_pair
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.bench.questions import load_questions
-from mirror_sd.proposals.streams import rollout_for
+from mirror_sd.engine.proposers import rollout_for
 
 
 def rollout_times(pair, committed, gamma, reps=5):

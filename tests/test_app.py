@@ -18,6 +18,8 @@ from ui.traces import TraceError, export_trace, parse_trace
 
 T0 = 1_000_000_000
 
+JOB_WAIT_S = 600  # a hang guard, not a speed bound: a busy machine may be slow
+
 
 def stats(method, n, wall, **extra):
     d = {"method": method, "new_tokens": n, "wall_s": wall, "tokens_per_s": n / wall,
@@ -299,7 +301,7 @@ def test_a_bad_model_name_is_a_message():
     job = Job(RunRequest("hi", PairSpec(target="./nope", precision="fp32"), Settings()),
               PairCache(), threading.Event())
     job.start()
-    assert job.finished.wait(60)
+    assert job.finished.wait(JOB_WAIT_S)
     assert job.error is not None and "./nope" in job.error and "Traceback" not in job.error
     assert job.records == {}
 
@@ -376,7 +378,7 @@ def test_an_out_of_range_exit_layer_is_one_message_before_any_run():
     job = Job(RunRequest("def x", PairSpec(), Settings(max_new_tokens=4, exit_layer=LAYERS)),
               PairCache.tiny(), threading.Event())
     job.start()
-    assert job.finished.wait(30)
+    assert job.finished.wait(JOB_WAIT_S)
     assert job.error == (f"exit layer must be between 1 and {LAYERS - 1} for this "
                          f"{LAYERS}-layer target (got {LAYERS}).")
     assert job.records == {}  # AR (which has no exit layer) did not run and fail
@@ -389,6 +391,7 @@ def test_every_timed_run_is_warm_and_its_clock_starts_at_its_first_timed_event()
     each run's time zero is its first timed event, so no event or span sits before it and
     its spans end by its reported wall time."""
     import threading
+    import time
 
     from mirror_sd.engine.settings import Settings
     from ui.runs import measured
@@ -398,7 +401,8 @@ def test_every_timed_run_is_warm_and_its_clock_starts_at_its_first_timed_event()
     request = RunRequest("def hello ( x ) :", PairSpec(), Settings(max_new_tokens=12))
     job = Job(request, pairs, threading.Event())
     job.start()
-    assert job.finished.wait(60) and job.error is None
+    assert job.finished.wait(JOB_WAIT_S) and job.error is None
+    finished_ns = time.perf_counter_ns()
     assert job.meta["warmup_s"] > 0
     assert list(job.records) == ["ar", "sd", "mirror"]
     for rec in job.records.values():
@@ -406,11 +410,12 @@ def test_every_timed_run_is_warm_and_its_clock_starts_at_its_first_timed_event()
         assert min(rec.times_ns) >= 0
         assert min(s.start_ns for s in rec.spans) >= rec.t0_ns
         assert max(s.end_ns for s in rec.spans) - rec.t0_ns <= wall_ns
-        # Finish arrives right after the engine's end (a busy machine may delay it a little)
-        assert wall_ns - 1e3 <= rec.duration_ns <= 1.05 * wall_ns + 20e6
+        # Finish arrives after the engine's end, and before the job was seen finished (how
+        # much later depends on the machine's load: no bound on that)
+        assert wall_ns - 1e3 <= rec.duration_ns <= finished_ns - rec.t0_ns
     again = Job(request, pairs, threading.Event())
     again.start()
-    assert again.finished.wait(60) and again.meta["warmup_s"] == 0.0  # warm already
+    assert again.finished.wait(JOB_WAIT_S) and again.meta["warmup_s"] == 0.0  # warm already
 
 
 def test_the_timeline_of_each_run_ends_at_its_reported_wall_time(client):
@@ -479,9 +484,9 @@ def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm
     assert handlers._PREPARER == [] and handlers.ready_message() == handlers.READY
     prep = Preparer(pairs, PairSpec(), "def hello ( x ) :", Settings(max_new_tokens=8))
     prep.start()
-    assert prep.done.wait(60) and prep.error is None and prep.describe() == ""
+    assert prep.done.wait(JOB_WAIT_S) and prep.error is None and prep.describe() == ""
     assert pairs.loaded(PairSpec())
     job = Job(RunRequest("def x", PairSpec(), Settings(max_new_tokens=4)), pairs, threading.Event())
     job.start()
-    assert job.finished.wait(60) and job.error is None and job.meta["warmup_s"] == 0.0
+    assert job.finished.wait(JOB_WAIT_S) and job.error is None and job.meta["warmup_s"] == 0.0
     assert "once per machine" in phase_estimate("converting x.gguf to safetensors")

@@ -144,7 +144,7 @@ def test_the_background_preparation_checks_the_pair_and_shows_it_when_done(monke
     prep = Preparer(pairs, PairSpec(draft="gemma-3-270m"), PROMPT, Settings(max_new_tokens=4))
     monkeypatch.setattr(handlers, "_PREPARER", [prep])
     prep.start()
-    assert prep.done.wait(60) and prep.error is None
+    assert prep.done.wait(600) and prep.error is None
     check = pairs.peek(PairSpec(draft="gemma-3-270m")).check
     assert check is not None and check["cross"]
     status, _, box = handlers.preparing_status()

@@ -7,8 +7,8 @@ from test_loading import make_model_dir
 
 import tiny
 from mirror_sd import cli
-from mirror_sd.bench import tuning
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.engine import tuning
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.models.loading import load_pair
 from tiny import one_torch_thread  # noqa: F401  (fixture)
 
@@ -168,33 +168,37 @@ def test_settings_are_checked_per_method(capsys, no_loading):
 
 @pytest.mark.parametrize("method", ["ar", "sd", "mirror"])
 def test_generate_warms_each_model_it_uses_before_the_timed_run(capsys, dirs, monkeypatch, method):
-    """One untimed warm-up of the target (and of the draft when the method drafts) runs before
-    the decoder: the first forward after the load is in no timed figure."""
+    """One untimed warm-up run of the method (target, and draft when the method drafts) comes
+    before the timed run: the first forward after the load is in no timed figure."""
     from mirror_sd.engine import warmup
     from mirror_sd.engine.decoder import Decoder
-    order = []
+    order, warming = [], []
     real_warm_up, real_generate = warmup.warm_up, Decoder.generate
 
-    def warm_up(pair, drafts=True, **kw):
+    def warm_up(pair, methods, settings, prompt_ids, **kw):
         forwards = {"target": 0, "draft": 0}
         hooks = [getattr(pair, role).register_forward_hook(
             lambda *a, role=role: forwards.__setitem__(role, forwards[role] + 1)) for role in forwards]
+        warming.append(True)
         try:
-            real_warm_up(pair, drafts, **kw)
+            seconds = real_warm_up(pair, methods, settings, prompt_ids, **kw)
         finally:
+            warming.pop()
             for h in hooks:
                 h.remove()
-        order.append(("warm-up", forwards["target"] > 0, forwards["draft"] > 0))
+        order.append(("warm-up", tuple(methods), forwards["target"] > 0, forwards["draft"] > 0))
+        return seconds
 
     def decoder_generate(self, *args, **kw):
-        order.append(("decode",))
+        if not warming:
+            order.append(("decode",))
         return real_generate(self, *args, **kw)
 
     monkeypatch.setattr(warmup, "warm_up", warm_up)
     monkeypatch.setattr(Decoder, "generate", decoder_generate)
     rc, out, _ = generate(capsys, dirs, "--method", method)
     assert rc == 0
-    assert order == [("warm-up", True, method != "ar"), ("decode",)]
+    assert order == [("warm-up", (method,), True, method != "ar"), ("decode",)]
 
 
 @pytest.mark.parametrize("method", ["ar", "sd", "mirror"])

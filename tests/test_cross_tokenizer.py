@@ -17,7 +17,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from mirror_sd.engine.cross import BridgedDraft, CrossLane, lane_for
+from mirror_sd.engine.cross import CrossLane, lane_for
+from mirror_sd.models.bridged_draft import BridgedDraft
 from mirror_sd.engine.events import Error, Finish
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.pair_check import check_pair, describe

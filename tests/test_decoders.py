@@ -445,11 +445,12 @@ def test_kappa_message_names_the_real_limit():
 
 
 def test_every_registered_method_says_which_settings_it_reads():
-    """The registry is the one list of methods: each has settings to check (settings.USES),
+    """The registry is the one list of methods: each has settings to check (its `uses`),
     a display label, and AR alone runs without the draft."""
     from mirror_sd.engine.registry import LABELS, NAMES, REGISTRY
-    from mirror_sd.engine.settings import USES
-    assert set(USES) == set(NAMES) and LABELS == {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
+    from mirror_sd.engine.settings import METHOD_USES
+    assert list(METHOD_USES) == NAMES and LABELS == {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
+    assert all(METHOD_USES[name] == m.uses for name, m in REGISTRY.items())
     assert [m.name for m in REGISTRY.values() if not m.drafts] == ["ar"]
     bad_gamma = Settings(gamma=0)
     bad_gamma.check("ar")  # AR never reads gamma

@@ -6,7 +6,8 @@ import torch
 
 from mirror_sd.proposals import exit_lens as el
 from mirror_sd.training import exit_lens as tel
-from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
+from mirror_sd.engine.mirror.early_exit import exit_head
+from mirror_sd.models.pair import exit_parts
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Error, Notice
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 
@@ -249,12 +250,12 @@ def test_the_shipped_lens_beats_the_raw_exit_on_held_out_text():
 
 
 def test_exit_lens_flags():
-    from mirror_sd.bench import harness as bench
     from mirror_sd import cli
+    from mirror_sd.bench import cli as bench_cli
     args = cli.build_parser().parse_args(["generate", "--prompt", "x", "--exit-lens", "off"])
     assert args.exit_lens == "off"
     assert cli.build_parser().parse_args(["generate", "--prompt", "x"]).exit_lens == "auto"
-    assert bench.build_parser().parse_args(["--exit-lens", "off", "--out", "o"]).exit_lens == "off"
+    assert bench_cli.build_parser().parse_args(["--exit-lens", "off", "--out", "o"]).exit_lens == "off"
     line = cli.summary_line({"method": "mirror", "new_tokens": 4, "wall_s": 1.0, "tokens_per_s": 4.0,
                              "target_forwards": 2, "mean_accepted": 2.0, "hit_rate": 0.5,
                              "draft_hidden_fraction": 0.5, "exit_layer": 21,

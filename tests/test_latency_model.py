@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mirror_sd.bench import cli as bench_cli
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.engine.events import Span
 
 
@@ -111,7 +111,7 @@ def int8_like_cal(**over):
 
 
 def test_tuning_buys_branches_only_when_the_hits_pay():
-    from mirror_sd.bench import tuning
+    from mirror_sd.engine import tuning
     rising = [0.45, 0.6, 0.7, 0.78, 0.82, 0.84, 0.85, 0.85]
     g, b, s, table = tuning.choose(int8_like_cal(hit_rates=rising), fixed_gamma=3)
     assert b > 1 and s == max(r["speedup"] for r in table if r["speedup"] is not None)

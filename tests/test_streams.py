@@ -8,7 +8,8 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.engine.events import Notice, Span, Verify
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.engine.speculative import Speculative
-from mirror_sd.proposals.streams import StreamHeads, find_heads, rollout_for
+from mirror_sd.engine.proposers import rollout_for
+from mirror_sd.proposals.streams import StreamHeads, find_heads
 from mirror_sd.training.streams import continuations, fit, report, stream_targets
 
 import tiny

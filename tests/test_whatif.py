@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench import whatif as wi
 from mirror_sd.bench.whatif_hardware import (Accelerators, accelerator_calibration, accelerator_profile,
                                              project_all)

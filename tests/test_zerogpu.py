@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mirror_sd.bench.latency_model import default_calibration, predict
+from mirror_sd.latency.latency_model import default_calibration, predict
 from mirror_sd.engine import events as ev
 from ui import handlers, zerogpu
 

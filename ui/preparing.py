@@ -6,18 +6,17 @@ import logging
 import threading
 import time
 
+from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.warmup import warm_up
 from mirror_sd.errors import MirrorSDError
+from mirror_sd.models.kernels import build_native_kernel, needs_native_kernel
 
 from .paircheck import ensure_check
-from .runs import METHOD_ORDER
-from .session import PairCache, PairSpec, warm_up
+from .session import PairCache, PairSpec
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
-
-
-NATIVE_PRECISIONS = ("int8", "int4")  # converted with the AVX2 extension, built on first use
 
 
 class Preparer(threading.Thread):
@@ -44,7 +43,7 @@ class Preparer(threading.Thread):
 
     def run(self) -> None:
         try:
-            if self.spec.precision in NATIVE_PRECISIONS and self.spec.target_device in ("auto", "cpu"):
+            if needs_native_kernel(self.spec.precision, self.spec.target_device):
                 threading.Thread(target=_build_kernel, name="mirror-sd-kernel", daemon=True).start()
             loaded = self.pairs.get(self.spec, lambda message, fraction=None: None)
             prompt_ids = loaded.pair.encode_prompt(parse_prompt(self.prompt))
@@ -54,7 +53,8 @@ class Preparer(threading.Thread):
 
                 def say(message: str, fraction: float | None) -> None:
                     self.message = f"Preparing in the background: {message}"
-                warm_up(loaded, prompt_ids, self.settings, METHOD_ORDER, threading.Event(), say)
+                warm_up(loaded.pair, tuple(REGISTRY), self.settings, prompt_ids, done=loaded.warmed,
+                        say=say)
         except Exception as e:  # the first Run loads again and shows the message
             log.exception("background preparation failed")
             self.error = str(e) if isinstance(e, MirrorSDError) else f"{type(e).__name__}: {e}"
@@ -64,7 +64,6 @@ class Preparer(threading.Thread):
 
 def _build_kernel() -> None:
     try:
-        from mirror_sd.cpu import int8
-        int8.load()  # builds once (a minute or so), then loads from the build folder
+        build_native_kernel()  # once (a minute or so), then loaded from the build folder
     except Exception:  # the conversion reports what it needs; fbgemm where it cannot build
         log.exception("kernel build failed")

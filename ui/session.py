@@ -5,9 +5,10 @@
   random pair of `mirror_sd.models.tiny` instead (tests and the app's test mode, no downloads;
   a bundled draft with another tokenizer, e.g. "gemma-3-270m", gets the tiny cross pair).
   Each loaded pair keeps its pair check (ui/paircheck.py), computed once by the first job.
-- `Job`: a worker thread that loads the pair, then runs AR, Mirror-SD and optionally plain SD
-  one after another (never at the same time, so each timing is honest), recording every event
-  with its arrival time. The Gradio handler polls it and renders; decoding never waits for
+- `Job`: a worker thread that loads the pair and prepares the run (mirror_sd's run path:
+  validate, pair check, warm-up, auto settings), then runs the methods one after another
+  (never at the same time, so each timing is honest), recording every event with its arrival
+  time. The Gradio handler polls it and renders; decoding never waits for
   the page.
 - `ResultCache`: finished results per (pair, prompt, settings).
 - `Cancels`: one threading.Event per browser session, set by Stop, passed as `cancel=`.
@@ -21,14 +22,16 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
+from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
+from mirror_sd.engine.registry import REGISTRY
+from mirror_sd.engine.run_path import PreparedRun, RunPath
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
 
 from .paircheck import cross_meta, ensure_check, output_coverage
-from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, timed_origin
+from .runs import RunRecord, timed_origin
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
@@ -48,15 +51,6 @@ def page_errors(worker, what: str):
     finally:
         worker.finished.set()
 
-WARM_TOKENS = 4  # per method: enough for a verify step, branches and a second window
-WARM_PROMPT = 16  # prompt tokens the warm-up prefills
-
-
-def decoder_class(method: str):
-    from mirror_sd.engine.registry import METHODS as DECODERS
-    return DECODERS[method]
-
-
 @dataclass(frozen=True)
 class PairSpec:
     target: str = "default"
@@ -72,7 +66,7 @@ class LoadedPair:
     pair: object  # mirror_sd.models.pair.ModelPair
     lock: threading.Lock = field(default_factory=threading.Lock)
     meta: dict = field(default_factory=dict)
-    warmed: set = field(default_factory=set)  # (method, streams, draft_vocab) run once, untimed
+    warmed: set = field(default_factory=set)  # engine/warmup.py's done: warm-ups run on this pair
     check: dict | None = None  # paircheck.ensure_check: computed once, holding `lock`
 
 
@@ -84,29 +78,12 @@ def _load(spec: PairSpec, progress) -> object:
                      progress=progress)
 
 
-def tiny_cross(spec: PairSpec) -> bool:
-    """Test mode: a draft named like a bundled model (Gemma 3 270M, another tokenizer than the
-    default target's) or "tiny-cross" gets the tiny cross-tokenizer pair."""
-    from mirror_sd.models.bundled import DEFAULTS, bundled_model
-    draft = spec.draft.strip().lower()
-    model = bundled_model(draft)
-    return draft == "tiny-cross" or (model is not None and model not in DEFAULTS.values())
-
-
 def _load_tiny(spec: PairSpec, progress) -> object:
-    import torch
-
-    from mirror_sd.models.tiny import cross_pair, tiny_pair
-    torch.set_num_threads(1)  # tiny matmuls: threads only fight over the cores
-    if tiny_cross(spec):
-        progress("building the tiny cross-tokenizer test pair", 0.5)
-        pair = cross_pair(0, "twin", dtype=torch.float32)
-        pair.info = {"precision": "fp32", "dtype": "float32", **(pair.info or {}),
-                     **{role: {"source": f"tiny (random, {how})", "device": "cpu"}
-                        for role, how in (("target", "built in code"), ("draft", "another tokenizer"))}}
-        return pair
+    from mirror_sd.models.tiny import stand_in
+    from mirror_sd.placement import set_process_threads
+    set_process_threads(1)  # tiny matmuls: threads only fight over the cores
     progress("building the tiny test pair", 0.5)
-    return tiny_pair()
+    return stand_in(spec.draft)
 
 
 def pair_meta(spec: PairSpec, pair, tiny: bool = False) -> dict:
@@ -120,43 +97,17 @@ def pair_meta(spec: PairSpec, pair, tiny: bool = False) -> dict:
             "tiny": tiny, "cross": cross_meta(pair)}
 
 
-def _config_layers(folder) -> int | None:
-    import json
-    from pathlib import Path
-    try:
-        config = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    n = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
-    return int(n) if n else None
-
-
 def target_layers(target: str, pairs: "PairCache | None" = None) -> int | None:
-    """The layer count of a target without loading it: a loaded pair's, else a local
-    config.json (the default pair's cache, a model folder) or a GGUF header; None when only
-    loading would tell (a hub id not loaded yet, a default pair not built yet)."""
+    """The layer count of a target without loading it: a loaded pair's, else what its files
+    say (mirror_sd.models.layer_count); None when only loading would tell."""
     if pairs is not None and pairs.is_tiny:
         from mirror_sd.models.tiny import LAYERS
         return LAYERS
     target = (target or "").strip() or "default"
     if pairs is not None and (n := pairs.layers(target)) is not None:
         return n
-    from pathlib import Path
-    from mirror_sd.models import bundled, names
-    if target == "default":
-        return _config_layers(bundled.default_cache_dir() / f"{bundled.DEFAULT_TARGET.stem}-hf")
-    path = Path(target).expanduser()
-    if path.is_dir():
-        return _config_layers(path)
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        import re
-        try:
-            blocks = {m.group(1) for name in names.gguf_shapes(path)
-                      if (m := re.match(r"blk\.(\d+)\.", name))}
-        except Exception:  # not a readable GGUF: the load will say why
-            return None
-        return len(blocks) or None
-    return None
+    from mirror_sd.models.layer_count import layer_count
+    return layer_count(target)
 
 
 # What each phase of preparing the default pair took on this kind of machine (2 cores), for
@@ -304,8 +255,8 @@ class RunRequest:
     prompt: str
     spec: PairSpec
     settings: Settings
-    methods: tuple[str, ...] = METHOD_ORDER
-    auto: bool = False  # gamma and branch budget chosen by tuning.auto_settings first
+    methods: tuple[str, ...] = field(default_factory=lambda: tuple(REGISTRY))
+    auto: bool = False  # gamma and branch budget chosen by the run path's probe first
 
     def key(self) -> tuple:
         return (self.prompt, self.spec, tuple(sorted(asdict(self.settings).items())), self.methods,
@@ -347,69 +298,68 @@ class Job(threading.Thread):
 
     def _run(self) -> None:
         req = self.request
+        path = RunPath(req.methods, req.settings, gamma_auto=req.auto, budget_auto=req.auto)
         if not self.pairs.loaded(req.spec):
             self.message = "Loading the models (first run with this pair; they stay loaded)"
         loaded = self.pairs.get(req.spec, self._progress)
         self.meta = dict(loaded.meta)
-        pair = loaded.pair
-        prompt_ids = pair.encode_prompt(parse_prompt(req.prompt))
+        prompt_ids = path.encode(loaded.pair, parse_prompt(req.prompt))
         self.meta["prompt_tokens"] = len(prompt_ids)
         if "mirror" in req.methods:
             from mirror_sd.engine.mirror.decoder import default_exit_layer
-            self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(pair)
+            self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(loaded.pair)
         self.fraction = None
-        settings = req.settings
-        # before any method: a bad setting (e.g. an exit layer past this target's layers) is
-        # one message, not an error in the AR pane, which never uses it
-        settings.validate(pair, len(prompt_ids))
+        # before waiting for the pair: a bad setting (e.g. an exit layer past this target's
+        # layers) is one message, not an error in the pane of a method that never reads it
+        path.validate(loaded.pair, prompt_ids)
         if not loaded.lock.acquire(blocking=False):
             self.message = "Waiting for the background warm-up of the models to finish"
             loaded.lock.acquire()
         try:
-            if loaded.check is None:
-                self.message = "Checking the pair (untimed)"
-            self.meta["pair_check"] = ensure_check(loaded)
-            self._warm_up(loaded, prompt_ids, settings)
-            if req.auto and not self.cancel.is_set():
-                from mirror_sd.bench.tuning import auto_settings
-                self.message = "Choosing γ and branch budget (a short probe of each method)"
-                try:
-                    settings, choice = auto_settings(pair, prompt_ids, settings, True, True)
-                except ValueError as e:
-                    raise MirrorSDError(f"Automatic γ / budget failed: {e}") from e
-                self.meta["auto"] = choice.to_dict()
-            for method in req.methods:
-                if self.cancel.is_set():
-                    break
-                self.current = method
-                self.message = f"Running {method}"
-                rec = self._timed_run(pair, method, settings, prompt_ids)
-                if method == "ar" and self.meta.get("cross") and rec.finish is not None:
-                    self.meta["cross"] = {**self.meta["cross"], "ar_tokens": len(rec.finish.token_ids),
-                                          "ar_coverage": output_coverage(pair, rec.finish.token_ids)}
-                if rec.errors:  # the same settings would fail the next method too
-                    self.error = rec.errors[0]
-                    break
+            self._run_methods(loaded, self._prepare(path, loaded, prompt_ids))
         finally:
             loaded.lock.release()
 
-    def _warm_up(self, loaded: LoadedPair, prompt_ids: list[int], settings: Settings) -> None:
+    def _prepare(self, path: RunPath, loaded: LoadedPair, prompt_ids: list[int]) -> PreparedRun:
+        """The run path's steps before the timed runs (holding loaded.lock)."""
         def say(message: str, fraction: float | None) -> None:
             self.message, self.fraction = message, fraction
-        self.meta["warmup_s"] = warm_up(loaded, prompt_ids, settings, self.request.methods,
-                                        self.cancel, say)
-        self.fraction = None
 
-    def _timed_run(self, pair, method: str, settings: Settings, prompt_ids: list[int]) -> RunRecord:
+        if loaded.check is None:
+            self.message = "Checking the pair (untimed)"
+        run = path.prepare(loaded.pair, prompt_ids, pair_check=lambda pair: ensure_check(loaded),
+                           warmed=loaded.warmed, cancel=self.cancel, say=say)
+        self.fraction = None
+        self.meta["pair_check"] = run.pair_check
+        self.meta["warmup_s"] = run.warmup_s
+        if run.auto is not None:
+            self.meta["auto"] = run.auto.to_dict()
+        return run
+
+    def _run_methods(self, loaded: LoadedPair, run: PreparedRun) -> None:
+        for method in run.methods:
+            if self.cancel.is_set():
+                break
+            self.current = method
+            self.message = f"Running {method}"
+            rec = self._timed_run(run, method)
+            if method == "ar" and self.meta.get("cross") and rec.finish is not None:
+                self.meta["cross"] = {**self.meta["cross"], "ar_tokens": len(rec.finish.token_ids),
+                                      "ar_coverage": output_coverage(run.pair, rec.finish.token_ids)}
+            if rec.errors:  # the same settings would fail the next method too
+                self.error = rec.errors[0]
+                break
+
+    def _timed_run(self, run: PreparedRun, method: str) -> RunRecord:
         """One method, every event recorded with its arrival time. Time zero is the run's
         first timed event (its first span, then the engine's own start once Finish tells it),
         so nothing before it (building the decoder, a proposal vocabulary) is in its bars."""
         rec = RunRecord(method)
-        texts = TokenTexts(pair, rec)
-        decoder = decoder_class(method)(pair, settings)
+        texts = TokenTexts(run.pair, rec)
+        events = run.events(method, cancel=self.cancel)
         rec.t0_ns = time.perf_counter_ns()
         self.records[method] = rec
-        for ev in decoder.generate(prompt_ids, cancel=self.cancel):
+        for ev in events:
             now = time.perf_counter_ns()
             texts.on_event(ev)  # before add: the page sees a token with its text
             if isinstance(ev, EarlyExit):  # the layer Mirror really used (lens rule)
@@ -423,30 +373,6 @@ class Job(threading.Thread):
             if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
                 self.cancel.set()
         return rec
-
-
-def warm_up(loaded: LoadedPair, prompt_ids: list[int], settings: Settings, methods, cancel,
-            say=lambda message, fraction: None) -> float:
-    """An untimed short run of each method not yet run on this pair with these proposal
-    settings (call it holding loaded.lock): a model's first forward after a load (lazy set-up,
-    a kernel's first call, the draft lane's threads) is slow, and no timed run may pay for it.
-    Returns the seconds it took (0.0: all warm already)."""
-    todo = [m for m in methods if (m, settings.streams, settings.draft_vocab) not in loaded.warmed]
-    if not todo:
-        return 0.0
-    names = ", ".join(SHORT_NAMES.get(m, m) for m in todo)
-    quick = replace(settings, max_new_tokens=min(settings.max_new_tokens, WARM_TOKENS))
-    start = time.perf_counter_ns()
-    for i, method in enumerate(todo):
-        if cancel.is_set():
-            break
-        say(f"Warming up ({names}): a {WARM_TOKENS}-token run of each, untimed, so that every "
-            f"timed run starts warm", i / len(todo))
-        for _ in decoder_class(method)(loaded.pair, quick).generate(prompt_ids[:WARM_PROMPT],
-                                                                  cancel=cancel):
-            pass  # an error here shows again, in its pane, when the timed run meets it
-        loaded.warmed.add((method, settings.streams, settings.draft_vocab))
-    return (time.perf_counter_ns() - start) / 1e9
 
 
 class ResultCache:

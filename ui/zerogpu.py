@@ -7,7 +7,7 @@ pickled. Anywhere else (a local run, CPU Basic, the Dockerfile, the tests) `gpu(
 `fn` itself: no wrapper, nothing changed.
 
 `run_duration` is the `duration=` callable: it takes the handler's own arguments and returns
-the seconds to ask for, projected from the latency model (`mirror_sd.bench.latency_model`) for
+the seconds to ask for, projected from the latency model (`mirror_sd.latency.latency_model`) for
 the requested tokens and methods, plus an allowance for loading and the warm-up.
 
 What crosses the process boundary is plain data: the frames the handler yields are strings,
@@ -81,7 +81,7 @@ def default_precision(cpu_default: str) -> str:
 def projected_seconds(max_new_tokens: int, methods=DEFAULT_METHODS, calibration=None) -> float:
     """Projection: seconds to decode `max_new_tokens` with each of `methods` one after
     another, from the latency model's calibration (the built-in one by default)."""
-    from mirror_sd.bench.latency_model import default_calibration, predict
+    from mirror_sd.latency.latency_model import default_calibration, predict
     cal = calibration or default_calibration()
     methods = tuple(methods) or DEFAULT_METHODS
     rates = predict(cal, methods)

@@ -8,17 +8,20 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench.harness import __doc__ as harness_doc
 from mirror_sd.bench.harness import rerender, run_benchmark
 from mirror_sd.bench.questions import BUILTIN_QUESTIONS, load_questions, per_category
 from mirror_sd.bench.report import _f, _x, summary_markdown
-from mirror_sd.bench.runners import (DEFAULT_METHODS, HF_ASSISTED, VARIANTS, baseline_name,
-                                     baseline_runner, variant)
-from mirror_sd.cli import progress
+from mirror_sd.bench.runners import (DEFAULT_METHODS, HF_ASSISTED, baseline_name, baseline_runner,
+                                     method_choices, variant)
+from mirror_sd.engine.registry import REGISTRY
+from mirror_sd.engine.run_path import RunPath
 from mirror_sd.errors import MirrorSDError, run_cli
-from mirror_sd.options import add_decoding_options, add_model_options, model_kwargs, settings_from_args
+from mirror_sd.options import (add_decoding_options, add_model_options, model_kwargs, progress,
+                               settings_from_args)
 from mirror_sd.paths import REPO_ROOT
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mirror_sd.bench", description=harness_doc,
@@ -26,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", default=None, help="Spec-Bench-format .jsonl (default: the "
                                                      "built-in assets/questions.jsonl)")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="comma-separated, from " + ", ".join(DEFAULT_METHODS + tuple(VARIANTS))
+                   help="comma-separated, from " + ", ".join(method_choices())
                         + "; an engine method may change settings after colons, e.g. "
                           "mirror:exit_layer=21:branch_budget=3 (AR always runs)")
     p.add_argument("--per-category", type=int, default=None, help="first K questions per category")
@@ -93,60 +96,31 @@ def main(argv=None) -> int:
 
 def _main(args, argv) -> int:
     if args.what_if is not None:
-        try:
-            scenarios = lm.parse_what_if(args.what_if)
-            print(what_if_table(load_calibration(args.calibration), scenarios))
-        except ValueError as e:
-            raise MirrorSDError(str(e)) from e
-        return 0
+        return _what_if(args)
     if args.rerender:
-        try:
-            results = rerender(args.rerender)
-        except (OSError, json.JSONDecodeError, KeyError) as e:
-            raise MirrorSDError(f"Could not re-render {args.rerender}: {e}") from e
-        print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
-        return 0
+        return _rerender(args)
     if not args.out:
         raise MirrorSDError("--out DIR is required (or --what-if for projections only).")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    # every check that needs no model first: a bad value never waits for the models
-    settings, gamma_auto, budget_auto = settings_from_args(args, "ar")  # AR always runs
-    for m in methods:
-        if m != HF_ASSISTED:
-            base, changes = variant(m)  # a clear message for an unknown method or a bad setting
-            replace(settings, **changes).check(base)
+    path = _run_path(args, methods)  # every check that needs no model: before loading
     questions = per_category(load_questions(args.questions), args.per_category)
 
     import transformers
-
-    from mirror_sd.models.loading import load_pair, load_target
-
     transformers.logging.set_verbosity_error()
-    pair = load_pair(args.target, args.draft, **model_kwargs(args), progress=progress)
-    runners, notes, auto = {}, [], None
-    if gamma_auto or budget_auto:
-        from mirror_sd.bench.tuning import auto_settings
-        ids = pair.encode_prompt(questions[0].turns[0])
-        settings.validate(pair, len(ids))
-        settings, choice = auto_settings(pair, ids, settings, gamma_auto, budget_auto)
-        auto = choice.to_dict()
-        notes.append(f"auto: gamma {settings.gamma}, branch budget {settings.branch_budget}, "
-                     f"chosen by the latency model from a {choice.probe_s:.1f} s probe on "
+    pair = path.load(args.target, args.draft, **model_kwargs(args), progress=progress)
+    notes, auto = [], None
+    if path.auto:  # the probe runs on the first question; the harness warms its runners up
+        run = path.prepare(pair, questions[0].turns[0], warm=False, pair_check=lambda pair: None)
+        path.settings, auto = run.settings, run.auto.to_dict()
+        notes.append(f"auto: gamma {run.settings.gamma}, branch budget {run.settings.branch_budget}, "
+                     f"chosen by the latency model from a {run.auto.probe_s:.1f} s probe on "
                      f"question {questions[0].question_id} (projected Mirror-SD speedup "
-                     f"{_f(choice.projected_speedup)}x; a projection, not a measurement)")
-    if args.baseline_precision:
-        name = baseline_name(args.baseline_precision)
-        ref = load_target(args.target, precision=args.baseline_precision,
-                          target_device=args.target_device, draft_device=args.draft_device,
-                          progress=progress)  # the target alone: no second draft
-        runners[name] = baseline_runner(replace(pair, target=ref), name)
-        methods.append(name)
-        notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
-                     "mismatches are tokens changed by the precision, not by speculation.")
+                     f"{_f(run.auto.projected_speedup)}x; a projection, not a measurement)")
+    runners = _baseline(args, pair, methods, notes)
     command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in
                                                       (sys.argv[1:] if argv is None else argv))
     results = run_benchmark(
-        pair, questions, methods, settings, out_dir=args.out, warmup=not args.no_warmup,
+        pair, questions, methods, path.settings, out_dir=args.out, warmup=not args.no_warmup,
         progress=not args.no_progress, hf_assistant_tokens=args.hf_assistant_tokens,
         resume=args.resume, runners=runners,
         meta={"command": command, "run_notes": notes, "auto": auto,
@@ -154,6 +128,53 @@ def _main(args, argv) -> int:
               "per_category": args.per_category})
     print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
     print(f"written to {Path(args.out).resolve()}", file=sys.stderr)
+    return 0
+
+
+def _run_path(args, methods: list[str]) -> RunPath:
+    """The run path of the engine methods (AR always runs), each method name and its settings
+    checked first (a variant's changed settings too)."""
+    settings, gamma_auto, budget_auto = settings_from_args(args, "ar")
+    engine = ["ar"]
+    for m in methods:
+        if m != HF_ASSISTED:
+            base, changes = variant(m)  # a clear message for an unknown method or a bad setting
+            replace(settings, **changes).check(REGISTRY[base])
+            engine.append(base)
+    return RunPath(list(dict.fromkeys(engine)), settings, gamma_auto=gamma_auto,
+                   budget_auto=budget_auto)
+
+
+def _baseline(args, pair, methods: list[str], notes: list[str]) -> dict:
+    """--baseline-precision: AR on a second copy of the target, as one more method."""
+    if not args.baseline_precision:
+        return {}
+    from mirror_sd.models import loading
+    name = baseline_name(args.baseline_precision)
+    ref = loading.load_target(args.target, precision=args.baseline_precision,
+                              target_device=args.target_device, draft_device=args.draft_device,
+                              progress=progress)  # the target alone: no second draft
+    methods.append(name)
+    notes.append(f"{name} = AR with the target at {args.baseline_precision}; its "
+                 "mismatches are tokens changed by the precision, not by speculation.")
+    return {name: baseline_runner(replace(pair, target=ref), name)}
+
+
+def _what_if(args) -> int:
+    try:
+        scenarios = lm.parse_what_if(args.what_if)
+        print(what_if_table(load_calibration(args.calibration), scenarios))
+    except ValueError as e:
+        raise MirrorSDError(str(e)) from e
+    return 0
+
+
+def _rerender(args) -> int:
+    try:
+        results = rerender(args.rerender)
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+        raise MirrorSDError(f"Could not re-render {args.rerender}: {e}") from e
+    print(summary_markdown(results, results["meta"].get("files"), results["meta"].get("notes")))
     return 0
 
 

@@ -34,12 +34,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench.questions import Question, categories
-from mirror_sd.bench.report import PARTIAL, summary_markdown, write_outputs  # noqa: F401  (older imports)
-from mirror_sd.bench.runners import (DEFAULT_METHODS, ENGINE_METHODS, HF_ASSISTED, LABELS,  # noqa: F401
-                                     VARIANTS, MethodRun, Runner, default_runners, engine_runner,
-                                     hf_assisted_generation_config, variant)
+from mirror_sd.bench.report import PARTIAL, write_outputs
+from mirror_sd.bench.runners import (DEFAULT_METHODS, MODELLED, HF_ASSISTED, MethodRun, Runner,
+                                     default_runners, engine_runner, hf_assisted_generation_config)
 from mirror_sd.bench.summary import (_ratio, _sum, breakdown_summary, latency_report, pooled_prefill,
                                      summarize, time_breakdown)
 from mirror_sd.errors import MirrorSDError
@@ -101,12 +100,12 @@ def method_record(method: str, runs: list[MethodRun], prompt_lens: list[int]) ->
     """The per question and method entry of results.json (turns pooled)."""
     from mirror_sd.engine.stats import draft_hidden_fraction
 
-    st = [r.stats for r in runs]
-    new = sum(s.get("new_tokens", 0) or 0 for s in st)
+    stats = [r.stats for r in runs]
+    new = sum(s.get("new_tokens", 0) or 0 for s in stats)
     wall = sum(r.wall_s for r in runs)
-    fw = _sum(s.get("target_forwards") for s in st)
-    hits, fbs = _sum(s.get("hits") for s in st), _sum(s.get("fallbacks") for s in st)
-    drafted, acc = _sum(s.get("drafted") for s in st), _sum(s.get("accepted_drafts") for s in st)
+    fw = _sum(s.get("target_forwards") for s in stats)
+    hits, fbs = _sum(s.get("hits") for s in stats), _sum(s.get("fallbacks") for s in stats)
+    drafted, acc = _sum(s.get("drafted") for s in stats), _sum(s.get("accepted_drafts") for s in stats)
     bd: dict[str, float] = {}
     for r in runs:
         for k, v in time_breakdown(r.spans, r.start_ns, r.end_ns).items():
@@ -118,10 +117,10 @@ def method_record(method: str, runs: list[MethodRun], prompt_lens: list[int]) ->
         "new_tokens": new,
         "wall_s": wall,
         "tokens_per_s": new / wall if wall > 0 else 0.0,
-        **pooled_prefill(st),
+        **pooled_prefill(stats),
         "target_forwards": fw,
         "mean_accepted": _ratio(new, fw),
-        "steps": _sum(s.get("steps") for s in st),
+        "steps": _sum(s.get("steps") for s in stats),
         "drafted": drafted,
         "accepted_drafts": acc,
         "acceptance_rate": _ratio(acc, drafted),
@@ -180,21 +179,12 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     `runners` maps extra or replacement method names to runner(pair, prompt_ids, settings).
     `resume`: keep the questions already finished in out_dir's questions.partial.jsonl (a run
     that was killed) and run the rest; each question's methods still run back to back."""
-    import torch
-    from tqdm import tqdm
-
     from mirror_sd.engine.settings import Settings
-    from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
     from mirror_sd.placement import configure_cpu_threads
 
     settings = settings or Settings()
     methods = list(dict.fromkeys(["ar"] + [m for m in methods if m != "ar"]))
-    table = {**default_runners(hf_assistant_tokens), **(runners or {})}
-    table.update({m: engine_runner(m) for m in methods if ":" in m and m not in table})
-    unknown = [m for m in methods if m not in table]
-    if unknown:
-        raise MirrorSDError(f"Unknown method(s) {', '.join(unknown)}: choose from "
-                            f"{', '.join(table)}.")
+    table = _runner_table(methods, runners, hf_assistant_tokens)
     if not questions:
         raise MirrorSDError("No questions to run.")
     if pair.tokenizer is None:
@@ -202,36 +192,70 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
     placement = (pair.info or {}).get("placement")
     if placement is not None:
         configure_cpu_threads(placement)  # the same thread budget for every method
-    greedy = settings.temperature == 0
     started = datetime.now(timezone.utc)
-
-    warm_s = None
-    if warmup:
-        from dataclasses import replace
-        t0 = time.perf_counter()
-        wsettings = replace(settings, max_new_tokens=min(WARMUP_TOKENS, settings.max_new_tokens))
-        ids = pair.encode_prompt(questions[0].turns[0])
-        for m in methods:
-            table[m](pair, ids, wsettings)
-        warm_s = time.perf_counter() - t0
-
-    entries, records = [], []
+    warm_s = _warm_up_runners(pair, questions, methods, table, settings) if warmup else None
     partial = None
+    entries: list[dict] = []
     if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
         partial = Path(out_dir) / PARTIAL
-        if resume and partial.exists():
-            wanted = {q.question_id for q in questions}
-            for line in partial.read_text().splitlines():
-                e = json.loads(line) if line.strip() else None
-                if e and e["question_id"] in wanted and list(e["methods"]) == methods:
-                    entries.append(e)
-            records += records_from_results({"questions": entries})
-            partial.write_text("".join(json.dumps(e, default=str) + "\n" for e in entries))
-        else:
-            partial.write_text("")
+        entries = _resumed_entries(partial, questions, methods, resume)
     done = {e["question_id"] for e in entries}
+    records = records_from_results({"questions": entries})
     todo = [(qi, q) for qi, q in enumerate(questions) if q.question_id not in done]
+    _run_questions(pair, todo, methods, table, settings, entries, records, partial, progress)
+    results = {"meta": {**_run_meta(pair, questions, methods, settings, started, warmup, warm_s,
+                                    done, hf_assistant_tokens),
+                        **(meta or {})},
+               "questions": entries}
+    order = {q.question_id: i for i, q in enumerate(questions)}
+    results["questions"].sort(key=lambda e: order[e["question_id"]])
+    _add_reports(results, records, methods, _calibration(pair, settings, records, started))
+    if out_dir is not None:
+        write_outputs(results, out_dir)
+    return results
+
+
+def _runner_table(methods: list[str], runners, hf_assistant_tokens) -> dict[str, Runner]:
+    table = {**default_runners(hf_assistant_tokens), **(runners or {})}
+    table.update({m: engine_runner(m) for m in methods if ":" in m and m not in table})
+    unknown = [m for m in methods if m not in table]
+    if unknown:
+        raise MirrorSDError(f"Unknown method(s) {', '.join(unknown)}: choose from "
+                            f"{', '.join(table)}.")
+    return table
+
+
+def _warm_up_runners(pair, questions, methods, table, settings) -> float:
+    """One untimed short run of every method's runner (hf-assisted and variants included) on
+    the first question; returns the seconds it took."""
+    from dataclasses import replace
+    t0 = time.perf_counter()
+    quick = replace(settings, max_new_tokens=min(WARMUP_TOKENS, settings.max_new_tokens))
+    ids = pair.encode_prompt(questions[0].turns[0])
+    for m in methods:
+        table[m](pair, ids, quick)
+    return time.perf_counter() - t0
+
+
+def _resumed_entries(partial: Path, questions, methods, resume: bool) -> list[dict]:
+    """The entries an interrupted run left in `partial` (with `resume`), which is rewritten to
+    hold just those; else it starts empty."""
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    entries = []
+    if resume and partial.exists():
+        wanted = {q.question_id for q in questions}
+        for line in partial.read_text().splitlines():
+            e = json.loads(line) if line.strip() else None
+            if e and e["question_id"] in wanted and list(e["methods"]) == methods:
+                entries.append(e)
+    partial.write_text("".join(json.dumps(e, default=str) + "\n" for e in entries))
+    return entries
+
+
+def _run_questions(pair, todo, methods, table, settings, entries, records, partial, progress):
+    """Each question: every method back to back (rotated order), then its entry and records."""
+    from tqdm import tqdm
+
     total = sum(len(q.turns) for _, q in todo) * len(methods)
     bar = tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress,
                dynamic_ncols=True)
@@ -241,81 +265,94 @@ def run_benchmark(pair, questions: list[Question], methods=DEFAULT_METHODS, sett
             runs_by: dict[str, tuple] = {}
             for m in order:
                 bar.set_postfix_str(f"q {q.question_id} ({q.category}) {m}")
-                runs, plens = answer_question(pair, q, table[m], settings)
-                runs_by[m] = (runs, plens)
+                runs_by[m] = answer_question(pair, q, table[m], settings)
                 bar.update(len(q.turns))
-            entry = {"question_id": q.question_id, "category": q.category,
-                     "turns": len(q.turns), "order": order, "methods": {}}
-            ar_turns = [r.token_ids for r in runs_by["ar"][0]]
-            if getattr(pair, "bridge", None) is not None:  # what the draft could have proposed at all
-                entry["shared_coverage"] = pair.bridge.coverage([t for turn in ar_turns for t in turn])
-            ar_ok = not any(r.error for r in runs_by["ar"][0])
-            for m in methods:
-                runs, plens = runs_by[m]
-                rec = method_record(m, runs, plens)
-                if greedy and ar_ok and not rec["error"]:
-                    fm = first_mismatch(ar_turns, [r.token_ids for r in runs])
-                    rec["identical_to_ar"] = fm is None
-                    rec["first_mismatch"] = fm
-                entry["methods"][m] = rec
-                for r in runs:
-                    records.append({"method": m, "stats": r.stats, "spans": r.spans,
-                                    "wall_s": r.wall_s, "question_id": q.question_id,
-                                    "error": r.error})
+            entry = question_entry(pair, q, order, methods, runs_by, settings.temperature == 0)
             entries.append(entry)
+            records += [{"method": m, "stats": r.stats, "spans": r.spans, "wall_s": r.wall_s,
+                         "question_id": q.question_id, "error": r.error}
+                        for m in methods for r in runs_by[m][0]]
             if partial is not None:  # a crash later on keeps what was measured
                 with partial.open("a") as f:
                     f.write(json.dumps(entry, default=str) + "\n")
     finally:
         bar.close()
 
+
+def question_entry(pair, q: Question, order: list[str], methods: list[str], runs_by: dict,
+                   greedy: bool) -> dict:
+    """One question's entry of results.json: each method's record, checked against AR's
+    tokens when greedy."""
+    entry = {"question_id": q.question_id, "category": q.category, "turns": len(q.turns),
+             "order": order, "methods": {}}
+    ar_turns = [r.token_ids for r in runs_by["ar"][0]]
+    if getattr(pair, "bridge", None) is not None:  # what the draft could have proposed at all
+        entry["shared_coverage"] = pair.bridge.coverage([t for turn in ar_turns for t in turn])
+    ar_ok = not any(r.error for r in runs_by["ar"][0])
+    for m in methods:
+        runs, plens = runs_by[m]
+        rec = method_record(m, runs, plens)
+        if greedy and ar_ok and not rec["error"]:
+            fm = first_mismatch(ar_turns, [r.token_ids for r in runs])
+            rec["identical_to_ar"] = fm is None
+            rec["first_mismatch"] = fm
+        entry["methods"][m] = rec
+    return entry
+
+
+def _calibration(pair, settings, records, started) -> lm.Calibration:
+    from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
     exit_layer = (ran_at(r["stats"] for r in records if r["method"] == "mirror")
                   or choose_exit_layer_for(pair, settings).layer)
-    cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
-                       target_layers=pair.target_layers, gamma=settings.gamma,
-                       exit_layer=exit_layer, branch_budget=settings.branch_budget,
-                       kappa=settings.kappa,
-                       source=f"this benchmark run ({started:%Y-%m-%d %H:%M} UTC)")
-    info = pair.info or {}
-    results = {
-        "meta": {
-            "started": started.isoformat(timespec="seconds"),
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "target": pair.target_name, "draft": pair.draft_name,
-            "target_layers": pair.target_layers, "exit_layer": exit_layer,
-            "precision": pair.precision,
-            "draft_precision": info.get("draft_precision", pair.precision), "dtype": str(next(pair.target.parameters()).dtype),
-            "draft_dtype": str(next(pair.draft.parameters()).dtype),
-            "source": _source_version(),
-            "devices": {"target": str(info.get("target", {}).get("device", "cpu")),
-                        "draft": str(info.get("draft", {}).get("device", "cpu"))},
-            "torch_threads": torch.get_num_threads(),
-            "methods": methods, "greedy": greedy,
-            "settings": _settings_dict(settings),
-            "questions": len(questions),
-            "categories": categories(questions),
-            "warmup": {"runs_per_method": 1 if warmup else 0,
-                       "max_new_tokens": min(WARMUP_TOKENS, settings.max_new_tokens),
-                       "seconds": warm_s},
-            "order": "methods back to back per question, rotated by one per question",
-            "resumed_questions": sorted(done, key=str),
-            "hf_assisted": _hf_config(pair, settings, hf_assistant_tokens) if HF_ASSISTED in methods else None,
-            "cross_tokenizer": _cross_meta(pair),
-            "versions": _versions(),
-            "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                        "cpu_cores": _cores()},
-            **(meta or {}),
-        },
-        "questions": entries,
-    }
-    order = {q.question_id: i for i, q in enumerate(questions)}
-    results["questions"].sort(key=lambda e: order[e["question_id"]])
+    return lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
+                        target_layers=pair.target_layers, gamma=settings.gamma,
+                        exit_layer=exit_layer, branch_budget=settings.branch_budget,
+                        kappa=settings.kappa,
+                        source=f"this benchmark run ({started:%Y-%m-%d %H:%M} UTC)")
+
+
+def _add_reports(results: dict, records, methods, cal: lm.Calibration) -> None:
+    results["meta"]["exit_layer"] = cal.exit_layer
     results["summary"] = summarize(results)
     results["breakdown"] = breakdown_summary(results)
     results["latency_model"] = latency_report(cal, records, methods)
-    if out_dir is not None:
-        write_outputs(results, out_dir)
-    return results
+
+
+def _run_meta(pair, questions, methods, settings, started, warmup, warm_s, done,
+              hf_assistant_tokens) -> dict:
+    """results.json's meta: the pair, devices, settings, questions, versions, machine."""
+    import torch
+
+    info = pair.info or {}
+    return {
+        "started": started.isoformat(timespec="seconds"),
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "target": pair.target_name, "draft": pair.draft_name,
+        "target_layers": pair.target_layers, "exit_layer": None,
+        "precision": pair.precision,
+        "draft_precision": info.get("draft_precision", pair.precision),
+        "dtype": str(next(pair.target.parameters()).dtype),
+        "draft_dtype": str(next(pair.draft.parameters()).dtype),
+        "source": _source_version(),
+        "devices": {"target": str(info.get("target", {}).get("device", "cpu")),
+                    "draft": str(info.get("draft", {}).get("device", "cpu"))},
+        "torch_threads": torch.get_num_threads(),
+        "methods": methods, "greedy": settings.temperature == 0,
+        "settings": _settings_dict(settings),
+        "questions": len(questions),
+        "categories": categories(questions),
+        "warmup": {"runs_per_method": 1 if warmup else 0,
+                   "max_new_tokens": min(WARMUP_TOKENS, settings.max_new_tokens),
+                   "seconds": warm_s},
+        "order": "methods back to back per question, rotated by one per question",
+        "resumed_questions": sorted(done, key=str),
+        "hf_assisted": (_hf_config(pair, settings, hf_assistant_tokens)
+                        if HF_ASSISTED in methods else None),
+        "cross_tokenizer": _cross_meta(pair),
+        "versions": _versions(),
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "cpu_cores": _cores()},
+    }
 
 
 def _cross_meta(pair) -> dict | None:
@@ -344,12 +381,12 @@ def rerender(out_dir: str | Path) -> dict:
                 for k, v in time_breakdown(r["spans"], 0, int(t["wall_s"] * 1e9)).items():
                     bd[k] = bd.get(k, 0.0) + v
             rec["breakdown_s"] = bd
-    s = meta["settings"]
+    saved = meta["settings"]
     exit_layer = ran_at(r["stats"] for r in records if r["method"] == "mirror") or meta["exit_layer"]
-    cal = lm.calibrate([r for r in records if r["method"] in ENGINE_METHODS and not r["error"]],
-                       target_layers=meta["target_layers"], gamma=s["gamma"],
-                       exit_layer=exit_layer, branch_budget=s["branch_budget"],
-                       kappa=s["kappa"], source=results["latency_model"]["calibration"].get("source", ""))
+    cal = lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
+                       target_layers=meta["target_layers"], gamma=saved["gamma"],
+                       exit_layer=exit_layer, branch_budget=saved["branch_budget"],
+                       kappa=saved["kappa"], source=results["latency_model"]["calibration"].get("source", ""))
     results["summary"] = summarize(results)
     results["breakdown"] = breakdown_summary(results)
     results["latency_model"] = latency_report(cal, records, meta["methods"])
@@ -408,16 +445,3 @@ def _versions() -> dict:
 def _cores() -> int:
     from mirror_sd.placement import cpu_cores
     return cpu_cores()
-
-
-
-def build_parser():
-    """The command line's parser (cli.py)."""
-    from mirror_sd.bench.cli import build_parser as parser
-    return parser()
-
-
-def main(argv=None) -> int:
-    """`python -m mirror_sd.bench` (cli.py)."""
-    from mirror_sd.bench.cli import main as cli_main
-    return cli_main(argv)

@@ -5,8 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from mirror_sd.bench import latency_model as lm
-from mirror_sd.bench.runners import LABELS
+from mirror_sd.latency import latency_model as lm
+from mirror_sd.bench.runners import label
 from mirror_sd.bench.summary import COMPONENTS, HIDDEN
 
 PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
@@ -49,28 +49,38 @@ def window_lines(overall: dict, methods: list[str]) -> list[str]:
         n = c["windows"]
         hist = ", ".join(f"{k}: {v / n:.0%}" for k, v in c["window_hist"].items())
         stops = ", ".join(f"{k} {v}" for k, v in sorted(c["window_stops"].items(), key=lambda kv: -kv[1]))
-        out.append(f"| {LABELS.get(m, m)} | {n} | {_f(c['window_mean'])} | {hist} | {stops} |")
+        out.append(f"| {label(m)} | {n} | {_f(c['window_mean'])} | {hist} | {stops} |")
     return out
 
 
 def summary_markdown(results: dict, files: list[str] | None = None, notes: list[str] | None = None) -> str:
-    meta, summ = results["meta"], results["summary"]
+    meta = results["meta"]
     methods = meta["methods"]
-    others = [m for m in methods if m != "ar"]
-    s = meta["settings"]
-    mode = "greedy (temperature 0)" if meta["greedy"] else f"sampling (temperature {s['temperature']})"
+    lines = (_run_lines(results) + _speed_lines(results["summary"], methods)
+             + _time_lines(results["breakdown"], methods)
+             + _latency_lines(results["latency_model"], methods)
+             + _note_lines(meta, methods, files, notes))
+    return "\n".join(lines) + "\n"
+
+
+def _run_lines(results: dict) -> list[str]:
+    """The heading and what was run: pair, decoding settings, questions, command, versions."""
+    meta = results["meta"]
+    methods = meta["methods"]
+    settings = meta["settings"]
+    mode = "greedy (temperature 0)" if meta["greedy"] else f"sampling (temperature {settings['temperature']})"
     lines = [
-        "# Benchmark: " + ", ".join(LABELS.get(m, m) for m in methods), "",
+        "# Benchmark: " + ", ".join(label(m) for m in methods), "",
         f"- Pair: target `{meta['target']}` ({meta['target_layers']} layers), draft "
         f"`{meta['draft']}`; precision target {meta['precision']}, draft "
         f"{meta.get('draft_precision', meta['precision'])} ({meta['dtype']}); devices target "
         f"{meta['devices']['target']}, draft {meta['devices']['draft']}; torch threads per lane "
         f"{meta['torch_threads']}; {meta['machine']['cpu_cores']} cores",
-        f"- Decoding: {mode}, max new tokens {s['max_new_tokens']}, gamma {s['gamma']}, kappa "
-        f"{s['kappa']}, exit layer {meta['exit_layer']}, branch budget {s['branch_budget']}, "
-        f"windows {s.get('window', 'fixed')}"
-        + (f" (threshold {s.get('window_threshold')}, {s.get('window_min')}-{s.get('window_max')} tokens)"
-           if s.get("window") == "adaptive" else ""),
+        f"- Decoding: {mode}, max new tokens {settings['max_new_tokens']}, gamma {settings['gamma']}, kappa "
+        f"{settings['kappa']}, exit layer {meta['exit_layer']}, branch budget {settings['branch_budget']}, "
+        f"windows {settings.get('window', 'fixed')}"
+        + (f" (threshold {settings.get('window_threshold')}, {settings.get('window_min')}-{settings.get('window_max')} tokens)"
+           if settings.get("window") == "adaptive" else ""),
         f"- Questions: {meta['questions']} ({', '.join(meta['categories'])}) from "
         f"`{meta.get('questions_file', 'the given list')}`; one warm-up run per method; "
         f"{meta['order']}",
@@ -89,10 +99,17 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     lines.append(f"- Run: {meta['started']} to {meta['finished']} (UTC); engine source "
                  f"{meta.get('source') or 'unknown'}; "
                  f"torch {meta['versions'].get('torch')}, transformers {meta['versions'].get('transformers')}")
+    return lines
+
+
+def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
+    """Speedup over AR per category; per method; per category and method; windows."""
+    others = [m for m in methods if m != "ar"]
+    lines = []
     lines += ["", "## Speedup over AR", "",
               "Per-question speedup = method tokens/s over AR tokens/s on the same question "
               "(turns pooled); cells give median / mean over the questions.", "",
-              "| category | questions | AR tok/s | " + " | ".join(LABELS.get(m, m) for m in others) + " |",
+              "| category | questions | AR tok/s | " + " | ".join(label(m) for m in others) + " |",
               "|---|---|---|" + "---|" * len(others)]
     rows = list(summ["by_category"].items()) + [("**overall**", summ["overall"])]
     for cat, cells in rows:
@@ -105,7 +122,7 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in methods:
         c = summ["overall"][m]
-        lines.append(f"| {LABELS.get(m, m)} | {_f(c['tokens_per_s'])} | {_f(c.get('prefill_s_mean'))} | "
+        lines.append(f"| {label(m)} | {_f(c['tokens_per_s'])} | {_f(c.get('prefill_s_mean'))} | "
                      f"{_f(c.get('decode_tokens_per_s'))} | {_x(c['speedup_median'])} | "
                      f"{_x(c['speedup_mean'])} | {_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | "
                      f"{_pct(c['draft_hidden_fraction'])} | {_mismatch(c)} | {c['errors']} |")
@@ -121,11 +138,16 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     for cat, cells in summ["by_category"].items():
         for m in methods:
             c = cells[m]
-            lines.append(f"| {cat} | {LABELS.get(m, m)} | {c['questions']} | {_f(c['tokens_per_s'])} | "
+            lines.append(f"| {cat} | {label(m)} | {c['questions']} | {_f(c['tokens_per_s'])} | "
                          f"{_x(c['speedup_median'])} | {_x(c['speedup_mean'])} | "
                          f"{_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | {_mismatch(c)} |")
     lines += window_lines(summ["overall"], methods)
-    bd = results["breakdown"]
+    return lines
+
+
+def _time_lines(bd: dict, methods: list[str]) -> list[str]:
+    """Where the time goes, per method, from the spans."""
+    lines = []
     lines += ["", "## Where the time goes (ms per generated token, from the spans)", "",
               "Each instant of wall time goes to the busiest lane by priority: target, then "
               "verify, then draft; what no span covers is overhead (Python, events, the "
@@ -135,22 +157,32 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
     for m in methods:
         ms = bd[m]["ms_per_token"]
         total = sum(v for k, v in ms.items() if k != HIDDEN and v is not None) if bd[m]["new_tokens"] else None
-        lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(_f(ms[c], ".1f") for c in COMPONENTS)
+        lines.append(f"| {label(m)} | " + " | ".join(_f(ms[c], ".1f") for c in COMPONENTS)
                      + f" | {_f(total, '.1f')} | {_f(ms[HIDDEN], '.1f')} |")
-    lat = results["latency_model"]
+    return lines
+
+
+def _latency_lines(lat: dict, methods: list[str]) -> list[str]:
+    """The latency model against the measured step times, its calibration, what-ifs."""
+    lines = []
     cal = lat["calibration"]
     lines += ["", "## Latency model: predicted vs measured step time", "",
-              "The paper's step-time model (mirror_sd/bench/latency_model.py) with costs calibrated from "
+              "The paper's step-time model (mirror_sd/latency/latency_model.py) with costs calibrated from "
               "this run's spans; measured = (wall - prefill) / steps of the decode phase. The "
               "error is what the model leaves out (Python overhead between spans, scheduling).", "",
               "| method | measured step ms | predicted step ms | error | tokens/step | "
               "measured speedup (decode) | predicted speedup |", "|---|---|---|---|---|---|---|"]
+    missing = []
     for m in methods:
         r = lat["predicted_vs_measured"][m]
-        lines.append(f"| {LABELS.get(m, m)} | {_f(_ms(r['measured_step_s']), '.1f')} | "
-                     f"{_f(_ms(r['predicted_step_s']), '.1f')} | {_f(r['error'], '+.0%')} | "
-                     f"{_f(r['measured_tokens_per_step'])} | {_x(r['measured_decode_speedup'])} | "
-                     f"{_x(r['predicted_speedup'])} |")
+        lines.append(f"| {label(m)} | {_f(_ms(r.get('measured_step_s')), '.1f')} | "
+                     f"{_f(_ms(r.get('predicted_step_s')), '.1f')} | {_f(r.get('error'), '+.0%')} | "
+                     f"{_f(r.get('measured_tokens_per_step'))} | {_x(r.get('measured_decode_speedup'))} | "
+                     f"{_x(r.get('predicted_speedup'))} |")
+        reasons = dict.fromkeys(r.get("why_not", {}).values())  # each reason once, in order
+        missing += [f"- {label(m)}: n/a because {why}." for why in reasons]
+    if missing:
+        lines += ["", *missing]
     lines += ["", "Calibration: " + ", ".join(
         f"{k} {v}" for k, v in [
             ("T_target(1)", _f(_ms(cal["t_target_1"]), ".1f") + " ms"),
@@ -178,6 +210,11 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
                      f"{_x(w.get('sd'))} | {_x(w.get('mirror'))} |")
     lines += ["", "More: `python -m mirror_sd.bench --what-if \"target_scale=10,draft_device=separate\" "
               "--calibration results.json`; keys: " + ", ".join(lm.WHAT_IF_KEYS) + "."]
+    return lines
+
+
+def _note_lines(meta: dict, methods: list[str], files, notes) -> list[str]:
+    lines = []
     hf = meta.get("hf_assisted")
     extra = list(meta.get("run_notes") or []) + list(notes or [])
     if hf:
@@ -197,7 +234,7 @@ def summary_markdown(results: dict, files: list[str] | None = None, notes: list[
         extra.append("Files: " + ", ".join(f"`{f}`" for f in files))
     if extra:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in extra]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _ms(x):
@@ -219,11 +256,11 @@ def make_figures(results: dict) -> dict:
     for m in others:
         med = [cells[c][m]["speedup_median"] for c in cats]
         mean = [cells[c][m]["speedup_mean"] for c in cats]
-        fig1.add_bar(name=LABELS.get(m, m), x=cats, y=med,
+        fig1.add_bar(name=label(m), x=cats, y=med,
                      text=[_x(v) for v in med], textposition="outside",
                      customdata=[[_x(a), cells[c][m]["questions"]] for a, c in zip(mean, cats)],
                      hovertemplate="%{x}: median %{y:.2f}x, mean %{customdata[0]}, "
-                                   "%{customdata[1]} questions<extra>" + LABELS.get(m, m) + "</extra>")
+                                   "%{customdata[1]} questions<extra>" + label(m) + "</extra>")
     fig1.add_hline(y=1.0, line_dash="dash", annotation_text="AR")
     mode = "greedy" if meta["greedy"] else f"T={meta['settings']['temperature']}"
     fig1.update_layout(barmode="group", yaxis_title="speedup over AR (median tokens/s ratio)",
@@ -232,7 +269,7 @@ def make_figures(results: dict) -> dict:
 
     bd = results["breakdown"]
     fig2 = go.Figure()
-    names = [LABELS.get(m, m) for m in methods]
+    names = [label(m) for m in methods]
     for comp in COMPONENTS:
         ys = [bd[m]["ms_per_token"][comp] for m in methods]
         if all(not y for y in ys):
@@ -251,11 +288,11 @@ def make_figures(results: dict) -> dict:
     fig3 = make_subplots(rows=1, cols=2, subplot_titles=(
         "step time: measured vs latency model", "projected speedup vs target cost (projection)"))
     rows = lat["predicted_vs_measured"]
-    ms = [m for m in methods if rows[m]["measured_step_s"] is not None]
-    fig3.add_bar(name="measured", x=[LABELS.get(m, m) for m in ms],
+    ms = [m for m in methods if "measured_step_s" in rows[m]]
+    fig3.add_bar(name="measured", x=[label(m) for m in ms],
                  y=[_ms(rows[m]["measured_step_s"]) for m in ms], row=1, col=1)
-    fig3.add_bar(name="predicted", x=[LABELS.get(m, m) for m in ms],
-                 y=[_ms(rows[m]["predicted_step_s"]) for m in ms], row=1, col=1)
+    fig3.add_bar(name="predicted", x=[label(m) for m in ms],
+                 y=[_ms(rows[m].get("predicted_step_s")) for m in ms], row=1, col=1)
     scales = [1, 2, 3, 5, 10, 20, 50, 100]
     try:
         for dev, dash in (("shared", "solid"), ("separate", "dash")):
@@ -264,7 +301,7 @@ def make_figures(results: dict) -> dict:
                 if m == "sd" and dev == "separate":
                     continue  # SD's lanes never overlap: the device choice does not move it
                 fig3.add_scatter(x=scales, y=[p[m] for p in curve], mode="lines+markers",
-                                 line_dash=dash, name=f"{LABELS[m]} (projected, draft {dev})",
+                                 line_dash=dash, name=f"{label(m)} (projected, draft {dev})",
                                  row=1, col=2)
     except (ValueError, TypeError):
         pass

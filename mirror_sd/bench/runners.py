@@ -11,13 +11,12 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from mirror_sd.engine.registry import LABELS as REGISTRY_LABELS
-from mirror_sd.engine.registry import NAMES
+from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.errors import MirrorSDError
 
-ENGINE_METHODS = NAMES  # the engine's decoders (engine/registry.py)
+MODELLED = ("ar", "sd", "mirror")  # the methods the latency model calibrates and projects
 HF_ASSISTED = "hf-assisted"
-DEFAULT_METHODS = ENGINE_METHODS + (HF_ASSISTED,)
-LABELS = {**REGISTRY_LABELS, HF_ASSISTED: "HF assisted"}
+DEFAULT_METHODS = tuple(REGISTRY) + (HF_ASSISTED,)  # the --methods default: every method at import
 # the engine's methods with one setting changed, to compare in the same interleaved run:
 # the draft's stream heads on (streams.py), or Mirror-SD without the exit lens (the raw early
 # exit at the paper's N/2 unless --exit-layer is given; exit_lens.py), or the draft's LM head cut
@@ -26,9 +25,19 @@ VARIANTS = {"sd-streams": ("sd", {"streams": "auto"}), "mirror-streams": ("mirro
             "mirror-nolens": ("mirror", {"exit_lens": "off"}),
             "sd-vocab": ("sd", {"draft_vocab": "auto"}),
             "mirror-vocab": ("mirror", {"draft_vocab": "auto"})}
-LABELS.update({"sd-streams": "SD+streams", "mirror-streams": "Mirror-SD+streams",
-               "mirror-nolens": "Mirror-SD, no lens", "sd-vocab": "SD, cut draft vocab",
-               "mirror-vocab": "Mirror-SD, cut draft vocab"})
+OTHER_LABELS = {HF_ASSISTED: "HF assisted", "sd-streams": "SD+streams",
+                "mirror-streams": "Mirror-SD+streams", "mirror-nolens": "Mirror-SD, no lens",
+                "sd-vocab": "SD, cut draft vocab", "mirror-vocab": "Mirror-SD, cut draft vocab"}
+
+
+def label(method: str) -> str:
+    """A method's display name: the registry's label, a variant's, else the name itself."""
+    return REGISTRY_LABELS.get(method) or OTHER_LABELS.get(method, method)
+
+
+def method_choices() -> tuple[str, ...]:
+    """Every method --methods accepts by name now (a method registered later included)."""
+    return tuple(REGISTRY) + (HF_ASSISTED,) + tuple(VARIANTS)
 
 
 @dataclass
@@ -60,11 +69,11 @@ def variant(method: str) -> tuple[str, dict]:
     name, *pairs = method.split(":")
     if name in VARIANTS:
         base, changes = VARIANTS[name][0], dict(VARIANTS[name][1])
-    elif name in ENGINE_METHODS:
+    elif name in REGISTRY:
         base, changes = name, {}
     else:
         raise MirrorSDError(f"Unknown method {method!r}: choose from "
-                            f"{', '.join(DEFAULT_METHODS + tuple(VARIANTS))}, optionally with "
+                            f"{', '.join(method_choices())}, optionally with "
                             f":key=value settings ({', '.join(TUNABLE)}).")
     for pair in pairs:
         key, eq, value = pair.partition("=")
@@ -239,7 +248,7 @@ def _is_ar(method: str) -> bool:
 
 
 def default_runners(hf_assistant_tokens: int | None = None) -> dict[str, Runner]:
-    runners = {m: engine_runner(m) for m in ENGINE_METHODS + tuple(VARIANTS)}
+    runners = {m: engine_runner(m) for m in tuple(REGISTRY) + tuple(VARIANTS)}
     runners[HF_ASSISTED] = hf_assisted_runner(hf_assistant_tokens)
     return runners
 

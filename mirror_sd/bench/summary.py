@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from mirror_sd.bench import latency_model as lm
-from mirror_sd.bench.runners import ENGINE_METHODS, HF_ASSISTED, _is_ar
+from mirror_sd.latency import latency_model as lm
+from mirror_sd.bench.runners import MODELLED, HF_ASSISTED, _is_ar
 
 # Time breakdown: each instant of a run's wall time goes to the highest-priority busy lane.
 COMPONENTS = ["target prefill", "target forward", "target prefix", "early-exit head",
@@ -54,16 +54,16 @@ def time_breakdown(spans, start_ns: int, end_ns: int) -> dict[str, float]:
     out = {c: 0.0 for c in COMPONENTS}
     out[HIDDEN] = 0.0
     points = []
-    for s in spans:
-        if s.lane == "target":
-            comp = _TARGET_LABELS.get(s.label, "target forward")
-        elif s.lane == "verify":
+    for span in spans:
+        if span.lane == "target":
+            comp = _TARGET_LABELS.get(span.label, "target forward")
+        elif span.lane == "verify":
             comp = "verify"
-        elif s.lane == "draft":
+        elif span.lane == "draft":
             comp = "draft (exposed)"
         else:
             continue
-        a, b = max(s.start_ns, start_ns), min(s.end_ns, end_ns)
+        a, b = max(span.start_ns, start_ns), min(span.end_ns, end_ns)
         if b > a:
             points += [(a, 1, comp), (b, -1, comp)]
     points.sort(key=lambda p: (p[0], p[1]))
@@ -197,6 +197,29 @@ def measured_steps(records, method: str) -> dict | None:
     return {"step_s": time_s / steps, "tokens_per_step": tokens / steps, "steps": int(steps)}
 
 
+FIGURES = ("measured_step_s", "measured_tokens_per_step", "measured_steps", "predicted_step_s",
+           "predicted_tokens_per_step", "predicted_speedup", "error", "measured_decode_speedup")
+
+
+def _row(figures: dict[str, tuple]) -> dict:
+    """{figure: number} for the figures that could be computed, and `why_not`: {figure:
+    reason} for the others, so that no table holds a None in place of a number."""
+    row, why_not = {}, {}
+    for key, (value, reason) in figures.items():
+        if isinstance(value, (int, float)) and value == value:  # a number, not NaN
+            row[key] = value
+        else:
+            why_not[key] = reason
+    row["why_not"] = why_not
+    return row
+
+
+def _unknown_terms(cal: lm.Calibration) -> str:
+    missing = [k for k, v in lm.step_terms(cal).items() if v is None]
+    return ("the calibration has no " + ", ".join(missing) + " (no such spans in this run)"
+            if missing else "the latency model gives no step time for it with this calibration")
+
+
 def latency_report(cal: lm.Calibration, records, methods) -> dict:
     pred = lm.predict(cal)
     measured = {m: measured_steps(records, m) for m in methods}
@@ -204,22 +227,30 @@ def latency_report(cal: lm.Calibration, records, methods) -> dict:
     rows = {}
     for m in methods:
         me, pr = measured.get(m), pred.get(m)
-        row = {"measured_step_s": me and me["step_s"],
-               "measured_tokens_per_step": me and me["tokens_per_step"],
-               "measured_steps": me and me["steps"],
-               "predicted_step_s": pr and pr["step_s"],
-               "predicted_tokens_per_step": pr and pr["tokens_per_step"],
-               "predicted_speedup": pr and pr["speedup"]}
-        row["error"] = (row["predicted_step_s"] / row["measured_step_s"] - 1
-                        if row["predicted_step_s"] and row["measured_step_s"] else None)
-        row["measured_decode_speedup"] = (me["tokens_per_step"] / me["step_s"] * ar["step_s"]
-                                          if me and ar and me["step_s"] > 0 else None)
-        rows[m] = row
+        no_me = "no decode step of it was measured (each run errored or stopped at its first token)"
+        no_pr = (_unknown_terms(cal) if pr is not None else
+                 "the latency model does not model this method (it models AR, SD and Mirror-SD)")
+        me, pr = me or {}, pr or {}
+        step_me, step_pr = me.get("step_s"), pr.get("step_s")
+        rows[m] = _row({
+            "measured_step_s": (step_me, no_me),
+            "measured_tokens_per_step": (me.get("tokens_per_step"), no_me),
+            "measured_steps": (me.get("steps"), no_me),
+            "predicted_step_s": (step_pr, no_pr),
+            "predicted_tokens_per_step": (pr.get("tokens_per_step"), no_pr),
+            "predicted_speedup": (pr.get("speedup"), no_pr if step_pr is None else
+                                  "the calibration has no AR step time or tokens per step"),
+            "error": (step_pr / step_me - 1 if step_pr and step_me else None,
+                      "needs both a measured and a predicted step time"),
+            "measured_decode_speedup": (me["tokens_per_step"] / step_me * ar["step_s"]
+                                        if step_me and ar else None,
+                                        "needs measured decode steps of this method and of AR"),
+        })
     what = []
     for sc in WHAT_IF_SCENARIOS:
         try:
             w = lm.what_if(cal, **sc)
-            what.append({"changes": sc, **{m: w["projected"][m]["speedup"] for m in ENGINE_METHODS}})
+            what.append({"changes": sc, **{m: w["projected"][m]["speedup"] for m in MODELLED}})
         except (ValueError, TypeError):
             continue
     return {"calibration": cal.to_dict(), "terms_s": lm.step_terms(cal),

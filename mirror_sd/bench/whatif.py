@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from mirror_sd.bench import latency_model as lm
-from mirror_sd.bench.step_model import target_k
+from mirror_sd.latency import latency_model as lm
+from mirror_sd.latency.step_model import target_k
 
 METHODS = ("ar", "sd", "mirror")
 PROFILE_NAMES = {
@@ -309,9 +309,11 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
     notes = [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"]
     b_mirror = None
     if mirror is not None:  # the target lane at its alone speed (SD's verify), never slower
-        alone = cal.t_target_k if cal.t_target_k and cal.t_target_k < mirror.t_target_k else mirror.t_target_k
-        b_mirror = lm.apply_changes(mirror, target_scale=alone / mirror.t_target_k, draft_device="separate")
-        notes = [f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} -> {alone * 1e3:.0f} ms "
+        target_alone_s = (cal.t_target_k if cal.t_target_k and cal.t_target_k < mirror.t_target_k
+                          else mirror.t_target_k)
+        b_mirror = lm.apply_changes(mirror, target_scale=target_alone_s / mirror.t_target_k,
+                                    draft_device="separate")
+        notes = [f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} -> {target_alone_s * 1e3:.0f} ms "
                  f"(beside the draft -> alone, as SD's verify measured it); the draft's work after "
                  f"the verdict ran alone already"]
     b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s), notes, mirror=b_mirror, tail=tail)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench import whatif as wi
 from mirror_sd.bench.whatif import PROFILE_NAMES, Profile
 

@@ -18,7 +18,7 @@ import torch
 
 from mirror_sd.engine.events import Error, Event, Finish, Notice
 from mirror_sd.engine.run import Run
-from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.settings import ALL_FIELDS, METHOD_USES, Settings
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.placement import method_threads
 from mirror_sd.proposals import draft_vocab
@@ -40,7 +40,8 @@ class Decoder(ABC):
         cancel = cancel or threading.Event()
         run = Run(self.pair, prompt_ids, self.settings)
         try:
-            self.settings.validate(self.pair, len(prompt_ids), self.method)
+            # the settings its registry entry reads (all of them for a decoder not registered)
+            self.settings.validate(self.pair, len(prompt_ids), METHOD_USES.get(self.method, ALL_FIELDS))
         except MirrorSDError as e:
             yield Error(str(e))
             yield Finish(run.stats(self.method), [], "")

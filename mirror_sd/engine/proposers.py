@@ -5,8 +5,9 @@ decoder asks for drafted tokens, behind two methods: `window(...)` drafts gamma 
 the committed text (with the distributions they were drawn from), `describe(gamma)` says how,
 for the spans. Two proposers exist: the serial rollout (one draft forward per token,
 drafting.serial_rollout) and the draft's stream heads (1 + K tokens per draft forward,
-proposals/streams.py). Mirror-SD's branches (mirror/branches.py) are rolled out batched
-instead; its serial fallback after a miss goes through the proposer.
+`stream_rollout` here, with the heads of proposals/streams.py). Mirror-SD's branches
+(mirror/branches.py) are rolled out batched instead; its serial fallback after a miss goes
+through the proposer.
 
 `draft_window` drafts the window the run's window policy (windows.py) asks for: the serial
 rollout stops as soon as the policy says so; the stream heads draft their length and the
@@ -14,13 +15,17 @@ window is then cut by the same rule (the same tokens, some drafted for nothing).
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from mirror_sd.engine.acceptance import Sampling
-from mirror_sd.engine.drafting import Window, serial_rollout
+from mirror_sd.engine.drafting import Window, choose, serial_rollout, to_probs
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.windows import WindowPolicy
-from mirror_sd.proposals.streams import rollout_for
+from mirror_sd.proposals.streams import StreamHeads, find_heads
+
+log = logging.getLogger(__name__)
 
 
 class Proposer:
@@ -46,6 +51,44 @@ class Proposer:
 
 
 SERIAL = Proposer(serial_rollout, "serial")
+
+
+@torch.inference_mode()
+def stream_rollout(lane: Lane, heads: StreamHeads, committed: list[int], gamma: int,
+                   sampling: Sampling, generator: torch.Generator | None) -> Window:
+    """Draft gamma tokens after `committed` with the draft's stream heads
+    (proposals/streams.py): each forward feeds the tokens drafted by the previous one (or the
+    committed ones the cache lacks) and proposes 1 + K more."""
+    lm_head = lane.model.get_output_embeddings()
+    pending = lane.sync(committed)
+    tokens, rows = [], []
+    while True:
+        h = lane.feed_hidden(pending)[-1]  # [H]
+        logits = heads.rows(h, lm_head, min(heads.n_heads + 1, gamma - len(tokens)))  # [n, V]
+        probs = to_probs(logits, sampling)
+        pending = [choose(probs[i], logits[i], sampling, generator) for i in range(len(logits))]
+        tokens += pending
+        rows.append(probs)
+        if len(tokens) == gamma:  # the last forward's tokens are fed by the next step's sync
+            return Window(tokens, torch.cat(rows))
+
+
+def rollout_for(pair, streams: str):
+    """(rollout function with serial_rollout's signature, notice or None) for a setting."""
+    if streams == "off":
+        return serial_rollout, None
+    if getattr(pair, "bridge", None) is not None:
+        return serial_rollout, "stream heads are not used with a draft of another tokenizer: serial drafting"
+    heads, line = find_heads(pair)
+    if heads is None:
+        return serial_rollout, line
+    log.info(line)
+
+    def rollout(lane, committed, gamma, sampling, generator):
+        return stream_rollout(lane, heads, committed, gamma, sampling, generator)
+
+    rollout.heads = heads
+    return rollout, None
 
 
 def proposer_for(pair, streams: str) -> tuple[Proposer, str | None]:

@@ -4,15 +4,15 @@
 top-k and the choice-valued settings, so a bad value fails before a pair is loaded.
 `Settings.validate(pair, prompt_len, method)` adds what depends on the pair and the prompt
 (the context length, kappa against the vocabulary, the exit layer against the target's
-depth). Each method checks only the settings it reads (`USES`): AR ignores gamma, kappa,
-the exit lens and the draft's settings.
+depth). Each method checks only the settings it reads (its registry entry's `uses`, built
+from the field-name tuples below): AR ignores gamma, kappa, the exit lens and the draft's
+settings.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mirror_sd.engine.acceptance import Sampling
-from mirror_sd.engine.mirror.early_exit import EXIT_HEAD_CHOICES
 from mirror_sd.engine.windows import WINDOW_CHOICES
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.proposals.draft_vocab import CHOICES as DRAFT_VOCAB_CHOICES
@@ -22,15 +22,28 @@ from mirror_sd.proposals.streams import STREAMS_CHOICES
 MAX_GAMMA = 32
 MAX_KAPPA = 64
 MAX_BRANCH_BUDGET = 16
+EXIT_HEAD_CHOICES = ("auto", "exact", "int8")  # read by engine/mirror/early_exit.py
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max")
 MIRROR_FIELDS = ("kappa", "exit_layer", "branch_budget", "exit_head", "exit_lens", "lane_timeout_s")
-USES = {  # the settings each engine method reads (the registry's methods)
-    "ar": SAMPLING_FIELDS,
-    "sd": SAMPLING_FIELDS + DRAFTING_FIELDS,
-    "mirror": SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS,
-}
+ALL_FIELDS = SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS
+# name -> the settings it reads, for every registered method: written by registry.register
+# only (the registry imports this module, so the lookup by name needs no import back)
+METHOD_USES: dict[str, tuple[str, ...]] = {}
+
+
+def reads(method) -> set[str]:
+    """The settings `method` reads: a registered method's name, a registry entry (anything
+    with `uses`), a tuple of field names, or None (every setting). Raises MirrorSDError for a
+    name that is not registered."""
+    if method is None:
+        return set(ALL_FIELDS)
+    if isinstance(method, str):
+        if method not in METHOD_USES:
+            raise MirrorSDError(f"Unknown method {method!r}: choose from {', '.join(METHOD_USES)}.")
+        return set(METHOD_USES[method])
+    return set(getattr(method, "uses", method))
 
 
 @dataclass
@@ -58,20 +71,18 @@ class Settings:
     def sampling(self) -> Sampling:
         return Sampling(self.temperature, self.top_p, self.top_k)
 
-    def check(self, method: str | None = None) -> None:
+    def check(self, method=None) -> None:
         """Raise MirrorSDError for the first bad value among the settings `method` reads
-        (all of them when None); needs no model pair."""
-        if method is not None and method not in USES:
-            raise MirrorSDError(f"Unknown method {method!r}: choose from {', '.join(USES)}.")
-        uses = set(USES[method] if method else USES["mirror"])
+        (see `reads`; all of them when None); needs no model pair."""
+        uses = reads(method)
         for name, ok, message in self._checks():
             if name in uses and not ok:
                 raise MirrorSDError(message)
 
-    def validate(self, pair, prompt_len: int, method: str | None = None) -> None:
+    def validate(self, pair, prompt_len: int, method=None) -> None:
         """`check(method)` plus what depends on the pair and the prompt."""
         self.check(method)
-        uses = set(USES[method] if method else USES["mirror"])
+        uses = reads(method)
         ctx = pair.context_length
         longest = max(self.gamma, self.window_max) if self.window == "adaptive" else self.gamma
         window = longest + 1 if "gamma" in uses else 0

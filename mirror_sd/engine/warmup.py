@@ -1,21 +1,49 @@
-"""An untimed warm-up: the first forwards after a load (allocations, kernel selection, a
-lazily built kernel) stay out of every timed figure."""
+"""The untimed warm-up: a model's first forwards after a load (lazy set-up, a kernel's first
+call or build, the draft lane's threads, a proposal vocabulary) are slow, and no timed run may
+pay for them. So before any timed run each method runs once, briefly, on the prompt's start.
+
+One function for every caller: the command line, the app (which keeps `done` per loaded pair
+so that a method runs its warm-up once per pair and proposal settings) and the run path
+(run_path.py).
+"""
 from __future__ import annotations
 
-import torch
+import threading
+import time
+from dataclasses import replace
 
-from mirror_sd.engine.lanes import Lane
+from mirror_sd.engine.registry import LABELS, METHODS
 
-WARMUP_TOKENS = 8
+WARMUP_TOKENS = 4  # per method: enough for a verify step, branches and a second window
+WARMUP_PROMPT = 16  # prompt tokens the warm-up prefills
 
 
-@torch.inference_mode()
-def warm_up(pair, drafts: bool = True, tokens: int = WARMUP_TOKENS) -> None:
-    """A short prompt-like forward and a one-token forward of the target, and of the draft
-    when the method uses it (registry.Method.drafts)."""
-    ids = [1 + i % (pair.vocab_size - 1) for i in range(tokens)]
-    for model in (pair.target, pair.draft) if drafts else (pair.target,):
-        lane = Lane(model, "warm-up")
-        lane.feed(ids, logits_to_keep=1)
-        lane.feed(ids[:1], logits_to_keep=1)
-        lane.synchronize()
+def warm_key(method: str, settings) -> tuple:
+    """What a warm-up covers: the method with these proposal settings (stream heads and the
+    draft vocabulary each set up models of their own)."""
+    return method, settings.streams, settings.draft_vocab
+
+
+def warm_up(pair, methods, settings, prompt_ids: list[int], *, done: set | None = None,
+            cancel: threading.Event | None = None, say=None) -> float:
+    """An untimed short run of each method in `methods` not in `done` yet (their warm_key; the
+    set is updated); `say(message, fraction)` hears the progress. Returns the seconds it took
+    (0.0: all warm already). An error here is not raised: the timed run meets it again."""
+    done = set() if done is None else done
+    cancel = cancel or threading.Event()
+    todo = [m for m in methods if warm_key(m, settings) not in done]
+    if not todo:
+        return 0.0
+    names = ", ".join(LABELS.get(m, m) for m in todo)
+    quick = replace(settings, max_new_tokens=min(settings.max_new_tokens, WARMUP_TOKENS))
+    start = time.perf_counter_ns()
+    for i, method in enumerate(todo):
+        if cancel.is_set():
+            break
+        if say is not None:
+            say(f"Warming up ({names}): a {WARMUP_TOKENS}-token run of each, untimed, so that every "
+                f"timed run starts warm", i / len(todo))
+        for _ in METHODS[method](pair, quick).generate(prompt_ids[:WARMUP_PROMPT], cancel=cancel):
+            pass
+        done.add(warm_key(method, settings))
+    return (time.perf_counter_ns() - start) / 1e9

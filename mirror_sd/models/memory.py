@@ -15,10 +15,7 @@ from __future__ import annotations
 import torch
 
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.placement import Placement
-
-GIB = 1024 ** 3
-HEADROOM = 1.15  # weights plus KV cache, activations and allocator slack
+from mirror_sd.placement import GIB, HEADROOM, Placement
 
 
 def pool(device) -> str:

@@ -29,6 +29,12 @@ def same_vocabulary(a, b) -> bool:
     return a is b or a.get_vocab() == b.get_vocab()
 
 
+def exit_parts(model):
+    """(decoder layers, final norm, LM head) of a transformers causal LM."""
+    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    return body.layers, body.norm, model.get_output_embeddings()
+
+
 def model_device(model) -> torch.device:
     """Device of the input embeddings: where input ids must go."""
     return model.get_input_embeddings().weight.device
@@ -46,7 +52,7 @@ class ModelPair:
     streams: Any = None  # the draft's trained stream heads (streams.py); None: looked up in assets/
     # The draft's own tokenizer, when it may differ from the target's. A different one makes a
     # cross-tokenizer pair: `bridge` maps the vocabularies (vocab_bridge.py), `draft` becomes the
-    # draft seen in target ids (engine/cross.py) and `draft_model` stays the model as loaded.
+    # draft seen in target ids (bridged_draft.py) and `draft_model` stays the model as loaded.
     draft_tokenizer: Any = None
     bridge: Any = field(default=None, init=False)
     draft_model: Any = field(default=None, init=False)
@@ -56,7 +62,7 @@ class ModelPair:
         vt, vd = model_vocab_size(self.target), model_vocab_size(self.draft)
         if self.draft_tokenizer is not None and self.tokenizer is not None and not same_vocabulary(
                 self.tokenizer, self.draft_tokenizer):
-            from mirror_sd.engine.cross import BridgedDraft
+            from mirror_sd.models.bridged_draft import BridgedDraft
             from mirror_sd.models.vocab_bridge import VocabBridge
             self.bridge = VocabBridge.build(self.tokenizer, self.draft_tokenizer, vt, vd)
             self.bridge.check(self.target_name, self.draft_name)

@@ -279,3 +279,20 @@ def cross_pair(seed: int = 0, kind: str = "twin", dtype: torch.dtype = torch.flo
         sharpen(d_model, sharp)
     return ModelPair(t_model, d_model, target_tok, target_name=f"tiny-target ({kind})",
                      draft_name=f"tiny-draft ({kind})", draft_tokenizer=draft_tok)
+
+
+def stand_in(draft: str = "default") -> ModelPair:
+    """The tiny pair that stands in for a named pair in the app's test mode (no downloads): the
+    tiny cross-tokenizer pair for a draft with another tokenizer than the default target's (a
+    bundled one such as gemma-3-270m, or "tiny-cross"), else the tiny same-tokenizer pair."""
+    from mirror_sd.models.bundled import DEFAULTS, bundled_model
+    name = (draft or "").strip().lower()
+    model = bundled_model(name)
+    if not (name == "tiny-cross" or (model is not None and model not in DEFAULTS.values())):
+        return tiny_pair()
+    pair = cross_pair(0, "twin", dtype=torch.float32)
+    pair.info = {"precision": "fp32", "dtype": "float32", **(pair.info or {}),
+                 **{role: {"source": f"tiny (random, {how})", "device": "cpu"}
+                    for role, how in (("target", "built in code"), ("draft", "another tokenizer"))}}
+    return pair
+

@@ -13,7 +13,7 @@ Exactness does not move:
   computed against the distribution the token really came from. A target token outside the
   set can still be committed: by the residual, or as the bonus token.
 
-`ProposalHead` keeps the full head and the cut one and returns full-width logits (-inf outside
+`ProposalHead` (models/heads.py) keeps the full head and the cut one and returns full-width logits (-inf outside
 the set), so every caller (lanes, batched branches, stream heads, the tuner's probe) works on
 token ids unchanged. Which head answers is switched per run (`Settings.draft_vocab`).
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from mirror_sd.models.precision import head_rows
+from mirror_sd.models.heads import ProposalHead, cut_head
 from mirror_sd.paths import ASSETS
 
 FORMAT = "mirror-sd draft vocab v1"
@@ -108,38 +108,6 @@ def find(choice: str, tokenizer, vocab_size: int) -> tuple[VocabFile | None, str
         return None, (f"draft vocabulary {Path(choice).name} was built for another tokenizer: "
                       "the full LM head is used")
     return vf, f"draft vocabulary: {vf.size} tokens ({Path(choice).name})"
-
-
-class ProposalHead(torch.nn.Module):
-    """An LM head that answers with the full head or with its rows `ids` (-inf elsewhere)."""
-
-    def __init__(self, full: torch.nn.Module, cut: torch.nn.Module, ids: torch.Tensor, vocab_size: int):
-        super().__init__()
-        self.full, self.cut = full, cut
-        self.register_buffer("ids", ids.to(torch.long), persistent=False)
-        self.in_features = getattr(full, "in_features", None)
-        self.out_features = vocab_size
-        self.active = False
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.active:
-            return self.full(x)
-        part = self.cut(x)
-        out = part.new_full((*part.shape[:-1], self.out_features), float("-inf"))
-        return out.index_copy_(-1, self.ids.to(part.device), part)
-
-    def extra_repr(self) -> str:
-        return f"{len(self.ids)} of {self.out_features} ids, active={self.active}"
-
-
-def cut_head(head: torch.nn.Module, ids: torch.Tensor, vocab_size: int) -> ProposalHead | None:
-    """A ProposalHead over `head` (its kernel kept), or None when the kernel is not handled."""
-    if isinstance(head, ProposalHead):
-        head = head.full
-    if hasattr(head, "_hf_hook"):  # placed by accelerate across devices: leave it alone
-        return None
-    cut = head_rows(head, ids)
-    return None if cut is None else ProposalHead(head, cut, ids, vocab_size)
 
 
 def install(model, vf: VocabFile, vocab_size: int) -> ProposalHead | None:

@@ -47,8 +47,7 @@ def target_meta(model) -> dict:
     rounded to bf16: cheap, different for any fine-tune of the same shape, and the same for
     every precision the model is loaded at (the CPU kernels keep the embeddings and norms as
     they are; bf16 loads round them exactly as here)."""
-    from mirror_sd.engine.mirror.early_exit import exit_parts
-    from mirror_sd.models.pair import model_vocab_size
+    from mirror_sd.models.pair import exit_parts, model_vocab_size
     _, norm, _ = exit_parts(model)
     rows = model.get_input_embeddings().weight.detach()[:8]
     digest = hashlib.sha256()

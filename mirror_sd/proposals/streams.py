@@ -10,6 +10,9 @@ where h is the draft's final-normed hidden state at the last fed token. Head j p
 token j+1 steps ahead; the LM head itself proposes the next one. So one draft forward yields
 1 + K tokens, and a rollout of gamma tokens needs about gamma / (K + 1) forwards.
 
+This module holds the heads and their files; the rollout that drafts with them is the
+engine's (engine/proposers.py, `stream_rollout`).
+
 Exactness: every drafted token is verified by the target. Greedy: any window gives the
 target's own greedy output. Sampling: each token is drawn from the warped distribution of the
 row that proposed it, and that row is the q the acceptance rule uses.
@@ -17,7 +20,6 @@ row that proposed it, and that row is the q the acceptance rule uses.
 from __future__ import annotations
 
 import copy
-import logging
 import re
 import threading
 import weakref
@@ -27,13 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mirror_sd.engine.acceptance import Sampling
-from mirror_sd.engine.drafting import Window, choose, to_probs
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.engine.lanes import Lane
 from mirror_sd.paths import ASSETS
-
-log = logging.getLogger(__name__)
 
 STREAMS_CHOICES = ("auto", "off")
 FORMAT = 1
@@ -132,44 +129,3 @@ def live_heads(heads: StreamHeads, draft) -> StreamHeads:
             made = (heads, heads.like(draft))
             _live[draft] = made
         return made[1]
-
-
-# ---------------------------------------------------------------------------------------------
-# the rollout
-
-@torch.inference_mode()
-def stream_rollout(lane: Lane, heads: StreamHeads, committed: list[int], gamma: int,
-                   sampling: Sampling, generator: torch.Generator | None) -> Window:
-    """Draft gamma tokens after `committed`: each forward feeds the tokens drafted by the
-    previous one (or the committed ones the cache lacks) and proposes 1 + K more."""
-    lm_head = lane.model.get_output_embeddings()
-    pending = lane.sync(committed)
-    tokens, rows = [], []
-    while True:
-        h = lane.feed_hidden(pending)[-1]  # [H]
-        logits = heads.rows(h, lm_head, min(heads.n_heads + 1, gamma - len(tokens)))  # [n, V]
-        probs = to_probs(logits, sampling)
-        pending = [choose(probs[i], logits[i], sampling, generator) for i in range(len(logits))]
-        tokens += pending
-        rows.append(probs)
-        if len(tokens) == gamma:  # the last forward's tokens are fed by the next step's sync
-            return Window(tokens, torch.cat(rows))
-
-
-def rollout_for(pair, streams: str):
-    """(rollout function with serial_rollout's signature, notice or None) for a setting."""
-    from mirror_sd.engine.drafting import serial_rollout
-    if streams == "off":
-        return serial_rollout, None
-    if getattr(pair, "bridge", None) is not None:
-        return serial_rollout, "stream heads are not used with a draft of another tokenizer: serial drafting"
-    heads, line = find_heads(pair)
-    if heads is None:
-        return serial_rollout, line
-    log.info(line)
-
-    def rollout(lane, committed, gamma, sampling, generator):
-        return stream_rollout(lane, heads, committed, gamma, sampling, generator)
-
-    rollout.heads = heads
-    return rollout, None

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from mirror_sd.engine.mirror.early_exit import exit_parts
+from mirror_sd.models.pair import exit_parts
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.placement import set_process_threads
 from mirror_sd.proposals.exit_lens import ExitLens, target_meta

@@ -24,19 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from mirror_sd.models.pair import model_vocab_size
+from mirror_sd.models.pair import exit_parts, model_vocab_size
 from mirror_sd.models.precision import float_head, int8_head_copy
 
-EXIT_HEAD_CHOICES = ("auto", "exact", "int8")
 _LARGE_HEAD = 1 << 24  # parameters; tiny test models stay exact under "auto"
 _cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
-
-
-def exit_parts(model):
-    """(decoder layers, final norm, LM head) of a transformers causal LM."""
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    return body.layers, body.norm, model.get_output_embeddings()
 
 
 @dataclass

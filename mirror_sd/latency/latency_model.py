@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from mirror_sd.bench.step_model import (DRAFT_DEVICES, MAX_BUDGET, PROJECTION_NOTE,  # noqa: F401
+from mirror_sd.latency.step_model import (DRAFT_DEVICES, MAX_BUDGET, PROJECTION_NOTE,  # noqa: F401
                                         WHAT_IF_KEYS, Calibration, alpha_from_tau, apply_changes,
                                         hit_rates_from_ranks, parse_what_if, predict, speedup_curve,
                                         step_terms, step_time, tau_from_alpha, tokens_per_step,
@@ -83,20 +83,54 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         by.setdefault(r["method"], []).append(r)
     notes: list[str] = []
 
-    def spans(method, lane, label):
-        return [s for r in by.get(method, []) for s in r["spans"]
-                if _get(s, "lane") == lane and _get(s, "label") == label]
-
-    def pooled_tau(method):
-        rs = by.get(method, [])
-        tok = sum(r["stats"].get("new_tokens", 0) for r in rs)
-        fw = sum(r["stats"].get("target_forwards", 0) for r in rs)
-        return tok / fw if fw else None
-
-    t1 = _mean(_dur(s) for s in spans("ar", "target", "decode"))
+    t1 = _mean(_dur(s) for s in _spans(by, "ar", "target", "decode"))
     if t1 is None:
         notes.append("no AR decode spans: T_AR unknown, no speedups")
-    ver = spans("sd", "target", "verify_forward")
+    tk, gamma_measured = _verify_cost(by, gamma)
+    draft_sd = _mean(_dur(s) / _drafted(s, gamma) for s in _spans(by, "sd", "draft", "draft"))
+    contention, head_share, t_exit, tk = _mirror_split(by, tk, n, le, notes)
+    t_b1, t_brow, rows_mean, fwd_factor = _branch_costs(by, gamma, contention)
+    ext = _mean(_dur(s) for s in _spans(by, "mirror", "draft", "extend"))
+    fb = _mean(_dur(s) / _drafted(s, gamma) for s in _spans(by, "mirror", "draft", "fallback"))
+    if draft_sd is None and fb is not None:
+        draft_sd = fb
+        notes.append("no SD draft spans: serial draft cost from Mirror's fallbacks")
+    accepts = _spans(by, "sd", "verify", "accept") + _spans(by, "mirror", "verify", "accept")
+    t_acc = _mean(_dur(s) for s in accepts) or 0.0
+
+    tau_sd, tau_m = _pooled_tau(by, "sd"), _pooled_tau(by, "mirror")
+    ranks = [x for r in by.get("mirror", []) for x in (r["stats"].get("verdict_ranks") or []) if x is not None]
+    hits = sum(r["stats"].get("hits", 0) or 0 for r in by.get("mirror", []))
+    misses = sum(r["stats"].get("fallbacks", 0) or 0 for r in by.get("mirror", []))
+    return Calibration(
+        target_layers=n, exit_layer=le, gamma=gamma, branch_budget=branch_budget, kappa=kappa,
+        t_target_1=t1, t_target_k=tk, head_share=head_share, t_exit_head=t_exit,
+        t_accept=t_acc, t_draft_token=draft_sd, t_fallback_token=fb,
+        t_extend=None if ext is None else ext / contention, t_branch_1=t_b1, t_branch_row=t_brow,
+        branch_forwards=max(1.0, fwd_factor), branch_rows=rows_mean, contention=contention,
+        alpha_sd=None if tau_sd is None else alpha_from_tau(tau_sd, gamma),
+        alpha_mirror=None if tau_m is None else alpha_from_tau(tau_m, gamma),
+        hit_rate=hits / (hits + misses) if hits + misses else None,
+        hit_rates=hit_rates_from_ranks(ranks), rank_steps=len(ranks),
+        gamma_measured=gamma_measured, source=source, notes=notes)
+
+
+def _spans(by: dict, method: str, lane: str, label: str) -> list:
+    return [s for r in by.get(method, []) for s in r["spans"]
+            if _get(s, "lane") == lane and _get(s, "label") == label]
+
+
+def _pooled_tau(by: dict, method: str) -> float | None:
+    """Tokens per target forward over every run of `method`."""
+    rs = by.get(method, [])
+    tok = sum(r["stats"].get("new_tokens", 0) for r in rs)
+    fw = sum(r["stats"].get("target_forwards", 0) for r in rs)
+    return tok / fw if fw else None
+
+
+def _verify_cost(by: dict, gamma: int) -> tuple[float | None, int]:
+    """SD's verify forward of gamma + 1 tokens, and the gamma it was measured at."""
+    ver = _spans(by, "sd", "target", "verify_forward")
     ver_k = [s for s in ver if _detail_int(_get(s, "detail")) in (None, gamma + 1)] or ver
     rows = [_detail_int(_get(s, "detail")) for s in ver]
     gamma_measured = gamma
@@ -104,10 +138,12 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         # windows of varying length (the adaptive policy): the mean verify forward over every
         # step, at the mean window, so that steps x T_target(gamma_measured + 1) is what the run spent
         ver_k, gamma_measured = ver, max(1, round(sum(rows) / len(rows)) - 1)
-    tk = _mean(_dur(s) for s in ver_k)
-    draft_sd = _mean(_dur(s) / _drafted(s, gamma) for s in spans("sd", "draft", "draft"))
+    return _mean(_dur(s) for s in ver_k), gamma_measured
 
-    # Mirror's split verify forward, step by step
+
+def _mirror_split(by: dict, tk, n: int, le: int, notes: list[str]):
+    """(contention, head share, exit head time, verify forward time) from Mirror's split
+    verify forward (prefix, exit head, suffix), step by step."""
     steps: dict = {}
     for r_i, r in enumerate(by.get("mirror", [])):
         for s in r["spans"]:
@@ -129,8 +165,13 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         t_exit = exit_m / contention
     elif by.get("mirror"):
         notes.append("no split Mirror forwards (prefix/exit_head/suffix) in the spans")
+    return contention, head_share, t_exit, tk
 
-    branches = spans("mirror", "draft", "branches")
+
+def _branch_costs(by: dict, gamma: int, contention: float):
+    """(first row's cost, each extra row's, mean rows, branch forwards per step and token) of
+    Mirror's batched branch forwards, fitted over their "N rows"."""
+    branches = _spans(by, "mirror", "draft", "branches")
     t_b1, t_brow, rows_mean, fwd_factor = None, 0.0, 1.0, 1.0
     if branches:
         rows = [_detail_int(_get(s, "detail")) or 1 for s in branches]
@@ -140,30 +181,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         m_steps = sum(r["stats"].get("steps", 0) for r in by["mirror"])
         if m_steps:
             fwd_factor = len(branches) / m_steps / gamma
-    ext = _mean(_dur(s) for s in spans("mirror", "draft", "extend"))
-    fb = _mean(_dur(s) / _drafted(s, gamma) for s in spans("mirror", "draft", "fallback"))
-    if draft_sd is None and fb is not None:
-        draft_sd = fb
-        notes.append("no SD draft spans: serial draft cost from Mirror's fallbacks")
-    accepts = spans("sd", "verify", "accept") + spans("mirror", "verify", "accept")
-    t_acc = _mean(_dur(s) for s in accepts) or 0.0
-
-    tau_sd, tau_m = pooled_tau("sd"), pooled_tau("mirror")
-    ranks = [x for r in by.get("mirror", []) for x in (r["stats"].get("verdict_ranks") or []) if x is not None]
-    hits = sum(r["stats"].get("hits", 0) or 0 for r in by.get("mirror", []))
-    misses = sum(r["stats"].get("fallbacks", 0) or 0 for r in by.get("mirror", []))
-    cal = Calibration(
-        target_layers=n, exit_layer=le, gamma=gamma, branch_budget=branch_budget, kappa=kappa,
-        t_target_1=t1, t_target_k=tk, head_share=head_share, t_exit_head=t_exit,
-        t_accept=t_acc, t_draft_token=draft_sd, t_fallback_token=fb,
-        t_extend=None if ext is None else ext / contention, t_branch_1=t_b1, t_branch_row=t_brow,
-        branch_forwards=max(1.0, fwd_factor), branch_rows=rows_mean, contention=contention,
-        alpha_sd=None if tau_sd is None else alpha_from_tau(tau_sd, gamma),
-        alpha_mirror=None if tau_m is None else alpha_from_tau(tau_m, gamma),
-        hit_rate=hits / (hits + misses) if hits + misses else None,
-        hit_rates=hit_rates_from_ranks(ranks), rank_steps=len(ranks),
-        gamma_measured=gamma_measured, source=source, notes=notes)
-    return cal
+    return t_b1, t_brow, rows_mean, fwd_factor
 
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from mirror_sd.bench import latency_model as lm
+from mirror_sd.latency import latency_model as lm
 
 GAMMAS = range(1, 9)
 BUDGETS = range(1, 9)
@@ -46,12 +46,12 @@ def choose(cal: lm.Calibration, gammas=GAMMAS, budgets=BUDGETS, method: str = "m
     for g in ([fixed_gamma] if fixed_gamma else gammas):
         for b in ([fixed_budget] if fixed_budget else budgets):
             try:
-                s = lm.what_if(cal, gamma=g, branch_budget=b)["projected"][method]["speedup"]
+                speedup = lm.what_if(cal, gamma=g, branch_budget=b)["projected"][method]["speedup"]
             except (ValueError, TypeError, ZeroDivisionError):
-                s = None
-            table.append({"gamma": g, "branch_budget": b, "speedup": s})
-            if s is not None and (best is None or s > best[2] + 1e-9):
-                best = (g, b, s)
+                speedup = None
+            table.append({"gamma": g, "branch_budget": b, "speedup": speedup})
+            if speedup is not None and (best is None or speedup > best[2] + 1e-9):
+                best = (g, b, speedup)
     if best is None:
         raise ValueError("the latency model could not project any setting from the probe")
     return best[0], best[1], best[2], table
@@ -80,8 +80,8 @@ def auto_settings(pair, prompt_ids: list[int], settings, gamma_auto: bool, budge
     """`settings` with gamma and/or branch budget replaced by the probe's choice."""
     t0 = time.perf_counter()
     cal = probe(pair, prompt_ids, settings)
-    g, b, s, table = choose(cal, method=method,
-                            fixed_gamma=None if gamma_auto else settings.gamma,
-                            fixed_budget=None if budget_auto else settings.branch_budget)
-    choice = Choice(g, b, s, time.perf_counter() - t0, table)
-    return replace(settings, gamma=g, branch_budget=b), choice
+    gamma, budget, speedup, table = choose(cal, method=method,
+                                           fixed_gamma=None if gamma_auto else settings.gamma,
+                                           fixed_budget=None if budget_auto else settings.branch_budget)
+    choice = Choice(gamma, budget, speedup, time.perf_counter() - t0, table)
+    return replace(settings, gamma=gamma, branch_budget=budget), choice

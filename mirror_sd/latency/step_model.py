@@ -54,7 +54,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 
-PROJECTION_NOTE = ("Projection from the latency model (mirror_sd/bench/latency_model.py), calibrated "
+PROJECTION_NOTE = ("Projection from the latency model (mirror_sd/latency/latency_model.py), calibrated "
                    "from measured spans: a model, not a measurement.")
 
 DRAFT_DEVICES = {
