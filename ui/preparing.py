@@ -65,6 +65,6 @@ class Preparer(threading.Thread):
 def _build_kernel() -> None:
     try:
         from mirror_sd.cpu import int8
-        int8.load()  # builds once (a minute or so), then loads from the build folder
+        int8.start_build(jobs=1)  # one compiler job beside the conversion (load_pair waits)
     except Exception:  # the conversion reports what it needs; fbgemm where it cannot build
         log.exception("kernel build failed")

@@ -202,8 +202,8 @@ def is_built(model: BundledModel, kind: str = "fp32", cache_dir=None) -> bool:
     return info is not None and info.get("kind") == kind
 
 
-WHAT = {"fp32": "converting the {role} to fp32", "int8": "quantizing the {role} to int8",
-        "int4": "quantizing the {role} to int4"}
+WHAT = {"fp32": "converting {name} to fp32", "int8": "quantizing {name} to int8",
+        "int4": "quantizing {name} to int4"}
 
 
 def ensure_bundled(model: BundledModel, cache_dir: str | os.PathLike | None = None,
@@ -224,7 +224,7 @@ def ensure_bundled(model: BundledModel, cache_dir: str | os.PathLike | None = No
             return out
         steps = steps or Steps(progress, 1, 0.0, 1.0)
         name = role or model.stem
-        tick = steps.step(WHAT[kind].format(role=name), kind, model.size)
+        tick = steps.step(WHAT[kind].format(name=name), kind, model.size)
         gguf = _assemble(model, cache, None)
         check_memory({"ram": _conversion_ram(gguf)}, None, f"converting {gguf.name} needs")
         t0 = time.perf_counter()
@@ -257,8 +257,8 @@ def ensure_default_pair(progress: Progress | None = None,
     todo = [r for r, m in (("draft", DEFAULT_DRAFT), ("target", DEFAULT_TARGET))
             if not is_built(m, kind, cache_dir)]
     steps = Steps(progress, len(todo), 0.0, 1.0)
-    draft = ensure_bundled(DEFAULT_DRAFT, cache_dir, progress, kind, "draft", steps)
-    target = ensure_bundled(DEFAULT_TARGET, cache_dir, progress, kind, "target", steps)
+    draft = ensure_bundled(DEFAULT_DRAFT, cache_dir, progress, kind, "the draft", steps)
+    target = ensure_bundled(DEFAULT_TARGET, cache_dir, progress, kind, "the target", steps)
     return target, draft
 
 
@@ -281,6 +281,10 @@ def _targets(args) -> list[tuple[str, BundledModel]]:
     return [(label, m) for m, label in models.items()]
 
 
+def _named(label: str) -> str:
+    return f"the {label}" if label in ("target", "draft") else label
+
+
 def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
     import argparse
     ap = argparse.ArgumentParser(prog=prog, description=__doc__,
@@ -301,6 +305,11 @@ def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
         return 2
     kinds = list(dict.fromkeys(args.kind or ["int8"]))
     t0 = time.perf_counter()
+    kernels = None
+    if {"int8", "int4"} & set(kinds):  # the kernels they run on compile beside the conversion
+        from mirror_sd.cpu import int8 as native_int8
+        kernels = native_int8
+        native_int8.start_build(jobs=1)
 
     def show(message, fraction):
         print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
@@ -308,7 +317,7 @@ def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
     try:
         todo = [(label, m, k) for label, m in _targets(args) for k in kinds]
         steps = Steps(show, sum(not is_built(m, k, args.cache_dir) for _, m, k in todo), 0, 1)
-        built = [(f"{label} {k}", ensure_bundled(m, args.cache_dir, show, k, label, steps))
+        built = [(f"{label} {k}", ensure_bundled(m, args.cache_dir, show, k, _named(label), steps))
                  for label, m, k in todo]
     except MirrorSDError as e:
         print(f"error: {e}")
@@ -316,5 +325,9 @@ def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
     for label, d in built:
         size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
         print(f"{label}: {d} ({size / GIB:.2f} GiB)")
+    if kernels is not None:
+        if not kernels.built():
+            show("waiting for the CPU kernels to compile", None)
+        print("AVX2 kernels (int8, int4):", kernels.available() or kernels.unavailable_reason())
     show("done", 1.0)
     return 0

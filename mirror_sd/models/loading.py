@@ -211,7 +211,7 @@ def _kernels_ready(resolved: _Resolved, names: dict[str, str], cache_dir,
         _warn_log(f"the AVX2 kernels are not available ({native_int8.unavailable_reason()}): "
                   f"the {role} loads from its fp32 folder for fbgemm's int8")
         path = ensure_bundled(_bundled(names[role], role), cache_dir, progress, "fp32",
-                              f"the {role}")
+                              f"the {role}", resolved.steps)
         resolved.srcs[role] = Source(f"{resolved.srcs[role].name.split(' (')[0]} ({path.name})",
                                      str(path))
         del resolved.quantized[role]
