@@ -171,3 +171,57 @@ def test_ensure_bundled_builds_only_the_kind_asked_for(files, tmp_path, monkeypa
     started = time.perf_counter()
     assert bundled.ensure_bundled(model, tmp_path, None, "int8") == folder
     assert time.perf_counter() - started < 1.0  # built: nothing done again
+
+
+@pytest.fixture
+def bundled_tiny(files, tmp_path, monkeypatch):
+    """A bundled model whose 'packages' assemble into the tiny GGUF, under the name tiny-qwen2."""
+    gguf = files["untied"]
+    model = bundled.BundledModel("tiny-qwen2", ("unused",), gguf.stat().st_size)
+
+    def assemble(m, cache, progress):
+        out = cache / f"{m.stem}.gguf"
+        out.write_bytes(gguf.read_bytes())
+        return out
+
+    monkeypatch.setattr(bundled, "_assemble", assemble)
+    monkeypatch.setitem(bundled.BUNDLED, "tiny-qwen2", model)
+    return model
+
+
+@needs_kernels
+def test_load_pair_at_int8_builds_and_loads_the_int8_cache_only(bundled_tiny, files, tmp_path):
+    from mirror_sd.models.loading import load_pair
+    messages = []
+    pair = load_pair("tiny-qwen2", "tiny-qwen2", precision="int8", cache_dir=tmp_path,
+                     target_device="cpu", draft_device="cpu",
+                     progress=lambda m, f: messages.append((m, f)))
+    assert bundled.is_built(bundled_tiny, "int8", tmp_path)
+    assert not bundled.is_built(bundled_tiny, "fp32", tmp_path)
+    assert messages[1][0].startswith("Preparing the models, once per machine: step 1 of 2, "
+                                      "quantizing the draft to int8")
+    assert any(m.startswith("Preparing the models, once per machine: step 2 of 2, loading the "
+                            "target (int8, ") for m, _ in messages)
+    assert messages[-1] == ("Loading the models: done", 1.0)
+    fractions = [f for _, f in messages if f is not None]
+    assert fractions == sorted(fractions)  # the bar only moves forward
+    reference = apply_precision(reference(files["untied"]).eval(), "int8", "target",
+                                KernelChoice())
+    ids = torch.tensor([pair.encode_prompt("the cat")])
+    with torch.inference_mode():
+        assert torch.equal(pair.target(ids).logits, reference(ids).logits)
+    messages.clear()
+    load_pair("tiny-qwen2", "tiny-qwen2", precision="int8", cache_dir=tmp_path,
+              progress=lambda m, f: messages.append((m, f)))
+    assert all(m.startswith("Loading the models: ") for m, _ in messages)  # nothing prepared
+
+
+def test_without_the_kernels_int8_loads_the_fp32_folder_on_fbgemm(bundled_tiny, tmp_path,
+                                                                  monkeypatch):
+    from mirror_sd.cpu.linears import RowInt8Linear
+    from mirror_sd.models.loading import load_model
+    monkeypatch.setattr(native_int8, "_state", {"module": None, "reason": "no compiler (test)"})
+    loaded = load_model("tiny-qwen2", "target", precision="int8", cache_dir=tmp_path,
+                        tokenizer=False)
+    assert loaded.source.path.endswith("-hf")
+    assert isinstance(loaded.model.lm_head, RowInt8Linear)

@@ -86,8 +86,8 @@ def _sources(names: dict[str, str], trust_remote_code: bool, cache_dir,
     srcs = {role: resolve(name, role, trust_remote_code, cache_dir)
             for role, name in names.items() if _bundled(name, role) is None}
     kinds = kinds or {}
-    todo = [r for r in names if r not in srcs and
-            not is_built(_bundled(names[r], r), kinds.get(r, "fp32"), cache_dir)]
+    todo = {(_bundled(names[r], r), kinds.get(r, "fp32")) for r in names if r not in srcs}
+    todo = [t for t in todo if not is_built(*t, cache_dir)]
     steps = Steps(progress, len(todo) + 1, 0.0, 0.9) if todo else None  # +1: the loading
     quantized = {}
     for role in ("draft", "target"):  # the smaller first: its rate estimates the other's time
