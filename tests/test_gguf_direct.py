@@ -205,11 +205,11 @@ def test_load_pair_at_int8_builds_and_loads_the_int8_cache_only(bundled_tiny, fi
     assert messages[-1] == ("Loading the models: done", 1.0)
     fractions = [f for _, f in messages if f is not None]
     assert fractions == sorted(fractions)  # the bar only moves forward
-    reference = apply_precision(reference(files["untied"]).eval(), "int8", "target",
-                                KernelChoice())
+    quantized_load = apply_precision(reference(files["untied"]).eval(), "int8", "target",
+                                     KernelChoice())
     ids = torch.tensor([pair.encode_prompt("the cat")])
     with torch.inference_mode():
-        assert torch.equal(pair.target(ids).logits, reference(ids).logits)
+        assert torch.equal(pair.target(ids).logits, quantized_load(ids).logits)
     messages.clear()
     load_pair("tiny-qwen2", "tiny-qwen2", precision="int8", cache_dir=tmp_path,
               progress=lambda m, f: messages.append((m, f)))
