@@ -102,7 +102,7 @@ def test_int8_cache_holds_no_float_linear_weight(files, tmp_path):
     assert "lm_head.qweight" in stored and "model.layers.0.self_attn.q_proj.qweight" in stored
     assert not [k for k, v in stored.items() if k.endswith(".weight") and v.dim() == 2
                 and "embed_tokens" not in k]
-    assert stored["model.embed_tokens.weight"].dtype == torch.float32
+    assert stored["model.embed_tokens.weight.grouped_q"].dtype == torch.int8  # Q8_0 blocks
 
 
 def test_config_and_tokenizer_come_from_the_metadata(files, tmp_path):
@@ -225,3 +225,23 @@ def test_without_the_kernels_int8_loads_the_fp32_folder_on_fbgemm(bundled_tiny, 
                         tokenizer=False)
     assert loaded.source.path.endswith("-hf")
     assert isinstance(loaded.model.lm_head, RowInt8Linear)
+
+
+def test_embeddings_are_kept_as_their_blocks_and_come_back_exact(files, tmp_path):
+    """Q8_0 / Q5_0 / Q4_K embeddings are stored as their integers and group scales (a quarter of
+    the float32 bytes) and give back gguf's dequantized values bit for bit."""
+    from mirror_sd.models.gguf_read import grouped, hf_names, ungroup
+    for qtype in ("Q8_0", "Q5_0", "Q4_K"):
+        path = tiny_gguf.write_qwen2(tmp_path / f"{qtype}.gguf", seed=3,
+                                     types={"token_embd": qtype}, hidden=256)
+        gguf = GgufFile(path)
+        embd = next(t for t in gguf.tensors if t.name == "token_embd.weight")
+        values = torch.from_numpy(gguf.dequantized(embd))
+        parts = grouped(gguf, embd, values)
+        assert parts is not None and torch.equal(ungroup(parts), values)
+        assert sum(p.numel() * p.element_size() for p in parts.values()) < values.numel() * 4 / 3
+        stored = tensors(cache(tmp_path, path, "int8"))
+        assert "model.embed_tokens.weight.grouped_q" in stored
+        assert "model.embed_tokens.weight" not in stored
+        # a value the blocks do not give (a processor that changed it) keeps the float tensor
+        assert grouped(gguf, embd, values + 1) is None

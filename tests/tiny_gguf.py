@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 96
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 96  # the default sizes
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -31,11 +31,13 @@ def tokens() -> tuple[list[str], list[str]]:
     return vocab, merges
 
 
-def write_qwen2(path: Path, seed: int = 0, tied: bool = False, types: dict | None = None) -> Path:
+def write_qwen2(path: Path, seed: int = 0, tied: bool = False, types: dict | None = None,
+                hidden: int = HIDDEN) -> Path:
     """A tiny Qwen2 GGUF at `path`: q/k/v with biases, the linears and embedding in quantized
     types (`types`: tensor-name substring -> GGMLQuantizationType name; default Q8_0 for the
     attention, Q5_0 for the MLP, Q4_K/Q6_K where a row holds 256 values), norms in F32;
-    `tied`: no output.weight (the LM head is the embedding)."""
+    `tied`: no output.weight (the LM head is the embedding); `hidden`: a multiple of 256 for the
+    K-quant types (their blocks hold 256 values)."""
     from gguf import GGMLQuantizationType as Q
     from gguf import GGUFWriter, quants
 
@@ -43,7 +45,7 @@ def write_qwen2(path: Path, seed: int = 0, tied: bool = False, types: dict | Non
     vocab, merges = tokens()
     w = GGUFWriter(str(path), "qwen2")
     w.add_context_length(256)
-    w.add_embedding_length(HIDDEN)
+    w.add_embedding_length(hidden)
     w.add_block_count(LAYERS)
     w.add_feed_forward_length(FFN)
     w.add_head_count(HEADS)
@@ -59,21 +61,21 @@ def write_qwen2(path: Path, seed: int = 0, tied: bool = False, types: dict | Non
     w.add_bos_token_id(vocab.index("<|endoftext|>"))
     w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                         "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
-    kv = HIDDEN // HEADS * KV_HEADS
-    shapes = {"token_embd.weight": (len(vocab), HIDDEN), "output_norm.weight": (HIDDEN,)}
+    kv = hidden // HEADS * KV_HEADS
+    shapes = {"token_embd.weight": (len(vocab), hidden), "output_norm.weight": (hidden,)}
     if not tied:
-        shapes["output.weight"] = (len(vocab), HIDDEN)
+        shapes["output.weight"] = (len(vocab), hidden)
     for i in range(LAYERS):
         b = f"blk.{i}."
-        shapes.update({b + "attn_norm.weight": (HIDDEN,), b + "ffn_norm.weight": (HIDDEN,),
-                       b + "attn_q.weight": (HIDDEN, HIDDEN), b + "attn_q.bias": (HIDDEN,),
-                       b + "attn_k.weight": (kv, HIDDEN), b + "attn_k.bias": (kv,),
-                       b + "attn_v.weight": (kv, HIDDEN), b + "attn_v.bias": (kv,),
-                       b + "attn_output.weight": (HIDDEN, HIDDEN),
-                       b + "ffn_gate.weight": (FFN, HIDDEN), b + "ffn_up.weight": (FFN, HIDDEN),
-                       b + "ffn_down.weight": (HIDDEN, FFN)})
+        shapes.update({b + "attn_norm.weight": (hidden,), b + "ffn_norm.weight": (hidden,),
+                       b + "attn_q.weight": (hidden, hidden), b + "attn_q.bias": (hidden,),
+                       b + "attn_k.weight": (kv, hidden), b + "attn_k.bias": (kv,),
+                       b + "attn_v.weight": (kv, hidden), b + "attn_v.bias": (kv,),
+                       b + "attn_output.weight": (hidden, hidden),
+                       b + "ffn_gate.weight": (FFN, hidden), b + "ffn_up.weight": (FFN, hidden),
+                       b + "ffn_down.weight": (hidden, FFN)})
     chosen = {"attn_": "Q8_0", "ffn_gate": "Q5_0", "ffn_up": "Q5_0", "ffn_down": "Q8_0",
-              "token_embd": "Q8_0", "output.": "Q6_K" if HIDDEN % 256 == 0 else "Q8_0",
+              "token_embd": "Q8_0", "output.": "Q6_K" if hidden % 256 == 0 else "Q8_0",
               **(types or {})}
     for name, shape in shapes.items():
         values = (rng.standard_normal(shape) * (0.5 if len(shape) == 1 else 0.08)).astype(np.float32)
@@ -82,9 +84,26 @@ def write_qwen2(path: Path, seed: int = 0, tied: bool = False, types: dict | Non
             w.add_tensor(name, values)
             continue
         qtype = Q[next(t for key, t in chosen.items() if key in name)]
-        w.add_tensor(name, quants.quantize(values, qtype), raw_dtype=qtype)
+        data = _k_blocks(rng, shape, qtype) if qtype in (Q.Q4_K, Q.Q6_K) else \
+            quants.quantize(values, qtype)
+        w.add_tensor(name, data, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _k_blocks(rng, shape: tuple[int, int], qtype) -> np.ndarray:
+    """Random Q4_K / Q6_K blocks (gguf quantizes neither in numpy): random integers with small
+    positive fp16 scales, [rows, bytes per row]."""
+    from gguf import GGML_QUANT_SIZES
+    from gguf import GGMLQuantizationType as Q
+    size = GGML_QUANT_SIZES[qtype][1]
+    blocks = rng.integers(0, 256, size=(shape[0] * shape[1] // 256, size), dtype=np.uint8)
+    halves = (rng.random((blocks.shape[0], 2)) * 0.01 + 1e-4).astype(np.float16).view(np.uint8)
+    if qtype == Q.Q4_K:  # d, dmin first
+        blocks[:, 0:4] = halves.reshape(-1, 4)
+    else:  # Q6_K: d last
+        blocks[:, -2:] = halves[:, :2]
+    return blocks.reshape(shape[0], -1)

@@ -4,8 +4,10 @@ them without an fp32 copy of the model ever existing.
 `build_cache(gguf, out_dir, kind)` dequantizes one tensor (or block of rows) at a time with
 transformers' values (gguf_read.py) and keeps, per kind:
 - "int8": every linear weight as the AVX2 kernel's int8 layout (`cpu.int8.quantize_weight`,
-  bit for bit the extension's own quantization, so no build is waited for), everything else
-  (embeddings, norms, biases) in float32;
+  bit for bit the extension's own quantization, so no build is waited for), the embeddings as
+  their GGUF blocks' integers and group scales where those give their values exactly
+  (`gguf_read.grouped`: a quarter of the float32 bytes; float32 values otherwise), norms and
+  biases in float32;
 - "int4": linear weights in the int4 kernel's layout (the extension quantizes them: the build is
   waited for), the LM head in int8, as `cpu.linears.row_int4` makes them;
 - "fp32": every tensor in float32, a folder `from_pretrained` loads (what fp32 and the other
@@ -33,7 +35,7 @@ from typing import Callable
 import torch
 
 from mirror_sd.errors import MirrorSDError
-from mirror_sd.models.gguf_read import GgufFile, hf_names, iter_tensors
+from mirror_sd.models.gguf_read import GgufFile, grouped, hf_names, iter_tensors, ungroup
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ LAYOUT = 1  # the cache's format; a folder of another layout is rebuilt
 INFO = "mirror_sd.json"  # kind, layout, parameter count
 SHARD_BYTES = 1 << 30  # fp32 folders come in shards of about this size (bounded memory)
 ROW_BLOCK = 16384  # rows dequantized at once: a 151,936-row embedding in ten pieces
+GROUPED = ".grouped_"  # <name>.grouped_q / _scale / _offset: a float tensor kept as its blocks
 
 # (done fraction 0..1) -> None, called as a conversion goes
 Tick = Callable[[float], None]
@@ -148,8 +151,12 @@ def _convert_tensors(gguf: GgufFile, model, kind: str, shards: _Shards, tick: Ti
         params += tensor.numel()
         module = name.rsplit(".", 1)[0]
         how = linears.get(module) if name.endswith(".weight") else None
+        parts = grouped(gguf, t, tensor) if kind != "fp32" and how is None else None
         if how in quantize:
             _add_quantized(shards, module, tensor, quantize[how])
+        elif parts is not None:  # an embedding: its blocks' integers, a quarter of the bytes
+            for key, part in parts.items():
+                shards.add(f"{name}{GROUPED}{key}", part)
         else:
             shards.add(name, tensor)
         if tied_head and name == names.get("token_embd.weight") and tied_head in linears:
@@ -280,6 +287,15 @@ def _materialize_buffers(model) -> None:
                             f"and it is built again.")
 
 
+def _ungroup_all(tensors: dict) -> None:
+    """Float tensors kept as their GGUF blocks (`GROUPED` keys) back to float32, in place."""
+    for key in [k for k in tensors if k.endswith(f"{GROUPED}q")]:
+        name = key[:-len(f"{GROUPED}q")]
+        parts = {p: tensors.pop(f"{name}{GROUPED}{p}") for p in ("q", "scale", "offset")
+                 if f"{name}{GROUPED}{p}" in tensors}
+        tensors[name] = ungroup(parts)
+
+
 def load_cache(folder: Path, precision: str, role: str, kernels=None):
     """An int8 / int4 model (eval mode, CPU) from a cache `build_cache` made, converted as
     `precision.apply_precision(model loaded in fp32, precision, role, kernels)` converts it."""
@@ -290,6 +306,7 @@ def load_cache(folder: Path, precision: str, role: str, kernels=None):
     config = AutoConfig.from_pretrained(str(folder))
     model = _meta_model(config)
     tensors = _load_tensors(folder)
+    _ungroup_all(tensors)
     _install_kernels(model, tensors)
     missing, unexpected = model.load_state_dict(tensors, strict=False, assign=True)
     if unexpected:
