@@ -197,8 +197,8 @@ def _kernels_ready(resolved: _Resolved, names: dict[str, str], cache_dir,
     while not native_int8.built():
         thread = native_int8.start_build(jobs=None)  # none running (a failed start): build now
         step = resolved.steps
-        message = (f"waiting for the CPU kernels to compile ({native_int8.build_seconds_so_far() or 0:.0f}"
-                   f" s so far; it takes about a minute, once)")
+        so_far = native_int8.build_seconds_so_far() or 0
+        message = f"waiting for the CPU kernels to compile ({so_far:.0f} s so far, once per machine)"
         report(progress, f"{PREPARING}: step {step.total} of {step.total}, {message}"
                if step else f"Loading the models: {message}", step.end if step else 0.1)
         if thread is not None:
