@@ -252,8 +252,14 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     name (`BUNDLED`: "gemma-3-270m"...), a Hugging Face hub id, a local model folder, or a .gguf
     file. info["warnings"] lists what the caller should show (a draft larger than its target; a
     sliding-window target at a row-exact precision, whose verification then is not row-exact).
-    `progress(message, fraction)` is called at each phase. `cache_dir` holds the bundled models
-    (and hub downloads under `hub/`).
+    `progress(message, fraction)` is called at each phase, in user terms: "Loading the models:
+    <what>", or, while a bundled model's cache is built (once per machine), "Preparing the
+    models, once per machine: step k of m, <what> (about N s left on this machine)" (the
+    estimate measured as the step goes; bundled.Steps), the last step being the loading;
+    fraction in [0, 1], never going back. `cache_dir` holds the bundled models (and hub
+    downloads under `hub/`). A bundled model at int8 or int4 on a CPU loads from its quantized
+    cache (quantized.py; the AVX2 kernels compile in the background meanwhile), otherwise from
+    its fp32 folder, each built from the GGUF the first time it is needed.
     `memory_limit_bytes` replaces the free memory of each pool (RAM, each GPU) in the check
     made before loading: for tests, or to cap what the pair may use.
     `precision` applies to both models unless `target_precision` / `draft_precision` say
