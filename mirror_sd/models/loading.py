@@ -8,6 +8,13 @@ bundled models, bundled.py), the checks that can fail before any weights are rea
 and device, memory), loading on the devices `placement.resolve_placement()` picks, and the
 precision's conversion (precision.py). Decoding lives elsewhere.
 
+A bundled model at int8 or int4 on a CPU loads from its quantized cache (quantized.py; the AVX2
+kernels compile in the background meanwhile), otherwise from its fp32 folder, each built from
+the GGUF the first time it is needed. The loaders' `progress(message, fraction)` says, in user
+terms, "Loading the models: <what>", or, while a cache is built (once per machine), "Preparing
+the models, once per machine: step k of m, <what> (about N s left on this machine)": the
+estimate is measured as the step goes (bundled.Steps); the last step is the loading.
+
 Build the default pair's cache ahead of time: `python -m mirror_sd.models --prepare-default`
 (`--prepare gemma-3-270m` for a bundled model by name; this module's own
 `python -m mirror_sd.models.loading` takes the same flags).
@@ -252,14 +259,9 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     name (`BUNDLED`: "gemma-3-270m"...), a Hugging Face hub id, a local model folder, or a .gguf
     file. info["warnings"] lists what the caller should show (a draft larger than its target; a
     sliding-window target at a row-exact precision, whose verification then is not row-exact).
-    `progress(message, fraction)` is called at each phase, in user terms: "Loading the models:
-    <what>", or, while a bundled model's cache is built (once per machine), "Preparing the
-    models, once per machine: step k of m, <what> (about N s left on this machine)" (the
-    estimate measured as the step goes; bundled.Steps), the last step being the loading;
-    fraction in [0, 1], never going back. `cache_dir` holds the bundled models (and hub
-    downloads under `hub/`). A bundled model at int8 or int4 on a CPU loads from its quantized
-    cache (quantized.py; the AVX2 kernels compile in the background meanwhile), otherwise from
-    its fp32 folder, each built from the GGUF the first time it is needed.
+    `progress(message, fraction)` is called at each phase, in user terms (the module
+    docstring; fraction in [0, 1], never going back). `cache_dir` holds the bundled models (and
+    hub downloads under `hub/`); one at int8 or int4 on a CPU loads from its quantized cache.
     `memory_limit_bytes` replaces the free memory of each pool (RAM, each GPU) in the check
     made before loading: for tests, or to cap what the pair may use.
     `precision` applies to both models unless `target_precision` / `draft_precision` say

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Callable
 
