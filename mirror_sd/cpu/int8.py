@@ -134,8 +134,10 @@ def start_build(jobs: int | None = 1) -> threading.Thread | None:
     a model conversion running meanwhile; the build then takes longer but off the critical
     path."""
     with _start_lock:  # not _lock: load() holds that for the whole build
-        if "module" in _state or _state.get("thread") is not None:
-            return _state.get("thread")
+        if "module" in _state:
+            return None
+        if _state.get("thread") is not None:
+            return _state["thread"]
         if jobs is not None and "MAX_JOBS" not in os.environ:
             os.environ["MAX_JOBS"] = str(jobs)  # read by torch's build; the user's value wins
         thread = threading.Thread(target=load, name="mirror-sd-kernel-build", daemon=True)
