@@ -304,16 +304,15 @@ def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
     kinds = list(dict.fromkeys(args.kind or ["int8"]))
     t0 = time.perf_counter()
     kernels = None
-    if {"int8", "int4"} & set(kinds):  # the kernels they run on compile beside the conversion
-        from mirror_sd.cpu import int8 as native_int8
-        kernels = native_int8
-        native_int8.start_build(jobs=1)
 
     def show(message, fraction):
         print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
 
     try:
         todo = [(label, m, k) for label, m in _targets(args) for k in kinds]
+        if {"int8", "int4"} & set(kinds):  # their kernels compile beside the conversion
+            from mirror_sd.cpu import int8 as kernels
+            kernels.start_build(jobs=1)
         steps = Steps(show, sum(not is_built(m, k, args.cache_dir) for _, m, k in todo), 0, 1)
         built = [(f"{label} {k}", ensure_bundled(m, args.cache_dir, show, k, _named(label), steps))
                  for label, m, k in todo]
