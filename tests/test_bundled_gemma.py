@@ -58,7 +58,7 @@ def built(monkeypatch, folders):
     """ensure_bundled replaced: each bundled model 'builds' into a tiny folder; calls recorded."""
     calls = []
 
-    def fake_ensure(model, cache_dir=None, progress=None):
+    def fake_ensure(model, cache_dir=None, progress=None, kind="fp32", role="", steps=None):
         calls.append(model)
         return Path(folders["small"])
 
@@ -204,17 +204,20 @@ def test_a_missing_part_package_names_the_pip_command(tmp_path):
 def test_prepare_builds_bundled_models_by_name(monkeypatch, tmp_path, capsys):
     built = []
 
-    def fake_ensure(model, cache_dir=None, progress=None):
-        built.append(model)
+    def fake_ensure(model, cache_dir=None, progress=None, kind="fp32", role="", steps=None):
+        built.append((model, kind))
         (tmp_path / model.stem).mkdir(exist_ok=True)
         return tmp_path / model.stem
 
     monkeypatch.setattr(bundled, "ensure_bundled", fake_ensure)
     assert bundled.main(["--prepare", "gemma3-270m"]) == 0
-    assert built == [GEMMA_3_270M] and "gemma-3-270m:" in capsys.readouterr().out
+    assert built == [(GEMMA_3_270M, "int8")]  # the default run's cache, nothing else
+    assert "gemma-3-270m int8:" in capsys.readouterr().out
     built.clear()
-    assert bundled.main(["--prepare", "all", "--prepare-default"]) == 0
-    assert sorted(m.stem for m in built) == sorted(m.stem for m in BUNDLED.values())
+    assert bundled.main(["--prepare", "all", "--prepare-default", "--kind", "int8",
+                         "--kind", "fp32"]) == 0
+    assert sorted((m.stem, k) for m, k in built) == sorted(
+        (m.stem, k) for m in BUNDLED.values() for k in ("int8", "fp32"))
     assert len(built) == len(set(built))  # the default pair is not built twice
     built.clear()
     assert bundled.main(["--prepare", "llama-7b"]) == 1

@@ -51,8 +51,9 @@ def test_load_local_folders(tiny):
         assert info[role]["params"] > 0 and info[role]["load_s"] >= 0
         assert info[role]["source"] == tiny[role]
     assert info["placement"].target_threads == info["placement"].draft_threads == 1
-    assert any(p.startswith("loading target") for p in phases)
-    assert any(p.startswith("loading draft") for p in phases) and phases[-1] == "done"
+    assert any(p.startswith("Loading the models: the target") for p in phases)
+    assert any(p.startswith("Loading the models: the draft") for p in phases)
+    assert phases[-1] == "Loading the models: done"
 
 
 def test_bf16_allowed_fp16_refused_on_cpu(tiny):

@@ -64,6 +64,6 @@ class Preparer(threading.Thread):
 
 def _build_kernel() -> None:
     try:
-        build_native_kernel()  # once (a minute or so), then loaded from the build folder
+        build_native_kernel()  # one compiler job beside the conversion (load_pair waits)
     except Exception:  # the conversion reports what it needs; fbgemm where it cannot build
         log.exception("kernel build failed")

@@ -8,8 +8,12 @@ one scale per row; weights symmetric int8, one scale per output channel) and com
 int32 dot products with AVX2: a row's output is bit-identical whatever else is in the call.
 
 Built with torch.utils.cpp_extension (g++ and ninja; about a minute, once, cached under
-~/.cache/mirror-sd/torch_extensions in a folder named by a hash of the sources, the flags and
-torch's version, with the sources copied in, so every checkout shares one build). A build is
+`<cache>/torch_extensions` (`$MIRROR_SD_CACHE`, else ~/.cache/mirror-sd; `$MIRROR_SD_EXT_DIR`
+overrides) in a folder named by a hash of the sources, the flags and torch's version, with the
+sources copied in, so every checkout shares one build). `start_build()` builds it in a
+background thread, one compiler job at a time, so that a model conversion can use the other
+core meanwhile; `quantize_weight` makes the kernel's int8 weights without the extension, bit
+for bit, so a conversion need not wait for the build. A build is
 guarded by an OS file lock, released if its process dies: a `lock` file that torch's own guard
 left behind (a build killed half-way, which would make torch wait on it forever) is removed
 under it. Where it cannot be built or the CPU lacks AVX2,
@@ -22,6 +26,7 @@ import hashlib
 import os
 import shutil
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +36,7 @@ from mirror_sd.paths import exclusive
 
 SOURCES = [Path(__file__).with_name("kernels") / f for f in ("module.cpp", "row_int8.cpp", "row_int4.cpp", "fast_layer.cpp")]
 _lock = threading.Lock()
+_start_lock = threading.Lock()
 _state: dict = {}
 
 
@@ -49,7 +55,10 @@ LDFLAGS = ["-fopenmp"]
 
 
 def build_root() -> Path:
-    return Path(os.environ.get("MIRROR_SD_EXT_DIR", Path.home() / ".cache" / "mirror-sd" / "torch_extensions"))
+    if os.environ.get("MIRROR_SD_EXT_DIR"):
+        return Path(os.environ["MIRROR_SD_EXT_DIR"]).expanduser()
+    cache = os.environ.get("MIRROR_SD_CACHE") or "~/.cache/mirror-sd"
+    return Path(cache).expanduser() / "torch_extensions"
 
 
 def build_dir(root: Path | None = None) -> Path:
@@ -74,6 +83,7 @@ def build_lock(folder: Path):
 def _build():
     from torch.utils import cpp_extension
     folder = build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
     with build_lock(folder):
         src = folder / "src"
         src.mkdir(exist_ok=True)
@@ -110,6 +120,61 @@ def load():
 
 def available() -> bool:
     return load() is not None
+
+
+def built() -> bool:
+    """Whether load() has finished (built or not), without waiting for it."""
+    return "module" in _state
+
+
+def start_build(jobs: int | None = 1) -> threading.Thread | None:
+    """Build (or load) the extension in a background thread, once per process; None when it is
+    done already. `jobs`: compiler processes at a time (torch's MAX_JOBS; None: ninja's
+    default, one per core and two more). One job leaves the other core of a 2-core machine to
+    a model conversion running meanwhile; the build then takes longer but off the critical
+    path."""
+    with _start_lock:  # not _lock: load() holds that for the whole build
+        if "module" in _state:
+            return None
+        if _state.get("thread") is not None:
+            return _state["thread"]
+        if jobs is not None and "MAX_JOBS" not in os.environ:
+            os.environ["MAX_JOBS"] = str(jobs)  # read by torch's build; the user's value wins
+        thread = threading.Thread(target=load, name="mirror-sd-kernel-build", daemon=True)
+        _state["thread"] = thread
+        _state["build_started"] = time.monotonic()
+        thread.start()
+    return thread
+
+
+def build_seconds_so_far() -> float | None:
+    """Seconds since start_build() started the build, while it runs; else None."""
+    started = _state.get("build_started")
+    return None if started is None or built() else time.monotonic() - started
+
+
+def quantize_weight(weight: torch.Tensor) -> list[torch.Tensor]:
+    """The extension's `quantize_weight` in torch, bit for bit (tested): per output channel
+    scale = max|w| / 127 (1 where the row is zero), q = round-half-even(w / scale) clamped to
+    +-127, K padded with zeros to a multiple of 32, and each row's sum of q. Returns
+    [q int8 [N, Kp], scale float32 [N], sum int32 [N]]."""
+    w = weight.detach().float()
+    n, k = w.shape
+    peak = torch.linalg.vector_norm(w, float("inf"), dim=1)
+    scale = torch.where(peak > 0, peak / 127.0, torch.ones_like(peak))
+    levels = torch.div(w, scale[:, None]).round_().clamp_(-127, 127)
+    # a float32 sum of integers is exact below 2^24 (K <= 132,104), and torch's int8 sum is
+    # several times slower
+    total = levels.sum(dim=1).to(torch.int32) if 127 * k < 1 << 24 else \
+        levels.to(torch.int32).sum(dim=1, dtype=torch.int32)
+    if k % ALIGN == 0:
+        return [levels.to(torch.int8), scale, total]
+    q = torch.zeros(n, -(-k // ALIGN) * ALIGN, dtype=torch.int8)
+    q[:, :k] = levels
+    return [q, scale, total]
+
+
+ALIGN = 32  # kernels/row_int8.cpp's kAlign: K is padded to whole 32-byte vectors
 
 
 def unavailable_reason() -> str | None:

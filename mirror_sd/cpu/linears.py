@@ -94,14 +94,16 @@ class _FusedInput:
     output column the same bits as its own layer's (tested); with dynamic int8 the activation
     scale is the shared input's either way."""
 
-    def __init__(self, linears: list[torch.nn.Linear], make=None):
-        stacked = torch.nn.Linear(linears[0].in_features, sum(l.out_features for l in linears),
-                                  bias=linears[0].bias is not None)
-        with torch.no_grad():
-            stacked.weight.copy_(torch.cat([l.weight.detach().float() for l in linears]))
-            if stacked.bias is not None:
-                stacked.bias.copy_(torch.cat([l.bias.detach().float() for l in linears]))
-        self.linear = (make or RowInt8Linear)(stacked)
+    def __init__(self, linears: list[torch.nn.Linear], make=None, *, _kernel=None):
+        if _kernel is None:
+            stacked = torch.nn.Linear(linears[0].in_features, sum(l.out_features for l in linears),
+                                      bias=linears[0].bias is not None)
+            with torch.no_grad():
+                stacked.weight.copy_(torch.cat([l.weight.detach().float() for l in linears]))
+                if stacked.bias is not None:
+                    stacked.bias.copy_(torch.cat([l.bias.detach().float() for l in linears]))
+            _kernel = (make or RowInt8Linear)(stacked)
+        self.linear = _kernel
         self.sizes = [l.out_features for l in linears]
         self._x, self._parts, self._unread = None, None, set()
 
@@ -136,15 +138,33 @@ class FusedPart(torch.nn.Module):
 FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # Llama/Qwen2/Mistral names
 
 
-def _fuse(model: torch.nn.Module, make=None) -> None:
-    for module in list(model.modules()):
+def fusable(model: torch.nn.Module) -> list[tuple[str, tuple[str, ...]]]:
+    """(module name, projection names) of every group of `FUSED` projections the conversions
+    fuse: all nn.Linear, one input size, all with a bias or none."""
+    groups = []
+    for prefix, module in model.named_modules():
         for names in FUSED:
             parts = [getattr(module, n, None) for n in names]
             if all(isinstance(p, torch.nn.Linear) for p in parts) and \
                     len({(p.in_features, p.bias is None) for p in parts}) == 1:
-                group = _FusedInput(parts, make)
-                for i, n in enumerate(names):
-                    setattr(module, n, FusedPart(group, i))
+                groups.append((prefix, names))
+    return groups
+
+
+def install_fused(module: torch.nn.Module, names: tuple[str, ...], kernel: torch.nn.Module) -> None:
+    """Put a kernel made for the stacked weights of `module`'s projections `names` (row
+    concatenation, in order) in their place as FusedParts."""
+    group = _FusedInput([getattr(module, n) for n in names], _kernel=kernel)
+    for i, n in enumerate(names):
+        setattr(module, n, FusedPart(group, i))
+
+
+def _fuse(model: torch.nn.Module, make=None) -> None:
+    for prefix, names in fusable(model):
+        module = model.get_submodule(prefix)
+        group = _FusedInput([getattr(module, n) for n in names], make)
+        for i, n in enumerate(names):
+            setattr(module, n, FusedPart(group, i))
 
 
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:

@@ -6,8 +6,8 @@
   DRAFT_LAYERS layers with its embeddings, norm and LM head (a layer-skip draft: an unrelated
   random draft would accept nothing, a shared trunk gives a real acceptance rate). Speeds are
   real measurements of these shapes; acceptance is this synthetic pair's.
-- bundled: the default pair from its converted cache (`python -m mirror_sd.models
-  --prepare-default`).
+- bundled: the default pair from its fp32 cache (`python -m mirror_sd.models
+  --prepare-default --kind fp32`).
 - tiny: the tiny random pair of mirror_sd.models.tiny (built in code, CPU float32): what the
   dry run falls back to where the bundled pair's cache is not there.
 """
@@ -40,7 +40,7 @@ def prepare(dest: Path) -> None:
     if not (src / "config.json").is_file():
         from mirror_sd.errors import MirrorSDError
         raise MirrorSDError(f"The default pair's cache is not built ({src}): run "
-                            f"`python -m mirror_sd.models --prepare-default` first.")
+                            f"`python -m mirror_sd.models --prepare-default --kind fp32` first.")
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("config.json",) + TOKENIZER_FILES:
         if (src / name).exists():

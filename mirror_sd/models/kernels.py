@@ -15,6 +15,8 @@ def needs_native_kernel(precision: str, device: str = "auto") -> bool:
 
 
 def build_native_kernel() -> None:
-    """Build (or load the built) AVX2 extension; raises what the build raises."""
+    """Start building the AVX2 extension in the background with one compiler job, so the
+    other core stays with the conversion (a load waits for the build); raises what starting
+    it raises."""
     from mirror_sd.cpu import int8
-    int8.load()  # builds once, then loads from the build folder
+    int8.start_build(jobs=1)

@@ -181,10 +181,18 @@ def apply_precision(model, name: str, role: str, kernels: KernelChoice = KernelC
     (where `row_exact_attention_fits`; otherwise transformers' attention, rows as in fp32).
     Decoder layers it knows run lean_layers' forward on a CPU (transformers' bits, fewer ops),
     and, with `kernels.fast_layers`, those on the AVX2 kernels run as two C++ calls."""
-    from mirror_sd.cpu import exact_attention, fast_layers, lean_layers
     prec = PRECISIONS[name]
     if prec.post_load:
         model = prec.post_load(model, kernels)
+    return finish_precision(model, name, role, kernels)
+
+
+def finish_precision(model, name: str, role: str, kernels: KernelChoice = KernelChoice()):
+    """What apply_precision does after the linears' conversion (row-exact attention for a
+    target at a row-exact precision, lean and fast layers): for a model whose linears were
+    made otherwise (models/quantized.py builds them from a cache)."""
+    from mirror_sd.cpu import exact_attention, fast_layers, lean_layers
+    prec = PRECISIONS[name]
     if prec.exact_rows and role == "target" and row_exact_attention_fits(model.config):
         exact_attention.install(model)
     lean_layers.install(model)  # CPU fp32-activation layers it knows; same bits, fewer ops

@@ -1,5 +1,7 @@
 // The Python module of the AVX2 kernels (mirror_sd/cpu/int8.py builds it).
-#include <torch/extension.h>
+// torch/types.h and the pybind11 bindings, not all of torch/extension.h: half the compile time
+#include <torch/types.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <vector>
 

@@ -12,7 +12,7 @@
 //
 // Packing: K is padded to whole 64-weight blocks; byte j of a block holds weight j in its low
 // nibble and weight 32 + j in its high nibble, so one 32-byte load gives two groups.
-#include <torch/extension.h>
+#include <torch/types.h>  // not torch/extension.h: a third of the compile time
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 

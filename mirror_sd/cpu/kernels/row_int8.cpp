@@ -8,7 +8,7 @@
 // weights are symmetric int8 (|q| <= 127). vpmaddubsw's pair sums then stay within
 // 2 * 127 * 127 = 32258 (no int16 saturation), and the offset comes off exactly at the end:
 // sum (q + 64) w - 64 sum w, with sum w per channel computed once with the weights.
-#include <torch/extension.h>
+#include <torch/types.h>  // not torch/extension.h: a third of the compile time
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
