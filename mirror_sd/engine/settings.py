@@ -25,7 +25,8 @@ MAX_BRANCH_BUDGET = 16
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max")
-MIRROR_FIELDS = ("kappa", "exit_layer", "branch_budget", "exit_head", "exit_lens", "lane_timeout_s")
+MIRROR_FIELDS = ("kappa", "exit_layer", "branch_budget", "exit_head", "exit_lens", "lane_timeout_s",
+                 "branch_extend")
 USES = {  # the settings each engine method reads (the registry's methods)
     "ar": SAMPLING_FIELDS,
     "sd": SAMPLING_FIELDS + DRAFTING_FIELDS,
@@ -47,6 +48,7 @@ class Settings:
     exit_head: str = "auto"  # early-exit LM head: auto | exact | int8 (see early_exit.py)
     exit_lens: str = "auto"  # auto (the shipped lens of the target, if any) | off | a lens file
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
+    branch_extend: str = "on"  # on: a branch is drafted to the window policy's length | off: gamma deep, only cut
     streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
     draft_vocab: str = "full"  # the draft's proposal vocabulary: full | auto (the shipped file) | a file
     window: str = "fixed"  # per-step window length: fixed (gamma every step) | adaptive; the CLI, benchmark and app default to windows.DEFAULT_WINDOW
@@ -119,6 +121,8 @@ class Settings:
             ("draft_vocab", self.draft_vocab in DRAFT_VOCAB_CHOICES
              or str(self.draft_vocab).endswith(".safetensors"),
              f"draft vocab must be auto, full or a .safetensors vocabulary file (got {self.draft_vocab!r})."),
+            ("branch_extend", self.branch_extend in ("on", "off"),
+             f"branch extend must be on or off (got {self.branch_extend!r})."),
             ("window", self.window in WINDOW_CHOICES,
              f"window must be one of {', '.join(WINDOW_CHOICES)} (got {self.window!r})."),
             ("window_threshold", 0.0 <= self.window_threshold < 1.0,
