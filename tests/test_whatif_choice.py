@@ -135,3 +135,29 @@ def test_window_summary_by_hand():
             {"method": "sd", "stats": {"window_lengths": [2]}},
             {"method": "ar", "stats": {"window_lengths": []}}]
     assert window_summary(recs) == {"sd": {"count": 4, "min": 2, "median": 5.0, "max": 8, "mean": 5.0}}
+
+
+def test_report_of_a_benchmark_run(tmp_path, capsys):
+    """`python -m mirror_sd.bench.whatif_report OUT`: the benchmark's variants are searched
+    per profile, the table says projection, whatif.json carries the fields the page shows."""
+    import json
+
+    from mirror_sd.bench import harness as bench
+    from mirror_sd.bench import whatif_report
+    from mirror_sd.bench.questions import load_questions
+    from test_bench import NEW, SAMPLE
+    from test_bench import tiny_pair as bench_pair
+
+    methods = ["ar", "sd", "mirror", "mirror:branch_extend=off"]
+    bench.run_benchmark(bench_pair(), load_questions(SAMPLE)[:2], methods,
+                        Settings(max_new_tokens=NEW, gamma=GAMMA, window="adaptive", window_threshold=0.0),
+                        out_dir=tmp_path, progress=False)
+    assert whatif_report.main([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("PROJECTIONS") and "its own settings" in text and "not searched" in text
+    saved = json.loads((tmp_path / "whatif.json").read_text())
+    assert saved["projection"] and {"b", "c"} <= set(saved["choices"])
+    assert set(saved["windows"]) == {"sd", "mirror", "mirror:branch_extend=off"}
+    assert saved["windows"]["mirror:branch_extend=off"]["max"] <= GAMMA
+    assert {"contention", "core_split", "interference"} <= set(saved["costs"])
+    assert whatif_report.main([str(tmp_path / "missing")]) == 2
