@@ -40,6 +40,14 @@ def _detail_int(detail: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _per_token(draft_spans, gamma: int) -> float | None:
+    """Seconds per drafted token over draft spans: their time over their tokens (a mean of
+    per-span ratios would weigh a one-token window, which also feeds the verdict's tokens, as
+    much as a twelve-token one)."""
+    tokens = sum(_drafted(s, gamma) for s in draft_spans)
+    return sum(_dur(s) for s in draft_spans) / tokens if tokens else None
+
+
 def _fit_line(xs, ys):
     """Least squares y = a + b*(x - 1); b = 0 when x never varies."""
     n = len(xs)
@@ -105,7 +113,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         # step, at the mean window, so that steps x T_target(gamma_measured + 1) is what the run spent
         ver_k, gamma_measured = ver, max(1, round(sum(rows) / len(rows)) - 1)
     tk = _mean(_dur(s) for s in ver_k)
-    draft_sd = _mean(_dur(s) / _drafted(s, gamma) for s in spans("sd", "draft", "draft"))
+    draft_sd = _per_token(spans("sd", "draft", "draft"), gamma)
 
     # Mirror's split verify forward, step by step
     steps: dict = {}
@@ -141,7 +149,7 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         if m_steps:
             fwd_factor = len(branches) / m_steps / gamma
     ext = _mean(_dur(s) for s in spans("mirror", "draft", "extend"))
-    fb = _mean(_dur(s) / _drafted(s, gamma) for s in spans("mirror", "draft", "fallback"))
+    fb = _per_token(spans("mirror", "draft", "fallback"), gamma)
     if draft_sd is None and fb is not None:
         draft_sd = fb
         notes.append("no SD draft spans: serial draft cost from Mirror's fallbacks")

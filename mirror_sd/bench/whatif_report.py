@@ -50,8 +50,11 @@ def render(out: dict) -> str:
                   if out["measured_speedup"].get("sd") and out["measured_speedup"].get("mirror") else None)]
     for key, proj in out["projected"].items():
         sd, m = (proj.get(x, {}).get("speedup") for x in ("sd", "mirror"))
-        lines.append(f"({key}) {out['profiles'][key].name}, this run's settings | {_x(sd)} | {_x(m)} | "
-                     f"{_x(m / sd if sd and m else None)}")
+        prof = out["profiles"][key]
+        how = ("this run's settings" if prof.acceptance_from_run else
+               f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, expected steps "
+               f"from the fitted acceptance (not a replay)")
+        lines.append(f"({key}) {prof.name}, {how} | {_x(sd)} | {_x(m)} | {_x(m / sd if sd and m else None)}")
     for key, c in out["choices"].items():
         lines.append(f"({key}) {c['name']}, its own settings | {_x(c['sd'] and c['sd']['speedup'])} | "
                      f"{_x(c['mirror'] and c['mirror']['speedup'])} | {_x(c['mirror_over_sd'])}")
