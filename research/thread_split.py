@@ -7,8 +7,8 @@ each forward both cores. Part of what Mirror-SD's target lane loses beside the d
 split (a forward on one thread instead of two), the rest is the interference of two jobs on
 one memory bus. This measures the first part alone: the default pair loaded as the engine
 loads it (mirror_sd.models.loading.load_pair, the same kernels), each model alone, median ms of
-a forward over `rows` new tokens after a 100-token context at 1 and 2 torch threads (methods
-interleaved per repetition), and the ratio 1-thread / 2-thread per row count. The What-if
+a forward over `rows` new tokens after a 100-token context at 1 and 2 torch threads (the two
+thread counts interleaved per repetition), and the ratio 1-thread / 2-thread per row count. The What-if
 (mirror_sd/bench/whatif_costs.py) divides the run's measured contention by this ratio to
 name the interference.
 """
