@@ -26,3 +26,12 @@ def test_sd_and_mirror_equal_generate(pair, prompt):
         assert finish.stats["mean_accepted"] > 1.5  # the pair is well matched (measured: 3.6-4.6)
         if method == "mirror":
             assert finish.stats["draft_hidden_fraction"] > 0.2  # the lanes really overlap
+
+
+def test_adaptive_windows_equal_generate_and_grow_past_gamma(pair):
+    """The adaptive policy on the real pair: Mirror-SD's windows, branches included, grow past
+    gamma as SD's do, and both still give generate()'s tokens."""
+    out = tiny.assert_equal_generate(pair, PROMPTS[0], NEW_TOKENS, window="adaptive")
+    lengths = {m: f.stats["window_lengths"] for m, f in out.items()}
+    assert max(lengths["mirror"]) > 4 and max(lengths["sd"]) > 4, lengths  # gamma 4
+    assert out["mirror"].stats["hits"] > 0

@@ -94,8 +94,33 @@ def test_policy_from_settings_and_mirror_cap():
     p = policy_for(s, {5})
     assert (p.kind, p.length, p.threshold, p.min_len, p.max_len, p.eos) == ("adaptive", 3, 0.25, 2, 10,
                                                                             frozenset({5}))
-    assert policy_for(s, (), cap=3).max_len == 3  # Mirror-SD: no window past its branches' depth
+    assert policy_for(s, (), cap=3).max_len == 3  # Mirror-SD, branch_extend off: branches gamma deep
     assert policy_for(Settings(gamma=6), ()).plan(1) == (6, "gamma")
+
+
+@pytest.mark.parametrize("verdicts,drafted,accepted,room,plan", [
+    ([], 4, 4, 100, (6, "gamma")),  # a branch at the bonus depth: the window after a full accept
+    ([], 4, 2, 100, (3, "gamma")),  # at a rejection depth: one shorter
+    ([(4, 4), (6, 6)], 8, 8, 100, (8, "gamma")),
+    ([], 4, 4, 5, (4, "room")),
+])
+def test_plan_after_is_the_plan_once_the_verdict_is_observed(verdicts, drafted, accepted, room, plan):
+    policy = adaptive()
+    for d, a in verdicts:
+        policy.observe(d, a)
+    before = policy.length
+    assert policy.plan_after(drafted, accepted, room) == plan
+    assert policy.length == before  # reading it changes nothing
+    policy.observe(drafted, accepted)
+    assert policy.plan(room) == plan
+
+
+def test_branch_extend_setting():
+    assert Settings().branch_extend == "on"
+    with pytest.raises(MirrorSDError, match="branch extend must be on or off"):
+        Settings(branch_extend="yes").check("mirror")
+    Settings(branch_extend="yes").check("sd")  # SD has no branches
+    assert runners.variant("mirror:branch_extend=off") == ("mirror", {"branch_extend": "off"})
 
 
 @pytest.mark.parametrize("changes", [{"window": "grow"}, {"window_threshold": 1.0},
@@ -122,7 +147,8 @@ def check_windows(events, settings: Settings, method: str):
     windows = windows_of(events)
     assert st["window_lengths"] == [n for n, _ in windows]
     assert st["window_stops"] == {r: sum(w == r for _, w in windows) for r in {w for _, w in windows}}
-    top = settings.gamma if method == "mirror" else settings.window_max
+    capped = method == "mirror" and settings.branch_extend == "off"  # branches gamma deep, only cut
+    top = settings.gamma if capped or settings.window == "fixed" else settings.window_max
     assert all(1 <= n <= top and why in STOP_REASONS for n, why in windows)
     # the draft spans say how many tokens were drafted (the latency model divides by it)
     label = "fallback" if method == "mirror" else "draft"
@@ -155,6 +181,35 @@ def test_adaptive_greedy_equals_generate(method, kind):
     # the runs exercised the policy: windows of several lengths, cut by confidence and by room
     assert {"confidence", "room"} <= set(seen), seen
     assert len(set().union(*seen.values())) >= 3, seen
+
+
+def taken_windows(events) -> list[int]:
+    """Lengths of the windows Mirror-SD took from a precomputed branch (a hit)."""
+    return [len(b.tokens) for b in events if isinstance(b, DraftBranch) and b.status == "taken"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_mirror_hit_windows_grow_with_the_policy_and_equal_generate(seed):
+    """Mirror-SD's windows follow the adaptive policy past gamma, on hits too (the taken
+    branch was drafted to the policy's length), and the output is still generate()'s; with
+    branch_extend off the same run keeps its windows at most gamma."""
+    pair = tiny.pair_same(seed, sharp=20.0)  # a confident draft: full accepts, bonus roots taken
+    perturbed = ModelPair(pair.target, tiny.perturb(pair.target, 0.1, seed + 5))  # rejections too
+    for p in (pair, perturbed):
+        prompt = tiny.prompt(seed, 5)
+        ref = tiny.reference_greedy(p.target, prompt, 40)
+        lengths = {}
+        for extend in ("on", "off"):
+            s = Settings(max_new_tokens=40, gamma=3, window="adaptive", window_threshold=0.0, window_max=10,
+                         kappa=4, branch_extend=extend)
+            events = tiny.run(METHODS["mirror"], p, prompt, **vars(s))
+            assert tiny.finish(events).token_ids == ref
+            check_windows(events, s, "mirror")
+            lengths[extend] = (events[-1].stats["window_lengths"], taken_windows(events))
+        assert max(lengths["off"][0]) == 3
+        if p is pair:  # every window fully accepted: the schedule 3, 5, 7, 9, 10 as SD's
+            assert max(lengths["on"][0]) == 10 > s.gamma and max(lengths["on"][1]) > s.gamma, lengths
+            assert len(lengths["on"][0]) < len(lengths["off"][0])  # fewer verifies for the same text
 
 
 @pytest.mark.parametrize("method", SPECULATIVE)
@@ -220,6 +275,41 @@ def test_adaptive_sampling_follows_the_target(method, runs):
     for name, counts, probs in (("1st", first, p1), ("2nd", second, p2)):
         stat, dof = chi_square(counts, probs)
         assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
+
+
+@torch.inference_mode()
+def third_marginal(model, prompt_ids, temperature):
+    """The target's exact P(3rd token), summed over the first two."""
+    def warp(logits):
+        return torch.softmax(logits.double() / temperature, dim=-1)
+    p1 = warp(model(torch.tensor([prompt_ids])).logits[0, -1])
+    p2 = warp(model(torch.tensor([prompt_ids + [v] for v in range(V)])).logits[:, -1])  # [v1, v2]
+    ctx = torch.tensor([prompt_ids + [a, b] for a in range(V) for b in range(V)])
+    p3 = warp(model(ctx).logits[:, -1]).view(V, V, V)  # [v1, v2, v3]
+    return (p1[:, None, None] * p2[:, :, None] * p3).sum((0, 1)).tolist()
+
+
+def test_extended_branches_sample_from_the_target():
+    """Sampling through the new path: gamma 1, so every window past one token a hit hands
+    over is a branch drafted beyond gamma (to the policy's length after a full accept). The
+    1st to 3rd tokens still follow the target's own distribution."""
+    pair = tiny.pair_perturbed(SEED, scale=0.2, vocab_size=V, initializer_range=0.3)
+    prompt = tiny.prompt(SEED, 4, vocab=V)
+    expected = [*marginals(pair.target, prompt, 1.0), third_marginal(pair.target, prompt, 1.0)]
+    counts = [[0] * V for _ in expected]
+    runs, long_hits = 300, 0
+    for seed in range(runs):
+        s = Settings(max_new_tokens=6, temperature=1.0, gamma=1, window="adaptive", window_threshold=0.1,
+                     window_max=4, branch_budget=3, kappa=4, seed=seed)
+        events = list(METHODS["mirror"](pair, s).generate(prompt))
+        tokens = tiny.finish(events).token_ids
+        for i, c in enumerate(counts):
+            c[tokens[i]] += 1
+        long_hits += any(n > s.gamma for n in taken_windows(events))
+    assert long_hits >= runs // 10, long_hits  # the path under test was taken often
+    for i, (c, probs) in enumerate(zip(counts, expected)):
+        stat, dof = chi_square(c, probs)
+        assert stat < CHI2_CRIT_001[dof], (i + 1, c, [round(runs * q, 1) for q in probs], stat)
 
 
 # ---------------------------------------------------------------- the inspector and the strip

@@ -93,16 +93,16 @@ def finish(events) -> Finish:
     return events[-1]
 
 
-def assert_equal_generate(pair, prompt: str, n: int, methods=("sd", "mirror")) -> dict:
-    """Greedy runs of `methods` on `prompt` give transformers' own generate() output token for
-    token (the first difference is shown); returns each method's Finish."""
+def assert_equal_generate(pair, prompt: str, n: int, methods=("sd", "mirror"), **settings) -> dict:
+    """Greedy runs of `methods` on `prompt` (with `settings`) give transformers' own generate()
+    output token for token (the first difference is shown); returns each method's Finish."""
     from mirror_sd.engine.events import Error
     from mirror_sd.engine.registry import METHODS
     ids = pair.encode_prompt(prompt)
     reference = reference_greedy(pair.target, ids, n)
     out = {}
     for method in methods:
-        events = list(METHODS[method](pair, Settings(max_new_tokens=n)).generate(ids))
+        events = list(METHODS[method](pair, Settings(max_new_tokens=n, **settings)).generate(ids))
         assert not [e for e in events if isinstance(e, Error)]
         got = finish(events).token_ids
         i = next((i for i, (x, y) in enumerate(zip(got, reference)) if x != y), min(len(got), len(reference)))

@@ -78,6 +78,9 @@ class RecordedSteps:
     # the taken branch's last forwards; a miss: the forward in flight before the fallback)
     tail_hit: list[float] = field(default_factory=list)
     tail_miss: list[float] = field(default_factory=list)
+    # Mirror-SD: per replayed step, the verdict root's rank among the scored roots (-1: not
+    # among them; None: scored after the verdict), so another branch budget can be replayed
+    ranks: list = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -174,12 +177,15 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
         tokens = max(0, (stats.get("new_tokens") or 0) - (1 if method == "ar" else 0))
     verifies = [e for e in (events or []) if _kind(e) == "Verify" and _get(e, "step", 0) > 0]
     windows = [len(_get(e, "drafted")) for e in verifies]
-    if not windows and method == "sd":  # a benchmark record keeps spans, not events
+    if not windows and method != "ar":  # a benchmark record keeps spans and stats, not events
+        windows = list(stats.get("window_lengths") or [])[1:]
+    if not windows and method == "sd":
         windows = [n for n in (_drafted_tokens(s) for s in spans
                                if _get(s, "label") == "draft" and _get(s, "step", 0) > 0) if n]
     rec = RecordedSteps(method, gamma, outcomes, int(tokens), decode_s,
                         windows=windows,
-                        accepted=[int(_get(e, "accepted")) for e in verifies])
+                        accepted=[int(_get(e, "accepted")) for e in verifies],
+                        ranks=list(stats.get("verdict_ranks") or []) if method == "mirror" else [])
     if method == "mirror":
         rec.tail_hit, rec.tail_miss = mirror_tails(outcomes, spans)
     start = _decode_start_ns(method, spans)
@@ -371,7 +377,9 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
         tau = lm.tokens_per_step(cal, m) or 1.0
         steps = rec.tokens / tau
         hits = steps * (cal.hit_rate or 0.0) if m == "mirror" else 0.0
-    if m == "mirror":
+    if m == "mirror" and replay and len(rec.windows) == rec.steps:
+        busy = mirror_replay_seconds(rec, cal, profile.tail)
+    elif m == "mirror":
         t_hit, t_miss = (step_seconds(cal, m, h, profile.tail) for h in (True, False))
         busy = None if t_hit is None or t_miss is None else hits * t_hit + (steps - hits) * t_miss
     elif m == "sd" and replay and rec.windows:
@@ -392,6 +400,33 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
             "steps": steps, "hits": hits if m == "mirror" else None, "tokens": rec.tokens,
             "decode_s": decode, "measured_decode_s": rec.decode_s,
             "tokens_per_s": rec.tokens / decode if decode else None}
+
+
+def mirror_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, tail) -> float | None:
+    """Mirror-SD's replayed steps, each priced at the window it handed over (adaptive windows
+    vary: a miss's serial fallback and a hit's rollout cost per drafted token)."""
+    at = replace(cal, gamma_measured=cal.gamma_measured or cal.gamma)
+    cost: dict = {}
+    total = 0.0
+    for outcome, window in zip(rec.outcomes, rec.windows):
+        key = (bool(outcome), max(1, window))
+        if key not in cost:
+            cost[key] = step_seconds(replace(at, gamma=key[1]), "mirror", key[0], tail)
+        if cost[key] is None:
+            return None
+        total += cost[key]
+    return total
+
+
+def at_budget(rec: RecordedSteps, budget: int) -> RecordedSteps | None:
+    """Mirror-SD's recorded steps as another branch budget would have had them: a step hits
+    when its verdict root ranked below `budget` among the scored roots (a root rolled out is
+    counted as ready in time; the profile prices the time). A step scored after its verdict
+    keeps its outcome. None when the run recorded no rank per step."""
+    if rec.method != "mirror" or len(rec.ranks) != rec.steps:
+        return None
+    outcomes = [o if r is None else 0 <= r < budget for o, r in zip(rec.outcomes, rec.ranks)]
+    return replace(rec, outcomes=outcomes)
 
 
 def project(recorded: list[RecordedSteps], profile: Profile) -> dict:

@@ -22,10 +22,12 @@ projection: nothing is measured.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench import whatif as wi
+from mirror_sd.bench import whatif_choice as wc
+from mirror_sd.bench.whatif_costs import PROFILE_D, many_cores_profile, split_costs
 from mirror_sd.bench.whatif import PROFILE_NAMES, Profile
 
 
@@ -176,17 +178,90 @@ def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
 
 
 def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,
-                branch_budget: int = 2, kappa: int = 8, accelerators=None, source: str = "") -> dict:
-    """Profiles (a), (b) and (c) for `records` (record dicts, see recorded_steps): measured
-    speedups, per-profile projections, the profiles, and the recorded steps. `accelerators`:
-    Accelerators (None: its defaults)."""
-    recorded = [r for r in (wi.recorded_steps(rec, gamma) for rec in records) if r is not None]
-    profiles = wi.this_machine(records, target_layers=target_layers, gamma=gamma,
-                               exit_layer=exit_layer, branch_budget=branch_budget, kappa=kappa,
-                               source=source)
+                branch_budget: int = 2, kappa: int = 8, accelerators=None, source: str = "",
+                settings: dict | None = None, precision: str | None = None) -> dict:
+    """Profiles (a), (b), (c) and, where the thread scaling grounds it, (d) for `records`
+    (record dicts, see recorded_steps): measured speedups, per-profile projections, the
+    profiles, the recorded steps, the two costs of sharing the CPU (`costs`,
+    whatif_costs.split_costs), each method's window lengths (`windows`), and per profile
+    (b), (c), (d) the settings it would pick among those the run can replay (`choices`,
+    whatif_choice). Variants (`mirror:...`) enter the choices only. `accelerators`:
+    Accelerators (None: its defaults); `settings`: the run's settings (gamma, window,
+    branch_extend, ...); `precision`: the run's (for the core split)."""
+    main = [r for r in records if r["method"] in wi.METHODS] or list(records)
+    recorded = [r for r in (wi.recorded_steps(rec, gamma) for rec in main) if r is not None]
+    kw = dict(target_layers=target_layers, exit_layer=exit_layer, branch_budget=branch_budget,
+              kappa=kappa, source=source)
+    profiles = wi.this_machine(main, gamma=gamma, **kw)
     cal = profiles["a"].calibration
     hw = accelerators if accelerators is not None else Accelerators()
     profiles["c"] = accelerator_profile(hw, cal, gamma)
+    costs = split_costs(profiles, precision)
+    many = many_cores_profile(profiles, costs)
+    if many is not None:
+        profiles["d"] = many
+    base = {"gamma": gamma, "branch_budget": branch_budget, "exit_layer": exit_layer, "kappa": kappa,
+            "window": None, "branch_extend": None, **(settings or {})}
     return {"projection": True, "note": lm.PROJECTION_NOTE, "calibration": cal,
             "measured_speedup": wi.measured_speedups(recorded), "recorded": recorded,
-            "profiles": profiles, "projected": {k: wi.project(recorded, p) for k, p in profiles.items()}}
+            "profiles": profiles, "projected": {k: wi.project(recorded, p) for k, p in profiles.items()},
+            "costs": costs, "windows": window_summary(records),
+            "choices": profile_choices(records, base, hw, precision, target_layers, source)}
+
+
+def window_summary(records: list[dict]) -> dict:
+    """{method name: {count, min, median, max, mean}} of the windows each method verified."""
+    lengths: dict = {}
+    for r in records:
+        lengths.setdefault(r["method"], []).extend((r.get("stats") or {}).get("window_lengths") or [])
+    out = {}
+    for m, xs in lengths.items():
+        if xs:
+            xs = sorted(xs)
+            mid = len(xs) // 2
+            median = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+            out[m] = {"count": len(xs), "min": xs[0], "median": median, "max": xs[-1],
+                      "mean": sum(xs) / len(xs)}
+    return out
+
+
+def profile_choices(records: list[dict], base: dict, hw: Accelerators, precision: str | None,
+                    target_layers: int, source: str = "") -> dict:
+    """{profile key: whatif_choice.choose(...)} for (b), (c) and (d): per method, the recorded
+    variant and branch budget that profile projects fastest."""
+    usable = [r for r in records if not r.get("error")]
+    names = sorted({r["method"] for r in usable if wi.base_method(r["method"]) in ("sd", "mirror")})
+    ar = [r for r in usable if r["method"] == "ar"]
+    sd_cal = [r for r in usable if r["method"] == "sd"] or [r for r in usable if wi.base_method(r["method"]) == "sd"]
+    if not ar or not names:
+        return {}
+    settings_of = {n: wc.variant_settings(n, base, [r["stats"] for r in usable if r["method"] == n])
+                   for n in names}
+    run_budget = int(base.get("branch_budget") or 2)
+    groups, built = {}, {}
+    for n in names:
+        mine = [r for r in usable if r["method"] == n]
+        g = int(settings_of[n].get("gamma") or base["gamma"])
+        calib = ar + mine + ([r for r in sd_cal if r["method"] != n] if n.startswith("mirror") else [])
+        le = settings_of[n].get("exit_layer") or base.get("exit_layer")
+        profiles = wi.this_machine(calib, target_layers=target_layers, gamma=g, exit_layer=le,
+                                   branch_budget=run_budget, kappa=int(base.get("kappa") or 8), source=source)
+        fraction = (le / target_layers) if le else hw.exit_fraction
+        profiles["c"] = accelerator_profile(replace(hw, gamma=g, exit_fraction=fraction, branch_budget=run_budget),
+                                            profiles["a"].calibration, g)
+        profiles["d"] = many_cores_profile(profiles, split_costs(profiles, precision))
+        if n.startswith("sd"):  # SD never runs two lanes at once: more cores change nothing for it
+            profiles["d"] = replace(profiles["b"], key="d", name=PROFILE_D)
+        built[n] = profiles
+        groups[n] = [r for r in (wi.recorded_steps(rec, g) for rec in ar + mine) if r is not None]
+    out = {}
+    for key in ("b", "c", "d"):
+        if key == "c" and (hw.tau is not None or hw.hit_rate is not None):
+            continue  # the profile's acceptance is set by hand: nothing of the run to replay
+        cands = wc.search(groups, lambda n, k=key: built[n].get(k), settings_of, run_budget)
+        if not cands["mirror"]:
+            continue  # (d) without the thread scaling: not grounded
+        name = next(p[key].name for p in built.values() if p.get(key) is not None)
+        out[key] = wc.choose(cands, key, name, wc.not_replayable(settings_of, cands["budgets_replayed"],
+                                                                 run_budget))
+    return out

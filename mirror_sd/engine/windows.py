@@ -21,7 +21,7 @@ Stop reasons (why a window has its length): "gamma" (the policy's length), "conf
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 WINDOW_CHOICES = ("fixed", "adaptive")
 # What the CLI, the benchmark and the app use unless told otherwise: adaptive windows ran faster
@@ -79,19 +79,29 @@ class WindowPolicy:
                 return i + 1, why
         return min(cap, len(tokens)), reason
 
+    def next_length(self, drafted: int, accepted: int) -> int:
+        """The next window's length (before the room cap) after a verdict: `accepted` of
+        `drafted` tokens. Pure: `observe` applies it."""
+        if self.fixed or drafted == 0:
+            return self.length
+        if accepted >= drafted:
+            return min(self.length + GROW, self.max_len)
+        return max(self.length - SHRINK, self.min_len)
+
+    def plan_after(self, drafted: int, accepted: int, room: int) -> tuple[int, str]:
+        """What `plan(room)` will say once `observe(drafted, accepted)` has run, without
+        running it: Mirror-SD's branch rooted at depth `accepted` is the window after exactly
+        that verdict, so it can be drafted to its own length before the verdict is known."""
+        return replace(self, length=self.next_length(drafted, accepted)).plan(room)
+
     def observe(self, drafted: int, accepted: int) -> None:
         """Update the next length from a verdict: `accepted` of `drafted` tokens."""
-        if self.fixed or drafted == 0:
-            return
-        if accepted >= drafted:
-            self.length = min(self.length + GROW, self.max_len)
-        else:
-            self.length = max(self.length - SHRINK, self.min_len)
+        self.length = self.next_length(drafted, accepted)
 
 
 def policy_for(settings, eos=(), cap: int | None = None) -> WindowPolicy:
     """The run's policy from Settings (window, gamma, window_threshold/min/max); `cap` bounds
-    the length (Mirror-SD: its branches are gamma tokens long)."""
+    the length (Mirror-SD with branch_extend off: its branches are gamma tokens long)."""
     top = settings.window_max if cap is None else min(settings.window_max, cap)
     return WindowPolicy(settings.window, settings.gamma, settings.window_threshold,
                         min(settings.window_min, top), top, frozenset(eos))

@@ -40,6 +40,14 @@ def _detail_int(detail: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _per_token(draft_spans, gamma: int) -> float | None:
+    """Seconds per drafted token over draft spans: their time over their tokens (a mean of
+    per-span ratios would weigh a one-token window, which also feeds the verdict's tokens, as
+    much as a twelve-token one)."""
+    tokens = sum(_drafted(s, gamma) for s in draft_spans)
+    return sum(_dur(s) for s in draft_spans) / tokens if tokens else None
+
+
 def _fit_line(xs, ys):
     """Least squares y = a + b*(x - 1); b = 0 when x never varies."""
     n = len(xs)
@@ -87,11 +95,11 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
     if t1 is None:
         notes.append("no AR decode spans: T_AR unknown, no speedups")
     tk, gamma_measured = _verify_cost(by, gamma)
-    draft_sd = _mean(_dur(s) / _drafted(s, gamma) for s in _spans(by, "sd", "draft", "draft"))
+    draft_sd = _per_token(_spans(by, "sd", "draft", "draft"), gamma)
     contention, head_share, t_exit, tk = _mirror_split(by, tk, n, le, notes)
     t_b1, t_brow, rows_mean, fwd_factor = _branch_costs(by, gamma, contention)
     ext = _mean(_dur(s) for s in _spans(by, "mirror", "draft", "extend"))
-    fb = _mean(_dur(s) / _drafted(s, gamma) for s in _spans(by, "mirror", "draft", "fallback"))
+    fb = _per_token(_spans(by, "mirror", "draft", "fallback"), gamma)
     if draft_sd is None and fb is not None:
         draft_sd = fb
         notes.append("no SD draft spans: serial draft cost from Mirror's fallbacks")

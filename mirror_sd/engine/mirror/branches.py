@@ -5,8 +5,11 @@ Every row shares the draft cache of y_1..y_n, d_1..d_gamma (the base). A row roo
 feeds v at position n+j, then its own tokens. Rows may join while others are mid-rollout
 (the rollout slots written before a row joined are masked out for it), so the draft can
 start on its own best guess before the target's early exit arrives and add the exit's
-candidates later. A row that has drafted gamma tokens leaves the batch with its cache cut to
-a contiguous batch-1 cache: the draft cache of the next step if its root is the verdict.
+candidates later. Each row has its own length (gamma, or the window policy's length for the
+verdict its root stands for: windows.WindowPolicy.plan_after) and, given the policy's `stop`,
+ends early where the policy would end a serial rollout (the draft's confidence, an
+end-of-sequence token). A finished row leaves the batch with its cache cut to a contiguous
+batch-1 cache: the draft cache of the next step if its root is the verdict.
 """
 from __future__ import annotations
 
@@ -26,17 +29,24 @@ class Row:
     root: Root
     start_slot: int  # rollout slot where this row's entries begin
     generator: torch.Generator | None
+    length: int = 0  # tokens this row drafts at most
     tokens: list[int] = field(default_factory=list)
     q_rows: list[torch.Tensor] = field(default_factory=list)
+    stopped: bool = False  # the window policy ended the row before `length`
     cache: DynamicCache | None = None  # contiguous batch-1 cache once complete
+
+    @property
+    def finished(self) -> bool:
+        return self.stopped or len(self.tokens) >= self.length
 
     def window(self) -> Window:
         return Window(list(self.tokens), torch.stack(self.q_rows))
 
 
 class BranchBatch:
-    def __init__(self, model, base: DynamicCache, n: int, gamma: int, sampling: Sampling):
+    def __init__(self, model, base: DynamicCache, n: int, gamma: int, sampling: Sampling, stop=None):
         self.model, self.base, self.n, self.gamma, self.sampling = model, base, n, gamma, sampling
+        self.stop = stop  # (token, q) -> a reason to end a row there, or None (WindowPolicy.stop)
         self.base_len = base.get_seq_length()  # n + gamma
         self.device = base.layers[0].keys.device
         self.live: list[Row] = []  # rows still drafting, in batch order
@@ -46,8 +56,9 @@ class BranchBatch:
         self.slots = 0  # rollout slots written so far (all rows share the slot axis)
         self.history: dict[Root, Row] = {}  # every row ever admitted, for the events
 
-    def admit(self, root: Root, generator) -> None:
-        row = Row(root, self.slots, generator)
+    def admit(self, root: Root, generator, length: int | None = None) -> None:
+        """Start a row at `root` that drafts `length` tokens at most (default gamma)."""
+        row = Row(root, self.slots, generator, length or self.gamma)
         mask = torch.ones(1, self.base_len + self.slots, dtype=torch.long, device=self.device)
         mask[0, self.n + root.depth:] = 0  # hide d_{depth+1}..d_gamma and earlier rows' slots
         new = new_cache(self.model.config)
@@ -98,9 +109,11 @@ class BranchBatch:
         logits = out.logits[:, -1]  # [rows, V]
         probs = to_probs(logits, self.sampling)
         for i, r in enumerate(rows):
-            r.tokens.append(choose(probs[i], logits[i], self.sampling, r.generator))
+            token = choose(probs[i], logits[i], self.sampling, r.generator)
+            r.tokens.append(token)
             r.q_rows.append(probs[i])
-        finished = [i for i, r in enumerate(rows) if len(r.tokens) == self.gamma]
+            r.stopped = self.stop is not None and self.stop(token, float(probs[i, token])) is not None
+        finished = [i for i, r in enumerate(rows) if r.finished]
         for i in finished:
             rows[i].cache = self._cut(i, rows[i])
             self.done.append(rows[i])
@@ -131,10 +144,11 @@ class BranchBatch:
         return {"full_attention": additive(visible), "sliding_attention": additive(near)}
 
     def _cut(self, i: int, row: Row) -> DynamicCache:
-        """Row i as a contiguous batch-1 cache: y, d_1..d_j, v, e_1..e_{gamma-1}."""
+        """Row i as a contiguous batch-1 cache: y, d_1..d_j, v, e_1..e_{k-1} (k: its tokens;
+        the last one is not fed)."""
         start = self.base_len + row.start_slot
         index = torch.cat([torch.arange(self.n + row.root.depth),
-                           torch.arange(start, start + self.gamma)]).to(self.device)
+                           torch.arange(start, start + len(row.tokens))]).to(self.device)
         out = new_cache(self.model.config)
         for li, layer in enumerate(self.cache.layers):
             out.update(layer.keys[i:i + 1].index_select(2, index), layer.values[i:i + 1].index_select(2, index), li)

@@ -7,17 +7,23 @@ Per step, on two lanes at once:
       then the acceptance rule on the final distributions -> (A, c).
   draft lane (draft_lane.py: a worker thread; on a GPU, its own CUDA stream): extends its
       cache by d_gamma, scores (depth, token) roots from the proposals and its own
-      distributions, rolls out the best `branch_budget` roots gamma tokens deep, batched
-      (one draft forward per depth for all branches).
+      distributions, rolls out the best `branch_budget` roots, batched (one draft forward
+      per depth for all branches), each as long as the window policy's next window after
+      the verdict it stands for.
 When the verdict (A, c) arrives: a rollout rooted at (A, c) *is* the next window (a hit;
 the other branches are dropped at once); otherwise the draft rolls out from c serially
 (a miss).
-Window lengths (windows.py): the first window and the serial rollouts after a miss are
-drafted as the run's window policy asks; the branches are rolled out gamma tokens deep (they
-race the verdict, before the policy has seen it), and a taken branch is cut by the same
-policy: to its length after the verdict and at the first token below the draft's confidence
-threshold. Under the adaptive policy, Mirror-SD's windows are therefore at most gamma long. The proposals only choose what is precomputed; every committed token is
-verified against the target's final layer, so the output is the target's own.
+Window lengths (windows.py): every window is the one the run's window policy asks for,
+as in plain SD. The first window and the serial rollouts after a miss are drafted by the
+policy; a branch rooted at (j, v) stands for the verdict "j accepted", so its length is the
+policy's next length after that verdict, known before the verdict arrives, and it stops where
+the policy stops a serial rollout; what a taken branch still lacks when the verdict comes, the
+lane drafts then (draft_lane.py). Under the adaptive policy a hit's window grows to
+window_max like SD's. Settings.branch_extend = off keeps branches gamma deep (a taken branch
+is only cut: windows at most gamma). The length never depends on the target's distributions
+for the window it is verified against, so the acceptance rule stays lossless. The proposals
+only choose what is precomputed; every committed token is verified against the target's
+final layer, so the output is the target's own.
 
 On a CPU the two lanes have one core each while both work; where one works alone (the
 prefill and first window, the draft lane's work from the verdict on while the target waits)
@@ -37,7 +43,7 @@ from mirror_sd.engine.decoder import Decoder
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart
 from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
-from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob
+from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_policy
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.mirror.exit_layer import default_exit_layer  # noqa: F401  (older imports)
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
@@ -45,7 +51,6 @@ from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
-from mirror_sd.engine.windows import policy_for
 from mirror_sd.models.pair import model_vocab_size
 from mirror_sd.placement import lane_alone, lane_sync
 from mirror_sd.proposals.draft_vocab import shipped_ids
@@ -99,7 +104,7 @@ class MirrorSpeculative(Decoder):
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
-        policy = policy_for(s, self.pair.eos_token_ids, cap=s.gamma)  # branches are gamma deep
+        policy = mirror_policy(s, self.pair.eos_token_ids)
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,

@@ -4,6 +4,14 @@ Per step it extends its cache by the window under verification, rolls out branch
 roots scored with the target's early exit while the target's remaining layers run, and when
 the verdict (A, c) arrives hands over the next window: the branch rooted at (A, c) (a hit)
 or a serial rollout from c (a miss). `StepJob` is what the two lanes share during a step.
+
+Branch lengths (Settings.branch_extend): a root (j, v) stands for one verdict, "accepted j of
+the window", so the window policy's next length after it is known before the verdict
+arrives (windows.WindowPolicy.plan_after). With `on` each branch is drafted to that length
+and stops where the policy stops a serial rollout; whatever the branch still lacks when the
+verdict arrives, the lane drafts then, alone, as plain SD would: a hit's window is the one SD's
+policy would draft (under the adaptive policy, up to window_max). With `off` branches are
+gamma deep and a taken branch is only cut, so a hit's window is at most gamma long.
 """
 from __future__ import annotations
 
@@ -68,6 +76,12 @@ class StepJob:
         return self.verdict is not None and (root.depth, root.token) == tuple(self.verdict)
 
 
+def mirror_policy(settings, eos=()) -> WindowPolicy:
+    """Mirror-SD's window policy: the run's (windows.policy_for), capped at gamma when
+    branches are not extended (a taken branch is then only cut)."""
+    return policy_for(settings, eos, cap=None if settings.branch_extend == "on" else settings.gamma)
+
+
 class DraftWorker(threading.Thread):
     """The draft lane: owns the draft model and its cache for the whole run."""
 
@@ -81,9 +95,10 @@ class DraftWorker(threading.Thread):
         self.proposer = proposer  # drafts the window after a miss (serial or stream heads)
         self.inbox: queue.Queue = queue.Queue()
         self.alone = alone  # () -> context: the lane works alone (the target waits for it)
+        self.extend = run.settings.branch_extend == "on"  # branches as long as the policy's windows
         # the run's window policy (windows.py): this lane alone reads and updates it once the
         # first window is drafted
-        self.policy = policy or policy_for(run.settings, run.pair.eos_token_ids, cap=run.settings.gamma)
+        self.policy = policy or mirror_policy(run.settings, run.pair.eos_token_ids)
 
     def run(self):
         # On a GPU shared with the target, the draft's kernels go on a stream of their own.
@@ -133,7 +148,8 @@ class DraftWorker(threading.Thread):
         only if it is one of them), so a step hits exactly when the verdict's rank is below
         the budget. Returns (batch, scored roots or None), or None when cancelled."""
         s, lane = self.run_.settings, self.lane
-        batch = BranchBatch(lane.model, lane.cache, lane.entries(job.n), s.gamma, s.sampling)
+        batch = BranchBatch(lane.model, lane.cache, lane.entries(job.n), s.gamma, s.sampling,
+                            self.policy.stop if self.extend else None)
         admitted: set = set()
         scored = None  # the roots scored once the early exit arrived, best first
         alone_now = False
@@ -142,7 +158,8 @@ class DraftWorker(threading.Thread):
             for root in [r for r in roots if lane.can_branch(r.token)][:limit]:
                 if (root.depth, root.token) not in admitted:
                     admitted.add((root.depth, root.token))
-                    batch.admit(root, generator_for(s.seed, job.step, "branch", root.depth, root.token))
+                    batch.admit(root, generator_for(s.seed, job.step, "branch", root.depth, root.token),
+                                self._branch_length(job, root.depth))
 
         while True:
             job.wake.clear()
@@ -173,6 +190,16 @@ class DraftWorker(threading.Thread):
                     batch.forward()
             else:  # idle until the early exit or the verdict arrives
                 job.wake.wait(1.0)
+
+    def _branch_length(self, job: StepJob, depth: int) -> int:
+        """Tokens a branch rooted at `depth` drafts at most: gamma (branch_extend off), or the
+        window the policy will ask for after the verdict "accepted `depth`" (A + 1 tokens
+        committed; the policy's state is this step's, before `observe`)."""
+        s = self.run_.settings
+        if not self.extend:
+            return s.gamma
+        room = s.max_new_tokens - (job.n - len(self.run_.prompt_ids)) - (depth + 1)
+        return self.policy.plan_after(len(job.window.tokens), depth, room)[0]
 
     def _next_window(self, job: StepJob, batch: BranchBatch):
         """The window verified next step; returns the branch taken (a hit) or None (a miss)."""

@@ -1,0 +1,97 @@
+"""The What-if of a benchmark run: profiles (a)-(d) and each profile's own settings.
+
+    python -m mirror_sd.bench.whatif_report OUT_DIR
+
+reads OUT_DIR/results.json (a `python -m mirror_sd.bench` run), projects its recorded steps
+with whatif_hardware.project_all (variants such as `mirror:branch_extend=off` enter the
+per-profile settings search), prints a table and writes OUT_DIR/whatif.json. Every figure
+is a projection, except the measured row and the contention measured in the run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mirror_sd.bench.whatif_hardware import project_all
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _settings(c: dict | None) -> str:
+    if not c:
+        return "-"
+    s = c["settings"]
+    keys = [k for k in ("gamma", "window", "branch_extend", "exit_layer", "branch_budget") if s.get(k) is not None]
+    return f"{c['method']} (" + ", ".join(f"{k} {s[k]}" for k in keys) + ")"
+
+
+def whatif_of_results(results: dict) -> dict:
+    """project_all over a benchmark results dict."""
+    from mirror_sd.bench.harness import records_from_results
+
+    meta = results["meta"]
+    s = meta["settings"]
+    records = [r for r in records_from_results(results) if r["method"] != "hf-assisted"]
+    return project_all(records, target_layers=meta["target_layers"], gamma=s["gamma"],
+                       exit_layer=meta.get("exit_layer"), branch_budget=s["branch_budget"], kappa=s["kappa"],
+                       settings=s, precision=meta.get("precision"),
+                       source=f"benchmark {meta.get('started', '')}")
+
+
+def render(out: dict) -> str:
+    lines = ["PROJECTIONS (the measured row and the measured contention aside): a model, not measurements.",
+             "", "profile | SD | Mirror-SD | Mirror-SD / SD",
+             f"measured | {_x(out['measured_speedup'].get('sd'))} | {_x(out['measured_speedup'].get('mirror'))} | "
+             + _x(out["measured_speedup"].get("mirror") / out["measured_speedup"]["sd"]
+                  if out["measured_speedup"].get("sd") and out["measured_speedup"].get("mirror") else None)]
+    for key, proj in out["projected"].items():
+        sd, m = (proj.get(x, {}).get("speedup") for x in ("sd", "mirror"))
+        prof = out["profiles"][key]
+        how = ("this run's settings" if prof.acceptance_from_run else
+               f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, expected steps "
+               f"from the fitted acceptance (not a replay)")
+        lines.append(f"({key}) {prof.name}, {how} | {_x(sd)} | {_x(m)} | {_x(m / sd if sd and m else None)}")
+    for key, c in out["choices"].items():
+        lines.append(f"({key}) {c['name']}, its own settings | {_x(c['sd'] and c['sd']['speedup'])} | "
+                     f"{_x(c['mirror'] and c['mirror']['speedup'])} | {_x(c['mirror_over_sd'])}")
+    lines.append("")
+    for key, c in out["choices"].items():
+        lines += [f"({key}) chose: SD {_settings(c['sd'])}; Mirror-SD {_settings(c['mirror'])}",
+                  "    not searched: " + "; ".join(c["not_replayable"])]
+    costs = out["costs"]
+    lines += ["", f"costs of sharing the CPU: {costs['note']}",
+              "windows (min / median / max): " + "; ".join(
+                  f"{m} {w['min']} / {w['median']:g} / {w['max']}" for m, w in out["windows"].items())]
+    return "\n".join(lines)
+
+
+def to_json(out: dict) -> dict:
+    """The result without its Python objects (profiles as name + notes, no recorded steps)."""
+    return {"projection": True, "note": out["note"], "measured_speedup": out["measured_speedup"],
+            "projected": out["projected"], "costs": out["costs"], "windows": out["windows"],
+            "choices": out["choices"],
+            "profiles": {k: {"name": p.name, "notes": p.notes} for k, p in out["profiles"].items()}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mirror_sd.bench.whatif_report", description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    args = ap.parse_args(argv)
+    path = Path(args.out_dir) / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"Could not read {path}: {e}", file=sys.stderr)
+        return 2
+    out = whatif_of_results(results)
+    print(render(out))
+    (Path(args.out_dir) / "whatif.json").write_text(json.dumps(to_json(out), indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
