@@ -117,7 +117,9 @@ def speed_figures(results: dict, acceptance: dict) -> dict:
         out[m] = {"speedup_over_ar": 1.0 if m == "ar" else c["speedup_median"],
                   "speedup_mean": 1.0 if m == "ar" else c["speedup_mean"],
                   "tokens_per_s": c["tokens_per_s"], "tau": c["mean_accepted"],
-                  "mismatches": c["mismatches"], "checked": c["checked"], "errors": c["errors"]}
+                  "mismatches": c["mismatches"], "checked": c["checked"], "errors": c["errors"],
+                  "error": next((q["methods"][m]["error"] for q in results["questions"]
+                                 if q["methods"].get(m, {}).get("error")), None)}
     if "mirror" in out:
         out["mirror"].update(hit_rate=overall["mirror"]["hit_rate"],
                              draft_hidden=overall["mirror"]["draft_hidden_fraction"],
@@ -172,7 +174,8 @@ def projection_figures(results: dict) -> dict:
             "settings_note": "(a) and (b) replay the recorded steps at the run's settings; (c) "
                              "uses its own window (gamma 7, the paper's) with the run's "
                              "acceptance; best_settings is the latency model's search over gamma "
-                             "and branch budget for each profile (expected values)",
+                             "and branch budget for each profile (expected values), its "
+                             "gain over the replay at the run's settings",
             "measured_decode_speedup": out["measured_speedup"], "profiles": profiles}
 
 
@@ -223,7 +226,7 @@ def pair_figures(results: dict) -> dict:
     except (ValueError, TypeError, KeyError, ZeroDivisionError) as e:
         projections = {"projection": True, "error": f"{type(e).__name__}: {e}", "profiles": {}}
     return {
-        "target": meta["target"], "draft": meta["draft"], "precision": meta["precision"],
+        "target_model": meta["target"], "draft_model": meta["draft"], "precision": meta["precision"],
         "draft_precision": meta.get("draft_precision"), "settings": meta["settings"],
         "questions": meta["questions"], "task_groups": meta["categories"],
         "methods": meta["methods"], "exit_layer": meta["exit_layer"],

@@ -56,6 +56,8 @@ def _pair_lines(p: dict) -> list[str]:
         s = speed[m]
         lines.append(f"| {LABELS.get(m, m)} | {_x(s['speedup_over_ar'])} | {_f(s['tokens_per_s'])} | "
                      f"{_f(s['tau'])} | {s['mismatches']}/{s['checked']} |")
+    lines += [f"\n{LABELS.get(m, m)} failed on {speed[m]['errors']} question(s): {speed[m]['error']}"
+              for m in p["methods"] if speed[m]["error"]]
     mi = speed.get("mirror")
     if mi:
         lines += ["", f"Mirror-SD: hit rate {_pct(mi['hit_rate'])}, draft hidden {_pct(mi['draft_hidden'])}, "
@@ -132,8 +134,11 @@ def one_line(p: dict) -> str:
     if p["status"] != "measured":
         return f"{p['draft']}: {p['status']}: {p['reason']}"
     s = p["speed"]
+    def speed(m):
+        return "failed" if s[m]["error"] and s[m]["speedup_over_ar"] is None else _x(s[m]["speedup_over_ar"])
+
     return (f"{p['draft']}: tau SD {_f(s['sd']['tau'])}, Mirror-SD {_f(s['mirror']['tau'])}; over AR "
-            + ", ".join(f"{LABELS.get(m, m)} {_x(s[m]['speedup_over_ar'])}" for m in SPEED_METHODS if m in s)
+            + ", ".join(f"{LABELS.get(m, m)} {speed(m)}" for m in SPEED_METHODS if m in s)
             + " (measured)")
 
 
@@ -176,18 +181,24 @@ def make_figures(report: dict) -> dict:
     return {"acceptance": curve, "histogram": hist, "speedups": speed}
 
 
-def report_html(report: dict, figs: dict, plotly_src: str = "plotly.min.js") -> str:
+def report_html(report: dict, figs: dict, plotly_src: str | None = "plotly.min.js") -> str:
+    """The page; `plotly_src` None puts plotly.js inside it (one file to download)."""
     from html import escape
 
+    import plotly.offline
+
+    script = (f"<script src='{plotly_src}'></script>" if plotly_src else
+              f"<script>{plotly.offline.get_plotlyjs()}</script>")
     parts = [fig.to_html(full_html=False, include_plotlyjs=False) for fig in figs.values()]
     body = "".join(f"<pre>{escape(one_line(p))}</pre>" for p in report["pairs"])
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>Pair report</title>"
-            f"<script src='{plotly_src}'></script></head><body><h1>Pair report: target "
+            f"{script}</head><body><h1>Pair report: target "
             f"{escape(report['target'])}</h1>{body}{''.join(parts)}</body></html>")
 
 
-def write_report(report: dict, out_dir) -> list[str]:
-    """report.json, report.md and report.html (with plotly.min.js) in out_dir."""
+def write_report(report: dict, out_dir, self_contained: bool = False) -> list[str]:
+    """report.json, report.md and report.html in out_dir; plotly.min.js beside the page, or
+    inside it when `self_contained`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
@@ -196,9 +207,11 @@ def write_report(report: dict, out_dir) -> list[str]:
     try:
         import plotly.offline
         figs = make_figures(report)
-        (out / "plotly.min.js").write_text(plotly.offline.get_plotlyjs())
-        (out / "report.html").write_text(report_html(report, figs))
-        files += ["report.html", "plotly.min.js"]
+        (out / "report.html").write_text(report_html(report, figs, None if self_contained else "plotly.min.js"))
+        files.append("report.html")
+        if not self_contained:
+            (out / "plotly.min.js").write_text(plotly.offline.get_plotlyjs())
+            files.append("plotly.min.js")
     except ImportError:  # plotly missing: the numbers are all in the JSON and markdown
         pass
     return files

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import platform
 import time
+from contextlib import nullcontext
 
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.report.figures import measure_pair, pair_figures
@@ -51,20 +52,23 @@ def run_pair_report(target: str, drafts: list[str], *, load, questions, settings
         say(base, f"loading {target} + {draft}")
         started = time.perf_counter()
         try:
-            pair = load(draft, lambda msg, frac=None: say(base + 0.15 * span * (frac or 0), msg))
+            loaded = load(draft, lambda msg, frac=None: say(base + 0.15 * span * (frac or 0), msg))
             load_s = time.perf_counter() - started
+            # the app's pair cache gives a LoadedPair: measured under its lock, as a Run is
+            pair, lock = (loaded.pair, loaded.lock) if hasattr(loaded, "lock") else (loaded, nullcontext())
             warnings = list((getattr(pair, "info", None) or {}).get("warnings") or [])
             bench_dir = Path(out_dir) / f"bench-{_slug(draft)}" if out_dir is not None else None
-            results = measure_pair(
-                pair, questions, settings, out_dir=bench_dir,
-                progress=lambda done, total: say(base + span * (0.15 + 0.85 * done / total),
-                                                 f"{draft}: run {done} of {total}"),
-                meta={"command": (meta or {}).get("command", "pair report")})
+            with lock:
+                results = measure_pair(
+                    pair, questions, settings, out_dir=bench_dir,
+                    progress=lambda done, total: say(base + span * (0.15 + 0.85 * done / total),
+                                                     f"{draft}: run {done} of {total}"),
+                    meta={"command": (meta or {}).get("command", "pair report")})
         except MirrorSDError as e:
             entries.append(refused(draft, str(e), STATUS_FAILED))
             continue
         finally:
-            pair = None  # free this pair before loading the next
+            pair = loaded = None  # free this pair before loading the next
             gc.collect()
         entry = {"draft": draft, "status": STATUS_OK, "reason": None, "load_s": load_s,
                  "measure_s": time.perf_counter() - started - load_s, **pair_figures(results)}
