@@ -203,7 +203,7 @@ def recommendation(results: dict, projections: dict) -> dict:
               if m in results["meta"]["methods"]}
     fastest = max((m for m in speeds if speeds[m]), key=lambda m: speeds[m], default=None)
     rec["method"] = {"value": fastest if fastest and speeds[fastest] > 1 else "ar",
-                     "measured_speedup": speeds.get(fastest) if fastest else None}
+                     "fastest": fastest, "measured_speedup": speeds.get(fastest) if fastest else None}
     rec["projection"] = True
     return rec
 

@@ -89,8 +89,7 @@ def _recommendation_lines(p: dict) -> list[str]:
     if not r:
         return []
     lines = ["**Recommended for this machine** (projected gains are the latency model's)", "",
-             f"- method: {LABELS.get(r['method']['value'], r['method']['value'])} (measured "
-             f"{_x(r['method']['measured_speedup'])} over AR)",
+             _method_line(r["method"]),
              f"- precision: {r['precision']['value']} ({r['precision']['why']})"]
     if "gamma_sd" in r:
         g = r["gamma_sd"]
@@ -103,6 +102,14 @@ def _recommendation_lines(p: dict) -> list[str]:
                      f"{_x(b['projected_gain'])} over the run's settings as replayed")
     lines.append(f"- window: {r['window']['value']} ({r['window']['why']})")
     return lines + [""]
+
+
+def _method_line(m: dict) -> str:
+    fastest = LABELS.get(m.get("fastest"), m.get("fastest"))
+    if m["value"] == "ar":
+        return (f"- method: AR, the target alone: no speculative method beat it here (the fastest, "
+                f"{fastest}, ran at {_x(m['measured_speedup'])})")
+    return f"- method: {fastest} (measured {_x(m['measured_speedup'])} over AR)"
 
 
 def _cross_lines(p: dict) -> list[str]:
