@@ -16,7 +16,7 @@ on every question, interleaved, with the harness's warm-up and its mismatch chec
 from __future__ import annotations
 
 from mirror_sd.bench import latency_model as lm
-from mirror_sd.report.acceptance import position_rates, summarize_windows
+from mirror_sd.report.acceptance import summarize_windows
 
 METHODS = ("ar", "sd", "mirror", "hf-assisted")
 DEFAULT_TOKENS = 32
@@ -239,6 +239,3 @@ def pair_figures(results: dict) -> dict:
         "cross_tokenizer": cross_figures(results),
     }
 
-
-__all__ = ["measure_pair", "pair_figures", "position_rates", "METHODS", "DEFAULT_TOKENS",
-           "DEFAULT_PER_CATEGORY"]
