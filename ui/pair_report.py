@@ -31,7 +31,7 @@ TABLE_HEADERS = ["draft", "status", "tau SD", "tau Mirror-SD", "tau HF assisted"
 INTRO = ("Runs AR, SD, Mirror-SD and transformers' assisted generation on one built-in question "
          "per task group (interleaved, as the benchmark does) and reads off how well the draft "
          "matches the target and what it buys **on this machine**; projections to other hardware "
-         "are labelled. About three minutes per draft for the default pair at int8 on 2 CPU cores. "
+         "are labelled. About four minutes per draft for the default pair at int8 on 2 CPU cores shared with other work. "
          "Several drafts (comma-separated) are measured one after another and compared side by side.")
 
 
