@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(g)
     g.add_argument("--trust-remote-code", action="store_true")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    from mirror_sd.report.cli import add_pair_report  # its own flags and runner
+    add_pair_report(sub)
     return parser
 
 
@@ -117,4 +119,7 @@ def _exit_info(stats: dict) -> str:
 
 
 def main(argv=None) -> int:
-    return run_cli(run_generate, build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if args.command == "pair-report":
+        return run_cli(args.run, args, argv)
+    return run_cli(run_generate, args)

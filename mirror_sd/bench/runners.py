@@ -92,10 +92,11 @@ def engine_runner(method: str) -> Runner:
     """A runner for one of the engine's decoders (engine/registry.py), or a variant of one."""
 
     def run(pair, prompt_ids, settings) -> MethodRun:
-        from mirror_sd.engine.events import Error, Finish, Notice, Span
+        from mirror_sd.engine.events import EarlyExit, Error, Finish, Notice, Span, Verify
         from mirror_sd.engine.registry import METHODS
+        from mirror_sd.bench.window_acceptance import window_facts
 
-        spans, finish, error, notices = [], None, None, []
+        spans, finish, error, notices, steps = [], None, None, [], []
         base, changes = variant(method)
         if changes:
             settings = replace(settings, **changes)
@@ -110,9 +111,12 @@ def engine_runner(method: str) -> Runner:
                 notices.append(ev.message)
             elif isinstance(ev, Finish):
                 finish = ev
+            elif isinstance(ev, (Verify, EarlyExit)):
+                steps.append(ev)
         t1 = time.perf_counter_ns()
         stats = dict(finish.stats) if finish else {"method": method, "new_tokens": 0}
         stats["method"] = method
+        stats.update(window_facts(steps))  # per window: drafted and accepted (the pair report)
         return MethodRun(list(finish.token_ids) if finish else [], finish.text if finish else "",
                          stats, spans, (t1 - t0) / 1e9, t0, t1, error, notices)
 

@@ -1,0 +1,224 @@
+"""The pair report's files: report.json (the figures, named as in the text), report.md and
+report.html (plotly: acceptance per window position, the histogram of accepted counts, the
+measured and projected speedups; several drafts share each plot)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mirror_sd.bench.report import _f, _pct, _x
+from mirror_sd.bench.runners import label
+
+PROFILE_LABELS = {"a": "(a) this machine", "b": "(b) draft on its own device",
+                  "c": "(c) accelerator pair"}
+SPEED_METHODS = ("sd", "mirror", "hf-assisted")
+
+
+def measured(report: dict) -> list[dict]:
+    return [p for p in report["pairs"] if p["status"] == "measured"]
+
+
+def _ms(seconds) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def _pair_lines(p: dict) -> list[str]:
+    """One measured pair in markdown."""
+    acc, cost, speed = p["acceptance"], p["costs"], p["speed"]
+    sd = acc["by_method"].get("sd", {})
+    lines = [f"### Draft {p['draft']}", "",
+             f"{p['questions']} questions ({', '.join(p['task_groups'])}), "
+             f"{p['settings']['max_new_tokens']} new tokens, {p['precision']}, gamma "
+             f"{p['settings']['gamma']} ({p['settings']['window']} windows), branch budget "
+             f"{p['settings']['branch_budget']}; loaded in {p['load_s']:.0f} s, measured in "
+             f"{p['measure_s']:.0f} s.", ""]
+    lines += [f"- warning: {w}" for w in p.get("warnings") or []]
+    lines += ["**Acceptance** (tau: tokens per target forward, the target's own token included)", "",
+              "| | " + " | ".join(label(m) for m in p["methods"]) + " |",
+              "|---|" + "---|" * len(p["methods"]),
+              "| tau, all | " + " | ".join(_f(acc["tau"][m]) for m in p["methods"]) + " |"]
+    for cat, g in acc["by_task_group"].items():
+        lines.append(f"| tau, {cat} | " + " | ".join(_f(g["tau"][m]) for m in p["methods"]) + " |")
+    rates = ", ".join(f"{r['position']}: {_pct(r['rate'])} of {r['reached']}" for r in sd.get("position_rates", []))
+    lines += ["", f"SD's acceptance rate per window position (accepted given all before it accepted): "
+                  f"{rates or 'n/a'}.",
+              f"Windows that accepted 0, 1, 2, ... drafts (SD): {sd.get('accepted_histogram', [])}; "
+              f"overall {_pct(sd.get('acceptance_rate'))} of {sd.get('drafted', 0)} drafted tokens.", ""]
+    lines += ["**Costs measured on this machine**", "",
+              f"- one target forward {_ms(cost['target_forward_s'])}, one draft forward "
+              f"{_ms(cost['draft_forward_s'])}: the draft costs {_pct(cost['draft_share_of_target'])} "
+              f"of the target;",
+              f"- a verify of {cost['verify_tokens']} tokens {_ms(cost['verify_s'])} = "
+              f"{_f(cost['verify_over_decode'])} decodes.", ""]
+    lines += ["**Speed over AR, measured** (median of per-question tokens/s ratios, methods interleaved)", "",
+              "| method | speedup | tokens/s | tau | mismatches |", "|---|---|---|---|---|"]
+    for m in p["methods"]:
+        s = speed[m]
+        lines.append(f"| {label(m)} | {_x(s['speedup_over_ar'])} | {_f(s['tokens_per_s'])} | "
+                     f"{_f(s['tau'])} | {s['mismatches']}/{s['checked']} |")
+    lines += [f"\n{label(m)} failed on {speed[m]['errors']} question(s): {speed[m]['error']}"
+              for m in p["methods"] if speed[m]["error"]]
+    mi = speed.get("mirror")
+    if mi:
+        lines += ["", f"Mirror-SD: hit rate {_pct(mi['hit_rate'])}, draft hidden {_pct(mi['draft_hidden'])}, "
+                      f"the target's token in the early exit's top-kappa {_pct(mi['exit_top_kappa_coverage'])} "
+                      f"of steps."]
+    lines += ["", *_projection_lines(p), *_recommendation_lines(p), *_cross_lines(p), ""]
+    return lines
+
+
+def _projection_lines(p: dict) -> list[str]:
+    pr = p["projections"]
+    if pr.get("error"):
+        return [f"**Projections**: not available ({pr['error']}).", ""]
+    lines = ["**Projections** (PROJECTIONS from the latency model, not measurements)", "",
+             "| profile | SD, run settings | Mirror-SD, run settings | best SD (gamma) | "
+             "best Mirror-SD (gamma, budget) |", "|---|---|---|---|---|"]
+    for key, prof in pr["profiles"].items():
+        run, best = prof["speedup_at_run_settings"], prof["best_settings"]
+        bs, bm = best.get("sd") or {}, best.get("mirror") or {}
+        lines.append(f"| {PROFILE_LABELS.get(key, key)} | {_x(run.get('sd'))} | {_x(run.get('mirror'))} | "
+                     f"{_x(bs.get('projected_speedup'))} ({bs.get('gamma', 'n/a')}) | "
+                     f"{_x(bm.get('projected_speedup'))} ({bm.get('gamma', 'n/a')}, "
+                     f"{bm.get('branch_budget', 'n/a')}) |")
+    return lines + ["", pr["settings_note"] + ".", ""]
+
+
+def _recommendation_lines(p: dict) -> list[str]:
+    r = p.get("recommendation")
+    if not r:
+        return []
+    lines = ["**Recommended for this machine** (projected gains are the latency model's)", "",
+             _method_line(r["method"]),
+             f"- precision: {r['precision']['value']} ({r['precision']['why']})"]
+    if "gamma_sd" in r:
+        g = r["gamma_sd"]
+        lines.append(f"- SD gamma {g['value']} (ran {g['run']}): projected {_x(g['projected_speedup'])}, "
+                     f"gain {_x(g['projected_gain'])} over the run's setting as replayed")
+    if "branch_budget" in r:
+        g, b = r["gamma_mirror"], r["branch_budget"]
+        lines.append(f"- Mirror-SD gamma {g['value']} (ran {g['run']}), branch budget {b['value']} "
+                     f"(ran {b['run']}): projected {_x(b['projected_speedup'])}, gain "
+                     f"{_x(b['projected_gain'])} over the run's settings as replayed")
+    lines.append(f"- window: {r['window']['value']} ({r['window']['why']})")
+    return lines + [""]
+
+
+def _method_line(m: dict) -> str:
+    fastest = label(m.get("fastest"))
+    if m["value"] == "ar":
+        return (f"- method: AR, the target alone: no speculative method beat it here (the fastest, "
+                f"{fastest}, ran at {_x(m['measured_speedup'])})")
+    return f"- method: {fastest} (measured {_x(m['measured_speedup'])} over AR)"
+
+
+def _cross_lines(p: dict) -> list[str]:
+    c = p.get("cross_tokenizer")
+    if not c:
+        return []
+    return [f"**Cross-tokenizer pair**: {c['shared_tokens']:,} shared tokens ({_pct(c['shared_share'])} "
+            f"of the target's {c['target_tokens']:,}); they cover {_pct(c['output_coverage'])} of the "
+            f"target's own output on these questions (lowest question {_pct(c['output_coverage_min'])}).", ""]
+
+
+def report_markdown(report: dict) -> str:
+    lines = [f"# Pair report: target {report['target']}", "",
+             f"Drafts: {', '.join(report['drafts'])}. Wall time {report['wall_s']:.0f} s "
+             f"(checks, loading and measuring) on {report['machine']['platform']}. Speedups are "
+             f"this machine's: measure your own.", ""]
+    if report.get("command"):
+        lines += [f"Command: `{report['command']}`", ""]
+    for p in report["pairs"]:
+        if p["status"] != "measured":
+            lines += [f"### Draft {p['draft']}: {p['status']}", "", p["reason"], ""]
+        else:
+            lines += _pair_lines(p)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def one_line(p: dict) -> str:
+    """A pair's result in one line (the CLI's closing lines, the app's status)."""
+    if p["status"] != "measured":
+        return f"{p['draft']}: {p['status']}: {p['reason']}"
+    s = p["speed"]
+    def speed(m):
+        return "failed" if s[m]["error"] and s[m]["speedup_over_ar"] is None else _x(s[m]["speedup_over_ar"])
+
+    return (f"{p['draft']}: tau SD {_f(s['sd']['tau'])}, Mirror-SD {_f(s['mirror']['tau'])}; over AR "
+            + ", ".join(f"{label(m)} {speed(m)}" for m in SPEED_METHODS if m in s)
+            + " (measured)")
+
+
+def make_figures(report: dict) -> dict:
+    """plotly figures over every measured pair: one trace per draft."""
+    import plotly.graph_objects as go
+
+    pairs = measured(report)
+    curve, hist, speed = go.Figure(), go.Figure(), go.Figure()
+    for p in pairs:
+        for m, dash in (("sd", "solid"), ("mirror", "dot")):
+            rows = p["acceptance"]["by_method"].get(m, {}).get("position_rates", [])
+            curve.add_scatter(x=[r["position"] for r in rows], y=[r["rate"] for r in rows],
+                              mode="lines+markers", line_dash=dash, name=f"{p['draft']}, {label(m)}",
+                              customdata=[r["reached"] for r in rows],
+                              hovertemplate="position %{x}: %{y:.0%} of %{customdata} windows<extra></extra>")
+        counts = p["acceptance"]["by_method"].get("sd", {}).get("accepted_histogram", [])
+        total = sum(counts) or 1
+        hist.add_bar(x=list(range(len(counts))), y=[c / total for c in counts], name=p["draft"],
+                     customdata=counts, hovertemplate="%{x} accepted: %{customdata} windows<extra></extra>")
+        labels, values = [], []
+        for m in SPEED_METHODS:
+            if m in p["speed"]:
+                labels.append(f"{label(m)} (measured)")
+                values.append(p["speed"][m]["speedup_over_ar"])
+        for key, prof in (p["projections"].get("profiles") or {}).items():
+            for m in ("sd", "mirror"):
+                labels.append(f"{label(m)} {PROFILE_LABELS.get(key, key)} (projected)")
+                values.append(prof["speedup_at_run_settings"].get(m))
+        speed.add_bar(x=labels, y=values, name=p["draft"], text=[_x(v) for v in values],
+                      textposition="outside")
+    curve.update_layout(title="Acceptance per window position (accepted given all before it accepted)",
+                        xaxis_title="position in the window", yaxis_title="acceptance rate",
+                        yaxis_range=[0, 1.05], xaxis_dtick=1)
+    hist.update_layout(title="Accepted drafts per window (SD)", xaxis_title="accepted drafts",
+                       yaxis_title="share of windows", barmode="group", xaxis_dtick=1)
+    speed.add_hline(y=1.0, line_dash="dash", annotation_text="AR")
+    speed.update_layout(title="Speed over AR: measured here, and projected (a projection is a model)",
+                        yaxis_title="speedup over AR", barmode="group")
+    return {"acceptance": curve, "histogram": hist, "speedups": speed}
+
+
+def report_html(report: dict, figs: dict, plotly_src: str | None = "plotly.min.js") -> str:
+    """The page; `plotly_src` None puts plotly.js inside it (one file to download)."""
+    from html import escape
+
+    import plotly.offline
+
+    script = (f"<script src='{plotly_src}'></script>" if plotly_src else
+              f"<script>{plotly.offline.get_plotlyjs()}</script>")
+    parts = [fig.to_html(full_html=False, include_plotlyjs=False) for fig in figs.values()]
+    body = "".join(f"<pre>{escape(one_line(p))}</pre>" for p in report["pairs"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Pair report</title>"
+            f"{script}</head><body><h1>Pair report: target "
+            f"{escape(report['target'])}</h1>{body}{''.join(parts)}</body></html>")
+
+
+def write_report(report: dict, out_dir, self_contained: bool = False) -> list[str]:
+    """report.json, report.md and report.html in out_dir; plotly.min.js beside the page, or
+    inside it when `self_contained`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "report.md").write_text(report_markdown(report))
+    files = ["report.json", "report.md"]
+    try:
+        import plotly.offline
+        figs = make_figures(report)
+        (out / "report.html").write_text(report_html(report, figs, None if self_contained else "plotly.min.js"))
+        files.append("report.html")
+        if not self_contained:
+            (out / "plotly.min.js").write_text(plotly.offline.get_plotlyjs())
+            files.append("plotly.min.js")
+    except ImportError:  # plotly missing: the numbers are all in the JSON and markdown
+        pass
+    return files
