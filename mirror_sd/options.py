@@ -123,10 +123,17 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
     return settings, gamma_auto, budget_auto
 
 
+_last_progress: list[str] = [""]
+
+
 def progress(message: str, fraction=None) -> None:
-    """Loading progress on stderr (load_pair's progress callback)."""
+    """Loading progress on stderr (load_pair's progress callback); a line that repeats the
+    one before is not printed again."""
     pct = f" {fraction:.0%}" if fraction is not None else ""
-    print(f"[load]{pct} {message}", file=sys.stderr, flush=True)
+    line = f"[load]{pct} {message}"
+    if line != _last_progress[0]:
+        _last_progress[0] = line
+        print(line, file=sys.stderr, flush=True)
 
 
 def model_kwargs(args) -> dict:
