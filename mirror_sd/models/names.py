@@ -106,9 +106,6 @@ def resolve(name: str, role: str, trust_remote_code: bool = False, cache_dir=Non
     return Source(name, name, hub=True, local_only=local_only, extra=extra)
 
 
-_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # bytes
-
-
 def gguf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Tensor shapes (GGUF order: fastest dimension first) from a GGUF header.
 
@@ -117,6 +114,7 @@ def gguf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     import mmap
     import struct
 
+    from mirror_sd.models.gguf_read import _skip_value
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         if m[:4] != b"GGUF":
             raise MirrorSDError(f"{path} is not a GGUF file (bad magic bytes).")
@@ -124,23 +122,10 @@ def gguf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         n_tensors, n_kv = struct.unpack_from("<QQ", m, pos)
         pos += 16
 
-        def skip(vtype: int, pos: int) -> int:
-            if vtype == 8:  # string: u64 length + bytes
-                return pos + 8 + struct.unpack_from("<Q", m, pos)[0]
-            if vtype == 9:  # array: u32 item type, u64 count, items
-                itype, count = struct.unpack_from("<IQ", m, pos)
-                pos += 12
-                if itype in _GGUF_SCALAR:
-                    return pos + count * _GGUF_SCALAR[itype]
-                for _ in range(count):
-                    pos = skip(itype, pos)
-                return pos
-            return pos + _GGUF_SCALAR[vtype]
-
         for _ in range(n_kv):
-            pos = skip(8, pos)  # the key
+            pos = _skip_value(m, pos, 8)  # the key
             vtype = struct.unpack_from("<I", m, pos)[0]
-            pos = skip(vtype, pos + 4)
+            pos = _skip_value(m, pos + 4, vtype)
         shapes = {}
         for _ in range(n_tensors):
             n = struct.unpack_from("<Q", m, pos)[0]
