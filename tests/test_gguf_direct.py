@@ -3,7 +3,6 @@ on tiny GGUF files written in the test: the values are transformers' own (from_p
 gguf_file), the int8 / int4 models loaded from their caches give the bits of quantizing an fp32
 load, and the one-time preparation reports its steps. The real pair: test_real_pair_int8.py."""
 import json
-import time
 
 import pytest
 import torch
