@@ -10,7 +10,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
 from .paircheck import ensure_check
-from .runs import METHOD_ORDER
+from .runs import method_names
 from .session import PairCache, PairSpec, warm_up
 from .texts import parse_prompt
 
@@ -54,7 +54,7 @@ class Preparer(threading.Thread):
 
                 def say(message: str, fraction: float | None) -> None:
                     self.message = f"Preparing in the background: {message}"
-                warm_up(loaded, prompt_ids, self.settings, METHOD_ORDER, threading.Event(), say)
+                warm_up(loaded, prompt_ids, self.settings, method_names(), threading.Event(), say)
         except Exception as e:  # the first Run loads again and shows the message
             log.exception("background preparation failed")
             self.error = str(e) if isinstance(e, MirrorSDError) else f"{type(e).__name__}: {e}"

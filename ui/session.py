@@ -28,7 +28,7 @@ from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
 
 from .paircheck import cross_meta, ensure_check, output_coverage
-from .runs import METHOD_ORDER, SHORT_NAMES, RunRecord, timed_origin
+from .runs import RunRecord, label, method_names, timed_origin
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
@@ -304,7 +304,7 @@ class RunRequest:
     prompt: str
     spec: PairSpec
     settings: Settings
-    methods: tuple[str, ...] = METHOD_ORDER
+    methods: tuple[str, ...] = field(default_factory=method_names)
     auto: bool = False  # gamma and branch budget chosen by tuning.auto_settings first
 
     def key(self) -> tuple:
@@ -434,7 +434,7 @@ def warm_up(loaded: LoadedPair, prompt_ids: list[int], settings: Settings, metho
     todo = [m for m in methods if (m, settings.streams, settings.draft_vocab) not in loaded.warmed]
     if not todo:
         return 0.0
-    names = ", ".join(SHORT_NAMES.get(m, m) for m in todo)
+    names = ", ".join(label(m) for m in todo)
     quick = replace(settings, max_new_tokens=min(settings.max_new_tokens, WARM_TOKENS))
     start = time.perf_counter_ns()
     for i, method in enumerate(todo):

@@ -11,10 +11,10 @@ LEGEND = {
     "accepted": ("accepted draft",
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own."),
-    "hit": ("accepted, window ready early (hit)",
+    "hit": ("accepted, window prepared in advance (hit)",
             "Accepted, from a window the draft wrote while the target was still verifying the "
             "previous one (Mirror-SD's branch matched the verdict: a hit)."),
-    "fallback": ("accepted, window redrafted after a miss",
+    "fallback": ("accepted, window drafted after a miss",
                  "Accepted, from a window the draft had to write after the verdict because no "
                  "prepared branch matched it (a miss: the target waited for it)."),
     "correction": ("target's token after a rejection",
@@ -47,12 +47,30 @@ GLOSSARY = {
     "score": ("A root's score: how likely the verdict is to land there, from the draft's own "
               "probabilities and the early exit's; the best-scored roots get rolled out."),
     "tau": "τ: tokens committed per target forward (AR: 1).",
-    "hit": ("A hit: the verdict matched a branch the draft had prepared, so the next window was "
-            "ready at once."),
-    "fallback": ("A miss: no prepared branch matched, so the draft wrote the next window after "
-                 "the verdict while the target waited."),
-    "prefill": ("Prefill: from a run's start to its first committed tokens (the prompt's forward; "
-                "SD and Mirror-SD also draft and verify their first window in it)."),
+    "hit": ("A hit: at the end of a Mirror-SD step the target's verdict (how many drafted tokens "
+            "it kept, and its own next token) matched a branch the draft had already written "
+            "while the target was verifying, so the next window was ready with no wait."),
+    "fallback": ("A miss: no branch the draft had written during the step matched the verdict, "
+                 "so the draft wrote the next window after it while the target waited."),
+    "ttft": ("Time to first token: from the run's start (the prompt goes in) to its first "
+             "committed token. SD and Mirror-SD draft and verify their first window inside it, "
+             "both the same way."),
+    "decode": ("Decode speed: the tokens committed after the first commit, divided by the time "
+               "after it."),
+    "e2e": "End to end: all tokens divided by the run's wall time (start to last token).",
+    "speedup": ("This method's speed divided by AR's (the target alone), in decode and end to end. "
+                "Above 1.00×: faster than AR."),
+    "verify step": ("One check by the target: one forward over a drafted window, keeping the "
+                    "tokens it agrees with plus one of its own. Tokens per step = all tokens / "
+                    "verify steps."),
+    "window": ("A window: the drafted tokens the target checks in one verify step. Its length "
+               "can change from step to step (the draft stops early when unsure)."),
+    "rejection": ("A rejection: the target disagreed with a drafted token, wrote its own there "
+                  "and dropped the rest of the window (shown struck through in the text)."),
+    "exposed": ("Draft time after the first token: exposed while the target waited for it, "
+                "hidden while it ran beside the target's own work."),
+    "prefill": ("Time to first token: from a run's start to its first committed tokens (the "
+                "prompt's forward; SD and Mirror-SD also draft and verify their first window in it)."),
 }
 
 HOW_IT_WORKS = """

@@ -1,9 +1,10 @@
 """Why a run came out as it did, from its own measured spans and events (pure functions).
 
 - `breakdown(rec)`: where each run's wall time went, seconds that add up to the wall time:
-  prefill, target forwards (AR), verify, draft exposed (the draft lane busy while the target
-  lane is not), idle (no lane busy: Python, the hand-offs); plus draft hidden (the draft lane
-  busy while the target lane is busy too, which costs no wall time by itself).
+  to the first token (the same for every method), then target forwards (AR), verify, draft
+  exposed (the draft lane busy while the target lane is not), idle (no lane busy: Python, the
+  hand-offs); plus draft hidden (the draft lane busy while the target lane is busy too, which
+  costs no wall time by itself).
 - `contention(records)`: what two lanes at once cost here: the target's verify forward alone
   (SD) against beside the draft (Mirror-SD), and one draft forward alone against beside the
   target.
@@ -24,16 +25,14 @@ from .runs import RunRecord, measured
 
 TARGET_FORWARD = {"decode"}
 VERIFY = {"verify_forward", "prefix", "exit_head", "suffix", "accept"}
-PREFILL = {"prefill", "prefill+draft"}
-PARTS = ("prefill", "target", "verify", "draft_exposed", "idle")
-PART_NAMES = {"prefill": "prefill (prompt, first window)", "target": "target forwards (1 token each)",
-              "verify": "verify forwards", "draft_exposed": "draft, exposed (target waits)",
+PARTS = ("first_token", "target", "verify", "draft_exposed", "idle")
+PART_NAMES = {"first_token": "to the first token (the prompt; SD and Mirror-SD also their first window)",
+              "target": "target forwards (1 token each)",
+              "verify": "verify forwards", "draft_exposed": "draft, exposed (the target waits)",
               "idle": "idle (no model busy)", "draft_hidden": "draft, hidden (beside the target)"}
 
 
 def _part(span) -> str:
-    if span.label in PREFILL:
-        return "prefill"
     if span.lane == "draft":
         return "draft"
     if span.label in TARGET_FORWARD:
@@ -42,25 +41,29 @@ def _part(span) -> str:
 
 
 def breakdown(rec: RunRecord) -> dict | None:
-    """Seconds per part over [0, wall]; the parts in PARTS add up to the wall time. Each instant
-    goes to the first busy part in order prefill, target, verify, draft (then it is exposed)."""
+    """Seconds per part over [0, wall]; the parts in PARTS add up to the wall time. Everything
+    before the first committed token is "first_token" (the card's time to first token), for
+    every method alike; after it, each instant goes to the first busy part in order target,
+    verify, draft (then it is exposed)."""
     if rec.finish is None:
         return None
-    wall_ns = int(measured(rec)["wall_s"] * 1e9)
-    marks = {0, wall_ns}
+    m = measured(rec)
+    wall_ns = int(m["wall_s"] * 1e9)
+    first_ns = min(wall_ns, int((m.get("prefill_s") or 0.0) * 1e9))
+    marks = {0, first_ns, wall_ns}
     spans = []
     for s in rec.spans:
-        a, b = max(0, s.start_ns - rec.t0_ns), min(wall_ns, s.end_ns - rec.t0_ns)
+        a, b = max(first_ns, s.start_ns - rec.t0_ns), min(wall_ns, s.end_ns - rec.t0_ns)
         if b > a:
             spans.append((a, b, _part(s)))
             marks.update((a, b))
     cuts = sorted(marks)
     out = dict.fromkeys(PARTS + ("draft_hidden",), 0)
+    out["first_token"] = first_ns
     for lo, hi in zip(cuts, cuts[1:]):
-        busy = {p for a, b, p in spans if a <= lo and b >= hi}
-        if "prefill" in busy:
-            out["prefill"] += hi - lo
+        if hi <= first_ns:
             continue
+        busy = {p for a, b, p in spans if a <= lo and b >= hi}
         target = next((p for p in ("target", "verify") if p in busy), None)
         if target:
             out[target] += hi - lo
