@@ -187,6 +187,7 @@ def _results(c: dict) -> None:
     """The results of a run: shown once a run starts (nothing empty before)."""
     with gr.Column(visible=False, elem_id="results") as results:
         c["verdict"] = gr.HTML("", elem_id="verdict")
+        c["zoom"] = gr.HTML("", elem_id="zoom")
         c["cards"] = gr.HTML("", elem_id="cards")
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
@@ -196,7 +197,6 @@ def _results(c: dict) -> None:
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
                                   elem_id=f"pane-{m}") for m in method_names()]
         gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
-        c["zoom"] = gr.HTML("", elem_id="zoom")
         with gr.Row(elem_id="race-row"):
             c["race_btn"] = gr.Button("▶ Race replay: the runs together at their measured pace",
                                       elem_id="race-btn", scale=3, variant="secondary")

@@ -54,7 +54,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
 
 
 def _projection_line(projection: dict) -> str:
-    speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in projection["speedups"].items())
+    speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in projection["speedups"].items() if m != "ar")
     return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
             f'measurement</span> Where Mirror-SD pays off: the same recorded steps on '
             f'<b>{esc(projection["profile"])}</b> project decode speeds over AR of '
