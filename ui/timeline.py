@@ -24,15 +24,15 @@ LABELS = {
     "prefill": ("target prefill (prompt)", "#94a3b8"),
     "decode": ("target decode (1 token)", "#64748b"),
     "verify_forward": ("target verify forward", "#2563eb"),
-    "prefix": ("target prefix (layers 1..ℓₑ)", "#1d4ed8"),
-    "exit_head": ("early exit + hand-off (top-κ ids)", "#0d9488"),
-    "suffix": ("target suffix (layers ℓₑ+1..N)", "#60a5fa"),
+    "prefix": ("target: layers before the early exit", "#1d4ed8"),
+    "exit_head": ("early exit: its guesses go to the draft", "#0d9488"),
+    "suffix": ("target: layers after the early exit", "#60a5fa"),
     "draft": ("draft window (serial)", "#16a34a"),
-    "prefill+draft": ("draft prefill + first window", "#86efac"),
-    "extend": ("draft extend (d_γ)", "#4ade80"),
+    "prefill+draft": ("draft: prompt and first window", "#86efac"),
+    "extend": ("draft: reads its last drafted token", "#4ade80"),
     "branches": ("draft branch rollouts (batched)", "#15803d"),
-    "fallback": ("draft redraft after a miss (serial, target waits)", "#f59e0b"),
-    "accept": ("acceptance rule", "#334155"),
+    "fallback": ("draft: next window after a miss (target waits)", "#f59e0b"),
+    "accept": ("verdict (acceptance rule)", "#334155"),
 }
 LANE_ORDER = ["target", "draft", "verify", "transfer"]
 AXIS_TITLE = "seconds from each run's own start (set-up and warm-up before it are not drawn)"

@@ -99,7 +99,7 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     return (f'<div class="msd-zoom"><div class="msd-sub">One Mirror-SD step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
-            f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome))}</p></div>')
+            f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6))}</p></div>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
@@ -115,7 +115,8 @@ def _ms(spans, label: str) -> float:
     return sum(s.end_ns - s.start_ns for s in spans if s.label == label) / 1e6
 
 
-def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str) -> str:
+def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
+             wait_ms: float) -> str:
     v = sv.verify
     kept = (f"kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote "
             f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
@@ -125,8 +126,12 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str) -
             f"({_ms(spans, 'suffix'):.0f} ms), the draft wrote {len(sv.rollouts)} branch"
             f"{'' if len(sv.rollouts) == 1 else 'es'} ({_ms(spans, 'branches'):.0f} ms). The "
             f"verdict {kept}. ")
+    if outcome == "hit" and wait_ms > 0.5:
+        return text + (f"Hit: one branch started exactly there and became the next window; the "
+                       f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
+                       f"that long instead of a whole new window.")
     if outcome == "hit":
-        return text + ("Hit: one branch started exactly there, so it became the next window with "
-                       "no drafting after the verdict.")
+        return text + ("Hit: one branch started exactly there and was ready before the verdict, "
+                       "so it became the next window with no wait.")
     return text + (f"Miss: no branch started there, so the draft wrote the next window after "
                    f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
