@@ -199,7 +199,7 @@ def _results(c: dict) -> None:
         gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
         with gr.Row(elem_id="race-row"):
             c["race_btn"] = gr.Button("▶ Race replay: the runs together at their measured pace",
-                                      elem_id="race-btn", scale=3, variant="secondary")
+                                      elem_id="race-btn", scale=3, variant="secondary", size="sm")
             c["speed"] = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
                                      scale=1, min_width=120)
         _folds(c)

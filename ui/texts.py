@@ -69,34 +69,7 @@ GLOSSARY = {
                   "and dropped the rest of the window (shown struck through in the text)."),
     "exposed": ("Draft time after the first token: exposed while the target waited for it, "
                 "hidden while it ran beside the target's own work."),
-    "prefill": ("Time to first token: from a run's start to its first committed tokens (the "
-                "prompt's forward; SD and Mirror-SD also draft and verify their first window in it)."),
 }
-
-HOW_IT_WORKS = """
-### How it works
-A large language model (the *target*) writes one token at a time, and every
-token costs a full pass through all its layers. *Speculative decoding* lets a small, fast
-model (the *draft*) guess the next few tokens; the target then checks all the guesses in one
-pass and keeps the ones it agrees with, plus one token of its own. The text is exactly what the
-target alone would write; only the speed changes. In plain speculative decoding the two models
-take turns: while the draft guesses, the target waits.
-
-**Mirror-SD** removes the waiting. Halfway through its checking pass the target takes a peek
-at what it is likely to say (an *early exit*) and hands its top guesses to the draft, which
-runs at the same time on its own core. While the target finishes, the draft already writes the
-continuations for the likely outcomes. If the target's verdict matches one of them (a **hit**)
-the next guesses are ready at once; if not (a **miss**) the draft guesses from scratch, as in
-plain speculative decoding. The peek only decides what is prepared in advance: every token is
-still checked by the full target, so the text does not change.
-
-**Another tokenizer.** The draft may even spell text with other tokens than the target (the
-cross-tokenizer preset: Gemma 3 270M drafting for Qwen2.5-Coder 1.5B). It then proposes only the
-tokens both vocabularies spell the same (token-level intersection, Timor et al. 2025) and the
-target checks them as usual, so the text still does not change. The pair check under the status
-line says how many tokens are shared and how much of the target's own text they cover.
-
-"""
 
 HOW_IN_NOTATION = """
 Bhendawade et al. 2025. Target with N layers, early exit at layer

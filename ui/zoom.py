@@ -63,7 +63,9 @@ def _bar(span, t0: int, scale: float, name: str, cls: str) -> str:
 
 
 def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
-    return (f'<div class="msd-zmark {cls}" style="left:{(t_ns - t0) * scale:.2f}%">'
+    left = (t_ns - t0) * scale
+    side = " z-left" if left > 60 else ""  # near the right edge: the label to the line's left
+    return (f'<div class="msd-zmark {cls}{side}" style="left:{left:.2f}%">'
             f'<span>{esc(text)}</span></div>')
 
 
