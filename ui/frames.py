@@ -7,6 +7,7 @@ same way).
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, fields
 
@@ -174,9 +175,10 @@ def _tokens_so_far(rec: RunRecord | None) -> int:
 
 
 def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:
-    elapsed = f"{time.monotonic() - t_start:.0f} s"
-    if job.current is None:
-        return render_status(f"{job.message} · {elapsed}", "info", job.fraction)
+    if job.current is None:  # loading or warming up: the message, and one timer
+        timed = re.search(r"\d+ s (ago|so far)", job.message)
+        elapsed = "" if timed else f" · {time.monotonic() - t_start:.0f} s"
+        return render_status(f"{job.message}{elapsed}", "info", job.fraction)
     i = methods.index(job.current) + 1
     done = [f"{label(m)} {measured(job.records[m])['wall_s']:.1f} s"
             for m in methods if m in job.records and job.records[m].finish is not None]

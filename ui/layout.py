@@ -227,10 +227,12 @@ def _folds(c: dict) -> None:
     with gr.Accordion("Statistics: every figure, the measured costs, the settings", open=False,
                       elem_id="statistics-fold"):
         c["statistics"] = gr.HTML("", elem_id="statistics")
-    # the “Pair report” tab, when ui/pair_report.py is there (it builds inside this context)
+    # THE PLACE FOR THE “Pair report” fold: when ui/pair_report.py is there, its build function
+    # (`build`, else `build_tab`) lays the report out inside this fold
     if importlib.util.find_spec("ui.pair_report") is not None:
+        report = importlib.import_module("ui.pair_report")
         with gr.Accordion("Pair report", open=False, elem_id="pair-report-fold"):
-            importlib.import_module("ui.pair_report").build()
+            (getattr(report, "build", None) or getattr(report, "build_tab"))()
 
 
 def _about(c: dict) -> None:
