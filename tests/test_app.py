@@ -135,7 +135,7 @@ def test_inspector_shows_exit_candidates_branches_and_verification():
     assert "90%" in html  # exp(-0.1) of the first candidate
     assert "taken" in html and "cancelled" in html
     assert "rejected" in html and "accepted" in html
-    assert "A = 2" in html
+    assert "kept <b>2</b> of 3 drafted tokens" in html
     assert "<script>" not in render_inspector(
         record("mirror", mirror_record().events, id_texts={1: "<script>"}), 0)
 

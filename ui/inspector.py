@@ -155,8 +155,8 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
     if v is not None:
         cells = ['<td></td>'] * (1 + A) + [f"<td>{_chip(rec, v.token, _target_cls(v.kind))}</td>"]
         cells += ['<td></td>'] * (width - len(cells))
-        rows.append(f'<tr class="b-verdict"><th>verdict: A = {A} accepted, then the target\'s '
-                    f'{esc(v.kind)}</th>{"".join(cells)}</tr>')
+        rows.append(f'<tr class="b-verdict"><th>verdict: {A} kept, then the target\'s own token '
+                    f'({"bonus" if v.kind == "bonus" else "after a rejection"})</th>{"".join(cells)}</tr>')
     score = f'<abbr class="msd-term" title="{esc(SCORE_TIP)}">score</abbr>'
     root = _term("root", "root")
     for b in sorted(sv.rollouts, key=lambda b: (b.rank if b.rank is not None and b.rank >= 0 else 99, -b.score)):
@@ -256,8 +256,9 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     v = sv.verify
     verdict = ""
     if v is not None:
-        verdict = (f" · accepted <b>A = {v.accepted}</b> of γ = {len(v.drafted)}, then the "
-                   f"target's {esc(v.kind)} {_chip(rec, v.token, _target_cls(v.kind))}")
+        own = "added its bonus token" if v.kind == "bonus" else "wrote its own token"
+        verdict = (f" · the target kept <b>{v.accepted}</b> of {len(v.drafted)} drafted tokens, then "
+                   f"{own} {_chip(rec, v.token, _target_cls(v.kind))}")
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '

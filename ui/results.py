@@ -202,7 +202,7 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
                      f"<b>{c['draft'] / c['target']:.0%}</b> of a target forward")
         lines.append(line)
     if k.get("verify"):
-        lines.append(f"lanes' contention: the target's verify forward ({c['verify_window'] + 1} tokens) took "
+        lines.append(f"sharing the hardware: the target's verify forward ({c['verify_window'] + 1} tokens) took "
                      f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
                      f"draft (Mirror-SD): <b>{k['verify']:.2f}×</b>")
     if k.get("draft"):
@@ -212,10 +212,10 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
     if ee and ee["steps"]:
         lines.append(
             f"{term('early exit', 'exit layer')} at layer {ee['layer']}"
-            f"{' through the ' + term('exit lens') if ee.get('lens') else ''}: its top-{ee['kappa']} held "
+            f"{' (read through a small trained ' + term('correction', 'exit lens') + ')' if ee.get('lens') else ''}: its top {ee['kappa']} guesses held "
             f"the target's token in <b>{ee['exit_held']} of {ee['steps']}</b> steps (its top-1 in "
             f"{ee['exit_top1']}); of {ee['hits']} {term('hits', 'hit')}, <b>{ee['hits_from_exit']}</b> "
-            f"were rooted in its top-κ and {ee['hits_from_draft']} only in the draft's own guesses")
+            f"started from one of its guesses and {ee['hits_from_draft']} from the draft's own")
     if not lines:
         return ""
     return ('<div class="msd-sub">Measured on this run (medians over the steps after the '
