@@ -530,3 +530,27 @@ def test_a_method_added_to_the_registry_gets_a_pane_a_card_and_a_timeline_lane(m
     assert 'data-method="toy"' in cards and "time to first token" in cards
     timeline = final[1 + len(names) + 5]
     assert any(str(y).startswith("Toy · ") for t in timeline.data if t.type == "bar" for y in t.y)
+
+
+def test_while_a_timed_run_is_in_progress_the_page_gets_the_status_alone():
+    """No pane is rendered with tokens while its run is timed: each pane fills in when its run
+    ends (rendering in the server and the browser would take CPU from the timed run)."""
+    import gradio as gr
+
+    from ui.handlers import Handlers
+    from ui.runs import method_names
+    from ui.state import AppState
+
+    frames = list(Handlers(AppState.tiny()).run(prompt="def hello ( x ) :", max_new_tokens=96,
+                                                use_cache=False))
+    names = method_names()
+    for f in frames[:-1]:
+        status, panes = f[0], f[1:1 + len(names)]
+        for m, pane in zip(names, panes):
+            if isinstance(pane, str) and 'data-state="running"' in pane:
+                assert "msd-tok k-" not in pane  # a running pane carries no tokens
+        if "Running" in status:
+            running = [p for p in panes if isinstance(p, str) and 'data-state="done"' not in p]
+            assert all(p == gr.skip() or 'data-state="running"' in p or 'data-state="waiting"' in p
+                       for p in running)
+    assert sum(isinstance(p, str) and "msd-tok k-" in p for f in frames[:-1] for p in f[1:4]) <= len(names)
