@@ -201,13 +201,14 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str
     mirror, sd = c.get("mirror"), c.get("sd")
     if best == "sd" and mirror is not None and slow:
         hidden = mirror.draft_hidden_s or 0.0
-        return (f" The reason: running the draft beside the target made each verify step "
-                f"{slow['factor']:.2f}× as slow ({slow['beside_s'] * 1e3:.0f} ms against "
-                f"{slow['alone_s'] * 1e3:.0f} ms alone, totals over steps), which cost more than "
-                f"the {hidden:.2f} s of drafting it hid.")
+        return (f" The reason: running the draft beside the target made a verify step take "
+                f"{slow['factor']:.2f}× as long ({slow['beside_s'] * 1e3:.0f} ms against "
+                f"{slow['alone_s'] * 1e3:.0f} ms alone: verify time over verify steps), which cost "
+                f"more than the {hidden:.2f} s of drafting it hid.")
     if best == "mirror" and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
-        extra = f"; each verify step slowed {slow['factor']:.2f}× beside it" if slow else ""
+        extra = (f"; a verify step took {slow['factor']:.2f}× as long beside it as SD's alone"
+                 if slow else "")
         return (f" The reason: {hidden:.2f} s of drafting ran beside the target instead of "
                 f"before it{extra}.")
     if best == "ar":
