@@ -21,7 +21,7 @@ from statistics import median
 from mirror_sd.engine.events import Verify
 
 from .runs import RunRecord, label, measured
-from .why import breakdown
+from .why import breakdown, contention, costs
 
 
 @dataclass
@@ -144,25 +144,16 @@ def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]
 
 # ---- the verdict: who won, by how much, the one reason ------------------------------------
 
-def _verify_per_step(rec: RunRecord | None) -> float | None:
-    """Seconds of target verify forwards per verify step after the first (a ratio of totals)."""
-    if rec is None:
-        return None
-    per_step: dict[int, float] = {}
-    for s in rec.spans:
-        if s.lane == "target" and s.step > 0 and s.label in ("verify_forward", "prefix",
-                                                              "exit_head", "suffix"):
-            per_step[s.step] = per_step.get(s.step, 0.0) + (s.end_ns - s.start_ns) / 1e9
-    return sum(per_step.values()) / len(per_step) if per_step else None
-
-
 def verify_slowdown(records: dict[str, RunRecord]) -> dict | None:
-    """Mirror-SD's verify step beside its draft against SD's alone: totals over steps."""
-    mirror, sd = records.get("mirror"), records.get("sd")
-    a, b = _verify_per_step(mirror), _verify_per_step(sd)
-    if not a or not b:
+    """Mirror-SD's verify forward beside its draft against SD's alone, at the window length
+    both verified most often (a verify's cost grows with its tokens): medians over those
+    steps, the same figure the statistics fold shows (why.costs)."""
+    c = costs(records)
+    k = contention(c).get("verify")
+    if not k:
         return None
-    return {"beside_s": a, "alone_s": b, "factor": a / b}
+    return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k,
+            "tokens": c["verify_window"] + 1}
 
 
 def winner(c: dict[str, Card]) -> str | None:
@@ -201,14 +192,14 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str
     mirror, sd = c.get("mirror"), c.get("sd")
     if best == "sd" and mirror is not None and slow:
         hidden = mirror.draft_hidden_s or 0.0
-        return (f" The reason: running the draft beside the target made a verify step take "
-                f"{slow['factor']:.2f}× as long ({slow['beside_s'] * 1e3:.0f} ms against "
-                f"{slow['alone_s'] * 1e3:.0f} ms alone: verify time over verify steps), which cost "
-                f"more than the {hidden:.2f} s of drafting it hid.")
+        return (f" The reason: running the draft beside the target made the target's verify "
+                f"forward take {slow['factor']:.2f}× as long ({slow['beside_s'] * 1e3:.0f} ms against "
+                f"{slow['alone_s'] * 1e3:.0f} ms alone, medians at {slow['tokens']} tokens), which "
+                f"cost more than the {hidden:.2f} s of drafting it hid.")
     if best == "mirror" and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
-        extra = (f"; a verify step took {slow['factor']:.2f}× as long beside it as SD's alone"
-                 if slow else "")
+        extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
+                 f"(median)" if slow else "")
         return (f" The reason: {hidden:.2f} s of drafting ran beside the target instead of "
                 f"before it{extra}.")
     if best == "ar":
