@@ -290,7 +290,9 @@ def test_stop_cancels_within_a_step(client):
         pass
     final = job.outputs()[-1]
     assert "Stopped" in final[0]
-    assert any('data-state="stopped"' in pane for pane in final[1:4])
+    # the run in progress stopped within a step, or the stop landed between two runs: either
+    # way not every method ran to its end
+    assert any('data-state="stopped"' in p or 'data-state="skipped"' in p for p in final[1:4])
 
 
 def test_a_bad_model_name_is_a_message():

@@ -178,7 +178,7 @@ def render_breakdown(done: dict[str, RunRecord]) -> str:
                   f'title="{esc(PART_NAMES["draft_hidden"])}: {p["draft_hidden"]:.2f} s"></span>'
                   if p["draft_hidden"] > 0 else "")
         text = " · ".join(f"{PART_NAMES[k].split(' (')[0]} {p[k]:.2f}" for k in PARTS + ("draft_hidden",)
-                          if p[k] >= 0.005)
+                          if p[k] >= 0.005 or k == "first_token")
         rows.append(f'<div class="msd-bk-row"><span class="msd-bk-name">{esc(label(m))}</span>'
                     f'<div class="msd-bk-bars"><div class="msd-bk-bar">{cells}</div>'
                     f'<div class="msd-bk-bar thin">{hidden}</div>'
