@@ -29,7 +29,6 @@ from .state import AppState
 from .steps import PICK_JS
 from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
 from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION, SEQUENTIAL_NOTE
-from .timeline import build_timeline
 
 CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
                 for name in ("style.css", "panes.css"))  # panes.css: panes, legend, the why
@@ -211,7 +210,7 @@ def _folds(c: dict) -> None:
     """Timeline, inspector, What-if, statistics: one click each."""
     with gr.Accordion("Timeline: every measured span, per model, on one time axis", open=False,
                       elem_id="timeline-fold"):
-        c["timeline"] = gr.Plot(build_timeline({}), show_label=False, elem_id="timeline")
+        c["timeline"] = gr.Plot(None, show_label=False, elem_id="timeline")  # drawn after a run: nothing to render while one is timed
     with gr.Accordion("Step inspector: what happened inside one step", open=False,
                       elem_id="inspector-fold"):
         with gr.Row():

@@ -279,7 +279,7 @@ def build_panel() -> Panel:
         table = gr.HTML(render_panel(None), elem_id="whatif-panel")
         profile = gr.Radio(PROFILE_CHOICES, value="c", label="projected timeline: hardware profile "
                            "(projection)", elem_id="whatif-profile")
-        figure = gr.Plot(build_figure(None, None), show_label=False, elem_id="whatif-timeline")
+        figure = gr.Plot(None, show_label=False, elem_id="whatif-timeline")  # drawn after a run
         with gr.Accordion("(c) accelerator pair: inputs of the projection", open=False):
             with gr.Row():
                 target = gr.Dropdown(TARGET_CHOICES, value=d["target"], label="target size")
