@@ -99,7 +99,7 @@ def run_default_example(page, url: str, max_new_tokens: int | None, timeout_s: f
         try:
             page.wait_for_function(
                 "n => { const r = document.querySelector('#max-new-tokens input[type=range]');"
-                " return r && r.value === String(n); }", arg=max_new_tokens, timeout=10_000)
+                " return r && r.value === String(n); }", arg=max_new_tokens, timeout=30_000)
         except sync_api.TimeoutError:
             page.wait_for_timeout(2_000)
         page.get_by_text("Sampling and length").first.click()  # folded again
