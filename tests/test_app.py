@@ -10,8 +10,9 @@ import pytest
 
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
 from ui.inspector import render_inspector
-from ui.render import render_legend, render_pane, render_summary
-from ui.runs import SHORT_NAMES, RunRecord, analyse, compare_tokens
+from ui.render import render_legend, render_pane
+from ui.results import render_cards, render_checks, render_statistics, render_verdict
+from ui.runs import RunRecord, analyse, compare_tokens, label
 from ui.texts import LEGEND, LEGEND_MARKS, parse_prompt
 from ui.timeline import LABELS, build_timeline, lanes_for
 from ui.traces import TraceError, export_trace, parse_trace
@@ -136,24 +137,27 @@ def test_inspector_shows_exit_candidates_branches_and_verification():
     assert "90%" in html  # exp(-0.1) of the first candidate
     assert "taken" in html and "cancelled" in html
     assert "rejected" in html and "accepted" in html
-    assert "A = 2" in html
+    assert "kept <b>2</b> of 3 drafted tokens" in html
     assert "<script>" not in render_inspector(
         record("mirror", mirror_record().events, id_texts={1: "<script>"}), 0)
 
 
-def test_summary_speedup_and_identical_check():
+def test_cards_speedups_and_identical_check():
     ar = ar_record([1, 2, 3, 4, 5, 6, 7])
-    html = render_summary({"ar": ar, "mirror": mirror_record()}, {"temperature": 0.0})
-    # decode speeds, prefill apart: AR's first token arrives at 0.03 s, then 6 tokens in 0.67 s;
-    # Mirror-SD's first 3 at 0.10 s, then 4 in 0.25 s: (4 / 0.25) / (6 / 0.67) = 1.79
-    assert "1.79×" in html and "2.00×" not in html  # not the whole-run 20 / 10 tok/s
-    assert "prefill" in html and "AR 0.03 s" in html and "Mirror-SD 0.10 s" in html
+    records = {"ar": ar, "mirror": mirror_record()}
+    html = render_cards(records, {}, None, {"temperature": 0.0})
+    # decode: AR's first token arrives at 0.03 s, then 6 tokens in 0.67 s; Mirror-SD's first 3
+    # at 0.10 s, then 4 in 0.25 s: (4 / 0.25) / (6 / 0.67) = 1.79; end to end 20 / 10 = 2.00
+    assert "<b>1.79×</b> / <b>2.00×</b>" in html
+    assert "0.03 s" in html and "0.10 s" in html  # time to first token, both
     assert "identical to the baseline" in html and "7 of 7" in html
+    verdict = render_verdict(records, {})
+    assert "Mirror-SD won: 2.00× AR&#x27;s speed end to end and 1.79× in decode" in verdict
 
 
 def test_summary_counts_mismatches_and_never_hides_them():
     ar = ar_record([1, 2, 9, 4, 5, 6, 8])
-    html = render_summary({"ar": ar, "mirror": mirror_record()}, {"temperature": 0.0})
+    html = render_checks({"ar": ar, "mirror": mirror_record()}, {"temperature": 0.0}, {})
     assert "identical" not in html
     assert "<b>2</b> of 7 positions" in html and "first at token 2" in html
     assert compare_tokens([1, 2, 3], [1, 2]) == {"compared": 3, "mismatches": 1, "first": 2,
@@ -230,13 +234,14 @@ def test_app_imports_without_launching():
 def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    status, ar, mirror, sd, summary, timeline, step, inspector, trace = final
+    status, ar, sd, mirror, verdict, cards, zoom, how, statistics, timeline, step, inspector, trace = final
     assert "Done" in status
     for pane in (ar, mirror, sd):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
     assert "k-plain" in ar
     assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "fallback", "correction", "bonus"))
-    assert "AR's decode speed" in summary and "baseline" in summary and "Mirror-SD" in summary
+    assert " won" in verdict and "CPU cores" in verdict
+    assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
     for name in (">AR<", ">SD<", ">Mirror-SD<"):  # the three panes' titles
         assert sum(name in pane for pane in (ar, mirror, sd)) == 1
     assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
@@ -259,7 +264,7 @@ def test_cached_result_and_trace_replay(client):
 
 def test_auto_gamma_and_budget(client):
     _, final = run_app(client, auto_tune=True, gamma=1, branch_budget=1)
-    status, ar, mirror, sd, summary = final[:5]
+    status, summary = final[0], final[8]  # the statistics fold says the settings
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
@@ -287,7 +292,9 @@ def test_stop_cancels_within_a_step(client):
         pass
     final = job.outputs()[-1]
     assert "Stopped" in final[0]
-    assert 'data-state="stopped"' in final[1] or 'data-state="stopped"' in final[2]
+    # the run in progress stopped within a step, or the stop landed between two runs: either
+    # way not every method ran to its end
+    assert any('data-state="stopped"' in p or 'data-state="skipped"' in p for p in final[1:4])
 
 
 def test_a_bad_model_name_is_a_message():
@@ -318,19 +325,19 @@ def test_cancels_are_per_session():
 
 def test_streams_setting_runs_and_says_when_the_draft_has_no_heads(client):
     _, final = run_app(client, streams="auto")
-    assert "Done" in final[0] and 'data-state="done"' in final[2]
-    assert "No trained stream heads" in final[2]  # the Mirror-SD pane says so
+    assert "Done" in final[0] and 'data-state="done"' in final[3]
+    assert "No trained stream heads" in final[3]  # the Mirror-SD pane says so
 
 
 def test_the_done_message_points_an_fp32_cpu_run_to_int8():
     """After a run in fp32 on a CPU the status says where the faster precision is; not after
     int8, nor on a GPU; the measured speed stays first."""
-    from ui.handlers import _done_message
+    from ui.frames import done_message as _done_message
     from ui.texts import CPU_PRECISION_TIP
 
     records = {"ar": ar_record([1, 2, 3, 4]), "mirror": ar_record([1, 2, 3, 4])}
     fp32_cpu = _done_message(records, {"precision": "fp32", "target_device": "cpu"})
-    assert fp32_cpu.startswith("Done: Mirror-SD decoded at 1.00× the speed of the AR baseline")
+    assert fp32_cpu.startswith("Done: end to end over AR, Mirror-SD 1.00×")
     assert fp32_cpu.endswith(CPU_PRECISION_TIP) and "int8" in CPU_PRECISION_TIP
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "int8", "target_device": "cpu"})
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "fp32", "target_device": "cuda:0"})
@@ -343,28 +350,30 @@ def test_exit_layer_slider_follows_the_target(tmp_path, monkeypatch):
     import json
 
     from mirror_sd.models.tiny import LAYERS, tiny_pair
-    from ui import handlers, session
+    from ui import frames, session
+    from ui.handlers import Handlers
+    from ui.state import AppState
 
-    monkeypatch.setattr(handlers, "PAIRS", session.PairCache())  # nothing loaded
+    handlers = Handlers(AppState(pairs=session.PairCache()))  # nothing loaded
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 24}))
     up = handlers.exit_layer_range(str(folder), 30)
     assert up["maximum"] == 23 and up["value"] == 0 and "24 layers: 1 to 23" in up["info"]
     assert handlers.exit_layer_range(str(folder), 12)["value"] == 12
-    assert handlers.exit_layer_range("some-org/not-loaded", 30)["maximum"] == handlers.EXIT_LAYER_CEILING
+    assert handlers.exit_layer_range("some-org/not-loaded", 30)["maximum"] == frames.EXIT_LAYER_CEILING
     from mirror_sd.models.bundled import DEFAULT_TARGET
     monkeypatch.setenv("MIRROR_SD_CACHE", str(tmp_path))
-    assert handlers.exit_layer_range("default", 0)["maximum"] == handlers.EXIT_LAYER_CEILING  # not built
+    assert handlers.exit_layer_range("default", 0)["maximum"] == frames.EXIT_LAYER_CEILING  # not built
     (tmp_path / f"{DEFAULT_TARGET.stem}-hf").mkdir()
     (tmp_path / f"{DEFAULT_TARGET.stem}-hf" / "config.json").write_text('{"num_hidden_layers": 28}')
     assert handlers.exit_layer_range("default", 0)["maximum"] == 27
     # a loaded pair answers for its target, whatever the precision
     pairs = session.PairCache(loader=lambda spec, progress: tiny_pair())
     pairs.get(session.PairSpec(target="some-org/loaded", precision="bf16"), lambda *a: None)
-    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    handlers.app.pairs = pairs
     assert handlers.exit_layer_range("some-org/loaded", 0)["maximum"] == LAYERS - 1
-    monkeypatch.setattr(handlers, "PAIRS", session.PairCache.tiny())  # test mode: any name
+    handlers.app.pairs = session.PairCache.tiny()  # test mode: any name
     assert handlers.exit_layer_range("anything", 2)["maximum"] == LAYERS - 1
 
 
@@ -424,10 +433,10 @@ def test_the_timeline_of_each_run_ends_at_its_reported_wall_time(client):
     fig = build_timeline(records)
     for m, rec in records.items():
         wall = rec.finish.stats["wall_s"]
-        tokens = next(t for t in fig.data if t.name == f"{SHORT_NAMES[m]}: tokens committed")
+        tokens = next(t for t in fig.data if t.name == f"{label(m)}: tokens committed")
         assert max(tokens.x) <= wall * 1.02 + 0.002 and min(tokens.x) >= 0
         ends = [b + x for t in fig.data if t.type == "bar" and t.y is not None
-                for b, x, y in zip(t.base, t.x, t.y) if str(y).startswith(f"{SHORT_NAMES[m]} ·")]
+                for b, x, y in zip(t.base, t.x, t.y) if str(y).startswith(f"{label(m)} ·")]
         assert ends and max(ends) <= wall + 1e-9
 
 
@@ -439,22 +448,24 @@ def test_breakdown_adds_up_to_the_wall_time_and_the_why_is_said():
         parts = breakdown(rec)
         assert sum(parts[k] for k in PARTS) == pytest.approx(rec.finish.stats["wall_s"])
     mirror = breakdown(records["mirror"])
-    # the draft's branches ran inside the target's suffix (hidden); its first window is prefill
-    assert mirror["draft_hidden"] == pytest.approx(0.002) and mirror["verify"] == pytest.approx(0.007)
-    assert mirror["prefill"] == pytest.approx(0.005)
+    # everything before the first commit (0.10 s: the prompt, the first window and its verify,
+    # here every span) is time to first token, as the card says; the rest has no span: idle
+    assert mirror["first_token"] == pytest.approx(0.10)
+    assert mirror["verify"] == 0 and mirror["draft_hidden"] == 0
+    assert mirror["idle"] == pytest.approx(0.25)
     ee = early_exit_share(records["mirror"])
     # step 0: the verdict (A=2, c) was in the early exit's row 2, and the taken branch's root too
     assert ee == {"hits": 1, "hits_from_exit": 1, "hits_from_draft": 0, "steps": 1,
                   "exit_held": 1, "exit_top1": 1, "kappa": 2, "layer": 2, "lens": False}
     meta = {"precision": "int8", "warmup_s": 1.5, "target_device": "cpu", "draft_device": "cpu"}
-    html = render_summary(records, {"temperature": 0.0}, meta)
-    assert "Where the time went" in html and "msd-bk b-verify" in html
-    assert 'class="msd-why"' in html and "Mirror-SD decoded at 1.79× AR&#x27;s speed" in html
-    assert "levers are missing" in html and "What if" in html
+    html = render_cards(records, meta, None, {"temperature": 0.0})
+    assert "Where the time went" in html and "msd-bk b-first_token" in html
     assert "Precision <b>int8</b>" in html and "same weights" in html and "1.5 s warm-up" in html
-    assert "held the target's token in <b>1 of 1</b> steps" in html
-    on_gpu = render_summary(records, {"temperature": 0.0}, dict(meta, target_device="cuda:0"))
-    assert "levers are missing" not in on_gpu  # said only where both lanes share one CPU
+    assert "held the target's token in <b>1 of 1</b> steps" in render_statistics(records, {}, meta)
+    verdict = render_verdict(records, meta)
+    assert "Mirror-SD won" in verdict and "msd-hardware" in verdict and "share" in verdict
+    on_gpu = render_verdict(records, dict(meta, target_device="cuda:0"))
+    assert "msd-hardware" not in on_gpu  # said only where both lanes share one device
 
 
 def test_cjk_is_kept_undrawable_characters_are_escaped_and_whitespace_is_quiet():
@@ -474,14 +485,16 @@ def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm
     import threading
 
     from mirror_sd.engine.settings import Settings
-    from ui import handlers
+    from ui import handlers as handlers_module
+    from ui.handlers import Handlers
     from ui.preparing import Preparer
     from ui.session import Job, PairCache, PairSpec, RunRequest, phase_estimate
+    from ui.state import AppState
 
     pairs = PairCache.tiny()
-    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    handlers = Handlers(AppState(pairs=pairs))
     handlers.start_preparing()  # test mode: nothing starts
-    assert handlers._PREPARER == [] and handlers.ready_message() == handlers.READY
+    assert handlers.app.preparer is None and handlers.ready_message() == handlers_module.READY
     prep = Preparer(pairs, PairSpec(), "def hello ( x ) :", Settings(max_new_tokens=8))
     prep.start()
     assert prep.done.wait(JOB_WAIT_S) and prep.error is None and prep.describe() == ""
@@ -490,3 +503,59 @@ def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm
     job.start()
     assert job.finished.wait(JOB_WAIT_S) and job.error is None and job.meta["warmup_s"] == 0.0
     assert "once per machine" in phase_estimate("converting x.gguf to safetensors")
+
+
+# ----------------------------------------------------------------------------- a registered method
+
+def test_a_method_added_to_the_registry_gets_a_pane_a_card_and_a_timeline_lane():
+    """The app reads its methods from the engine's registry: a toy method (AR's decoder under
+    another name) shows as a pane in the built page, a choice under “Methods”, and runs."""
+    from toy_method import registered
+
+    from mirror_sd.engine.registry import REGISTRY
+    from ui.layout import build_demo
+
+    with registered():  # the engine's registration: the registry is the one method table
+        _toy_pane_card_and_lane(REGISTRY, build_demo)
+
+
+def _toy_pane_card_and_lane(REGISTRY, build_demo):
+    demo = build_demo(tiny=True)
+    c = demo.msd_components
+    assert [p.elem_id for p in c["panes"]] == [f"pane-{m}" for m in REGISTRY]
+    assert "pane-toy" in [p.elem_id for p in c["panes"]]
+    assert ("Toy", "toy") in [tuple(x) for x in c["methods"].choices]
+    frames = list(demo.msd_handlers.run(prompt="def hello ( x ) :", max_new_tokens=6,
+                                        methods=["ar", "toy"], use_cache=False))
+    final = frames[-1]
+    names = list(REGISTRY)
+    toy_pane = final[1 + names.index("toy")]
+    assert 'data-state="done"' in toy_pane and ">Toy<" in toy_pane
+    cards = final[1 + len(names) + 1]
+    assert 'data-method="toy"' in cards and "time to first token" in cards
+    timeline = final[1 + len(names) + 5]
+    assert any(str(y).startswith("Toy · ") for t in timeline.data if t.type == "bar" for y in t.y)
+
+
+def test_while_a_timed_run_is_in_progress_the_page_gets_the_status_alone():
+    """No pane is rendered with tokens while its run is timed: each pane fills in when its run
+    ends (rendering in the server and the browser would take CPU from the timed run)."""
+    import gradio as gr
+
+    from ui.handlers import Handlers
+    from ui.runs import method_names
+    from ui.state import AppState
+
+    frames = list(Handlers(AppState.tiny()).run(prompt="def hello ( x ) :", max_new_tokens=96,
+                                                use_cache=False))
+    names = method_names()
+    for f in frames[:-1]:
+        status, panes = f[0], f[1:1 + len(names)]
+        for m, pane in zip(names, panes):
+            if isinstance(pane, str) and 'data-state="running"' in pane:
+                assert "msd-tok k-" not in pane  # a running pane carries no tokens
+        if "Running" in status:
+            running = [p for p in panes if isinstance(p, str) and 'data-state="done"' not in p]
+            assert all(p == gr.skip() or 'data-state="running"' in p or 'data-state="waiting"' in p
+                       for p in running)
+    assert sum(isinstance(p, str) and "msd-tok k-" in p for f in frames[:-1] for p in f[1:4]) <= len(names)

@@ -16,7 +16,10 @@ import pytest
 import torch
 
 from mirror_sd.models.tiny import cross_pair, tiny_pair
-from ui import handlers, pairbox
+from ui.frames import pair_spec
+from ui.handlers import Handlers
+from ui.pairbox import PairBox
+from ui.state import AppState
 from ui.paircheck import SAME_TOKENIZER, compute_check, render_pair_check
 from ui.session import PairCache
 
@@ -74,16 +77,16 @@ def test_pair_check_of_a_same_tokenizer_pair_is_one_line_and_its_warnings():
 
 def test_check_pair_loads_and_checks_without_a_run_once_per_pair(monkeypatch):
     pairs = PairCache.tiny()
-    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    pairbox = PairBox(AppState(pairs=pairs))
     assert "not loaded yet" in pairbox.show(*CROSS)
     status, box = list(pairbox.check(*CROSS))[-1]
     assert "Loaded and checked" in status
     assert "cross-tokenizer" in box and "tokens are spelled the same" in box
-    loaded = pairs.peek(handlers.pair_spec(*CROSS))
+    loaded = pairs.peek(pair_spec(*CROSS))
     first = loaded.check
     assert pairbox.show(*CROSS) == box and pairbox.poll(*CROSS)[0] == box
     list(pairbox.preset_check(*CROSS))  # already loaded: shown, not checked again
-    assert pairs.peek(handlers.pair_spec(*CROSS)).check is first
+    assert pairs.peek(pair_spec(*CROSS)).check is first
     same = ("default", "default", "int8", "auto", "auto", "same")
     _, box, _ = list(pairbox.preset_check(*same))[-1]  # test mode: a preset loads at once
     assert SAME_TOKENIZER in box
@@ -93,27 +96,28 @@ def test_check_pair_loads_and_checks_without_a_run_once_per_pair(monkeypatch):
 def test_a_chosen_preset_checks_its_own_pair_whatever_the_fields_still_say(monkeypatch):
     """The check chained after a preset reads the preset, not the two fields it has just set (a
     chained event can read their old values); a loaded but unchecked pair is named as such."""
-    from ui.layout import PAIR_PRESETS, _preset_check
+    from ui.layout import PAIR_PRESETS, box_preset_check
     pairs = PairCache.tiny()
-    monkeypatch.setattr(handlers, "PAIRS", pairs)
+    pairbox = PairBox(AppState(pairs=pairs))
+    _preset_check = box_preset_check(pairbox)
     _, box, _ = list(_preset_check(CROSS_PRESET, "default", "default", *CROSS[2:]))[-1]
     assert "tokens are spelled the same" in box  # the cross pair, though the fields said default
     same = ("default", "default") + CROSS[2:]
-    pairs.get(handlers.pair_spec(*same), lambda *a: None)  # loaded by something else, no check
+    pairs.get(pair_spec(*same), lambda *a: None)  # loaded by something else, no check
     assert "loaded, not checked yet" in pairbox.show(*same)
     default_name = next(n for n, (t, d) in PAIR_PRESETS.items() if (t, d) == ("default", "default"))
     _, box, _ = list(_preset_check(default_name, *CROSS))[-1]
-    assert SAME_TOKENIZER in box and pairs.peek(handlers.pair_spec(*same)).check is not None
+    assert SAME_TOKENIZER in box and pairs.peek(pair_spec(*same)).check is not None
 
 def test_a_pair_that_shares_almost_nothing_is_one_message_in_the_status_and_the_box(monkeypatch):
-    monkeypatch.setattr(handlers, "PAIRS", PairCache(loader=refusing_pair, is_tiny=True))
-    monkeypatch.setattr(handlers, "LOAD_ERRORS", {})
+    app = AppState(pairs=PairCache(loader=refusing_pair, is_tiny=True))
+    pairbox, handlers = PairBox(app), Handlers(app)
     status, box = list(pairbox.check(*CROSS))[-1]
     assert "share only 0 of" in status and "(0.0%)" in status and "l-error" in status
     assert "could not be loaded" in box and "share only 0 of" in box
-    handlers.LOAD_ERRORS.clear()
-    frames = list(handlers.run(PROMPT, *CROSS[:2], "int8", "auto", "auto", 4, 4, 0, 2, 0.0, 1.0, 0,
-                               8, ["ar", "sd", "mirror"], False, "same"))
+    app.load_errors.clear()
+    frames = list(handlers.run(prompt=PROMPT, target=CROSS[0], draft=CROSS[1], precision="int8",
+                               kappa=4, max_new_tokens=8, use_cache=False))
     assert "share only 0 of" in frames[-1][0] and "Traceback" not in str(frames[-1])
     assert "could not be loaded" in pairbox.after_run(None, *CROSS)[0]
 
@@ -123,7 +127,7 @@ def test_a_hub_preset_waits_for_check_pair_and_zerogpu_shows_the_check_of_the_la
 
     def no_load(spec, progress):
         raise AssertionError("a hub preset must not load by itself")
-    monkeypatch.setattr(handlers, "PAIRS", PairCache(loader=no_load))
+    pairbox = PairBox(AppState(pairs=PairCache(loader=no_load)))
     hub = ("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", "int8", "auto", "auto", "same")
     frames = list(pairbox.preset_check(*hub))
     assert len(frames) == 1 and "not loaded yet" in frames[0][1] and "Check pair" in frames[0][1]
@@ -140,9 +144,8 @@ def test_the_background_preparation_checks_the_pair_and_shows_it_when_done(monke
     from ui.preparing import Preparer
     from ui.session import PairSpec
     pairs = PairCache.tiny()
-    monkeypatch.setattr(handlers, "PAIRS", pairs)
     prep = Preparer(pairs, PairSpec(draft="gemma-3-270m"), PROMPT, Settings(max_new_tokens=4))
-    monkeypatch.setattr(handlers, "_PREPARER", [prep])
+    handlers = Handlers(AppState(pairs=pairs, preparer=prep))
     prep.start()
     assert prep.done.wait(600) and prep.error is None
     check = pairs.peek(PairSpec(draft="gemma-3-270m")).check
@@ -152,14 +155,14 @@ def test_the_background_preparation_checks_the_pair_and_shows_it_when_done(monke
 
 
 def test_the_summary_says_the_draft_proposes_only_shared_tokens_and_the_ar_share():
-    from ui.render import render_summary
+    from ui.results import render_statistics
     from ui_records import tiny_records
     meta = {"cross": {"shared_tokens": 1234, "target_tokens": 2000, "shared_share": 0.617,
                       "ar_tokens": 24, "ar_coverage": 0.875}}
-    html = render_summary(tiny_records(), {"temperature": 0.0}, meta)
+    html = render_statistics(tiny_records(), {"temperature": 0.0}, meta)
     assert "the draft proposes only the 1,234 tokens both vocabularies spell the same" in html
     assert "(62% of the target&#x27;s 2,000)" in html and "88% of this run&#x27;s AR output (24 tokens)" in html
-    assert "proposes only" not in render_summary(tiny_records(), {"temperature": 0.0}, {})
+    assert "proposes only" not in render_statistics(tiny_records(), {"temperature": 0.0}, {})
 
 
 # ----------------------------------------------------------------------------- the app
@@ -185,12 +188,13 @@ def test_a_cross_pair_run_matches_ar_and_says_what_the_draft_could_propose():
         job = Client(url, verbose=False).submit(api_name="/run", prompt=PROMPT, target="default",
                                                 draft="gemma-3-270m", max_new_tokens=24, use_cache=False)
         list(job)
-        status, ar, mirror, sd, summary = job.outputs()[-1][:5]
-        trace = json.load(open(job.outputs()[-1][-1]))
+        final = job.outputs()[-1]
+        status, cards, summary = final[0], final[5], final[8]  # the status, cards, statistics
+        trace = json.load(open(final[-1]))
     finally:
         demo.close()
     assert "Done" in status
-    assert summary.count("identical to the baseline") == 2  # SD and Mirror-SD
+    assert cards.count("identical to the baseline") == 2  # SD and Mirror-SD
     runs = trace["runs"]
     assert {m: len(r["events"]) > 0 for m, r in runs.items()} == {"ar": True, "sd": True, "mirror": True}
     cross = trace["pair"]["cross"]
@@ -231,7 +235,7 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
                                    ".innerText.includes('tokens are spelled the same')", timeout=60_000)
             box = page.inner_text("#pair-check")
             assert "cross-tokenizer" in box and "own greedy output" in box and "the draft reads" in box
-            assert page.locator('#pane-mirror .msd-pane[data-state="waiting"]').count() == 1  # no run yet
+            assert not page.locator("#verdict").is_visible()  # no run yet: no results shown
             assert page.input_value("#draft-model textarea, #draft-model input") == "gemma-3-270m"
             page.locator("#pair-check details summary").click()
             assert page.locator("#pair-check details pre").inner_text().strip()
@@ -239,10 +243,11 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             page.click("#run-btn")
             page.wait_for_selector('#pane-mirror .msd-pane:is([data-state="done"], [data-state="error"])',
                                    timeout=180_000)
-            page.wait_for_function("() => document.querySelector('#summary')"
+            page.get_by_text("Statistics: every figure").first.click()
+            page.wait_for_function("() => document.querySelector('#statistics')"
                                    ".innerText.includes('proposes only')", timeout=30_000)
-            summary = page.inner_text("#summary")
-            assert summary.count("identical to the baseline") == 2, summary
+            cards = page.inner_text("#cards")
+            assert cards.count("identical to the baseline") == 2, cards
             assert "tokens are spelled the same" in page.inner_text("#pair-check")
             page.locator("#pair-preset input").click()  # back to the default pair: one line
             page.get_by_role("option", name=next(iter(PAIR_PRESETS))).click()

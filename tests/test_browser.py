@@ -1,9 +1,11 @@
 """The app in a real browser: Debian's chromium driven by Playwright (no browser download).
 
-Load the page, run the default example, check that the coloured tokens, the legend, the step
-strip, the narrated step inspector and the timeline are on screen; click a step cell and a
-token and see the inspector follow; check that each run's timeline ends at the wall time the
-summary reports; save screenshots under out/screens/. Once with the tiny random pair
+Load the page, run the default example, check the verdict (it names the winner), one card per
+method with its time to first token, decode and end-to-end speedups, and that the cards, the
+panes, the bars and the timeline agree with figures recomputed here from the run's trace; a
+rejected draft token struck through in the SD pane when SD rejected one; the page at most
+~2,600 px tall at 1600 x 1200 with the folds closed; the step inspector follows a click on a
+step or a token; save screenshots under out/screens/. Once with the tiny random pair
 (test mode: build_demo(tiny=True)), once with the real default pair (`real_pair`).
 Set MIRROR_SD_SCREENSHOT=assets/screenshot.png to also save the real run's screenshot there.
 """
@@ -27,18 +29,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 
 HEAD = "#inspector .msd-step-head"
-# the summary's "wall time (s)" row as {run name: seconds}
-WALL_TIMES_JS = """() => {
-  for (const t of document.querySelectorAll('#summary table')) {
-    const row = [...t.querySelectorAll('tbody tr')].find(
-      r => r.querySelector('th') && r.querySelector('th').textContent.startsWith('wall time'));
-    if (!row) continue;
-    const heads = [...t.querySelectorAll('thead th')].slice(1).map(th => th.textContent.trim());
-    const vals = [...row.querySelectorAll('td')].map(td => parseFloat(td.textContent));
-    return Object.fromEntries(heads.map((h, i) => [h, vals[i]]));
-  }
-  return null;
-}"""
+# each card as {method: {row label: value text}}
+CARDS_JS = """() => Object.fromEntries([...document.querySelectorAll('#cards .msd-card')].map(c => [
+  c.dataset.method, Object.fromEntries([...c.querySelectorAll('tr')].map(
+    r => [r.querySelector('th').textContent.trim(), r.querySelector('td').textContent.trim()]))]))"""
 # the timeline's last x per run (its "<run>: end" mark and its committed-tokens line)
 TIMELINE_ENDS_JS = """() => {
   const plot = document.querySelector('#timeline .js-plotly-plot');
@@ -49,6 +43,8 @@ TIMELINE_ENDS_JS = """() => {
   }
   return out;
 }"""
+LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
+MAX_PAGE_PX = 2600  # the default results at 1600 x 1200 with the folds closed: about two screens
 
 
 def free_port() -> int:
@@ -77,7 +73,7 @@ def browser():
 
 @pytest.fixture()
 def page(browser):
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    context = browser.new_context(viewport={"width": 1600, "height": 1200})
     pg = context.new_page()
     pg.errors = []
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
@@ -103,14 +99,14 @@ def run_default_example(page, url: str, max_new_tokens: int | None, timeout_s: f
         try:
             page.wait_for_function(
                 "n => { const r = document.querySelector('#max-new-tokens input[type=range]');"
-                " return r && r.value === String(n); }", arg=max_new_tokens, timeout=10_000)
+                " return r && r.value === String(n); }", arg=max_new_tokens, timeout=30_000)
         except sync_api.TimeoutError:
             page.wait_for_timeout(2_000)
+        page.get_by_text("Sampling and length").first.click()  # folded again
     page.click("#run-btn")
     page.wait_for_selector('#pane-mirror .msd-pane:is([data-state="done"], [data-state="error"], '
                            '[data-state="stopped"])', timeout=timeout_s * 1000)
-    page.wait_for_selector(HEAD, timeout=60_000)
-    page.wait_for_selector("#timeline .js-plotly-plot .barlayer", timeout=60_000)
+    page.wait_for_selector("#verdict .msd-verdict-text", timeout=60_000)
 
 
 def check_rendered(page, n_tokens: int | None) -> None:
@@ -132,29 +128,119 @@ def check_rendered(page, n_tokens: int | None) -> None:
     assert page.locator("#legend .msd-legend-item").count() >= 6
     assert page.locator("#legend .msd-legend-item[title]").count() == page.locator(
         "#legend .msd-legend-item").count()
-    # the step strip, the narration, then early exit, branch tree, verification
-    assert page.locator("#inspector .msd-strip .msd-step").count() >= 2
-    assert page.locator("#inspector .msd-narration").count() == 1
-    for part in ("table.msd-ee", "table.msd-tree", "table.msd-verify"):
-        assert page.locator(f"#inspector {part}").count() == 1, part
-    small = page.eval_on_selector("#inspector .msd-ee .msd-chip small",
-                                  "e => parseFloat(getComputedStyle(e).fontSize)")
-    assert small >= 12, small  # early-exit probabilities stay readable
-    # the timeline: plotly bars on named lanes
-    assert page.locator("#timeline .barlayer .point").count() >= 3
-    ticks = page.locator("#timeline .ytick text").evaluate_all("ts => ts.map(t => t.textContent)")
-    assert {"AR · target", "Mirror-SD · target", "Mirror-SD · draft"} <= set(ticks), ticks
+    # the verdict names the winner, in large type; a card per method with the three speeds
+    verdict = page.inner_text("#verdict .msd-verdict-text")
+    assert re.search(r"\b(AR|SD|Mirror-SD)\)? won\b", verdict), verdict
+    size = page.eval_on_selector("#verdict .msd-verdict-text", "e => parseFloat(getComputedStyle(e).fontSize)")
+    assert size >= 20, size
+    cards = page.evaluate(CARDS_JS)
+    assert set(cards) == {"ar", "sd", "mirror"}, cards
+    for m, rows in cards.items():
+        assert {"time to first token", "decode speed", "end to end"} <= set(rows), rows
+        if m != "ar":
+            assert "over AR, decode / end to end" in rows and "verify steps" in rows, rows
+    assert "hits / misses" in cards["mirror"]
     assert not page.errors, page.errors
 
 
-def check_timeline_ends_at_wall_times(page) -> None:
-    walls = page.evaluate(WALL_TIMES_JS)
+def read_trace_from_page(page) -> dict:
+    """The run's trace, downloaded through the page's own link."""
+    import json
+    page.get_by_text("Traces and cache").first.click()
+    link = page.locator("#trace-download a[href]").first
+    link.wait_for(state="attached", timeout=30_000)
+    body = page.request.get(link.get_attribute("href")).body()
+    page.get_by_text("Traces and cache").first.click()
+    return json.loads(body)
+
+
+def figures_from_trace(trace: dict) -> dict:
+    """Each method's figures recomputed from the trace alone (the definitions the page states:
+    time to first token = start to first commit; decode = tokens after the first commit over
+    the time after it; end to end = tokens over wall time), without the app's own code."""
+    out = {}
+    for m, run in trace["runs"].items():
+        events = run["events"]
+        stats = next(e for e in events if e["type"] == "Finish")["stats"]
+        first = next(e for e in events if e["type"] == "Commit")
+        tokens, wall, ttft = stats["new_tokens"], stats["wall_s"], stats["prefill_s"]
+        verifies = [e for e in events if e["type"] == "Verify"]
+        out[m] = {"tokens": tokens, "wall": wall, "ttft": ttft, "e2e": tokens / wall,
+                  "decode": (tokens - len(first["token_ids"])) / (wall - ttft),
+                  "verify_steps": len(verifies),
+                  "rejections": sum(v["kind"] == "correction" for v in verifies)}
+    for m, f in out.items():
+        f["decode_x"], f["e2e_x"] = f["decode"] / out["ar"]["decode"], f["e2e"] / out["ar"]["e2e"]
+    return out
+
+
+def close(text: str, value: float, digits: int = 2) -> bool:
+    """`text` shows `value` rounded to `digits` places (one unit of rounding either way)."""
+    found = [float(x) for x in re.findall(r"\d+\.\d+", text)]
+    return any(abs(x - value) <= 1.01 * 10 ** -digits for x in found)
+
+
+def check_figures_agree(page, trace: dict) -> None:
+    """Cards, panes, the bars and the timeline show the same figures, each recomputed here
+    from the trace."""
+    want = figures_from_trace(trace)
+    cards = page.evaluate(CARDS_JS)
+    for m, f in want.items():
+        rows, name = cards[m], LABELS[m]
+        assert close(rows["time to first token"], f["ttft"]), (m, rows, f)
+        assert close(rows["decode speed"], f["decode"]), (m, rows, f)
+        assert close(rows["end to end"], f["e2e"]) and f"{f['tokens']} tokens" in rows["end to end"], (m, rows, f)
+        if m != "ar":
+            x = rows["over AR, decode / end to end"]
+            assert close(x, f["decode_x"]) and close(x, f["e2e_x"]), (m, x, f)
+            assert rows["verify steps"].startswith(f"{f['verify_steps']},"), (m, rows, f)
+            assert rows["rejections"].startswith(f"{f['rejections']} of"), (m, rows, f)
+        pane = page.inner_text(f"#pane-{m} .msd-pane-head")
+        assert close(pane, f["ttft"]) and close(pane, f["decode"]), (m, pane, f)
+        bar = page.locator(".msd-bk-row", has_text=name).first.inner_text()
+        assert re.search(rf"to the first token {f['ttft']:.2f}", bar) or close(bar, f["ttft"]), (m, bar, f)
+    # the timeline: each run ends at its wall time
+    page.get_by_text("Timeline: every measured span").first.click()
+    page.wait_for_selector("#timeline .js-plotly-plot .barlayer .point", timeout=30_000)
     ends = page.evaluate(TIMELINE_ENDS_JS)
-    assert walls and {"AR", "Mirror-SD"} <= set(walls), walls
-    for name, wall in walls.items():
+    for m, f in want.items():
         for kind in ("end", "tokens committed"):
-            # the table shows two decimals
-            assert abs(ends[f"{name}: {kind}"] - wall) <= 0.006, (name, kind, ends, walls)
+            assert abs(ends[f"{LABELS[m]}: {kind}"] - f["wall"]) <= 0.006, (m, kind, ends, f)
+    ticks = page.locator("#timeline .ytick text").evaluate_all("ts => ts.map(t => t.textContent)")
+    assert {"AR · target", "Mirror-SD · target", "Mirror-SD · draft"} <= set(ticks), ticks
+    page.get_by_text("Timeline: every measured span").first.click()
+
+
+def check_rejections_struck_through(page, trace: dict) -> None:
+    """When SD's run has a rejection, the rejected drafted token is in the SD pane, struck
+    through, with q, p and the step on hover; the toggle hides it."""
+    sd = figures_from_trace(trace)["sd"]
+    struck = page.locator("#pane-sd s.msd-rej")
+    if not sd["rejections"]:
+        assert struck.count() == 0
+        return
+    assert struck.count() == sd["rejections"]
+    assert page.eval_on_selector("#pane-sd s.msd-rej", "e => getComputedStyle(e).textDecorationLine") == "line-through"
+    title = struck.first.get_attribute("title")
+    assert "q = " in title and "p = " in title and "step" in title, title
+    page.locator("#show-rejected input").uncheck()
+    page.wait_for_function("() => !document.querySelector('#pane-sd s.msd-rej').offsetParent", timeout=5_000)
+    page.locator("#show-rejected input").check()
+
+
+def check_page_height(page) -> None:
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert height <= MAX_PAGE_PX, height
+
+
+def open_inspector(page) -> None:
+    if not page.locator(HEAD).is_visible():
+        page.get_by_text("Step inspector: what happened").first.click()
+    page.wait_for_selector(HEAD, timeout=30_000)
+    for part in ("table.msd-ee", "table.msd-tree", "table.msd-verify"):
+        assert page.locator(f"#inspector {part}").count() == 1, part
+    assert page.locator("#inspector .msd-narration").count() == 1
+    assert page.locator("#inspector details.msd-all-steps tr[data-step]").count() >= 1
 
 
 def wait_for_step(page, number: int, run: str) -> None:
@@ -176,8 +262,6 @@ def check_step_strip_and_token_jump(page) -> None:
     assert number == n
     target.click()
     wait_for_step(page, n, "mirror")
-    page.screenshot(path=str(OUT / "tiny-step-strip.png"), full_page=False,
-                    clip=page.locator("#inspector").bounding_box())
     # a token in the Mirror-SD pane jumps to the step that committed it
     token = page.locator("#pane-mirror .msd-tok[data-step]").nth(0)
     step = token.get_attribute("data-step")
@@ -197,6 +281,8 @@ def check_step_strip_and_token_jump(page) -> None:
 
 def check_whatif(page) -> None:
     """The What if panel: projections (so labelled) for every run, and a projected timeline."""
+    if not page.locator("#whatif-panel").is_visible():
+        page.get_by_text("What if (projection): the same").first.click()
     page.wait_for_function("() => { const p = document.querySelector('#whatif-panel');"
                            " return p && p.querySelector('table'); }", timeout=30_000)
     text = page.inner_text("#whatif-panel")
@@ -211,17 +297,22 @@ def test_tiny_pair_in_the_browser(browser, page):
     OUT.mkdir(parents=True, exist_ok=True)
     demo, url = start_app(tiny=True)
     try:
+        page.goto(url)
+        page.wait_for_selector("#run-btn", timeout=60_000)
+        assert not page.locator("#verdict").is_visible()  # nothing empty before a run
         run_default_example(page, url, 32, timeout_s=180)
         check_rendered(page, 32)
         page.screenshot(path=str(OUT / "tiny-page.png"), full_page=True)
-        check_timeline_ends_at_wall_times(page)
-        page.locator("#timeline").screenshot(path=str(OUT / "tiny-timeline.png"))
+        check_page_height(page)
+        trace = read_trace_from_page(page)
+        check_figures_agree(page, trace)
+        check_rejections_struck_through(page, trace)
+        open_inspector(page)
         check_step_strip_and_token_jump(page)
         # the race replay: the narration follows it, and the runs end complete again
         page.click("#race-btn")
         page.wait_for_selector("#inspector .msd-replay-tag", timeout=20_000)
         page.wait_for_selector('#pane-mirror .msd-pane[data-state="done"]', timeout=60_000)
-        page.screenshot(path=str(OUT / "tiny-after-replay.png"), full_page=True)
         check_whatif(page)
         assert not page.errors, page.errors
     finally:
@@ -229,53 +320,51 @@ def test_tiny_pair_in_the_browser(browser, page):
 
 
 def test_a_loaded_trace_in_the_browser(browser, page, tmp_path):
-    """A trace of tiny runs, loaded without models: strip, token jump, timeline, what-if."""
+    """A trace of tiny runs, loaded without models: cards, strip, token jump, timeline, what-if."""
     from mirror_sd.models.tiny import LAYERS
     from ui.traces import export_trace, write_trace
     from ui_records import PROMPT, tiny_records
     settings = {"temperature": 0.0, "gamma": 4, "kappa": 4, "branch_budget": 2, "max_new_tokens": 24}
     meta = {"target": "tiny-target", "draft": "tiny-draft", "target_layers": LAYERS,
-            "exit_layer": LAYERS // 2, "precision": "fp32"}
+            "exit_layer": LAYERS // 2, "precision": "fp32", "target_device": "cpu", "draft_device": "cpu"}
     path = write_trace(export_trace(tiny_records(), PROMPT, settings, meta), str(tmp_path))
     demo, url = start_app(tiny=True)
     try:
         page.goto(url)
         page.wait_for_selector("#run-btn", timeout=60_000)
-        upload = page.locator("#trace-upload input[type=file]")
-        if not upload.count() or not page.locator("#trace-upload").is_visible():
-            page.get_by_text("Traces and cache").first.click()
+        page.get_by_text("Traces and cache").first.click()
         page.set_input_files("#trace-upload input[type=file]", path)
         page.wait_for_function("() => document.querySelector('#status').innerText.includes('trace')",
                                timeout=30_000)
-        page.wait_for_selector(HEAD, timeout=30_000)
-        check_timeline_ends_at_wall_times(page)
+        page.wait_for_selector("#verdict .msd-verdict-text", timeout=30_000)
+        import json
+        check_figures_agree(page, json.load(open(path)))
+        open_inspector(page)
         check_step_strip_and_token_jump(page)
         check_whatif(page)
-        page.screenshot(path=str(OUT / "tiny-trace.png"), full_page=True)
         assert not page.errors, page.errors
     finally:
         demo.close()
 
 
 @pytest.mark.real_pair
-def test_real_default_pair_in_the_browser(browser, page, monkeypatch):
+def test_real_default_pair_in_the_browser(browser, page):
     OUT.mkdir(parents=True, exist_ok=True)
-    from ui import handlers, session
-    if handlers.tiny_models():  # test mode is per process: back to the real pair
-        monkeypatch.setattr(handlers, "PAIRS", session.PairCache())
     tokens = int(os.environ.get("MIRROR_SD_BROWSER_TOKENS", "24"))
     demo, url = start_app(tiny=False)
     try:
         run_default_example(page, url, tokens, timeout_s=1200)
         check_rendered(page, tokens)
-        check_timeline_ends_at_wall_times(page)
         page.screenshot(path=str(OUT / "real-full.png"), full_page=True)
-        page.locator("#inspector").screenshot(path=str(OUT / "real-inspector.png"))
-        page.locator("#timeline").screenshot(path=str(OUT / "real-timeline.png"))
+        check_page_height(page)
+        trace = read_trace_from_page(page)
+        check_figures_agree(page, trace)
+        check_rejections_struck_through(page, trace)
+        open_inspector(page)
         check_step_strip_and_token_jump(page)
         target = os.environ.get("MIRROR_SD_SCREENSHOT")
         if target:
             shutil.copy(OUT / "real-full.png", target)
     finally:
         demo.close()
-        handlers.PAIRS.clear()  # ~10 GB: later tests load their own copy
+        demo.msd_handlers.app.pairs.clear()  # ~10 GB: later tests load their own copy

@@ -13,7 +13,9 @@ import yaml
 
 from mirror_sd.latency.latency_model import default_calibration, predict
 from mirror_sd.engine import events as ev
-from ui import handlers, zerogpu
+from ui import zerogpu
+from ui.handlers import Handlers
+from ui.state import AppState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +27,8 @@ def _handler(prompt, max_new_tokens=16, methods=None):
 def test_off_zerogpu_the_handler_is_returned_unchanged(monkeypatch):
     monkeypatch.delenv(zerogpu.SPACES_ENV, raising=False)
     assert zerogpu.gpu(_handler, duration=60) is _handler
-    assert zerogpu.gpu_run(handlers.run) is handlers.run
+    run = Handlers(AppState.tiny()).run
+    assert zerogpu.gpu_run(run) is run
     assert zerogpu.default_precision("int8") == "int8"
 
 
@@ -71,11 +74,12 @@ def test_duration_is_the_latency_model_projection_plus_the_allowance(monkeypatch
 
 
 def test_duration_reads_tokens_and_methods_from_the_run_handlers_own_arguments():
-    duration = zerogpu.run_duration(handlers.run)
-    args = ["a prompt", "default", "default", "int8", "auto", "auto", 4, 8, 0, 2, 0.0, 1.0, 0]
-    assert duration(*args, 48, ["AR", "Mirror-SD"], True) == zerogpu.duration_s(48, ("ar", "mirror"))
-    assert duration(*args, max_new_tokens=96, methods=[]) == zerogpu.duration_s(96)
-    assert duration(*args, 96, ["sd"], False, request=None) == zerogpu.duration_s(96, ("sd",))
+    duration = zerogpu.run_duration(Handlers(AppState.tiny()).run)
+    args = dict(prompt="a prompt", target="default", gamma=4)  # the controls, by name
+    assert duration(**args, max_new_tokens=48, methods=["AR", "Mirror-SD"]) == zerogpu.duration_s(48, ("ar", "mirror"))
+    assert duration(**args, max_new_tokens=96, methods=[]) == zerogpu.duration_s(96)
+    assert duration(request=None, **args, max_new_tokens=96, methods=["sd"]) == zerogpu.duration_s(96, ("sd",))
+    assert duration(**args, max_new_tokens=32, repeat=3) == zerogpu.duration_s(96)
 
 
 def _one_of_each_event():
@@ -106,9 +110,9 @@ def test_every_event_type_survives_a_pickle_round_trip_as_object_and_as_plain_da
 
 
 def test_the_frames_the_run_handler_yields_survive_pickling():
-    handlers.use_tiny_models()
-    frames = list(handlers.run("def hello ( x ) :", "default", "default", "fp32", "auto", "auto",
-                               4, 8, 0, 2, 0.0, 1.0, 0, 8, ["ar", "mirror"], False))
+    handlers = Handlers(AppState.tiny())
+    frames = list(handlers.run(prompt="def hello ( x ) :", precision="fp32", max_new_tokens=8,
+                               methods=["ar", "mirror"], use_cache=False))
     assert len(frames) >= 2
     for frame in frames:
         back = pickle.loads(pickle.dumps(frame))

@@ -19,7 +19,7 @@ import time
 import gradio as gr
 
 from . import texts
-from .runs import RunRecord, StepView, analyse
+from .runs import RunRecord, StepView, analyse, drafts, label
 from .steps import narrate, render_strip, replay_step, step_kind, visible, window_note
 
 esc = html.escape
@@ -155,11 +155,11 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
     if v is not None:
         cells = ['<td></td>'] * (1 + A) + [f"<td>{_chip(rec, v.token, _target_cls(v.kind))}</td>"]
         cells += ['<td></td>'] * (width - len(cells))
-        rows.append(f'<tr class="b-verdict"><th>verdict: A = {A} accepted, then the target\'s '
-                    f'{esc(v.kind)}</th>{"".join(cells)}</tr>')
+        rows.append(f'<tr class="b-verdict"><th>verdict: {A} kept, then the target\'s own token '
+                    f'({"bonus" if v.kind == "bonus" else "after a rejection"})</th>{"".join(cells)}</tr>')
     score = f'<abbr class="msd-term" title="{esc(SCORE_TIP)}">score</abbr>'
     root = _term("root", "root")
-    for b in sorted(sv.rollouts, key=lambda b: -b.score):
+    for b in sorted(sv.rollouts, key=lambda b: (b.rank if b.rank is not None and b.rank >= 0 else 99, -b.score)):
         rank = f", ranked no. {b.rank + 1}" if b.rank is not None and b.rank >= 0 else ""
         label = f'{_status(b.status)} {root} (j={b.depth}) · {score} {b.score:.3f}{rank}'
         rows.append(_branch_row(rec, label, f"b-{b.status}", 1 + b.depth, b.root_token, b.tokens, width))
@@ -177,7 +177,8 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
     return (f'<p class="msd-muted">Column yₙ is the last committed token, column +k the k-th '
             f'token after it. A rollout starts at its {root} (j, v), drawn with a dashed '
             f'outline in column +(j+1): the guess that the target keeps d₁…d_j and then writes v. '
-            f'Hover “{score}” for how roots are ranked.</p>'
+            f'Branches are ranked by {score}: the draft\'s and the early exit\'s estimate that the '
+            f'verdict lands on that root (no. 1 = most likely, rolled out first).</p>'
             f'<div class="msd-scroll"><table class="msd-table msd-tree"><thead><tr><th></th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}')
 
@@ -238,9 +239,9 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     if rec is None or not rec.events:
         return ('<div class="msd-inspector msd-placeholder">Run (or load a trace) to inspect '
                 'the speculative steps.</div>')
-    if rec.method == "ar":
-        return ('<div class="msd-inspector msd-placeholder">The AR baseline has no drafts: every '
-                'step is one target forward for one token.</div>')
+    if not drafts(rec.method):
+        return (f'<div class="msd-inspector msd-placeholder">{esc(label(rec.method))} has no drafts: '
+                f'every step is one target forward for one token.</div>')
     a = analyse(rec)
     if not a.steps:
         return '<div class="msd-inspector msd-placeholder">No steps recorded.</div>'
@@ -255,8 +256,9 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     v = sv.verify
     verdict = ""
     if v is not None:
-        verdict = (f" · accepted <b>A = {v.accepted}</b> of γ = {len(v.drafted)}, then the "
-                   f"target's {esc(v.kind)} {_chip(rec, v.token, _target_cls(v.kind))}")
+        own = "added its bonus token" if v.kind == "bonus" else "wrote its own token"
+        verdict = (f" · the target kept <b>{v.accepted}</b> of {len(v.drafted)} drafted tokens, then "
+                   f"{own} {_chip(rec, v.token, _target_cls(v.kind))}")
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
@@ -268,7 +270,35 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
             f'<h4>1 · Early exit: the target\'s guesses part-way through</h4>{_early_exit(rec, sv, last)}'
             f'<h4>2 · Draft branches</h4>{_branches(rec, sv, last, kind)}'
             f'<h4>3 · Verification (p = target, q = draft)</h4>{_verification(rec, sv, greedy)}'
-            f'</div>')
+            f'{all_steps(rec)}</div>')
+
+
+def _step_ms(rec: RunRecord, step: int) -> float | None:
+    spans = [s for s in rec.spans if s.step == step]
+    return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e6 if spans else None
+
+
+def all_steps(rec: RunRecord) -> str:
+    """Every step in one table: window, accepted, the rejected token, hit or miss, time."""
+    a = analyse(rec)
+    rows = []
+    for pos, s in enumerate(sorted(a.steps)):
+        sv = a.steps[s]
+        v = sv.verify
+        if v is None:
+            continue
+        rejected = (_chip(rec, v.drafted[v.accepted], "is-rejected")
+                    if v.kind == "correction" and v.accepted < len(v.drafted) else "–")
+        outcome = ("hit" if any(b.status == "taken" for b in sv.rollouts) else
+                   "miss" if sv.fallback is not None else "–")
+        ms = _step_ms(rec, s)
+        rows.append(f'<tr data-step="{s}" data-run="{esc(rec.method)}"><td>{pos + 1}</td>'
+                    f'<td>{len(v.drafted)}</td><td>{v.accepted}</td><td>{rejected}</td>'
+                    f'<td>{outcome}</td><td>{"–" if ms is None else f"{ms:.0f}"}</td></tr>')
+    return (f'<details class="msd-all-steps"><summary>All steps of {esc(label(rec.method))} '
+            f'({len(rows)})</summary><table class="msd-table"><thead><tr><th>step</th>'
+            f'<th>drafted</th><th>accepted</th><th>rejected token</th><th>next window</th>'
+            f'<th>ms</th></tr></thead><tbody>{"".join(rows)}</tbody></table></details>')
 
 
 def _greedy(state) -> bool:

@@ -1,24 +1,33 @@
-"""The Gradio Blocks: controls on the left, the runs and their anatomy on the right.
+"""The Gradio Blocks: the prompt and Run on top (settings folded beside them), then the results
+of the run: the verdict, one card per method, the token panes, one Mirror-SD step zoomed in,
+and folds for the timeline, the step inspector, the What-if projection, the statistics, how it
+works and the glossary. Panes, cards, legends and lanes come from the engine's registry.
 
 `build_demo()` builds the app (no model is loaded until the first Run); `launch(demo)` starts
 it with the queue (one run at a time, a bounded queue whose position the page shows).
 """
 from __future__ import annotations
 
+import html
 import os
 from pathlib import Path
 
 import gradio as gr
 
-from . import handlers, pairbox, whatif, zerogpu
+from . import whatif, zerogpu
+from .frames import DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXIT_LAYER_LABEL, RESULT_OUTPUTS
+from .handlers import Handlers, pick_example
+from .how import render_how
 from .inspector import follow_replay, pick, render_inspector
+from .pairbox import PairBox
 from .paircheck import render_pair_check
-from .render import render_legend, render_pane, render_status, render_summary
-from .runs import METHOD_ORDER, SHORT_NAMES
+from .render import render_legend, render_pane, render_status
+from .runs import label, method_names
+from .pair_report import build_pair_report_tab
+from .state import AppState
 from .steps import PICK_JS
 from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
-from .texts import DEFAULT_EXAMPLE, EXAMPLES, HOW_IN_NOTATION, HOW_IT_WORKS, SEQUENTIAL_NOTE
-from .timeline import build_timeline
+from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION, SEQUENTIAL_NOTE
 
 CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
                 for name in ("style.css", "panes.css"))  # panes.css: panes, legend, the why
@@ -37,206 +46,314 @@ PAIR_PRESETS = {
     "Custom (type hub ids, folders or .gguf files below)": (None, None),
 }
 DEVICES = ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "mps"]
-METHOD_CHOICES = [(SHORT_NAMES[m], m) for m in METHOD_ORDER]
 DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
 
 HEADER = """
 <div class="msd-header">
   <h1>Mirror Speculative Decoding, live</h1>
-  <p>A real Mirror-SD engine next to a measured autoregressive baseline: watch the draft model
-  write ahead <i>while</i> the target verifies, token by token, on this machine.</p>
+  <p>A real Mirror-SD engine beside plain decoding (AR) and plain speculative decoding (SD), each
+  measured on this machine: see what the draft wrote, what the target kept or rejected, and
+  where the time went.</p>
   {banner}
 </div>
 """
 
 
-def _header() -> str:
+def _speculation(c: dict) -> None:
+    """Methods and the speculation settings."""
+    choices = [(label(m), m) for m in method_names()]
+    with gr.Accordion("Methods and speculation", open=False):
+        methods = gr.CheckboxGroup(choices, value=[v for _, v in choices],
+                                   label="Methods", elem_id="methods",
+                                   info="Each runs alone, one after another, on the same weights.")
+        gamma = gr.Slider(1, 12, value=4, step=1, label="Drafted tokens per window (γ)",
+                          info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
+        kappa = gr.Slider(1, 32, value=8, step=1, label="Early-exit guesses per position (κ)",
+                          info="How many of the target's early guesses go to the draft.")
+        # the range follows the target (handlers.exit_layer_range, on page load, on
+        # a new target and after each run); the run checks it against the model
+        exit_layer = gr.Slider(0, EXIT_LAYER_CEILING, value=0, step=1,
+                               label=EXIT_LAYER_LABEL,
+                               info=EXIT_LAYER_INFO)
+        branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
+                                  info="Branch-complete rollouts the draft writes in parallel per step (batched).")
+        auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
+                                info="A short probe (AR, SD, Mirror-SD, 16 tokens each) calibrates the latency model; the setting with the best projected speedup is used (a projection, shown in the summary).",
+                                elem_id="auto-tune")
+    c.update(methods=methods, gamma=gamma, kappa=kappa, exit_layer=exit_layer, branch_budget=branch_budget, auto_tune=auto_tune)
+
+
+def _sampling(c: dict) -> None:
+    """Sampling and length."""
+    with gr.Accordion("Sampling and length", open=False):
+        temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                info="Greedy runs must reproduce the baseline token for token; the summary checks it.")
+        top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
+        seed = gr.Number(0, precision=0, label="Seed", minimum=0)
+        max_new_tokens = gr.Slider(4, 512, value=DEFAULT_TOKENS, step=4, label="Max new tokens", elem_id="max-new-tokens",
+                                   info="More tokens: steadier figures, a longer run.")
+    c.update(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
+
+
+def _pair(c: dict) -> None:
+    """The model pair and the devices."""
+    with gr.Accordion("Model pair and devices", open=False):
+        preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair",
+                             elem_id="pair-preset")
+        target = gr.Textbox("default", label="Target model",
+                            info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
+        draft = gr.Textbox("default", label="Draft model", elem_id="draft-model",
+                           info="Its tokenizer may differ from the target's: then it "
+                                "proposes only the tokens both vocabularies share "
+                                "(a cross-tokenizer pair; output unchanged).")
+        check_btn = gr.Button("Check pair", size="sm", elem_id="check-pair-btn",
+                              visible=not zerogpu.on_zerogpu())
+        precision = gr.Dropdown(TARGET_PRECISIONS, value=zerogpu.default_precision(DEFAULT_PRECISION), label="Precision",
+                                info=PRECISION_INFO)
+        draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
+                                      label="Draft precision", info=DRAFT_PRECISION_INFO)
+        streams = gr.Dropdown(["off", "auto"], value="off", label="Draft streams",
+                              info="auto: the draft's trained stream heads propose several "
+                                   "tokens per draft forward (SD and Mirror-SD; lossless).")
+        draft_vocab = gr.Dropdown(["full", "auto"], value="full", label="Draft vocabulary",
+                                  info="auto: the draft proposes from the 65,536 most frequent "
+                                       "tokens (a smaller LM head; at int8 SD 1.04-1.10x faster than with the full "
+                                       "head, median per question in two runs: within noise here); "
+                                       "full: all ids. Output unchanged either way.")
+        with gr.Row():
+            target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
+                                        label="Target device")
+            draft_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
+                                       label="Draft device")
+        configs, config_value, config_open = zerogpu.device_configurations()
+        device_config = gr.Dropdown(configs, value=config_value, interactive=config_open,
+                                    label="Device configuration",
+                                    info="Sets both devices (docs/hosting.md); without a GPU "
+                                         "both models run on the CPU.")
+    c.update(preset=preset, target=target, draft=draft, check_btn=check_btn, precision=precision, draft_precision=draft_precision, streams=streams, draft_vocab=draft_vocab, target_device=target_device, draft_device=draft_device, device_config=device_config)
+
+
+def _traces(c: dict) -> None:
+    """Traces and the result cache."""
+    with gr.Accordion("Traces and cache", open=False):
+        use_cache = gr.Checkbox(True, label="Reuse cached results for identical settings")
+        trace_file = gr.File(label="Download the last run as a JSON trace", interactive=False,
+                             elem_id="trace-download")
+        trace_upload = gr.File(label="Load a JSON trace (replays without models)",
+                               file_types=[".json"], type="filepath", elem_id="trace-upload")
+    c.update(use_cache=use_cache, trace_file=trace_file, trace_upload=trace_upload)
+
+
+RUN_INPUTS = ("prompt", "target", "draft", "precision", "target_device", "draft_device",
+              "draft_precision", "gamma", "kappa", "exit_layer", "branch_budget", "temperature",
+              "top_p", "seed", "max_new_tokens", "methods", "use_cache", "auto_tune", "streams",
+              "draft_vocab", "repeat")  # handlers.RunInputs' fields: the run API's parameters
+PAIR_INPUTS = ("target", "draft", "precision", "target_device", "draft_device", "draft_precision")
+HIDE_REJECTED_JS = "(show) => { document.body.classList.toggle('msd-hide-rej', !show); return show; }"
+OPEN_INSPECTOR_JS = """() => { const d = document.querySelector('#inspector-fold');
+  if (d && !d.querySelector('.open')) { const b = d.querySelector('button'); if (b) b.click(); } }"""
+
+
+def _header(tiny: bool) -> str:
     banner = ('<p class="msd-banner">Test mode: tiny random models, the text is noise; the '
-              'mechanics are real.</p>' if handlers.tiny_models() else "")
+              'mechanics are real.</p>' if tiny else "")
     return HEADER.format(banner=banner)
 
 
-def build_demo(tiny: bool = False) -> gr.Blocks:
-    """The app; `tiny`: test mode for the whole process (every run gets the tiny random pair)."""
-    if tiny:
-        handlers.use_tiny_models()
-    with gr.Blocks(title="Mirror-SD visualizer") as demo:
-        state = gr.State(None)
-        gr.HTML(_header())
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=4, min_width=340, elem_id="controls"):
-                example = gr.Dropdown(list(EXAMPLES), value=DEFAULT_EXAMPLE, label="Example prompt",
-                                      info="One per task: code, math, summarization, translation, QA, multi-turn chat.")
-                prompt = gr.Textbox(EXAMPLES[DEFAULT_EXAMPLE], lines=5, max_lines=16, label="Prompt",
-                                    info="For a multi-turn chat, start lines with “User:” and “Assistant:”.",
-                                    elem_id="prompt")
-                with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", interactive=False)
-                with gr.Accordion("Methods and speculation", open=False):
-                    methods = gr.CheckboxGroup(METHOD_CHOICES, value=[v for _, v in METHOD_CHOICES],
-                                               label="Methods", elem_id="methods",
-                                               info="Each runs alone, one after another, on the same weights.")
-                    gamma = gr.Slider(1, 12, value=4, step=1, label="γ (gamma): drafted tokens per window",
-                                      info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
-                    kappa = gr.Slider(1, 32, value=8, step=1, label="κ (kappa): early-exit candidates per position",
-                                      info="How many of the target's half-way guesses are sent to the draft.")
-                    # the range follows the target (handlers.exit_layer_range, on page load, on
-                    # a new target and after each run); the run checks it against the model
-                    exit_layer = gr.Slider(0, handlers.EXIT_LAYER_CEILING, value=0, step=1,
-                                           label=handlers.EXIT_LAYER_LABEL,
-                                           info=handlers.EXIT_LAYER_INFO)
-                    branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
-                                              info="Branch-complete rollouts the draft writes in parallel per step (batched).")
-                    auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
-                                            info="A short probe (AR, SD, Mirror-SD, 16 tokens each) calibrates the latency model; the setting with the best projected speedup is used (a projection, shown in the summary).",
-                                            elem_id="auto-tune")
-                with gr.Accordion("Sampling and length", open=False):
-                    temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
-                                            info="Greedy runs must reproduce the baseline token for token; the summary checks it.")
-                    top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
-                    seed = gr.Number(0, precision=0, label="Seed", minimum=0)
-                    max_new_tokens = gr.Slider(4, 512, value=DEFAULT_TOKENS, step=4, label="Max new tokens", elem_id="max-new-tokens",
-                                               info="On 2 CPU cores the default pair writes about 9 tokens/s alone at int8, 3 at fp32.")
-                with gr.Accordion("Model pair and devices", open=False):
-                    preset = gr.Dropdown(list(PAIR_PRESETS), value=next(iter(PAIR_PRESETS)), label="Pair",
-                                         elem_id="pair-preset")
-                    target = gr.Textbox("default", label="Target model",
-                                        info="“default”, a Hugging Face hub id, a local folder or a .gguf file.")
-                    draft = gr.Textbox("default", label="Draft model", elem_id="draft-model",
-                                       info="Its tokenizer may differ from the target's: then it "
-                                            "proposes only the tokens both vocabularies share "
-                                            "(a cross-tokenizer pair; output unchanged).")
-                    check_btn = gr.Button("Check pair", size="sm", elem_id="check-pair-btn",
-                                          visible=not zerogpu.on_zerogpu())
-                    precision = gr.Dropdown(TARGET_PRECISIONS, value=zerogpu.default_precision(handlers.DEFAULT_PRECISION), label="Precision",
-                                            info=PRECISION_INFO)
-                    draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
-                                                  label="Draft precision", info=DRAFT_PRECISION_INFO)
-                    streams = gr.Dropdown(["off", "auto"], value="off", label="Draft streams",
-                                          info="auto: the draft's trained stream heads propose several "
-                                               "tokens per draft forward (SD and Mirror-SD; lossless).")
-                    draft_vocab = gr.Dropdown(["full", "auto"], value="full", label="Draft vocabulary",
-                                              info="auto: the draft proposes from the 65,536 most frequent "
-                                                   "tokens (a smaller LM head; at int8 SD 1.04-1.10x faster than with the full "
-                                                   "head, median per question in two runs: within noise here); "
-                                                   "full: all ids. Output unchanged either way.")
-                    with gr.Row():
-                        target_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
-                                                    label="Target device")
-                        draft_device = gr.Dropdown(DEVICES, value="auto", allow_custom_value=True,
-                                                   label="Draft device")
-                    configs, config_value, config_open = zerogpu.device_configurations()
-                    device_config = gr.Dropdown(configs, value=config_value, interactive=config_open,
-                                                label="Device configuration",
-                                                info="Sets both devices (docs/hosting.md); without a GPU "
-                                                     "both models run on the CPU.")
-                with gr.Accordion("Traces and cache", open=False):
-                    use_cache = gr.Checkbox(True, label="Reuse cached results for identical settings")
-                    trace_file = gr.File(label="Download the last run as a JSON trace", interactive=False,
-                                         elem_id="trace-download")
-                    trace_upload = gr.File(label="Load a JSON trace (replays without models)",
-                                           file_types=[".json"], type="filepath", elem_id="trace-upload")
-                with gr.Group(elem_id="how-it-works"):
-                    gr.Markdown(HOW_IT_WORKS)
-                    with gr.Accordion("In the paper's notation", open=False):
-                        gr.Markdown(HOW_IN_NOTATION)
-            with gr.Column(scale=8, elem_id="results"):
-                status = gr.HTML(render_status(handlers.ready_message()), elem_id="status")
-                pair_check = gr.HTML(render_pair_check(None), elem_id="pair-check")
-                preparing = gr.Timer(1.0, active=not handlers.tiny_models())
-                check_poll = gr.Timer(1.0, active=False)  # a run's pair check, once loaded
-                gr.HTML(render_legend(), elem_id="legend")
-                with gr.Row(equal_height=False):
-                    ar_pane = gr.HTML(render_pane("ar", None, "waiting", note="Press Run."),
-                                      elem_id="pane-ar")
-                    sd_pane = gr.HTML(render_pane("sd", None, "waiting", note="Press Run."),
-                                      elem_id="pane-sd")
-                    mirror_pane = gr.HTML(render_pane("mirror", None, "waiting", note="Press Run."),
-                                          elem_id="pane-mirror")
-                gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
-                with gr.Row():
-                    race_btn = gr.Button("Race replay: the runs together at their measured pace",
-                                         elem_id="race-btn", scale=3)
-                    speed = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
-                                        scale=1, min_width=120)
-                summary = gr.HTML(render_summary({}), elem_id="summary")
-                gr.Markdown("### Latency timeline\nEvery measured span, per lane; hover for "
-                            "details. Where a run's draft bars sit under its target bars, the "
-                            "draft's time is hidden.")
-                timeline = gr.Plot(build_timeline({}), show_label=False, elem_id="timeline")
-                gr.Markdown("### Step inspector")
-                with gr.Row():
-                    which = gr.Radio([("Mirror-SD", "mirror"), ("SD", "sd")], value="mirror",
-                                     label="run", scale=1)
-                    step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
-                                     elem_id="step-slider", scale=4)
-                inspector = gr.HTML(render_inspector(None, 0), elem_id="inspector", js_on_load=PICK_JS)
-                whatif_panel = whatif.build_panel()  # after a finished run or a loaded trace
+def _prompt_row(c: dict) -> None:
+    """The prompt, Run / Stop, the number of runs per method, then the settings folds."""
+    with gr.Row(equal_height=False, elem_id="prompt-row"):
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(EXAMPLES[DEFAULT_EXAMPLE], lines=3, max_lines=16, label="Prompt",
+                                info="For a multi-turn chat, start lines with “User:” and “Assistant:”.",
+                                elem_id="prompt")
+        with gr.Column(scale=1, min_width=260):
+            example = gr.Dropdown(list(EXAMPLES), value=DEFAULT_EXAMPLE, label="Example prompt")
+            with gr.Row():
+                run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", interactive=False)
+            repeat = gr.Radio([("1", 1), ("3, interleaved", 3)], value=1, label="Runs per method",
+                              elem_id="repeat", info="3: median and range on the cards.")
+    c.update(prompt=prompt, example=example, run_btn=run_btn, stop_btn=stop_btn, repeat=repeat)
+    with gr.Row(equal_height=False, elem_id="settings-row"):
+        for section in (_speculation, _sampling, _pair, _traces):
+            with gr.Column(min_width=240):
+                section(c)
 
-        outputs = [status, ar_pane, mirror_pane, sd_pane, summary, timeline, step, inspector,
-                   trace_file, state]
-        inputs = [prompt, target, draft, precision, target_device, draft_device, gamma, kappa,
-                  exit_layer, branch_budget, temperature, top_p, seed, max_new_tokens, methods,
-                  use_cache, draft_precision, auto_tune, streams, draft_vocab]
-        free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
-        example.change(handlers.pick_example, example, prompt, api_visibility="private", **free)
-        pair_inputs = [target, draft, precision, target_device, draft_device, draft_precision]
-        loads = dict(api_visibility="private", concurrency_limit=1, concurrency_id="decode",
-                     show_progress="minimal")  # the status streams the load's progress
-        preset.change(_preset, preset, [target, draft], api_visibility="private", **free).then(
-            _preset_check, [preset] + pair_inputs, [status, pair_check, preparing], **loads)
-        check_btn.click(handlers.arm_check, None, preparing, api_visibility="private", **free).then(
-            pairbox.check, pair_inputs, [status, pair_check], **loads)
-        demo.load(pairbox.show, pair_inputs, pair_check, api_visibility="private", **free)
-        for control in pair_inputs:  # the box names the pair the controls name: a user's edit
-            # (.input); a preset or a device configuration sets fields and then shows the box
-            # itself, so that no late answer for a half-set pair overwrites its check
-            control.input(pairbox.show, pair_inputs, pair_check, api_visibility="private",
-                          show_progress="hidden", **free)
-        check_poll.tick(pairbox.poll, pair_inputs, [pair_check, check_poll], api_visibility="private",
-                        show_progress="hidden", **free)
-        layer_range = dict(fn=handlers.exit_layer_range, inputs=[target, exit_layer],
-                           outputs=exit_layer, api_visibility="private", show_progress="hidden",
-                           **free)
-        demo.load(**layer_range)
-        target.change(**layer_range)
-        device_config.change(zerogpu.configuration_devices, device_config, [target_device, draft_device],
-                             api_visibility="private", **free).then(
-            pairbox.show, pair_inputs, pair_check, api_visibility="private", show_progress="hidden",
-            **free)
-        demo.load(handlers.preparing_status, None, [status, preparing, pair_check],
-                  api_visibility="private", show_progress="hidden", **free)
-        preparing.tick(handlers.preparing_status, None, [status, preparing, pair_check],
-                       api_visibility="private", show_progress="hidden", **free)
-        run_btn.click(handlers.arm, None, [stop_btn, preparing, check_poll], api_visibility="private",
-                      **free).then(
-            zerogpu.gpu_run(handlers.run), inputs, outputs, api_name="run", concurrency_limit=1,
-            concurrency_id="decode", show_progress="full", show_progress_on=[status]).then(
-            handlers.idle, None, stop_btn, api_visibility="private", **free).then(
-            pairbox.after_run, [state] + pair_inputs, [pair_check, check_poll],
-            api_visibility="private", **free).then(
-            **layer_range)  # the pair is loaded now: its real layer count
-        race_event = race_btn.click(handlers.race, [state, speed],
-                                    [status, ar_pane, mirror_pane, sd_pane], api_name="race",
-                                    concurrency_limit=8, concurrency_id="replay",
-                                    show_progress="hidden")
-        follow_event = race_btn.click(follow_replay, [state, speed, which], inspector,  # narration follows
-                                      api_visibility="private", concurrency_limit=8,
-                                      concurrency_id="replay", show_progress="hidden")
-        stop_btn.click(handlers.stop, None, status, api_name="stop",
-                       cancels=[race_event, follow_event], **free)
-        step.change(handlers.inspect, [state, which, step], inspector, api_visibility="private",
-                    concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
-        # a step cell or a token in a pane (steps.PICK_JS): the run and step it belongs to
-        inspector.select(pick, state, [which, step, inspector], api_visibility="private",
-                         concurrency_limit=None, show_progress="hidden")
-        which.input(handlers.inspect_run, [state, which], [step, inspector],
-                     api_visibility="private", concurrency_limit=None, show_progress="hidden")
-        trace_upload.upload(handlers.load_trace, trace_upload, outputs + [prompt],
-                            api_name="load_trace", concurrency_limit=None)
-        whatif_panel.wire(state)
+
+def _results(c: dict) -> None:
+    """The results of a run: shown once a run starts (nothing empty before)."""
+    with gr.Column(visible=False, elem_id="results") as results:
+        c["verdict"] = gr.HTML("", elem_id="verdict")
+        c["zoom"] = gr.HTML("", elem_id="zoom")
+        c["cards"] = gr.HTML("", elem_id="cards")
+        with gr.Row(elem_id="legend-row"):
+            gr.HTML(render_legend(), elem_id="legend")
+            show_rejected = gr.Checkbox(True, label="show rejected draft tokens (struck through)",
+                                        elem_id="show-rejected", scale=0, min_width=300)
+        with gr.Row(equal_height=False, elem_id="panes"):
+            c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
+                                  elem_id=f"pane-{m}") for m in method_names()]
+        gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
+        with gr.Row(elem_id="race-row"):
+            c["race_btn"] = gr.Button("▶ Race replay: the runs together at their measured pace",
+                                      elem_id="race-btn", scale=3, variant="secondary", size="sm")
+            c["speed"] = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
+                                     scale=1, min_width=120)
+        _folds(c)
+    show_rejected.change(None, show_rejected, show_rejected, js=HIDE_REJECTED_JS)
+    c["results"] = results
+
+
+def _folds(c: dict) -> None:
+    """Timeline, inspector, What-if, statistics: one click each."""
+    with gr.Accordion("Timeline: every measured span, per model, on one time axis", open=False,
+                      elem_id="timeline-fold"):
+        c["timeline"] = gr.Plot(None, show_label=False, elem_id="timeline")  # drawn after a run: nothing to render while one is timed
+    with gr.Accordion("Step inspector: what happened inside one step", open=False,
+                      elem_id="inspector-fold"):
+        with gr.Row():
+            drafting = [(label(m), m) for m in method_names() if m != "ar"]
+            c["which"] = gr.Radio(drafting, value=drafting[-1][1] if drafting else None,
+                                  label="run", scale=1)
+            c["step"] = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
+                                  elem_id="step-slider", scale=4)
+        c["inspector"] = gr.HTML(render_inspector(None, 0), elem_id="inspector", js_on_load=PICK_JS)
+    with gr.Accordion("What if (projection): the same steps on other hardware", open=False,
+                      elem_id="whatif-fold"):
+        c["whatif"] = whatif.build_panel()
+    with gr.Accordion("Statistics: every figure, the measured costs, the settings", open=False,
+                      elem_id="statistics-fold"):
+        c["statistics"] = gr.HTML("", elem_id="statistics")
+
+
+def _about(c: dict) -> None:
+    """How it works (the run's own figures after a run) and the glossary."""
+    with gr.Accordion("How it works", open=False, elem_id="how-fold"):
+        c["how"] = gr.HTML(render_how({}, {}), elem_id="how-it-works")
+        with gr.Accordion("In the paper's notation", open=False):
+            gr.Markdown(HOW_IN_NOTATION)
+    with gr.Accordion("Glossary: every term and symbol", open=False, elem_id="glossary"):
+        gr.HTML(_glossary())
+
+
+def _glossary() -> str:
+    items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in GLOSSARY.items())
+    return f'<dl class="msd-glossary">{items}</dl>'
+
+
+def build_demo(tiny: bool = False) -> gr.Blocks:
+    """The app; `tiny`: test mode (every run gets the tiny random pair)."""
+    app = AppState.tiny() if tiny else AppState()
+    handlers, box = Handlers(app), PairBox(app)
+    c: dict = {}
+    with gr.Blocks(title="Mirror-SD visualizer") as demo:
+        c["state"] = gr.State(None)
+        gr.HTML(_header(tiny))
+        _prompt_row(c)
+        c["status"] = gr.HTML(render_status(handlers.ready_message()), elem_id="status")
+        c["pair_check"] = gr.HTML(render_pair_check(None), elem_id="pair-check")
+        c["preparing"] = gr.Timer(1.0, active=not tiny)
+        c["check_poll"] = gr.Timer(1.0, active=False)  # a run's pair check, once loaded
+        _results(c)
+        _about(c)
+        with gr.Accordion("Pair report: is this draft any good for this target?", open=False,
+                          elem_id="pair-report-fold"):
+            build_pair_report_tab(app.pairs)
+        _wire_run(c, handlers, box)
+        _wire_pair(c, handlers, box, demo)
+        _wire_inspect(c, handlers)
+    demo.msd_handlers = handlers  # launch() starts the background preparation through it
+    demo.msd_components = c  # tests inspect the built page
     return demo
+
+
+def _outputs(c: dict) -> list:
+    """status, one pane per registered method, then handlers' RESULT_OUTPUTS (same order)."""
+    named = dict(c, trace=c["trace_file"])
+    return [c["status"], *c["panes"], *(named[k] for k in RESULT_OUTPUTS)]
+
+
+def _wire_run(c: dict, handlers: Handlers, box: PairBox) -> None:
+    free = dict(concurrency_limit=None, queue=False)  # light: never waits behind a run
+    pair_inputs = [c[k] for k in PAIR_INPUTS]
+    layer_range = dict(fn=handlers.exit_layer_range, inputs=[c["target"], c["exit_layer"]],
+                       outputs=c["exit_layer"], api_visibility="private", show_progress="hidden", **free)
+    c["run_btn"].click(handlers.arm, None, [c["stop_btn"], c["preparing"], c["check_poll"], c["results"]],
+                       api_visibility="private", **free).then(
+        zerogpu.gpu_run(handlers.run), None, _outputs(c), inputs_kwargs={k: c[k] for k in RUN_INPUTS},
+        api_name="run", concurrency_limit=1, concurrency_id="decode", show_progress="hidden").then(
+        lambda: gr.update(interactive=False), None, c["stop_btn"], api_visibility="private", **free).then(
+        box.after_run, [c["state"]] + pair_inputs, [c["pair_check"], c["check_poll"]],
+        api_visibility="private", **free).then(**layer_range)  # the loaded pair's real layer count
+    race_event = c["race_btn"].click(handlers.race, [c["state"], c["speed"]], [c["status"], *c["panes"]],
+                                     api_name="race", concurrency_limit=8, concurrency_id="replay",
+                                     show_progress="hidden")
+    follow_event = c["race_btn"].click(follow_replay, [c["state"], c["speed"], c["which"]], c["inspector"],
+                                       api_visibility="private", concurrency_limit=8,
+                                       concurrency_id="replay", show_progress="hidden")
+    c["stop_btn"].click(handlers.stop, None, c["status"], api_name="stop",
+                        cancels=[race_event, follow_event], **free)
+    c["trace_upload"].upload(lambda path: (gr.update(visible=True), *handlers.load_trace(path)),
+                             c["trace_upload"], [c["results"], *_outputs(c), c["prompt"]],
+                             api_name="load_trace", concurrency_limit=None)
+    c["whatif"].wire(c["state"])
+    c["state"].change(_how_from_state, c["state"], c["how"], api_visibility="private", **free)
+    c["example"].change(pick_example, c["example"], c["prompt"], api_visibility="private", **free)
+    c["demo_layer_range"] = layer_range
+
+
+def _how_from_state(state):
+    return render_how((state or {}).get("records") or {}, (state or {}).get("meta") or {})
+
+
+def _wire_pair(c: dict, handlers: Handlers, box: PairBox, demo: gr.Blocks) -> None:
+    free = dict(concurrency_limit=None, queue=False)
+    pair_inputs = [c[k] for k in PAIR_INPUTS]
+    loads = dict(api_visibility="private", concurrency_limit=1, concurrency_id="decode",
+                 show_progress="minimal")  # the status streams the load's progress
+    c["preset"].change(_preset, c["preset"], [c["target"], c["draft"]], api_visibility="private",
+                       **free).then(box_preset_check(box), [c["preset"]] + pair_inputs,
+                                    [c["status"], c["pair_check"], c["preparing"]], **loads)
+    c["check_btn"].click(lambda: gr.Timer(active=False), None, c["preparing"],
+                         api_visibility="private", **free).then(
+        box.check, pair_inputs, [c["status"], c["pair_check"]], **loads)
+    demo.load(box.show, pair_inputs, c["pair_check"], api_visibility="private", **free)
+    for control in pair_inputs:  # a user's edit (.input); a preset or a device configuration
+        # sets fields and then shows the box itself, so no late answer for a half-set pair
+        # overwrites its check
+        control.input(box.show, pair_inputs, c["pair_check"], api_visibility="private",
+                      show_progress="hidden", **free)
+    c["check_poll"].tick(box.poll, pair_inputs, [c["pair_check"], c["check_poll"]],
+                         api_visibility="private", show_progress="hidden", **free)
+    demo.load(**c["demo_layer_range"])
+    c["target"].change(**c["demo_layer_range"])
+    c["device_config"].change(zerogpu.configuration_devices, c["device_config"],
+                              [c["target_device"], c["draft_device"]], api_visibility="private",
+                              **free).then(box.show, pair_inputs, c["pair_check"],
+                                           api_visibility="private", show_progress="hidden", **free)
+    for trigger in (demo.load, c["preparing"].tick):
+        trigger(handlers.preparing_status, None, [c["status"], c["preparing"], c["pair_check"]],
+                api_visibility="private", show_progress="hidden", **free)
+
+
+def _wire_inspect(c: dict, handlers: Handlers) -> None:
+    fast = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+    c["step"].change(handlers.inspect, [c["state"], c["which"], c["step"]], c["inspector"],
+                     trigger_mode="always_last", **fast)
+    # a step cell or a token in a pane (steps.PICK_JS): the run and step it belongs to
+    c["inspector"].select(pick, c["state"], [c["which"], c["step"], c["inspector"]], **fast)
+    c["which"].input(handlers.inspect_run, [c["state"], c["which"]], [c["step"], c["inspector"]], **fast)
+
+
+def box_preset_check(box: PairBox):
+    def preset_check(name, target, draft, *rest):
+        """The chosen preset's pair loaded and checked. Its names come from the preset itself,
+        not from the two fields `_preset` has just set: an event chained after them can still
+        read their old values, and would then check the pair the page just left."""
+        preset_target, preset_draft = PAIR_PRESETS.get(name, (None, None))
+        yield from box.preset_check(preset_target or target, preset_draft or draft, *rest)
+    return preset_check
 
 
 def _preset(name):
@@ -246,19 +363,11 @@ def _preset(name):
     return target, draft
 
 
-def _preset_check(name, target, draft, *rest):
-    """The chosen preset's pair loaded and checked (pairbox.preset_check). Its names come from
-    the preset itself, not from the two fields `_preset` has just set: an event chained after
-    them can still read their old values, and would then check the pair the page just left."""
-    preset_target, preset_draft = PAIR_PRESETS.get(name, (None, None))
-    yield from pairbox.preset_check(preset_target or target, preset_draft or draft, *rest)
-
-
 def launch(demo: gr.Blocks, **kwargs):
     """Start preparing the default pair in the background (not in test mode), then queue (one
     run at a time, bounded, positions shown) and launch with the app's CSS."""
     if zerogpu.prepare_in_background():
-        handlers.start_preparing()
+        demo.msd_handlers.start_preparing()
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     kwargs.setdefault("css", CSS)
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME") or None)

@@ -131,17 +131,13 @@ def run_report(pairs, out_root, target, drafts_text, precision, per_category, ma
     return report, out
 
 
-def build_pair_report_tab(state_or_pairs=None, *, target=None, precision=None, out_root=None,
+def build_pair_report_tab(pairs, *, target=None, precision=None, out_root=None,
                           precisions=None, default_drafts="default"):
-    """The tab's components and events, inside an open gr.Blocks / gr.Tab. `state_or_pairs`:
-    the app's pair cache (None: ui.handlers.PAIRS) or a function (draft, progress) -> pair.
+    """The tab's components and events, inside an open gr.Blocks / gr.Tab. `pairs`: the app's
+    pair cache (AppState.pairs) or a function (draft, progress) -> pair.
     `target` / `precision`: the page's own components to read them from (else the tab has its
     own). `precisions`: the precision menu (default: the app's, int8 first). Returns the
     components by name."""
-    if state_or_pairs is None:
-        from . import handlers
-        state_or_pairs = handlers.PAIRS
-    pairs = state_or_pairs
     if precisions is None:  # the app's menu, from the precision registry
         from .texts import TARGET_PRECISIONS
         precisions = ["int8"] + [p for p in TARGET_PRECISIONS if p != "int8"]

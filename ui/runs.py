@@ -16,14 +16,43 @@ from dataclasses import dataclass, field
 
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Event, Finish, Notice,
                               Span, StepStart, Verify, event_from_dict)
+from mirror_sd.engine.registry import REGISTRY
 
-SHORT_NAMES = {"ar": "AR", "mirror": "Mirror-SD", "sd": "SD"}
-METHOD_ORDER = ("ar", "sd", "mirror")  # the lesson: what the mirror adds over plain SD
+UNKNOWN_COLOUR = "#888888"  # a method a trace names that this registry does not know
+
+
+# The methods come from the engine's registry, read at call time so that a method registered
+# after import (a test's toy method) shows everywhere: panes, legends, timeline lanes, cards.
+def method_names() -> tuple[str, ...]:
+    """The registry's methods in display order (its dict order: each adds to the one before)."""
+    return tuple(REGISTRY)
+
+
+def label(method: str) -> str:
+    """The method's short display name ("AR", "SD", "Mirror-SD"); a trace's unknown name as is."""
+    entry = REGISTRY.get(method)
+    return entry.label if entry is not None else method
+
+
+def colour(method: str) -> str:
+    entry = REGISTRY.get(method)
+    return entry.colour if entry is not None else UNKNOWN_COLOUR
+
+
+def title(method: str) -> str:
+    entry = REGISTRY.get(method)
+    return entry.title if entry is not None else method
+
+
+def drafts(method: str) -> bool:
+    """Whether the method uses the draft model (it has windows to verify)."""
+    entry = REGISTRY.get(method)
+    return bool(entry is not None and entry.drafts)
 
 
 @dataclass
 class RunRecord:
-    method: str  # "ar" | "sd" | "mirror"
+    method: str  # a registry name ("ar", "sd", "mirror", ...)
     events: list[Event] = field(default_factory=list)
     times_ns: list[int] = field(default_factory=list)  # arrival of each event, from t0
     # perf_counter_ns of the run's first timed event (Span times are absolute: subtract this);

@@ -11,10 +11,10 @@ LEGEND = {
     "accepted": ("accepted draft",
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own."),
-    "hit": ("accepted, window ready early (hit)",
+    "hit": ("accepted, window prepared in advance (hit)",
             "Accepted, from a window the draft wrote while the target was still verifying the "
             "previous one (Mirror-SD's branch matched the verdict: a hit)."),
-    "fallback": ("accepted, window redrafted after a miss",
+    "fallback": ("accepted, window drafted after a miss",
                  "Accepted, from a window the draft had to write after the verdict because no "
                  "prepared branch matched it (a miss: the target waited for it)."),
     "correction": ("target's token after a rejection",
@@ -47,38 +47,29 @@ GLOSSARY = {
     "score": ("A root's score: how likely the verdict is to land there, from the draft's own "
               "probabilities and the early exit's; the best-scored roots get rolled out."),
     "tau": "τ: tokens committed per target forward (AR: 1).",
-    "hit": ("A hit: the verdict matched a branch the draft had prepared, so the next window was "
-            "ready at once."),
-    "fallback": ("A miss: no prepared branch matched, so the draft wrote the next window after "
-                 "the verdict while the target waited."),
-    "prefill": ("Prefill: from a run's start to its first committed tokens (the prompt's forward; "
-                "SD and Mirror-SD also draft and verify their first window in it)."),
+    "hit": ("A hit: at the end of a Mirror-SD step the target's verdict (how many drafted tokens "
+            "it kept, and its own next token) matched a branch the draft had already written "
+            "while the target was verifying, so the next window was ready with no wait."),
+    "fallback": ("A miss: no branch the draft had written during the step matched the verdict, "
+                 "so the draft wrote the next window after it while the target waited."),
+    "ttft": ("Time to first token: from the run's start (the prompt goes in) to its first "
+             "committed token. SD and Mirror-SD draft and verify their first window inside it, "
+             "both the same way."),
+    "decode": ("Decode speed: the tokens committed after the first commit, divided by the time "
+               "after it."),
+    "e2e": "End to end: all tokens divided by the run's wall time (start to last token).",
+    "speedup": ("This method's speed divided by AR's (the target alone), in decode and end to end. "
+                "Above 1.00×: faster than AR."),
+    "verify step": ("One check by the target: one forward over a drafted window, keeping the "
+                    "tokens it agrees with plus one of its own. Tokens per step = all tokens / "
+                    "verify steps."),
+    "window": ("A window: the drafted tokens the target checks in one verify step. Its length "
+               "can change from step to step (the draft stops early when unsure)."),
+    "rejection": ("A rejection: the target disagreed with a drafted token, wrote its own there "
+                  "and dropped the rest of the window (shown struck through in the text)."),
+    "exposed": ("Draft time after the first token: exposed while the target waited for it, "
+                "hidden while it ran beside the target's own work."),
 }
-
-HOW_IT_WORKS = """
-### How it works
-A large language model (the *target*) writes one token at a time, and every
-token costs a full pass through all its layers. *Speculative decoding* lets a small, fast
-model (the *draft*) guess the next few tokens; the target then checks all the guesses in one
-pass and keeps the ones it agrees with, plus one token of its own. The text is exactly what the
-target alone would write; only the speed changes. In plain speculative decoding the two models
-take turns: while the draft guesses, the target waits.
-
-**Mirror-SD** removes the waiting. Halfway through its checking pass the target takes a peek
-at what it is likely to say (an *early exit*) and hands its top guesses to the draft, which
-runs at the same time on its own core. While the target finishes, the draft already writes the
-continuations for the likely outcomes. If the target's verdict matches one of them (a **hit**)
-the next guesses are ready at once; if not (a **miss**) the draft guesses from scratch, as in
-plain speculative decoding. The peek only decides what is prepared in advance: every token is
-still checked by the full target, so the text does not change.
-
-**Another tokenizer.** The draft may even spell text with other tokens than the target (the
-cross-tokenizer preset: Gemma 3 270M drafting for Qwen2.5-Coder 1.5B). It then proposes only the
-tokens both vocabularies spell the same (token-level intersection, Timor et al. 2025) and the
-target checks them as usual, so the text still does not change. The pair check under the status
-line says how many tokens are shared and how much of the target's own text they cover.
-
-"""
 
 HOW_IN_NOTATION = """
 Bhendawade et al. 2025. Target with N layers, early exit at layer

@@ -15,7 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .runs import SHORT_NAMES, RunRecord, analyse
+from .runs import RunRecord, analyse, colour, label, method_names
 
 # span label -> (legend name, colour). Target work in blues (its early-exit head in teal),
 # draft work in greens, the draft's serial redraft after a miss in the orange that the token
@@ -24,30 +24,34 @@ LABELS = {
     "prefill": ("target prefill (prompt)", "#94a3b8"),
     "decode": ("target decode (1 token)", "#64748b"),
     "verify_forward": ("target verify forward", "#2563eb"),
-    "prefix": ("target prefix (layers 1..ℓₑ)", "#1d4ed8"),
-    "exit_head": ("early exit + hand-off (top-κ ids)", "#0d9488"),
-    "suffix": ("target suffix (layers ℓₑ+1..N)", "#60a5fa"),
+    "prefix": ("target: layers before the early exit", "#1d4ed8"),
+    "exit_head": ("early exit: its guesses go to the draft", "#0d9488"),
+    "suffix": ("target: layers after the early exit", "#60a5fa"),
     "draft": ("draft window (serial)", "#16a34a"),
-    "prefill+draft": ("draft prefill + first window", "#86efac"),
-    "extend": ("draft extend (d_γ)", "#4ade80"),
+    "prefill+draft": ("draft: prompt and first window", "#86efac"),
+    "extend": ("draft: reads its last drafted token", "#4ade80"),
     "branches": ("draft branch rollouts (batched)", "#15803d"),
-    "fallback": ("draft redraft after a miss (serial, target waits)", "#f59e0b"),
-    "accept": ("acceptance rule", "#334155"),
+    "fallback": ("draft: next window after a miss (target waits)", "#f59e0b"),
+    "accept": ("verdict (acceptance rule)", "#334155"),
 }
 LANE_ORDER = ["target", "draft", "verify", "transfer"]
-METHOD_ORDER = ["ar", "sd", "mirror"]
-METHOD_COLOURS = {"ar": "#64748b", "sd": "#16a34a", "mirror": "#2563eb"}
 AXIS_TITLE = "seconds from each run's own start (set-up and warm-up before it are not drawn)"
 
 
 def lane_name(method: str, lane: str) -> str:
-    return f"{SHORT_NAMES.get(method, method)} · {lane}"
+    return f"{label(method)} · {lane}"
+
+
+def _ordered(records: dict) -> list[str]:
+    """The records' methods in the registry's order, then any a trace names that it lacks."""
+    known = [m for m in method_names() if m in records]
+    return known + sorted(set(records) - set(known))
 
 
 def lanes_for(records: dict[str, RunRecord]) -> list[str]:
     """Lane names, top to bottom."""
     names = []
-    for m in METHOD_ORDER:
+    for m in _ordered(records):
         rec = records.get(m)
         if rec is None:
             continue
@@ -99,7 +103,7 @@ def committed_curve(rec: RunRecord, origin_ns: int) -> tuple[list[float], list[i
 
 def _bars(records: dict[str, RunRecord], origins: dict[str, int]) -> dict[str, dict[str, list]]:
     bars: dict[str, dict[str, list]] = {}
-    for m in METHOD_ORDER:
+    for m in _ordered(records):
         rec = records.get(m)
         if rec is None:
             continue
@@ -112,7 +116,7 @@ def _bars(records: dict[str, RunRecord], origins: dict[str, int]) -> dict[str, d
             b["y"].append(lane_name(m, s.lane))
             detail = f"<br>{s.detail}" if s.detail else ""
             step = f"<br>step {s.step + 1}" if s.step >= 0 else ""
-            b["text"].append(f"<b>{SHORT_NAMES.get(m, m)}</b> · {s.label}{detail}{step}"
+            b["text"].append(f"<b>{label(m)}</b> · {s.label}{detail}{step}"
                              f"<br>{start:.3f} → {start + dur:.3f} s ({dur * 1e3:.1f} ms)")
     return bars
 
@@ -124,32 +128,32 @@ def build_timeline(records: dict[str, RunRecord]) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         row_heights=[0.68, 0.32])
     bars = _bars(records, origins)
-    for label in list(LABELS) + sorted(set(bars) - set(LABELS)):
-        if label not in bars:
+    for span_label in list(LABELS) + sorted(set(bars) - set(LABELS)):
+        if span_label not in bars:
             continue
-        name, colour = LABELS.get(label, (label, "#888888"))
-        b = bars[label]
+        name, bar_colour = LABELS.get(span_label, (span_label, "#888888"))
+        b = bars[span_label]
         fig.add_trace(go.Bar(x=b["x"], base=b["base"], y=b["y"], orientation="h", name=name,
-                             marker_color=colour, marker_line_width=0, hovertext=b["text"],
+                             marker_color=bar_colour, marker_line_width=0, hovertext=b["text"],
                              hoverinfo="text", width=0.7), row=1, col=1)
-    for m in METHOD_ORDER:
+    for m in _ordered(records):
         rec = records.get(m)
         if rec is None:
             continue
-        name, colour = SHORT_NAMES.get(m, m), METHOD_COLOURS.get(m, "#888")
+        name, line = label(m), colour(m)
         end = run_end_s(rec, origins[m])
         own = [lane for lane in lanes if lane.startswith(f"{name} · ")]
         if own:  # a dashed mark closing the run's lanes at its reported wall time
             fig.add_trace(go.Scatter(x=[end] * len(own), y=own, mode="markers",
-                                     marker=dict(symbol="line-ns", size=22, color=colour,
-                                                 line=dict(width=2, color=colour)),
+                                     marker=dict(symbol="line-ns", size=22, color=line,
+                                                 line=dict(width=2, color=line)),
                                      name=f"{name}: end", showlegend=False,
                                      hovertemplate=f"{name} ends at {end:.2f} s (its wall time)"
                                                    "<extra></extra>"), row=1, col=1)
         xs, ys = committed_curve(rec, origins[m])
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv",
                                  name=f"{name}: tokens committed",
-                                 line=dict(color=colour, width=2),
+                                 line=dict(color=line, width=2),
                                  hovertemplate="%{y} tokens at %{x:.2f} s<extra>" + name + "</extra>",
                                  ), row=2, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=1, col=1)

@@ -19,13 +19,13 @@ from plotly.subplots import make_subplots
 from mirror_sd.bench import whatif as wi
 from mirror_sd.bench.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
 
-from .runs import SHORT_NAMES, RunRecord
+from .runs import RunRecord, label
 from .timeline import LABELS
 
 log = logging.getLogger(__name__)
 esc = html.escape
 TITLE = "What if (projection)"
-TIMELINE_STEPS = 8  # decode steps drawn per run
+TIMELINE_TOKENS = 16  # each run is drawn for the decode steps that commit its first this many tokens
 LANES = ("target", "draft", "verify", "transfer", "host")  # top to bottom within a method
 # projected bars that no measured span has: label -> (legend name, colour)
 EXTRA_LABELS = {"host": ("host time per step (outside the lanes)", "#cbd5e1"),
@@ -92,7 +92,7 @@ def render_table(result: dict) -> str:
     """The speedup table: the measured row, then one projection row per profile."""
     methods = [m for m in wi.METHODS if m in result["projected"]["a"]]
     recorded = {r.method: r for r in result["recorded"]}
-    head = "".join(f"<th>{esc(SHORT_NAMES.get(m, m))}</th>" for m in methods)
+    head = "".join(f"<th>{esc(label(m))}</th>" for m in methods)
     measured = "".join(
         f'<td><b>{result["measured_speedup"].get(m, 0):.2f}×</b> '
         f'<small>{recorded[m].decode_s:.3g} s</small></td>' if recorded[m].decode_s else "<td>–</td>"
@@ -130,7 +130,7 @@ def render_costs(result: dict) -> str:
                      f"verify of {c.gamma + 1} {c.t_target_k * 1e3:.0f} ms" if c.t_target_k else None,
                      f"draft {c.t_draft_token * 1e3:.0f} ms per token" if c.t_draft_token else None,
                      f"contention {wi.lane_factor(c):.2f}",
-                     "host per step " + ", ".join(f"{SHORT_NAMES.get(k, k)} {v * 1e3:.1f} ms"
+                     "host per step " + ", ".join(f"{label(k)} {v * 1e3:.1f} ms"
                                                   for k, v in profile.host_s.items())]
             notes = [x for x in costs if x] + notes
         if not profile.acceptance_from_run:
@@ -154,19 +154,31 @@ def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
     """One trace per span label (as the latency timeline draws them)."""
     groups: dict[str, dict[str, list]] = {}
     for method, bars in bars_by_method.items():
-        for lane, label, a, b, step in bars:
-            g = groups.setdefault(label, {"x": [], "base": [], "y": [], "text": []})
+        for lane, span_label, a, b, step in bars:
+            g = groups.setdefault(span_label, {"x": [], "base": [], "y": [], "text": []})
             g["x"].append(max(b - a, 0.0))
             g["base"].append(a)
-            g["y"].append(f"{SHORT_NAMES.get(method, method)} · {lane}{suffix}")
-            g["text"].append(f"{SHORT_NAMES.get(method, method)} · {label}, step {step}: "
+            g["y"].append(f"{label(method)} · {lane}{suffix}")
+            g["text"].append(f"{label(method)} · {span_label}, step {step}: "
                              f"{(b - a) * 1e3:.2f} ms{suffix}")
-    for label, g in groups.items():
-        name, colour = LABELS.get(label) or EXTRA_LABELS.get(label, (label, "#94a3b8"))
+    for span_label, g in groups.items():
+        name, colour = LABELS.get(span_label) or EXTRA_LABELS.get(span_label, (span_label, "#94a3b8"))
         fig.add_trace(go.Bar(x=g["x"], base=g["base"], y=g["y"], orientation="h", marker_color=colour,
                              name=name, legendgroup=name, showlegend=name not in seen, width=0.7,
                              hoverinfo="text", hovertext=g["text"], marker_line_width=0), row=row, col=1)
         seen.add(name)
+
+
+def steps_for_tokens(rec, tokens: int) -> int:
+    """Decode steps a run took to commit `tokens` tokens (AR: one per step; a verify step: its
+    accepted drafts plus the target's own), so every run is drawn for the same tokens."""
+    per_step = [a + 1 for a in rec.accepted] if rec.accepted else []
+    total = 0
+    for i, n in enumerate(per_step, 1):
+        total += n
+        if total >= tokens:
+            return i
+    return len(per_step) or tokens
 
 
 def build_figure(result: dict | None, by_method: dict | None, profile: str = "c") -> go.Figure:
@@ -175,8 +187,8 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     profile = profile if profile in ("a", "b", "c") else "c"
     name = dict((v, k) for k, v in PROFILE_CHOICES).get(profile, profile)
     fig = make_subplots(rows=2, cols=1, vertical_spacing=0.2, subplot_titles=(
-        f"measured on this machine: first {TIMELINE_STEPS} decode steps (for comparison with the projection)",
-        f"projection {name}: the same steps"))
+        f"measured on this machine (for comparison with the projection): the decode steps that write {TIMELINE_TOKENS} tokens",
+        f"projection {name}: the same steps, the same tokens"))
     if result is None or not by_method:
         fig.add_annotation(text="The projection appears when a run has finished.", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
@@ -185,13 +197,14 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     seen: set = set()
     recorded = {r.method: r for r in result["recorded"]}
     methods = [m for m in reversed(wi.METHODS) if m in by_method and m in recorded]
-    measured = {m: wi.measured_timeline(by_method[m], TIMELINE_STEPS)["bars"] for m in methods}
-    projected = {m: wi.projected_timeline(recorded[m], result["profiles"][profile], TIMELINE_STEPS)["bars"]
+    steps = {m: steps_for_tokens(recorded[m], TIMELINE_TOKENS) for m in methods}
+    measured = {m: wi.measured_timeline(by_method[m], steps[m])["bars"] for m in methods}
+    projected = {m: wi.projected_timeline(recorded[m], result["profiles"][profile], steps[m])["bars"]
                  for m in methods}
     counts = []
     for row, bars, suffix in ((1, measured, ""), (2, projected, " (projection)")):
         _add_bars(fig, bars, row, seen, suffix)
-        lanes = [f"{SHORT_NAMES.get(m, m)} · {lane}{suffix}" for m in wi.METHODS if m in bars
+        lanes = [f"{label(m)} · {lane}{suffix}" for m in wi.METHODS if m in bars
                  for lane in LANES if any(b[0] == lane for b in bars[m])]
         fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=row, col=1)
         counts.append(max(1, len(lanes)))
@@ -262,11 +275,11 @@ class Panel:
 def build_panel() -> Panel:
     """The "What if (projection)" section: table, projected timeline, profile (c)'s inputs."""
     d = input_defaults()
-    with gr.Accordion(TITLE, open=True, elem_id="whatif"):
+    with gr.Column(elem_id="whatif"):
         table = gr.HTML(render_panel(None), elem_id="whatif-panel")
         profile = gr.Radio(PROFILE_CHOICES, value="c", label="projected timeline: hardware profile "
                            "(projection)", elem_id="whatif-profile")
-        figure = gr.Plot(build_figure(None, None), show_label=False, elem_id="whatif-timeline")
+        figure = gr.Plot(None, show_label=False, elem_id="whatif-timeline")  # drawn after a run
         with gr.Accordion("(c) accelerator pair: inputs of the projection", open=False):
             with gr.Row():
                 target = gr.Dropdown(TARGET_CHOICES, value=d["target"], label="target size")
@@ -287,3 +300,27 @@ def build_panel() -> Panel:
                                         label="draft tokens per forward (speculative streaming)")
     return Panel(table, figure, profile, [target, draft, target_bw, draft_bw, gamma, kappa,
                                           exit_fraction, tau, hit_rate, per_forward])
+
+
+def best_projection(state: dict) -> dict | None:
+    """For the verdict: the projection profile (other than this machine's) where Mirror-SD
+    projects its best decode speedup, with every method's projected speedup; None without
+    one. Whatever fields the projection returns, only `speedup` per method is read here."""
+    try:
+        got = project_state(state or {})
+    except Exception:  # the verdict goes without its projection line; the fold says why
+        log.exception("projection for the verdict failed")
+        return None
+    if got is None:
+        return None
+    result, _ = got
+    best, best_speed = None, 0.0
+    for key, rows in result["projected"].items():
+        speed = (rows.get("mirror") or {}).get("speedup")
+        if key != "a" and speed is not None and speed > best_speed:
+            best, best_speed = key, speed
+    if best is None:
+        return None
+    rows = result["projected"][best]
+    return {"key": best, "profile": f"({best}) {result['profiles'][best].name}",
+            "speedups": {m: r["speedup"] for m, r in rows.items() if r and r.get("speedup")}}

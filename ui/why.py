@@ -1,16 +1,16 @@
 """Why a run came out as it did, from its own measured spans and events (pure functions).
 
 - `breakdown(rec)`: where each run's wall time went, seconds that add up to the wall time:
-  prefill, target forwards (AR), verify, draft exposed (the draft lane busy while the target
-  lane is not), idle (no lane busy: Python, the hand-offs); plus draft hidden (the draft lane
-  busy while the target lane is busy too, which costs no wall time by itself).
+  to the first token (the same for every method), then target forwards (AR), verify, draft
+  exposed (the draft lane busy while the target lane is not), idle (no lane busy: Python, the
+  hand-offs); plus draft hidden (the draft lane busy while the target lane is busy too, which
+  costs no wall time by itself).
 - `contention(records)`: what two lanes at once cost here: the target's verify forward alone
   (SD) against beside the draft (Mirror-SD), and one draft forward alone against beside the
   target.
 - `early_exit_share(rec)`: for Mirror-SD, hits whose root was among the early exit's top-κ
   against hits rooted only in the draft's own guesses, and how often the early exit's top-κ
   held the target's token.
-- `why_sentence(records)`: one plain sentence from those numbers.
 - `cross_sentence(meta)`: for a cross-tokenizer pair, what the draft could propose at all and
   the share of this run's AR output it covers (the job measures it: meta["cross"]).
 """
@@ -24,16 +24,14 @@ from .runs import RunRecord, measured
 
 TARGET_FORWARD = {"decode"}
 VERIFY = {"verify_forward", "prefix", "exit_head", "suffix", "accept"}
-PREFILL = {"prefill", "prefill+draft"}
-PARTS = ("prefill", "target", "verify", "draft_exposed", "idle")
-PART_NAMES = {"prefill": "prefill (prompt, first window)", "target": "target forwards (1 token each)",
-              "verify": "verify forwards", "draft_exposed": "draft, exposed (target waits)",
+PARTS = ("first_token", "target", "verify", "draft_exposed", "idle")
+PART_NAMES = {"first_token": "to the first token (the prompt; SD and Mirror-SD also their first window)",
+              "target": "target forwards (1 token each)",
+              "verify": "verify forwards", "draft_exposed": "draft, exposed (the target waits)",
               "idle": "idle (no model busy)", "draft_hidden": "draft, hidden (beside the target)"}
 
 
 def _part(span) -> str:
-    if span.label in PREFILL:
-        return "prefill"
     if span.lane == "draft":
         return "draft"
     if span.label in TARGET_FORWARD:
@@ -42,25 +40,29 @@ def _part(span) -> str:
 
 
 def breakdown(rec: RunRecord) -> dict | None:
-    """Seconds per part over [0, wall]; the parts in PARTS add up to the wall time. Each instant
-    goes to the first busy part in order prefill, target, verify, draft (then it is exposed)."""
+    """Seconds per part over [0, wall]; the parts in PARTS add up to the wall time. Everything
+    before the first committed token is "first_token" (the card's time to first token), for
+    every method alike; after it, each instant goes to the first busy part in order target,
+    verify, draft (then it is exposed)."""
     if rec.finish is None:
         return None
-    wall_ns = int(measured(rec)["wall_s"] * 1e9)
-    marks = {0, wall_ns}
+    m = measured(rec)
+    wall_ns = int(m["wall_s"] * 1e9)
+    first_ns = min(wall_ns, int((m.get("prefill_s") or 0.0) * 1e9))
+    marks = {0, first_ns, wall_ns}
     spans = []
     for s in rec.spans:
-        a, b = max(0, s.start_ns - rec.t0_ns), min(wall_ns, s.end_ns - rec.t0_ns)
+        a, b = max(first_ns, s.start_ns - rec.t0_ns), min(wall_ns, s.end_ns - rec.t0_ns)
         if b > a:
             spans.append((a, b, _part(s)))
             marks.update((a, b))
     cuts = sorted(marks)
     out = dict.fromkeys(PARTS + ("draft_hidden",), 0)
+    out["first_token"] = first_ns
     for lo, hi in zip(cuts, cuts[1:]):
-        busy = {p for a, b, p in spans if a <= lo and b >= hi}
-        if "prefill" in busy:
-            out["prefill"] += hi - lo
+        if hi <= first_ns:
             continue
+        busy = {p for a, b, p in spans if a <= lo and b >= hi}
         target = next((p for p in ("target", "verify") if p in busy), None)
         if target:
             out[target] += hi - lo
@@ -185,66 +187,6 @@ def early_exit_share(rec: RunRecord | None) -> dict | None:
             "steps": checked, "exit_held": held, "exit_top1": top1,
             "kappa": max((len(r) for e in exits.values() for r in e.token_ids), default=0),
             "layer": next(iter(exits.values())).layer, "lens": next(iter(exits.values())).lens}
-
-
-def _speed(records: dict[str, RunRecord], m: str) -> float | None:
-    ar, rec = records.get("ar"), records.get(m)
-    if ar is None or rec is None or ar.finish is None or rec.finish is None:
-        return None
-    a, b = measured(ar)["decode_tokens_per_s"], measured(rec)["decode_tokens_per_s"]
-    return b / a if a and b else None
-
-
-def why_sentence(records: dict[str, RunRecord]) -> str:
-    """Plain words from the measured numbers: a step's time against the time AR takes for the
-    tokens the step commits (their ratio is the decode speedup), what a step costs, then what
-    running the draft beside the target gained and lost against plain SD."""
-    mirror, speed = records.get("mirror"), _speed(records, "mirror")
-    if speed is None or mirror is None:
-        return ""
-    m, a = measured(mirror), measured(records["ar"])
-    steps = int(mirror.finish.stats.get("steps") or 0) - 1  # the first step is in the prefill
-    if steps < 1 or not m["decode_s"] or not m["decode_tokens"]:
-        return ""
-    step_s, per_step = m["decode_s"] / steps, m["decode_tokens"] / steps
-    c = costs(records)
-    sentence = (f"Mirror-SD decoded at {speed:.2f}× AR's speed because a step committed "
-                f"{per_step:.1f} tokens in {step_s:.2f} s, where AR needs "
-                f"{per_step / a['decode_tokens_per_s']:.2f} s for them")
-    cost = []
-    if c.get("verify_beside") and c.get("target"):
-        cost.append(f"one verify forward {c['verify_beside'] * 1e3:.0f} ms, "
-                    f"{c['verify_beside'] / c['target']:.1f} AR tokens' time")
-    if c.get("draft") and c.get("target"):
-        cost.append(f"the draft costs {c['draft'] / c['target']:.0%} of a target forward here")
-    sentence += f" ({'; '.join(cost)})." if cost else "."
-    return sentence + _against_sd(records, mirror, c)
-
-
-def _against_sd(records: dict[str, RunRecord], mirror: RunRecord, c: dict) -> str:
-    sd_speed, sd = _speed(records, "sd"), records.get("sd")
-    mine, theirs = breakdown(mirror), breakdown(sd) if sd is not None else None
-    if sd_speed is None or not mine or not theirs:
-        return ""
-    hidden = theirs["draft_exposed"] - mine["draft_exposed"]
-    slower = mine["verify"] - theirs["verify"]
-    k = contention(c).get("verify")
-    bus = (f" (both lanes share the same cores and memory bus: each verify took {k:.2f}× as "
-           f"long beside the draft as alone)" if k else "")
-    ahead = "Mirror-SD" if _speed(records, "mirror") >= sd_speed else "SD"
-    steps = f" over {len(_windows(mirror))} verify steps against SD's {len(_windows(sd))}"
-    verify = (f"its verify forwards took {slower:.2f} s more in all{steps}" if slower >= 0 else
-              f"its verify forwards even took {-slower:.2f} s less in all{steps}")
-    saved = (f"saved {hidden:.2f} s of exposed draft time" if hidden >= 0 else
-             f"left {-hidden:.2f} s more draft time exposed")
-    return (f" Against plain SD ({sd_speed:.2f}×): running the draft beside the target {saved}, "
-            f"and {verify}{bus}, so {ahead} came out ahead.")
-
-
-LEVERS = ("On this machine Mirror-SD's two levers are missing: a draft much cheaper than the "
-          "target (the paper pairs a 14-32B target with a ~0.6B draft) and lanes on separate "
-          "devices (here both share two CPU cores and one memory bus). The “What if” panel "
-          "projects where it would pay off.")
 
 
 def cross_sentence(meta: dict) -> str:

@@ -102,16 +102,19 @@ def duration_s(max_new_tokens: int, methods=DEFAULT_METHODS, calibration=None) -
 
 def run_duration(fn: Callable) -> Callable:
     """The `duration=` callable for the run handler `fn`: it binds the same arguments as `fn`
-    (positional or by name) and reads `max_new_tokens` and `methods` from them."""
+    (by name, or a `**controls` catch-all) and reads `max_new_tokens`, `methods` and `repeat`."""
     sig = inspect.signature(fn)
 
     def duration(*args, **kwargs) -> int:
         bound = sig.bind_partial(*args, **kwargs).arguments
+        for p in sig.parameters.values():  # a **controls catch-all: the controls by name
+            if p.kind is inspect.Parameter.VAR_KEYWORD:
+                bound = {**bound, **bound.pop(p.name, {})}
         tokens = bound.get("max_new_tokens") or 0
         chosen = [str(m).strip().lower() for m in (bound.get("methods") or [])]
         names = {"ar": "ar", "sd": "sd", "mirror": "mirror", "mirror-sd": "mirror"}
         methods = tuple(dict.fromkeys(names[m] for m in chosen if m in names)) or DEFAULT_METHODS
-        return duration_s(int(tokens), methods)
+        return duration_s(int(tokens) * max(1, int(bound.get("repeat") or 1)), methods)
 
     return duration
 

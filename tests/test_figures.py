@@ -1,0 +1,84 @@
+"""The page's figures (ui/figures.py): one set of definitions, recomputable from the events;
+the bars start with the same time to first token; the step the inspector and the zoom open on;
+median and range over repeated runs."""
+from __future__ import annotations
+
+import pytest
+
+from mirror_sd.engine.events import Commit, Verify
+from ui.figures import Spread, cards, repeat_summary, verdict, winner
+from ui.why import PARTS, breakdown
+from ui.zoom import instructive_step, render_zoom
+from ui_records import tiny_records
+
+
+def test_card_figures_follow_the_stated_definitions():
+    records = tiny_records()
+    c = cards(records)
+    for m, rec in records.items():
+        stats, card = rec.finish.stats, c[m]
+        first = next(e for e in rec.events if isinstance(e, Commit))
+        verifies = [e for e in rec.events if isinstance(e, Verify)]
+        assert card.ttft_s == stats["prefill_s"]  # the engine's: start to the first commit
+        assert card.decode_tps == pytest.approx((stats["new_tokens"] - len(first.token_ids))
+                                                / (stats["wall_s"] - stats["prefill_s"]))
+        assert card.e2e_tps == pytest.approx(stats["new_tokens"] / stats["wall_s"])
+        assert card.verify_steps == len(verifies)
+        assert card.rejections == sum(v.kind == "correction" for v in verifies)
+        if verifies:
+            assert card.tokens_per_step == pytest.approx(card.tokens / len(verifies))
+            lengths = stats["window_lengths"]
+            assert card.windows[0] == min(lengths) and card.windows[2] == max(lengths)
+    assert c["ar"].decode_speedup == pytest.approx(1.0) and c["ar"].windows is None
+    assert c["mirror"].e2e_speedup == pytest.approx(c["mirror"].e2e_tps / c["ar"].e2e_tps)
+    assert c["mirror"].hits == records["mirror"].finish.stats["hits"]
+    assert c["mirror"].misses == records["mirror"].finish.stats["fallbacks"]
+
+
+def test_the_bars_start_with_the_cards_time_to_first_token_for_every_method():
+    records = tiny_records()
+    c = cards(records)
+    for m, rec in records.items():
+        parts = breakdown(rec)
+        assert parts["first_token"] == pytest.approx(c[m].ttft_s, abs=1e-9)
+        assert sum(parts[k] for k in PARTS) == pytest.approx(c[m].wall_s)
+        if c[m].draft_exposed_s is not None:
+            assert c[m].draft_exposed_s == parts["draft_exposed"]
+
+
+def test_the_verdict_names_the_winner_by_end_to_end_speed():
+    records = tiny_records()
+    c = cards(records)
+    best = winner(c)
+    assert best == max(c, key=lambda m: c[m].e2e_tps)
+    text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
+    assert "won" in text and "CPU cores, no GPU" in text and " reason" in text
+
+
+def test_the_inspector_opens_on_a_rejection_or_a_miss_and_the_zoom_draws_a_mirror_step():
+    rec = tiny_records()["mirror"]
+    from ui.runs import analyse
+    steps = analyse(rec).steps
+    step = instructive_step(rec)
+    sv = steps[step]
+    assert sv.fallback is not None or (sv.verify is not None and sv.verify.kind == "correction")
+    earlier = [s for s in steps if s < step]
+    assert all(steps[s].fallback is None and (steps[s].verify is None or
+                                              steps[s].verify.kind != "correction") for s in earlier)
+    html = render_zoom(rec, {"target_layers": 4, "exit_layer": 2})
+    assert "verdict at" in html and "next window ready at" in html and "ms" in html
+    assert ("Hit:" in html) or ("Miss:" in html)
+    assert render_zoom(tiny_records()["sd"], {}) == ""  # plain SD has no such step
+
+
+def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
+    records = tiny_records()
+    rounds = [cards(records) for _ in range(3)]
+    for r, x in zip(rounds, (0.9, 0.8, 1.2)):
+        r["sd"].e2e_speedup = x
+    spreads = repeat_summary(rounds)
+    sd = spreads["sd"]["e2e_speedup"]
+    assert isinstance(sd, Spread) and sd.n == 3 and (sd.low, sd.median, sd.high) == (0.8, 0.9, 1.2)
+    assert sd.includes_one
+    text = verdict(rounds[0], records, {}, spreads)
+    assert "median [range]" in text and "includes 1.0×" in text

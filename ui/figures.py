@@ -1,0 +1,225 @@
+"""Every figure the results cards and the verdict show, from the run's trace alone (pure).
+
+One set of definitions, the engine's (mirror_sd/engine/stats.py), the same for every method:
+- time to first token: from the run's start (the prompt goes in) to its first committed tokens.
+  SD and Mirror-SD draft and verify their first window inside it, both the same way;
+- decode speed: the tokens committed after that first commit, over the time after it;
+- end to end: all tokens over the run's wall time.
+The cards add, per method: verify steps and tokens per step (a ratio of two totals), window
+lengths (min / median / max), rejections, hits and misses (as the engine counts them) and the
+draft's time after the first token, exposed (the target waited) or hidden (beside it).
+Every figure is a total, a ratio of totals, or says it is a median.
+
+`repeat_summary` folds several interleaved runs of each method into median and range.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from statistics import median
+
+from mirror_sd.engine.events import Verify
+
+from .runs import RunRecord, label, measured
+from .why import breakdown, contention, costs
+
+
+@dataclass
+class Card:
+    method: str
+    tokens: int
+    wall_s: float
+    ttft_s: float | None  # time to first token
+    decode_s: float | None
+    decode_tokens: int
+    decode_tps: float | None  # tokens after the first commit / time after it
+    e2e_tps: float | None  # all tokens / wall time
+    verify_steps: int
+    rejections: int  # verify steps where the target rejected a drafted token
+    windows: tuple[int, int, int] | None  # drafted tokens per window: min, median, max
+    hits: int | None  # Mirror-SD: the verdict matched a prepared branch
+    misses: int | None  # Mirror-SD: no prepared branch matched; the draft wrote the next window
+    draft_exposed_s: float | None  # after the first token: the draft busy, the target waiting
+    draft_hidden_s: float | None  # after the first token: the draft busy beside the target
+    complete: bool
+    decode_speedup: float | None = None  # over AR's decode speed
+    e2e_speedup: float | None = None  # over AR's end-to-end speed
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        return self.tokens / self.verify_steps if self.verify_steps else None
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), tokens_per_step=self.tokens_per_step)
+
+
+def card(rec: RunRecord) -> Card | None:
+    """The card of one finished run (None before it finishes)."""
+    if rec.finish is None:
+        return None
+    m, stats = measured(rec), rec.finish.stats
+    verifies = [e for e in rec.events if isinstance(e, Verify)]
+    lengths = list(stats.get("window_lengths") or [len(v.drafted) for v in verifies])
+    windows = (min(lengths), int(median(lengths)) if len(lengths) % 2 else median(lengths),
+               max(lengths)) if lengths else None
+    parts = breakdown(rec) if rec.spans else None
+    has_branches = "hits" in stats and (stats.get("hits") or stats.get("fallbacks")
+                                        or stats.get("hit_rate") is not None)
+    return Card(
+        method=rec.method, tokens=int(m["tokens"]), wall_s=float(m["wall_s"]),
+        ttft_s=m.get("prefill_s"), decode_s=m.get("decode_s"),
+        decode_tokens=int(m.get("decode_tokens") or 0), decode_tps=m.get("decode_tokens_per_s"),
+        e2e_tps=m["tokens"] / m["wall_s"] if m["wall_s"] else None,
+        verify_steps=len(verifies), rejections=sum(v.kind == "correction" for v in verifies),
+        windows=windows,
+        hits=int(stats.get("hits") or 0) if has_branches else None,
+        misses=int(stats.get("fallbacks") or 0) if has_branches else None,
+        draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
+        draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
+        complete=rec.complete)
+
+
+def cards(records: dict[str, RunRecord]) -> dict[str, Card]:
+    """Cards of the finished runs, in the records' order, with speedups over AR when it ran."""
+    out = {m: c for m, rec in records.items() if rec is not None and (c := card(rec)) is not None}
+    base = out.get("ar")
+    for c in out.values():
+        if base is not None:
+            c.decode_speedup = _ratio(c.decode_tps, base.decode_tps)
+            c.e2e_speedup = _ratio(c.e2e_tps, base.e2e_tps)
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def machine() -> str:
+    """The machine the app runs on, in words (quoted beside every speed)."""
+    return f"{os.cpu_count() or '?'} CPU cores"
+
+
+def machine_words(meta: dict) -> str:
+    """'2 CPU cores, no GPU' for the machine a run was measured on (a trace keeps it)."""
+    where = meta.get("machine") or machine()
+    devices = {str(meta.get(k, "")).split(":")[0] for k in ("target_device", "draft_device")}
+    gpu = devices & {"cuda", "mps"}
+    return f"{where}, {'GPU ' + ', '.join(sorted(gpu)) if gpu else 'no GPU'}"
+
+
+def one_device(meta: dict) -> bool:
+    """Both models on the same device (the lanes share it)."""
+    t, d = str(meta.get("target_device", "")), str(meta.get("draft_device", ""))
+    return bool(t) and t == d
+
+
+@dataclass
+class Spread:
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def includes_one(self) -> bool:
+        return self.low <= 1.0 <= self.high
+
+
+def spread(values: list[float | None]) -> Spread | None:
+    vals = [v for v in values if v is not None]
+    return Spread(median(vals), min(vals), max(vals), len(vals)) if vals else None
+
+
+def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]]:
+    """Per method, median and range over the rounds of: time to first token, decode and end-to-end
+    speed, and both speedups over AR (each round's speedup against that round's AR)."""
+    keys = ("ttft_s", "decode_tps", "e2e_tps", "decode_speedup", "e2e_speedup")
+    methods = [m for m in rounds[0]] if rounds else []
+    out = {}
+    for m in methods:
+        per = {k: spread([getattr(r[m], k) for r in rounds if m in r]) for k in keys}
+        out[m] = {k: v for k, v in per.items() if v is not None}
+    return out
+
+
+# ---- the verdict: who won, by how much, the one reason ------------------------------------
+
+def verify_slowdown(records: dict[str, RunRecord]) -> dict | None:
+    """Mirror-SD's verify forward beside its draft against SD's alone, at the window length
+    both verified most often (a verify's cost grows with its tokens): medians over those
+    steps, the same figure the statistics fold shows (why.costs)."""
+    c = costs(records)
+    k = contention(c).get("verify")
+    if not k:
+        return None
+    return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k,
+            "tokens": c["verify_window"] + 1}
+
+
+def winner(c: dict[str, Card]) -> str | None:
+    """The method with the best end-to-end speed."""
+    timed = {m: x.e2e_tps for m, x in c.items() if x.e2e_tps and x.complete}
+    return max(timed, key=timed.get) if timed else None
+
+
+def _x(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
+            spreads: dict | None = None) -> str:
+    """One or two plain sentences from the run: who won, by how much, the one reason."""
+    best = winner(c)
+    if best is None:
+        return ""
+    where = f"On this machine ({machine_words(meta)})"
+    others = [m for m in c if m != "ar" and m != best and c[m].e2e_speedup is not None]
+    if "ar" not in c or len(c) < 2:
+        return f"{where}: {label(best)} wrote {c[best].tokens} tokens at {c[best].e2e_tps:.2f} tok/s end to end."
+    if best == "ar":
+        head = (f"{where} plain decoding (AR) won: no speculative method beat it end to end ("
+                + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)}" for m in c if m != "ar") + ").")
+    else:
+        head = (f"{where} {label(best)} won: {_x(c[best].e2e_speedup)} AR's speed end to end and "
+                f"{_x(c[best].decode_speedup)} in decode")
+        head += ("; " + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)} and {_x(c[m].decode_speedup)}"
+                                  for m in others) + "." if others else ".")
+    return head + _reason(best, c, records) + _range_note(spreads)
+
+
+def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str:
+    slow = verify_slowdown(records)
+    mirror, sd = c.get("mirror"), c.get("sd")
+    if best == "sd" and mirror is not None and slow:
+        hidden = mirror.draft_hidden_s or 0.0
+        return (f" The reason: running the draft beside the target made the target's verify "
+                f"forward take {slow['factor']:.2f}× as long ({slow['beside_s'] * 1e3:.0f} ms against "
+                f"{slow['alone_s'] * 1e3:.0f} ms alone, medians at {slow['tokens']} tokens), which "
+                f"cost more than the {hidden:.2f} s of drafting it hid.")
+    if best == "mirror" and mirror is not None:
+        hidden = mirror.draft_hidden_s or 0.0
+        extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
+                 f"(median)" if slow else "")
+        return (f" The reason: {hidden:.2f} s of drafting ran beside the target instead of "
+                f"before it{extra}.")
+    if best == "ar":
+        spec = [x for m, x in c.items() if m != "ar" and x.tokens_per_step]
+        if spec:
+            x = max(spec, key=lambda k: k.tokens_per_step)
+            return (f" The reason: a verify step committed only {x.tokens_per_step:.1f} tokens on "
+                    f"average ({label(x.method)}), too few to pay for the draft and the longer "
+                    f"verify forward.")
+    return ""
+
+
+def _range_note(spreads: dict | None) -> str:
+    if not spreads:
+        return ""
+    notes = []
+    for m, s in spreads.items():
+        e2e = s.get("e2e_speedup")
+        if m != "ar" and e2e is not None and e2e.n > 1:
+            within = " (the range includes 1.0×: no clear difference from AR)" if e2e.includes_one else ""
+            notes.append(f"{label(m)} {e2e.median:.2f}× [{e2e.low:.2f}–{e2e.high:.2f}]{within}")
+    return (f" Over {max(x.n for s in spreads.values() for x in s.values())} interleaved runs, end "
+            f"to end, median [range]: " + "; ".join(notes) + ".") if notes else ""

@@ -1,0 +1,204 @@
+"""What the handlers send to the page: the run's inputs (`RunInputs`, the public run API) and
+the frames of outputs.
+
+Every run-like handler returns one frame: the status, one pane per registered method
+(registry order), then RESULT_OUTPUTS in that order (layout.py builds its output list the
+same way).
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, fields
+
+import gradio as gr
+
+from mirror_sd.engine.events import Commit
+from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.windows import DEFAULT_WINDOW
+from mirror_sd.errors import MirrorSDError
+
+from .figures import cards, machine, repeat_summary
+from .how import render_how
+from .inspector import render_inspector
+from .render import render_pane, render_status
+from .results import render_cards, render_statistics, render_verdict
+from .runs import RunRecord, analyse, label, measured, method_names
+from .session import Job, PairSpec
+from .texts import CPU_PRECISION_TIP
+from .timeline import build_timeline
+from .traces import export_trace, write_trace
+from .whatif import best_projection
+from .zoom import instructive_step, render_zoom
+
+DEFAULT_PRECISION = "int8"  # several times faster than fp32 here; every pane runs the same weights
+EXIT_LAYER_CEILING = 127  # the slider's range until the target's layer count is known
+EXIT_LAYER_LABEL = "Early-exit layer (0 = chosen automatically)"
+EXIT_LAYER_INFO = ("The target layer after which Mirror-SD peeks at its likely next tokens. "
+                   "Earlier: more overlap, weaker guesses. Later: better guesses, less time to "
+                   "hide the draft.")
+RESULT_OUTPUTS = ("verdict", "cards", "zoom", "how", "statistics", "timeline", "step",
+                  "inspector", "trace", "state")
+SKIPPED_NOTE = "Not ticked under “Methods”."
+
+
+@dataclass
+class RunInputs:
+    """The inputs of a run: the page's controls, and the public `run` API's parameters (by
+    name; any left out takes the default here, the page's default)."""
+    prompt: str = ""
+    target: str = "default"  # "default", a hub id, a folder or a .gguf file
+    draft: str = "default"
+    precision: str = DEFAULT_PRECISION
+    target_device: str = "auto"
+    draft_device: str = "auto"
+    draft_precision: str = "same"
+    gamma: int = 4  # drafted tokens per window
+    kappa: int = 8  # early-exit candidates per position
+    exit_layer: int = 0  # 0: chosen automatically
+    branch_budget: int = 2
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 48
+    methods: list | None = None  # registry names or labels; none: every method
+    use_cache: bool = True
+    auto_tune: bool = False  # gamma and branch budget chosen by a short probe
+    streams: str = "off"
+    draft_vocab: str = "full"
+    repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
+
+    @classmethod
+    def from_controls(cls, controls: dict) -> "RunInputs":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(controls) - known)
+        if unknown:
+            raise MirrorSDError(f"Unknown run input(s): {', '.join(unknown)}.")
+        return cls(**{k: v for k, v in controls.items() if v is not None})
+
+    def settings(self) -> Settings:
+        return Settings(max_new_tokens=int(self.max_new_tokens), temperature=float(self.temperature),
+                        top_p=float(self.top_p), seed=int(self.seed), gamma=int(self.gamma),
+                        kappa=int(self.kappa), exit_layer=int(self.exit_layer) or None,
+                        branch_budget=int(self.branch_budget), streams=self.streams or "off",
+                        draft_vocab=self.draft_vocab or "full", window=DEFAULT_WINDOW)
+
+    def spec(self) -> PairSpec:
+        return pair_spec(self.target, self.draft, self.precision, self.target_device,
+                         self.draft_device, self.draft_precision)
+
+    def chosen_methods(self) -> tuple[str, ...]:
+        """The ticked methods in the registry's order; every method when none is ticked."""
+        chosen = {str(m).strip().lower() for m in (self.methods or [])}
+        names = method_names()
+        picked = tuple(m for m in names if m in chosen or label(m).lower() in chosen)
+        return picked or names
+
+
+def pair_spec(target, draft, precision, target_device, draft_device, draft_precision) -> PairSpec:
+    """The pair the controls name (blank fields take their defaults)."""
+    return PairSpec(*(str(v or "").strip() or d for v, d in
+                      zip((target, draft, precision, target_device, draft_device, draft_precision),
+                          ("default", "default", DEFAULT_PRECISION, "auto", "auto", "same"))))
+
+
+def session_of(request: gr.Request | None) -> str:
+    return (getattr(request, "session_hash", None) or "api") if request is not None else "api"
+
+
+def frame(status, panes=None, **results):
+    """One update of all outputs: the status, the panes (None: unchanged), RESULT_OUTPUTS
+    (left out: unchanged)."""
+    keep = gr.skip()
+    panes = panes if panes is not None else [None] * len(method_names())
+    return (status, *(p if p is not None else keep for p in panes),
+            *(results[k] if results.get(k) is not None else keep for k in RESULT_OUTPUTS))
+
+
+def pane_state_of(rec: RunRecord | None, running: bool) -> str:
+    if rec is None:
+        return "waiting"
+    if running:
+        return "running"
+    if rec.errors:
+        return "error"
+    return "stopped" if rec.cancelled or rec.finish is None else "done"
+
+
+def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run") -> list[str]:
+    out = []
+    for m in method_names():
+        rec = records.get(m)
+        if rec is None:
+            note = SKIPPED_NOTE if m not in methods else pending
+            out.append(render_pane(m, None, "waiting" if m in methods and pending != "not run"
+                                   else "skipped", note=note))
+        else:
+            out.append(render_pane(m, rec, pane_state or pane_state_of(rec, False)))
+    return out
+
+
+def _inspect_target(records: dict) -> str | None:
+    """The run the inspector opens on: the last drafting method that ran (Mirror-SD)."""
+    drafting = [m for m in records if records[m] is not None and any(
+        True for _ in analyse(records[m]).steps)]
+    return drafting[-1] if drafting else None
+
+
+def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, prompt: str,
+                  status: str, level: str = "info", pane_state: str | None = None,
+                  methods=None, rounds: list | None = None) -> tuple:
+    """Everything rendered from finished records (a run, a cached result or a trace)."""
+    methods = methods or tuple(records)
+    which = _inspect_target(records)
+    rec = records.get(which) if which else None
+    n_steps = len(analyse(rec).steps) if rec is not None else 0
+    step = instructive_step(rec)
+    greedy = float(settings.get("temperature", 0.0)) == 0.0
+    spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
+    state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,
+             "rounds": rounds or []}
+    return frame(
+        render_status(status, level), panes(records, methods, pane_state),
+        verdict=render_verdict(records, meta, best_projection(state), spreads),
+        cards=render_cards(records, meta, spreads, settings),
+        zoom=render_zoom(records.get("mirror"), meta), how=render_how(records, meta),
+        statistics=render_statistics(records, settings, meta), timeline=build_timeline(records),
+        step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
+        inspector=render_inspector(rec, step, greedy),
+        trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,
+        state=state)
+
+
+def _tokens_so_far(rec: RunRecord | None) -> int:
+    return sum(len(e.token_ids) for e in list(rec.events) if isinstance(e, Commit)) if rec else 0
+
+
+def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:
+    if job.current is None:  # loading or warming up: the message, and one timer
+        timed = re.search(r"\d+ s (ago|so far)", job.message)
+        elapsed = "" if timed else f" · {time.monotonic() - t_start:.0f} s"
+        return render_status(f"{job.message}{elapsed}", "info", job.fraction)
+    i = methods.index(job.current) + 1
+    done = [f"{label(m)} {measured(job.records[m])['wall_s']:.1f} s"
+            for m in methods if m in job.records and job.records[m].finish is not None]
+    tail = f" · finished: {', '.join(done)}" if done else ""
+    again = f"round {round_no} of {rounds}, " if rounds > 1 else ""
+    tokens = _tokens_so_far(job.records.get(job.current))
+    return render_status(f"Running {label(job.current)} ({again}{i} of {len(methods)}), alone on "
+                         f"the hardware: {tokens} tokens so far{tail}. The text appears when it "
+                         f"ends, so that the page costs the timed run nothing.", "info",
+                         ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
+
+
+def done_message(records: dict[str, RunRecord], meta: dict) -> str:
+    c = cards({m: r for m, r in records.items() if r is not None})
+    speeds = [f"{label(m)} {x.e2e_speedup:.2f}×" for m, x in c.items()
+              if m != "ar" and x.e2e_speedup is not None]
+    message = "Done."
+    if speeds:
+        message = (f"Done: end to end over AR, {', '.join(speeds)} (measured on {machine()}; "
+                   f"the verdict below says why). “Race replay” plays the runs side by side.")
+    if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
+        message += f" {CPU_PRECISION_TIP}"
+    return message

@@ -1,0 +1,65 @@
+"""“How it works”, with the figures of the run that is on screen: the exit layer it used, the
+target's layer count, the time the early exit left the draft to work in; the paragraphs that
+concern the pair that ran (the cross-tokenizer one only for a cross-tokenizer pair)."""
+from __future__ import annotations
+
+import html
+from statistics import median
+
+from .runs import RunRecord
+
+esc = html.escape
+
+INTRO = ("A large language model (the <i>target</i>) writes one token at a time, and every token "
+         "costs a full pass through all its layers. <b>Speculative decoding (SD)</b> lets a small, "
+         "fast model (the <i>draft</i>) guess the next few tokens (a <i>window</i>); the target "
+         "then checks the whole window in one pass (a <i>verify step</i>), keeps the guesses it "
+         "agrees with, and writes one token of its own. The text is exactly what the target alone "
+         "would write; only the speed changes. In plain SD the two models take turns: while the "
+         "draft guesses, the target waits.")
+MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass the target peeks "
+          "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the "
+          "draft, which writes the likely next windows (<i>branches</i>) at the same time as the "
+          "target finishes. If the target's verdict matches a branch (a <b>hit</b>) the next window "
+          "is ready at once; if not (a <b>miss</b>) the draft writes it after the verdict, as in "
+          "plain SD. Every token is still checked by the full target, so the text does not change.")
+CROSS = ("<b>Another tokenizer.</b> This run's draft spells text with other tokens than the "
+         "target. It proposes only the tokens both vocabularies spell the same, and the target "
+         "checks them as usual, so the text still does not change; the pair check says how many "
+         "tokens are shared.")
+
+
+def _suffix_ms(rec: RunRecord) -> float | None:
+    """Median over the steps of the target's work after the early exit: the time the draft
+    has to write its branches without making the target wait."""
+    per_step: dict[int, float] = {}
+    for s in rec.spans:
+        if s.label == "suffix" and s.step > 0:
+            per_step[s.step] = per_step.get(s.step, 0.0) + (s.end_ns - s.start_ns) / 1e6
+    return median(per_step.values()) if per_step else None
+
+
+def _this_run(records: dict[str, RunRecord], meta: dict) -> str:
+    mirror = records.get("mirror")
+    layer, layers = meta.get("exit_layer"), meta.get("target_layers")
+    if mirror is None or not layer or not layers:
+        return ""
+    text = (f"In this run the target has {layers} layers and the early exit came after layer "
+            f"{layer} ({layer / layers:.0%} of the way through)")
+    after = _suffix_ms(mirror)
+    if after is not None:
+        text += (f", which left the draft about {after:.0f} ms per step (median) to write its "
+                 f"branches while the target ran layers {layer + 1}–{layers}")
+    return f"<p>{esc(text)}.</p>"
+
+
+def render_how(records: dict[str, RunRecord], meta: dict) -> str:
+    """The section for the run on screen; the general text before any run."""
+    parts = [f"<p>{INTRO}</p>"]
+    if not records or "mirror" in records:
+        parts.append(f"<p>{MIRROR}</p>")
+    if records:
+        parts.append(_this_run(records, meta))
+    if (meta or {}).get("cross"):
+        parts.append(f"<p>{CROSS}</p>")
+    return f'<div class="msd-how">{"".join(parts)}</div>'

@@ -1,0 +1,316 @@
+"""The results, from finished runs (pure functions to HTML): the verdict on top, one card per
+method, where the time went, and the statistics fold (checks, measured costs, every figure).
+
+Every figure comes from ui/figures.py (one set of definitions, stated there and in the
+glossary): a total, a ratio of totals, or a median that says so.
+"""
+from __future__ import annotations
+
+import html
+
+from .figures import Card, Spread, cards, machine_words, one_device, verdict
+from .render import term
+from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
+from .texts import GLOSSARY
+from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
+
+esc = html.escape
+
+
+def _fmt(x, spec=".2f", none="–"):
+    return none if x is None else format(x, spec)
+
+
+def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
+    """The finished runs in the registry's order."""
+    return {m: records[m] for m in method_names()
+            if records.get(m) is not None and records[m].finish is not None}
+
+
+# ---- the verdict ------------------------------------------------------------------------
+
+LEVERS = ("Mirror-SD needs two things this machine does not have: a draft much cheaper than "
+          "the target (the paper pairs a 14-32B target with a ~0.6B draft; here the draft "
+          "costs {draft_share} of a target forward) and lanes that do not share a device (here "
+          "both models share {machine} and one memory bus).")
+
+
+def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
+                   spreads: dict | None = None) -> str:
+    """The verdict sentence, the hardware and its consequence in large type, the projection."""
+    done = finished(records)
+    c = cards(done)
+    sentence = verdict(c, done, meta, spreads)
+    if not sentence:
+        return ""
+    parts = [f'<p class="msd-verdict-text">{esc(sentence)}</p>']
+    if one_device(meta) and "mirror" in c:
+        share = costs(done).get("draft"), costs(done).get("target")
+        draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
+        parts.append(f'<p class="msd-hardware">{esc(LEVERS.format(draft_share=draft_share, machine=machine_words(meta)))}</p>')
+    if projection:
+        parts.append(_projection_line(projection))
+    return f'<div class="msd-verdict">{"".join(parts)}</div>'
+
+
+def _projection_line(projection: dict) -> str:
+    speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in projection["speedups"].items() if m != "ar")
+    return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
+            f'measurement</span> Where Mirror-SD pays off: the same recorded steps on '
+            f'<b>{esc(projection["profile"])}</b> project decode speeds over AR of '
+            f'<b>{esc(speeds)}</b> (the What-if fold shows how).</p>')
+
+
+# ---- the cards ----------------------------------------------------------------------------
+
+def _spread(s: Spread | None, spec: str, unit: str = "") -> str:
+    if s is None or s.n < 2:
+        return ""
+    return (f' <small class="msd-range" title="median and range over {s.n} interleaved runs">'
+            f'median {format(s.median, spec)}{unit} [{format(s.low, spec)}–{format(s.high, spec)}]</small>')
+
+
+def _card_rows(c: Card, s: dict) -> list[tuple[str, str, str]]:
+    """(label, value, glossary key) rows of one card."""
+    x = lambda v: "–" if v is None else f"{v:.2f}×"  # noqa: E731
+    rows = [("time to first token", f"{_fmt(c.ttft_s)} s" + _spread(s.get("ttft_s"), ".2f", " s"), "ttft"),
+            ("decode speed", f"{_fmt(c.decode_tps)} tok/s" + _spread(s.get("decode_tps"), ".2f"), "decode"),
+            ("end to end", f"{_fmt(c.e2e_tps)} tok/s ({c.tokens} tokens in {c.wall_s:.2f} s)", "e2e")]
+    if c.method != "ar" and c.decode_speedup is not None:
+        rows.append(("over AR, decode / end to end",
+                     f"<b>{x(c.decode_speedup)}</b> / <b>{x(c.e2e_speedup)}</b>"
+                     + _spread(s.get("e2e_speedup"), ".2f", "× end to end"), "speedup"))
+    if c.verify_steps:
+        rows.append(("verify steps", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per step "
+                     f"({c.tokens} / {c.verify_steps})", "verify step"))
+    if c.windows:
+        lo, mid, hi = c.windows
+        rows.append(("drafted tokens per window", f"{lo} / {mid:g} / {hi} (min / median / max)", "window"))
+        rows.append(("rejections", f"{c.rejections} of {c.verify_steps} steps", "rejection"))
+    if c.hits is not None:
+        rows.append(("hits / misses", f"{c.hits} / {c.misses}", "hit"))
+    if c.draft_exposed_s is not None:
+        rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
+                     f"{c.draft_hidden_s:.2f} s (after the first token)", "exposed"))
+    return rows
+
+
+def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None = None,
+                 settings: dict | None = None) -> str:
+    """One card per finished method, the same rows for all, measured on the machine named;
+    then where the time went and the checks (same output as AR, fairness)."""
+    c = cards(finished(records))
+    if not c:
+        return ""
+    out = []
+    for m, card in c.items():
+        rows = "".join(f'<tr><th>{term(name, key)}</th><td>{value}</td></tr>'
+                       for name, value, key in _card_rows(card, (spreads or {}).get(m, {})))
+        state = "" if card.complete else ' <span class="msd-badge s-stopped">stopped</span>'
+        out.append(f'<div class="msd-card m-{esc(m)}" data-method="{esc(m)}">'
+                   f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
+                   f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
+                   f'<table>{rows}</table></div>')
+    return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
+            f'alone, one after another, warm. Hover a label for its definition.</div>'
+            f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
+            f'{render_checks(records, settings or {}, meta)}')
+
+
+# ---- the statistics fold ------------------------------------------------------------------
+
+METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
+    ("new tokens", "tokens", "d", None),
+    ("wall time (s)", "wall_s", ".2f", None),
+    ("time to first token (s)", "prefill_s", ".2f", "ttft"),
+    ("decode speed (tokens / s after the first token)", "decode_tokens_per_s", ".2f", "decode"),
+    ("target forwards", "target_forwards", "d", None),
+    ("tokens per target forward (τ)", "mean_accepted", ".2f", "tau"),
+    ("drafted tokens accepted", "acceptance_rate", ".0%", None),
+    ("hits / (hits + misses)", "hit_rate", ".0%", "hit"),
+    ("misses (window drafted after the verdict)", "fallbacks", "d", "fallback"),
+    ("draft time beside the target (all of the run)", "draft_hidden_fraction", ".0%", None),
+    ("draft proposal vocabulary (token ids)", "draft_vocab", "vocab", None),
+]
+
+
+def _metric(stats: dict, key: str, spec: str) -> str:
+    if spec == "vocab":  # None: the draft's full head; absent: no draft (AR)
+        return ("full" if stats.get(key) is None else f"{stats[key]:,}") if key in stats else "–"
+    return _fmt(stats.get(key), spec)
+
+
+def _greedy_check(records: dict[str, RunRecord], method: str) -> str:
+    ar, other = records.get("ar"), records.get(method)
+    name = label(method)
+    if ar is None or other is None or ar.finish is None or other.finish is None:
+        return ""
+    if not (ar.complete and other.complete):
+        return (f'<li class="msd-check c-na">{esc(name)} vs AR: not compared (a run was stopped '
+                f'or failed).</li>')
+    cmp = compare_tokens(ar.finish.token_ids, other.finish.token_ids)
+    if cmp["identical"]:
+        return (f'<li class="msd-check c-ok">✓ {esc(name)} output is <b>identical to the '
+                f'baseline</b>: {cmp["compared"]} of {cmp["compared"]} tokens match.</li>')
+    first = cmp["first"]
+    texts_ar, texts_o = analyse(ar).tokens, analyse(other).tokens
+    a = esc(repr(texts_ar[first].text)) if first < len(texts_ar) else "(end)"
+    b = esc(repr(texts_o[first].text)) if first < len(texts_o) else "(end)"
+    return (f'<li class="msd-check c-diff">✗ {esc(name)} differs from the baseline at '
+            f'<b>{cmp["mismatches"]}</b> of {cmp["compared"]} positions; first at token '
+            f'{first}: AR wrote {a}, {esc(name)} wrote {b}. (fp32 kernels give slightly '
+            f'different results for 1 row and several rows, so a near-tie can flip.)</li>')
+
+
+def render_breakdown(done: dict[str, RunRecord]) -> str:
+    """Per run, one bar of its wall time by part (same scale for all), draft hidden beneath."""
+    parts = {m: breakdown(done[m]) for m in done}
+    parts = {m: p for m, p in parts.items() if p}
+    if not parts:
+        return ""
+    longest = max(sum(p[k] for k in PARTS) for p in parts.values()) or 1.0
+    rows = []
+    for m, p in parts.items():
+        cells = "".join(
+            f'<span class="msd-bk b-{k}" style="width:{100 * p[k] / longest:.2f}%" '
+            f'title="{esc(PART_NAMES[k])}: {p[k]:.2f} s"></span>' for k in PARTS if p[k] > 0)
+        hidden = (f'<span class="msd-bk b-draft_hidden" style="width:{100 * p["draft_hidden"] / longest:.2f}%" '
+                  f'title="{esc(PART_NAMES["draft_hidden"])}: {p["draft_hidden"]:.2f} s"></span>'
+                  if p["draft_hidden"] > 0 else "")
+        text = " · ".join(f"{PART_NAMES[k].split(' (')[0]} {p[k]:.2f}" for k in PARTS + ("draft_hidden",)
+                          if p[k] >= 0.005 or k == "first_token")
+        rows.append(f'<div class="msd-bk-row"><span class="msd-bk-name">{esc(label(m))}</span>'
+                    f'<div class="msd-bk-bars"><div class="msd-bk-bar">{cells}</div>'
+                    f'<div class="msd-bk-bar thin">{hidden}</div>'
+                    f'<div class="msd-bk-text">{esc(text)} s</div></div></div>')
+    key = "".join(f'<span><i class="msd-bk b-{k}"></i>{esc(PART_NAMES[k])}</span>'
+                  for k in PARTS + ("draft_hidden",))
+    return (f'<div class="msd-breakdown"><div class="msd-sub">Where the time went (from the '
+            f'measured spans; bars on one scale, each ends at its run\'s wall time)</div>'
+            f'{"".join(rows)}<div class="msd-bk-key">{key}</div></div>')
+
+
+def render_lanes(done: dict[str, RunRecord]) -> str:
+    """The measured per-forward costs, the lanes' contention and the early exit's share."""
+    c, lines = costs(done), []
+    k = contention(c)
+    ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
+    if c.get("target"):
+        line = f"one target forward (1 token, AR) {ms(c['target'])}"
+        if c.get("draft"):
+            line += (f"; one draft forward alone {ms(c['draft'])}, "
+                     f"<b>{c['draft'] / c['target']:.0%}</b> of a target forward")
+        lines.append(line)
+    if k.get("verify"):
+        lines.append(f"sharing the hardware: the target's verify forward ({c['verify_window'] + 1} tokens) took "
+                     f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
+                     f"draft (Mirror-SD): <b>{k['verify']:.2f}×</b>")
+    if k.get("draft"):
+        lines.append(f"one draft forward (a batch of branches) beside the target took "
+                     f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")
+    ee = early_exit_share(done.get("mirror"))
+    if ee and ee["steps"]:
+        lines.append(
+            f"{term('early exit', 'exit layer')} at layer {ee['layer']}"
+            f"{' (read through a small trained ' + term('correction', 'exit lens') + ')' if ee.get('lens') else ''}: its top {ee['kappa']} guesses held "
+            f"the target's token in <b>{ee['exit_held']} of {ee['steps']}</b> steps (its top-1 in "
+            f"{ee['exit_top1']}); of {ee['hits']} {term('hits', 'hit')}, <b>{ee['hits_from_exit']}</b> "
+            f"started from one of its guesses and {ee['hits_from_draft']} from the draft's own")
+    if not lines:
+        return ""
+    return ('<div class="msd-sub">Measured on this run (medians over the steps after the '
+            'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
+
+
+def render_statistics(records: dict[str, RunRecord], settings: dict | None = None,
+                      meta: dict | None = None) -> str:
+    """The fold under the results: checks, where the time went, measured costs, every figure."""
+    settings, meta = settings or {}, meta or {}
+    done = finished(records)
+    if not done:
+        return ""
+    order = list(done)
+    values = {m: {**done[m].finish.stats, **measured(done[m])} for m in order}
+    rows = "".join(
+        f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
+            f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
+        for name, key, spec, tip in METRICS)
+    table = (f'<table class="msd-table"><thead><tr><th>all runs, totals</th>'
+             + "".join(f"<th>{esc(label(m))}</th>" for m in order)
+             + f"</tr></thead><tbody>{rows}</tbody></table>")
+    cross = cross_sentence(meta)
+    cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
+    return (f'<div class="msd-summary">{cross}{render_lanes(done)}{table}'
+            f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
+
+
+def render_checks(records: dict[str, RunRecord], settings: dict, meta: dict) -> str:
+    """The greedy check (identical output), the fairness line, stopped runs."""
+    done = finished(records)
+    if not done:
+        return ""
+    checks = ""
+    if float(settings.get("temperature", 0.0)) == 0.0:
+        checks = "".join(_greedy_check(done, m) for m in done if m != "ar")
+    elif len(done) > 1:
+        checks = ('<li class="msd-check c-na">Sampling (temperature > 0): each method draws '
+                  'its own random numbers, so outputs are different samples of the same '
+                  'distribution and are not compared token by token.</li>')
+    for m in done:
+        if done[m].cancelled:
+            checks += f'<li class="msd-check c-na">{esc(label(m))} was stopped early.</li>'
+    return f'<ul class="msd-checks">{checks}{_fairness(meta, list(done))}</ul>'
+
+
+def _with_terms(text: str) -> str:
+    """The settings line with its symbols defined on hover."""
+    for symbol, key in (("γ=", "gamma"), ("κ=", "kappa"), ("exit layer ℓₑ=", "exit layer")):
+        text = text.replace(symbol, term(symbol[:-1], key) + "=", 1)
+    return text
+
+
+def _fairness(meta: dict, order: list[str]) -> str:
+    """Which weights ran and that every timed run was warm."""
+    precision = meta.get("precision")
+    if not precision:
+        return ""
+    names = ", ".join(label(m) for m in order)
+    dp = meta.get("draft_precision")
+    draft = f" (the draft at {dp})" if dp and dp not in ("same", precision) else ""
+    warm = meta.get("warmup_s")
+    warm = (f" A {warm:.1f} s warm-up of each model ran first, untimed." if warm else
+            " Every model had been warmed up before (untimed, when the app started or on an "
+            "earlier run), so no timed run pays for a first call." if warm is not None else "")
+    return (f'<li class="msd-check c-info">Precision <b>{esc(precision)}</b>{esc(draft)}: '
+            f'{esc(names)} all ran the same weights, one after another, each alone on the '
+            f'hardware.{esc(warm)}</li>')
+
+
+def _settings_line(settings: dict, meta: dict) -> str:
+    parts = []
+    if meta.get("target"):
+        parts.append(f"target {meta['target']} ({meta.get('target_layers', '?')} layers, "
+                     f"{meta.get('target_device', '?')})")
+    if meta.get("draft"):
+        parts.append(f"draft {meta['draft']} ({meta.get('draft_device', '?')})")
+    if meta.get("precision"):
+        dp = meta.get("draft_precision")
+        parts.append(f"precision {meta['precision']}"
+                     + (f", draft {dp}" if dp and dp not in ("same", meta["precision"]) else ""))
+    if settings:
+        t = float(settings.get("temperature", 0.0))
+        parts.append(f"γ={settings.get('gamma')} κ={settings.get('kappa')} "
+                     f"exit layer ℓₑ={meta.get('exit_layer', settings.get('exit_layer'))} "
+                     f"branch budget {settings.get('branch_budget')}")
+        auto = meta.get("auto")
+        if auto:
+            sp = auto.get("projected_speedup")
+            parts.append(f"γ and budget chosen automatically (projected {sp:.2f}× by the latency "
+                         f"model from a {auto.get('probe_s', 0):.1f} s probe: a projection)"
+                         if sp is not None else "γ and budget chosen automatically")
+        parts.append("greedy" if t == 0 else
+                     f"temperature {t:g}, top-p {settings.get('top_p')}, seed {settings.get('seed')}")
+        parts.append(f"max {settings.get('max_new_tokens')} new tokens")
+    if meta.get("prompt_tokens"):
+        parts.append(f"prompt {meta['prompt_tokens']} tokens")
+    return " · ".join(parts)

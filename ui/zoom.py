@@ -1,0 +1,139 @@
+"""One Mirror-SD step on a real time axis (HTML), and the step worth opening first.
+
+The zoom draws the measured spans of one step in two lanes, target and draft, from the
+step's first span: layers 1..exit, the early exit and its hand-off to the draft, the rest of
+the target's layers while the draft writes its branches, the verdict, then hit (the next
+window is a branch already written) or miss (the draft writes it after the verdict while the
+target waits). Every millisecond on it is measured in the run (spans); none is projected.
+"""
+from __future__ import annotations
+
+import html
+
+from .runs import RunRecord, StepView, analyse
+from .steps import quoted
+
+esc = html.escape
+
+SEGMENTS = {  # span label -> (plain name, css class)
+    "prefix": ("target: layers 1–{layer}", "z-prefix"),
+    "exit_head": ("early exit: top guesses to the draft", "z-exit"),
+    "suffix": ("target: layers {next}–{layers}", "z-suffix"),
+    "accept": ("verdict", "z-accept"),
+    "extend": ("draft: reads its last token", "z-extend"),
+    "branches": ("draft: writes branches", "z-branches"),
+    "fallback": ("draft: writes the next window (target waits)", "z-fallback"),
+}
+
+
+def instructive_step(rec: RunRecord | None) -> int:
+    """The step to open on: the first rejection or miss (whichever comes first), else the
+    first hit, else the first verified step; 0 without steps."""
+    if rec is None:
+        return 0
+    steps = analyse(rec).steps
+    order = sorted(steps)
+    telling = [s for s in order if steps[s].fallback is not None or (
+        steps[s].verify is not None and steps[s].verify.kind == "correction")]
+    if telling:
+        return telling[0]
+    hits = [s for s in order if any(b.status == "taken" for b in steps[s].rollouts)]
+    if hits:
+        return hits[0]
+    return next((s for s in order if steps[s].verify is not None), 0)
+
+
+def zoom_step(rec: RunRecord) -> int | None:
+    """The step the zoom draws: the first hit after the first step (the idea at work), else
+    the first step with branches."""
+    steps = analyse(rec).steps
+    order = [s for s in sorted(steps) if s > 0]
+    for s in order:
+        if any(b.status == "taken" for b in steps[s].rollouts):
+            return s
+    return next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
+
+
+def _bar(span, t0: int, scale: float, name: str, cls: str) -> str:
+    left, width = (span.start_ns - t0) * scale, max((span.end_ns - span.start_ns) * scale, 0.3)
+    ms = (span.end_ns - span.start_ns) / 1e6
+    return (f'<div class="msd-zbar {cls}" style="left:{left:.2f}%;width:{width:.2f}%" '
+            f'title="{esc(name)}: {(span.start_ns - t0) / 1e6:.0f} → {(span.end_ns - t0) / 1e6:.0f} ms '
+            f'({ms:.0f} ms)"><span>{esc(name)} · {ms:.0f} ms</span></div>')
+
+
+def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
+    left = (t_ns - t0) * scale
+    side = " z-left" if left > 60 else ""  # near the right edge: the label to the line's left
+    return (f'<div class="msd-zmark {cls}{side}" style="left:{left:.2f}%">'
+            f'<span>{esc(text)}</span></div>')
+
+
+def render_zoom(rec: RunRecord | None, meta: dict) -> str:
+    """The annotated zoom of one Mirror-SD step ('' without a Mirror-SD run)."""
+    if rec is None or rec.finish is None:
+        return ""
+    step = zoom_step(rec)
+    if step is None:
+        return ""
+    sv = analyse(rec).steps[step]
+    spans = [s for s in rec.spans if s.step == step and s.label in SEGMENTS]
+    if not spans:
+        return ""
+    t0, t1 = min(s.start_ns for s in spans), max(s.end_ns for s in spans)
+    scale = 100.0 / max(t1 - t0, 1)
+    layer = sv.early_exit.layer if sv.early_exit else meta.get("exit_layer", "?")
+    layers = meta.get("target_layers", "N")
+    names = {k: v[0].format(layer=layer, next=(layer + 1) if isinstance(layer, int) else "?",
+                            layers=layers) for k, v in SEGMENTS.items()}
+    lanes = {"target": [], "draft": []}
+    for s in spans:
+        lanes["draft" if s.lane == "draft" else "target"].append(
+            _bar(s, t0, scale, names[s.label], SEGMENTS[s.label][1]))
+    verdict_ns = max((s.end_ns for s in spans if s.label in ("accept", "suffix")), default=t1)
+    marks = [_mark(verdict_ns, t0, scale, f"verdict at {(verdict_ns - t0) / 1e6:.0f} ms", "z-verdict")]
+    ready_ns, outcome = _next_window(sv, spans, verdict_ns)
+    marks.append(_mark(ready_ns, t0, scale, f"next window ready at {(ready_ns - t0) / 1e6:.0f} ms",
+                       "z-ready"))
+    rows = "".join(f'<div class="msd-zlane"><span class="msd-zlane-name">{name}</span>'
+                   f'<div class="msd-ztrack">{"".join(bars)}</div></div>' for name, bars in lanes.items())
+    axis = (f'<div class="msd-zaxis"><span>0 ms</span><span>{(t1 - t0) / 1e6:.0f} ms</span></div>')
+    return (f'<div class="msd-zoom"><div class="msd-sub">One Mirror-SD step, measured: step '
+            f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
+            f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
+            f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6))}</p></div>')
+
+
+def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
+    """When the next window was ready, and whether the step hit or missed."""
+    if any(b.status == "taken" for b in sv.rollouts):
+        ends = [s.end_ns for s in spans if s.label == "branches"]
+        return (max(verdict_ns, max(ends)) if ends else verdict_ns), "hit"
+    ends = [s.end_ns for s in spans if s.label == "fallback"]
+    return (max(ends) if ends else verdict_ns), "miss"
+
+
+def _ms(spans, label: str) -> float:
+    return sum(s.end_ns - s.start_ns for s in spans if s.label == label) / 1e6
+
+
+def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
+             wait_ms: float) -> str:
+    v = sv.verify
+    kept = (f"kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote "
+            f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
+    text = (f"The target ran layers 1–{layer} ({_ms(spans, 'prefix'):.0f} ms), peeked at its likely "
+            f"next tokens (the early exit, {_ms(spans, 'exit_head'):.0f} ms) and handed its top "
+            f"guesses to the draft. While the target ran the rest of its {layers} layers "
+            f"({_ms(spans, 'suffix'):.0f} ms), the draft wrote {len(sv.rollouts)} branch"
+            f"{'' if len(sv.rollouts) == 1 else 'es'} ({_ms(spans, 'branches'):.0f} ms). The "
+            f"verdict {kept}. ")
+    if outcome == "hit" and wait_ms > 0.5:
+        return text + (f"Hit: one branch started exactly there and became the next window; the "
+                       f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
+                       f"that long instead of a whole new window.")
+    if outcome == "hit":
+        return text + ("Hit: one branch started exactly there and was ready before the verdict, "
+                       "so it became the next window with no wait.")
+    return text + (f"Miss: no branch started there, so the draft wrote the next window after "
+                   f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
