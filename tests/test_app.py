@@ -488,7 +488,7 @@ def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm
     from ui import handlers as handlers_module
     from ui.handlers import Handlers
     from ui.preparing import Preparer
-    from ui.session import Job, PairCache, PairSpec, RunRequest, phase_estimate
+    from ui.session import Job, PairCache, PairSpec, RunRequest
     from ui.state import AppState
 
     pairs = PairCache.tiny()
@@ -502,7 +502,9 @@ def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm
     job = Job(RunRequest("def x", PairSpec(), Settings(max_new_tokens=4)), pairs, threading.Event())
     job.start()
     assert job.finished.wait(JOB_WAIT_S) and job.error is None and job.meta["warmup_s"] == 0.0
-    assert "once per machine" in phase_estimate("converting x.gguf to safetensors")
+    step = "Preparing the models, once per machine: step 1 of 3, quantizing the draft to int8"
+    job._progress(step, 0.1)  # the loader's words reach the page as they are (one estimate)
+    assert job.message == step and job.fraction == 0.1
 
 
 # ----------------------------------------------------------------------------- a registered method

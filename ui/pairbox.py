@@ -16,7 +16,7 @@ from . import zerogpu
 from .frames import pair_spec
 from .paircheck import ensure_check, render_pair_check, render_pair_note
 from .render import render_status
-from .session import PairSpec, page_errors, phase_estimate
+from .session import PairSpec, page_errors
 from .state import AppState
 
 POLL_S = 0.35  # the status while a pair loads for its check (no timed run is in progress)
@@ -44,7 +44,7 @@ class CheckJob(threading.Thread):
         self.finished = threading.Event()
 
     def _progress(self, message: str, fraction=None) -> None:
-        self.message, self.fraction = f"{message}{phase_estimate(message)}", fraction
+        self.message, self.fraction = message, fraction
 
     def run(self) -> None:
         with page_errors(self, "pair check failed"):

