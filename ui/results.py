@@ -11,7 +11,6 @@ import html
 from .figures import Card, Spread, cards, machine_words, one_device, verdict
 from .render import term
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
-from .texts import GLOSSARY
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
 
 esc = html.escape
@@ -55,9 +54,11 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
 
 def _projection_line(projection: dict) -> str:
     speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in projection["speedups"].items() if m != "ar")
+    chosen = projection.get("settings")
+    best = f", with Mirror-SD's best settings there ({esc(chosen)})," if chosen else ""
     return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
             f'measurement</span> Where Mirror-SD pays off: the same recorded steps on '
-            f'<b>{esc(projection["profile"])}</b> project decode speeds over AR of '
+            f'<b>{esc(projection["profile"])}</b>{best} project decode speeds over AR of '
             f'<b>{esc(speeds)}</b> (the What-if fold shows how).</p>')
 
 

@@ -75,7 +75,8 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
                          exit_layer=meta.get("exit_layer") or settings.get("exit_layer") or None,
                          branch_budget=int(settings.get("branch_budget") or 2),
                          kappa=int(settings.get("kappa") or 8), accelerators=hw,
-                         source="this run's spans")
+                         source="this run's spans", settings=settings,
+                         precision=meta.get("precision"))
     return out, by_method
 
 
@@ -147,7 +148,62 @@ def render_panel(result: dict | None, message: str = "") -> str:
             "lengths, hits and misses) replayed through the latency model, calibrated from its "
             "own spans, on other hardware. Row (a) should match the measured row: the gap is the "
             "model's error.</p>")
-    return f'<div class="msd-whatif">{lead}{render_table(result)}{render_costs(result)}</div>'
+    return (f'<div class="msd-whatif">{lead}{render_table(result)}{render_choices(result)}'
+            f'{render_split(result)}{render_costs(result)}</div>')
+
+
+def settings_text(chosen: dict | None) -> str:
+    """A chosen method's settings in plain words ('' when none)."""
+    st = (chosen or {}).get("settings") or {}
+    parts = [f"window {st['gamma']}" + (" adaptive" if st.get("window") == "adaptive" else "")
+             if st.get("gamma") else None,
+             f"{st['branch_budget']} branches" if st.get("branch_budget") else None,
+             f"exit layer {st['exit_layer']}" if st.get("exit_layer") else None,
+             "branches grown to the window" if st.get("branch_extend") == "on" else None]
+    return ", ".join(p for p in parts if p)
+
+
+def render_choices(result: dict) -> str:
+    """Each profile with the settings it would pick among those this run can replay."""
+    choices = result.get("choices") or {}
+    rows = []
+    for key, ch in choices.items():
+        sd, mirror = ch.get("sd") or {}, ch.get("mirror") or {}
+        ratio = ch.get("mirror_over_sd")
+        missing = ch.get("not_replayable") or []
+        rows.append(
+            f'<tr><th scope="row">projection ({esc(key)}), its own settings: '
+            f'{esc(ch.get("name") or "")}</th>'
+            f'<td>{_x(sd.get("speedup"))} <small>{esc(settings_text(sd))}</small></td>'
+            f'<td>{_x(mirror.get("speedup"))} <small>{esc(settings_text(mirror))}</small></td>'
+            f'<td>{_x(ratio)}</td><td><small>{esc("; ".join(map(str, missing)) or "–")}</small></td></tr>')
+    if not rows:
+        return ""
+    return ('<table class="msd-whatif-table"><caption>A projection, not a measurement: each '
+            'profile with the settings it would pick among those this run can replay</caption>'
+            '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (its settings)</th>'
+            '<th scope="col">Mirror-SD over AR (its settings)</th><th scope="col">Mirror-SD over '
+            'SD</th><th scope="col">not searched (the run cannot replay it)</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
+
+
+def render_split(result: dict) -> str:
+    """The two costs of sharing this CPU, named apart: the core split and the interference."""
+    costs = result.get("costs") or {}
+    if not costs.get("contention"):
+        return ""
+    parts = [f"a verify step beside the draft took {costs['contention']:.2f}× as long as alone"]
+    if costs.get("core_split"):
+        parts.append(f"{costs['core_split']:.2f}× of that is the core split (each model gets one "
+                     f"of the two cores: measured one- against two-thread timings)")
+    if costs.get("interference"):
+        parts.append(f"{costs['interference']:.2f}× the interference beyond it (one memory bus)")
+    note = f" {costs['note']}" if costs.get("note") else ""
+    return f'<p class="msd-whatif-split">Sharing this CPU: {esc("; ".join(parts))}.{esc(note)}</p>'
+
+
+def _x(x) -> str:
+    return "–" if x is None else f"<b>{x:.2f}×</b>"
 
 
 def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
@@ -315,6 +371,16 @@ def best_projection(state: dict) -> dict | None:
         return None
     result, _ = got
     best, best_speed = None, 0.0
+    for key, ch in (result.get("choices") or {}).items():  # each profile with its own settings
+        speed = (ch.get("mirror") or {}).get("speedup")
+        if speed is not None and speed > best_speed:
+            best, best_speed = key, speed
+    if best is not None:
+        ch = result["choices"][best]
+        return {"key": best, "profile": f"({best}) {ch.get('name') or result['profiles'][best].name}",
+                "speedups": {m: ch[m]["speedup"] for m in ("sd", "mirror")
+                             if (ch.get(m) or {}).get("speedup") is not None},
+                "settings": settings_text(ch.get("mirror"))}
     for key, rows in result["projected"].items():
         speed = (rows.get("mirror") or {}).get("speedup")
         if key != "a" and speed is not None and speed > best_speed:
@@ -323,4 +389,5 @@ def best_projection(state: dict) -> dict | None:
         return None
     rows = result["projected"][best]
     return {"key": best, "profile": f"({best}) {result['profiles'][best].name}",
-            "speedups": {m: r["speedup"] for m, r in rows.items() if r and r.get("speedup")}}
+            "speedups": {m: r["speedup"] for m, r in rows.items() if r and r.get("speedup")},
+            "settings": ""}
