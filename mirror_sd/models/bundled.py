@@ -305,8 +305,12 @@ def main(argv=None, prog: str = "python -m mirror_sd.models") -> int:
     t0 = time.perf_counter()
     kernels = None
 
+    shown = [""]
+
     def show(message, fraction):
-        print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
+        if message != shown[0]:  # the same step again: nothing new to say
+            shown[0] = message
+            print(f"[{time.perf_counter() - t0:7.1f} s] {message}", flush=True)
 
     try:
         todo = [(label, m, k) for label, m in _targets(args) for k in kinds]
