@@ -190,12 +190,8 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str:
     slow = verify_slowdown(records)
     mirror, sd = c.get("mirror"), c.get("sd")
-    if best == "sd" and mirror is not None and slow:
-        hidden = mirror.draft_hidden_s or 0.0
-        return (f" The reason: running the draft beside the target made the target's verify "
-                f"forward take {slow['factor']:.2f}× as long ({slow['beside_s'] * 1e3:.0f} ms against "
-                f"{slow['alone_s'] * 1e3:.0f} ms alone, medians at {slow['tokens']} tokens), which "
-                f"cost more than the {hidden:.2f} s of drafting it hid.")
+    if best == "sd" and mirror is not None and sd is not None:
+        return _why_sd_won(sd, mirror, records, slow)
     if best == "mirror" and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
         extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
@@ -210,6 +206,27 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str
                     f"average ({label(x.method)}), too few to pay for the draft and the longer "
                     f"verify forward.")
     return ""
+
+
+def _why_sd_won(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None) -> str:
+    """Where Mirror-SD's decode time went against SD's, from the two runs' own parts (totals
+    after the first token, as the bars show them): verifying, and drafting the target waited
+    for; and what running the draft beside the target cost each verify (medians)."""
+    parts = {m: breakdown(records[m]) or {} for m in ("sd", "mirror")}
+    verify = {m: parts[m].get("verify") for m in parts}
+    exposed = {m: parts[m].get("draft_exposed") for m in parts}
+    if None in verify.values() or None in exposed.values():
+        return ""
+    text = (f" The reason: after the first token Mirror-SD spent {verify['mirror']:.2f} s verifying "
+            f"in {mirror.verify_steps} steps against SD's {verify['sd']:.2f} s in {sd.verify_steps}")
+    if slow:
+        text += (f" (beside the draft a verify forward took {slow['factor']:.2f}× as long: "
+                 f"{slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone, "
+                 f"medians at {slow['tokens']} tokens)")
+    hidden = mirror.draft_hidden_s or 0.0
+    return (text + f"; it hid {hidden:.2f} s of drafting beside the target and still kept the "
+            f"target waiting {exposed['mirror']:.2f} s for the draft, against SD's "
+            f"{exposed['sd']:.2f} s.")
 
 
 def _range_note(spreads: dict | None) -> str:

@@ -138,6 +138,8 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
 def _metric(stats: dict, key: str, spec: str) -> str:
     if spec == "vocab":  # None: the draft's full head; absent: no draft (AR)
         return ("full" if stats.get(key) is None else f"{stats[key]:,}") if key in stats else "–"
+    if key == "fallbacks" and stats.get("hit_rate") is None:
+        return "–"  # no prepared branches (AR, SD): every SD window is drafted after its verdict
     return _fmt(stats.get(key), spec)
 
 
