@@ -21,8 +21,10 @@ MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass 
           "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the "
           "draft, which writes the likely next windows (<i>branches</i>) at the same time as the "
           "target finishes. If the target's verdict matches a branch (a <b>hit</b>) the next window "
-          "is ready at once; if not (a <b>miss</b>) the draft writes it after the verdict, as in "
-          "plain SD. Every token is still checked by the full target, so the text does not change.")
+          "was started early: it is ready as soon as the draft finishes that branch (at once when "
+          "the draft is faster than the rest of the target; here, on shared cores, often some "
+          "milliseconds after the verdict); if not (a <b>miss</b>) the draft writes it after the "
+          "verdict, as in plain SD. Every token is still checked by the full target, so the text does not change.")
 CROSS = ("<b>Another tokenizer.</b> This run's draft spells text with other tokens than the "
          "target. It proposes only the tokens both vocabularies spell the same, and the target "
          "checks them as usual, so the text still does not change; the pair check says how many "

@@ -49,7 +49,8 @@ GLOSSARY = {
     "tau": "τ: tokens committed per target forward (AR: 1).",
     "hit": ("A hit: at the end of a Mirror-SD step the target's verdict (how many drafted tokens "
             "it kept, and its own next token) matched a branch the draft had already written "
-            "while the target was verifying, so the next window was ready with no wait."),
+            "while the target was verifying, so the next window started early (it may still finish "
+            "a little after the verdict when the draft is slower than the rest of the target)."),
     "fallback": ("A miss: no branch the draft had written during the step matched the verdict, "
                  "so the draft wrote the next window after it while the target waited."),
     "ttft": ("Time to first token: from the run's start (the prompt goes in) to its first "
