@@ -51,9 +51,16 @@ def test_each_profile_picks_its_fastest_replayable_settings(records):
     for key, choice in out["choices"].items():
         assert choice["projection"] and choice["profile"] == key
         mirror = [c for c in choice["candidates"] if c["method"].startswith("mirror")]
-        # both recorded variants, every budget replayed from the ranks
-        assert {c["method"] for c in mirror} == {"mirror", "mirror:branch_extend=off"}
-        assert {c["settings"]["branch_budget"] for c in mirror} == set(range(1, MAX_BUDGET + 1))
+        # each recorded variant is either searched, every budget replayed from the ranks, or
+        # named as not priced (a busy machine can leave a variant's spans unusable)
+        searched = {c["method"] for c in mirror}
+        assert searched  # at least one variant priced: the choice stands on measured steps
+        for variant in ("mirror", "mirror:branch_extend=off"):
+            if variant in searched:
+                budgets = {c["settings"]["branch_budget"] for c in mirror if c["method"] == variant}
+                assert budgets == set(range(1, MAX_BUDGET + 1))
+            else:
+                assert any(note.startswith(f"{variant}: not priced") for note in choice["not_replayable"])
         assert choice["mirror"]["speedup"] == max(c["speedup"] for c in mirror)
         assert choice["sd"]["method"] == "sd"
         assert choice["mirror_over_sd"] == pytest.approx(choice["mirror"]["speedup"] / choice["sd"]["speedup"])
@@ -62,9 +69,10 @@ def test_each_profile_picks_its_fastest_replayable_settings(records):
         assert chosen["exit_layer"] == next(r["stats"]["exit_layer"] for r in records if r["method"] == "mirror")
         said = " ".join(choice["not_replayable"])
         assert "gamma: only 3" in said and "exit layer" in said and "window policy" in said
-        # more hits with more branches, whatever they cost
-        hits = {c["settings"]["branch_budget"]: c["hits"] for c in mirror if c["method"] == "mirror"}
-        assert all(hits[b] <= hits[b + 1] for b in range(1, MAX_BUDGET))
+        # more hits with more branches, whatever they cost (per priced variant)
+        for variant in searched:
+            hits = {c["settings"]["branch_budget"]: c["hits"] for c in mirror if c["method"] == variant}
+            assert all(hits[b] <= hits[b + 1] for b in range(1, MAX_BUDGET))
     # the main table pools no variant: its Mirror-SD is the plain one
     plain = [r for r in out["recorded"] if r.method == "mirror"]
     assert len(plain) == len(PROMPTS)

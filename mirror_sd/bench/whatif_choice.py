@@ -99,17 +99,21 @@ def _mirror_candidates(recorded, profile: wi.Profile, settings: dict, run_budget
 def search(groups: dict, profile_for, settings_of: dict, run_budget: int) -> dict:
     """{method: [candidates]} over recorded variants. `groups`: {variant name: recorded steps
     (AR's and the variant's)}; `profile_for(name)`: the profile calibrated with that variant."""
-    out = {"sd": [], "mirror": []}
+    out = {"sd": [], "mirror": [], "unpriced": []}
     budgets_ok = True
     for name, recorded in groups.items():
         base = wi.base_method(name)
         profile = profile_for(name)
-        if profile is None:
+        if profile is None:  # this profile could not be built from the variant's spans
+            if base == "mirror":
+                out["unpriced"].append(name)
             continue
         if base == "mirror":
             cands, ok = _mirror_candidates(recorded, profile, settings_of[name], run_budget, name)
             budgets_ok &= ok
             out["mirror"] += cands
+            if not cands:  # the run's spans could not price this variant on this profile
+                out["unpriced"].append(name)
         elif base == "sd":
             row = wi.project(recorded, profile).get("sd")
             if row and row.get("speedup"):

@@ -262,6 +262,7 @@ def profile_choices(records: list[dict], base: dict, hw: Accelerators, precision
         if not cands["mirror"]:
             continue  # (d) without the thread scaling: not grounded
         name = next(p[key].name for p in built.values() if p.get(key) is not None)
-        out[key] = wc.choose(cands, key, name, wc.not_replayable(settings_of, cands["budgets_replayed"],
-                                                                 run_budget))
+        notes = wc.not_replayable(settings_of, cands["budgets_replayed"], run_budget)
+        notes += [f"{n}: not priced (this run's spans could not calibrate it)" for n in cands["unpriced"]]
+        out[key] = wc.choose(cands, key, name, notes)
     return out
