@@ -138,6 +138,9 @@ def check_ranks(events, settings: Settings):
         assert (verdict.status == "taken") == (0 <= verdict.rank < budget), (step, verdict)
         rolled = [b for b in mine if b.status != "serial"]
         assert len({b.rank for b in rolled}) == len(rolled) and all(b.rank >= 0 for b in rolled)
+        # the score shown with a branch is the one that ranked it: a better rank, a score no lower
+        by_rank = sorted(rolled, key=lambda b: b.rank)
+        assert all(a.score >= b.score for a, b in zip(by_rank, by_rank[1:])), [(b.rank, b.score) for b in by_rank]
         best = {b.rank for b in rolled if b.rank < budget}
         assert best == set(range(len(best)))  # all of the best `budget` (fewer: a short list)
         assert len(best) == budget or verdict.rank < len(best)

@@ -3,12 +3,16 @@ the bars start with the same time to first token; the step the inspector and the
 median and range over repeated runs."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mirror_sd.engine.events import Commit, Verify
-from ui.figures import Spread, cards, repeat_summary, verdict, winner
+from mirror_sd.bench.whatif_costs import core_split
+from ui.figures import Spread, cards, repeat_summary, split_words, verdict, winner
+from ui.results import render_verdict
 from ui.why import PARTS, breakdown
-from ui.zoom import instructive_step, render_zoom
+from ui.zoom import bar_label, instructive_step, render_zoom
 from ui_records import tiny_records
 
 
@@ -82,3 +86,40 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     assert sd.includes_one
     text = verdict(rounds[0], records, {}, spreads)
     assert "median [range]" in text and "includes 1.0×" in text
+
+
+def test_the_verify_slowdown_is_named_as_core_split_times_interference():
+    split = core_split("int8", 5)
+    text = split_words(2.0 * split, "int8", 5)
+    assert f"{split:.2f}× is the core split" in text and "2.00× the two models sharing" in text
+    assert split_words(0.9 * split, "int8", 5) == ""  # under the split alone: not split
+    assert split_words(3.0, "bf16", 5) == ""  # no one- against two-thread timing at bf16
+
+
+def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner():
+    records = tiny_records()
+    c = cards(records)
+    html = render_verdict(records, {"target_device": "cpu", "draft_device": "cpu"})
+    best = winner(c)
+    assert len(re.findall(r'class="msd-tile( best)?"', html)) == len(c) and f'class="msd-tile best" data-method="{best}"' in html
+    assert f"{c['ar'].e2e_tps:.2f} tok/s" in html
+    for m in c:
+        if m != "ar":
+            assert f"{c[m].e2e_speedup:.2f}×" in html
+    assert html.count("fastest") == 1
+
+
+def test_a_zoom_bar_shows_what_fits_and_names_a_run_of_bars_once():
+    assert bar_label("draft: writes branches", 45, 40.0, True) == "draft: writes branches · 45 ms"
+    assert bar_label("draft: writes branches", 45, 40.0, False) == "45 ms"  # named on the first
+    assert bar_label("early exit: top guesses to the draft", 14, 5.0, True) == "14 ms"  # too narrow
+    assert bar_label("verdict", 3, 1.0, True) == ""  # not even its milliseconds fit
+
+
+def test_the_projection_line_says_pays_off_only_where_mirror_sd_passes_sd():
+    from ui.results import _projection_line
+    up = _projection_line({"profile": "(c) pair", "speedups": {"sd": 2.0, "mirror": 2.5}, "settings": ""})
+    assert "Where Mirror-SD pays off" in up and "1.25× SD&#x27;s speed" in up
+    down = _projection_line({"profile": "(c) pair", "speedups": {"sd": 2.0, "mirror": 1.8}, "settings": ""})
+    assert "pays off" not in down and "does not pass SD (0.90× SD&#x27;s speed)" in down
+    assert all("projection, not a measurement" in x for x in (up, down))

@@ -297,3 +297,38 @@ def test_inputs_map_onto_the_accelerators():
     hw = panel.accelerators_from(["32B", "0.5B", 1000, 100, 5, 4, 0.25, 4.5, 0.8, 2])
     assert (hw.target, hw.draft, hw.target_bw_gbs, hw.gamma, hw.exit_fraction, hw.tau, hw.hit_rate,
             hw.draft_tokens_per_forward) == ("32B", "0.5B", 1000.0, 5, 0.25, 4.5, 0.8, 2.0)
+
+
+def test_a_hits_draft_work_is_split_at_its_verdict():
+    ms = 1_000_000
+    spans = [Span(lane="target", label="prefix", start_ns=0, end_ns=80 * ms, step=0),
+             Span(lane="verify", label="accept", start_ns=80 * ms, end_ns=100 * ms, step=0),
+             Span(lane="draft", label="extend", start_ns=0, end_ns=20 * ms, step=0),
+             Span(lane="draft", label="branches", start_ns=20 * ms, end_ns=60 * ms, step=0, detail="1 rows"),
+             Span(lane="draft", label="branches", start_ns=60 * ms, end_ns=120 * ms, step=0, detail="1 rows")]
+    hit, miss, work = wi.mirror_tails([True], spans)
+    assert hit == [pytest.approx(0.020)] and miss == []
+    assert work == [pytest.approx((0.100, 0.020, 0.100))]  # before the verdict, after, the lane
+    assert wi.mirror_tails([False], spans)[2] == []  # a miss has no branch to finish
+
+
+def test_profile_b_re_times_the_draft_work_a_hit_leaves():
+    work = [(0.10, 0.05, 0.12)]  # a hit: 0.10 s of draft work before the verdict, 0.05 s after
+    # both lanes twice as fast: the verdict at 0.06 s, the draft done at 0.05 + 0.05 = 0.10 s
+    assert wi.tail_alone(work, 0.5, 2.0, 0.05) == pytest.approx(0.04)
+    # only the target faster: more of the branch is left after the earlier verdict
+    assert wi.tail_alone(work, 0.5, None, 0.05) == pytest.approx(0.09)
+    assert wi.tail_alone([(0.05, 0.0, 0.12)], 1.0, 1.0, 0.0) == 0.0  # done before the verdict
+    assert wi.tail_alone([], 0.5, 2.0, 0.07) == 0.07  # no per-hit work recorded: as measured
+
+
+def test_the_draft_lanes_slowdown_beside_the_target_is_read_from_its_own_forwards():
+    spans = [Span(lane="verify", label="accept", start_ns=0, end_ns=100, step=0),
+             Span(lane="draft", label="branches", start_ns=0, end_ns=30, step=0, detail="1 rows"),
+             Span(lane="draft", label="branches", start_ns=30, end_ns=60, step=0, detail="1 rows"),
+             Span(lane="draft", label="branches", start_ns=90, end_ns=110, step=0, detail="1 rows"),  # across
+             Span(lane="draft", label="branches", start_ns=60, end_ns=95, step=0, detail="2 rows"),
+             Span(lane="draft", label="branches", start_ns=100, end_ns=120, step=0, detail="1 rows")]
+    assert wi.draft_beside_factor([{"method": "mirror", "spans": spans}]) == pytest.approx(1.5)
+    assert wi.draft_beside_factor([{"method": "sd", "spans": spans}]) is None
+    assert wi.draft_beside_factor([{"method": "mirror", "spans": spans[:3]}]) is None  # none after

@@ -18,6 +18,7 @@ import os
 from dataclasses import asdict, dataclass
 from statistics import median
 
+from mirror_sd.bench.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 
 from .runs import RunRecord, label, measured
@@ -169,13 +170,19 @@ def _x(v: float | None) -> str:
 def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
             spreads: dict | None = None) -> str:
     """One or two plain sentences from the run: who won, by how much, the one reason."""
+    return "".join(verdict_parts(c, records, meta, spreads))
+
+
+def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
+                  spreads: dict | None = None) -> tuple[str, str]:
+    """The verdict as (who won and by how much, the reason and the range over repeats)."""
     best = winner(c)
     if best is None:
-        return ""
+        return "", ""
     where = f"On this machine ({machine_words(meta)})"
     others = [m for m in c if m != "ar" and m != best and c[m].e2e_speedup is not None]
     if "ar" not in c or len(c) < 2:
-        return f"{where}: {label(best)} wrote {c[best].tokens} tokens at {c[best].e2e_tps:.2f} tok/s end to end."
+        return f"{where}: {label(best)} wrote {c[best].tokens} tokens at {c[best].e2e_tps:.2f} tok/s end to end.", ""
     if best == "ar":
         head = (f"{where} plain decoding (AR) won: no speculative method beat it end to end ("
                 + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)}" for m in c if m != "ar") + ").")
@@ -184,14 +191,14 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                 f"{_x(c[best].decode_speedup)} in decode")
         head += ("; " + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)} and {_x(c[m].decode_speedup)}"
                                   for m in others) + "." if others else ".")
-    return head + _reason(best, c, records) + _range_note(spreads)
+    return head, _reason(best, c, records, meta.get("precision")) + _range_note(spreads)
 
 
-def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str:
+def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None) -> str:
     slow = verify_slowdown(records)
     mirror, sd = c.get("mirror"), c.get("sd")
     if best == "sd" and mirror is not None and sd is not None:
-        return _why_sd_won(sd, mirror, records, slow)
+        return _why_sd_won(sd, mirror, records, slow, precision)
     if best == "mirror" and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
         extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
@@ -208,10 +215,25 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord]) -> str
     return ""
 
 
-def _why_sd_won(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None) -> str:
+def split_words(factor: float, precision: str | None, tokens: int) -> str:
+    """The verify's slowdown beside the draft named as its two costs: the core split (the
+    target's forward on one thread against two, measured alone on a 2-core CPU:
+    mirror_sd.bench.whatif_costs) and the interference beyond it (one memory bus); '' where
+    no split was measured at this precision or the slowdown is under the split alone."""
+    split = core_split(precision, tokens)
+    if split is None or factor < split:
+        return ""
+    return (f"; of that, {split:.2f}× is the core split (each model gets one of the two cores, "
+            f"measured one thread against two) and {factor / split:.2f}× the two models sharing "
+            f"one memory bus")
+
+
+def _why_sd_won(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
+                precision: str | None = None) -> str:
     """Where Mirror-SD's decode time went against SD's, from the two runs' own parts (totals
     after the first token, as the bars show them): verifying, and drafting the target waited
-    for; and what running the draft beside the target cost each verify (medians)."""
+    for; and what running the draft beside the target cost each verify (medians), named as
+    the core split and the interference beyond it."""
     parts = {m: breakdown(records[m]) or {} for m in ("sd", "mirror")}
     verify = {m: parts[m].get("verify") for m in parts}
     exposed = {m: parts[m].get("draft_exposed") for m in parts}
@@ -222,7 +244,7 @@ def _why_sd_won(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dic
     if slow:
         text += (f" (beside the draft a verify forward took {slow['factor']:.2f}× as long: "
                  f"{slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone, "
-                 f"medians at {slow['tokens']} tokens)")
+                 f"medians at {slow['tokens']} tokens{split_words(slow['factor'], precision, slow['tokens'])})")
     hidden = mirror.draft_hidden_s or 0.0
     return (text + f"; it hid {hidden:.2f} s of drafting beside the target and still kept the "
             f"target waiting {exposed['mirror']:.2f} s for the draft, against SD's "

@@ -33,6 +33,17 @@ CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
                 for name in ("style.css", "panes.css"))  # panes.css: panes, legend, the why
 QUEUE_SIZE = int(os.environ.get("MIRROR_SD_QUEUE_SIZE", "16"))
 
+
+def theme() -> gr.themes.Base:
+    """Gradio's default theme with its bundled fonts at weights 400 and 700 only: the
+    semibold (600) files it ships hold a few dozen glyphs (a capital A but no other capital
+    letter), so bold text drew its A's in another face than the rest of the word."""
+    return gr.themes.Default(
+        font=(gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui",
+              "sans-serif"),
+        font_mono=(gr.themes.LocalFont("IBM Plex Mono", weights=(400, 700)), "ui-monospace", "Consolas",
+                   "monospace"))
+
 # name -> (target, draft); "default" is the bundled offline pair
 PAIR_PRESETS = {
     "Default: Qwen2.5-Coder 1.5B + 0.5B (bundled, offline)": ("default", "default"),
@@ -370,6 +381,7 @@ def launch(demo: gr.Blocks, **kwargs):
         demo.msd_handlers.start_preparing()
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     kwargs.setdefault("css", CSS)
+    kwargs.setdefault("theme", theme())
     kwargs.setdefault("server_name", os.environ.get("GRADIO_SERVER_NAME") or None)
     kwargs.setdefault("server_port", int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     return demo.launch(**kwargs)

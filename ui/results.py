@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from .figures import Card, Spread, cards, machine_words, one_device, verdict
+from .figures import Card, Spread, cards, machine_words, one_device, verdict_parts, winner
 from .render import term
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
@@ -39,10 +39,12 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     """The verdict sentence, the hardware and its consequence in large type, the projection."""
     done = finished(records)
     c = cards(done)
-    sentence = verdict(c, done, meta, spreads)
-    if not sentence:
+    head, reason = verdict_parts(c, done, meta, spreads)
+    if not head:
         return ""
-    parts = [f'<p class="msd-verdict-text">{esc(sentence)}</p>']
+    parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
+    if reason:
+        parts.append(f'<p class="msd-verdict-why">{esc(reason.strip())}</p>')
     if one_device(meta) and "mirror" in c:
         share = costs(done).get("draft"), costs(done).get("target")
         draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
@@ -52,14 +54,48 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
 
 
+def _scoreboard(c: dict[str, Card]) -> str:
+    """One tile per method: its end-to-end speed over AR's in large type (AR: its tokens per
+    second, the baseline), the same figures as the cards' "end to end" rows."""
+    if "ar" not in c or len(c) < 2:
+        return ""
+    best = winner(c)
+    tiles = []
+    for m, x in c.items():
+        if m == "ar":
+            big, small = f"{_fmt(x.e2e_tps)} tok/s", "plain decoding: the baseline"
+        else:
+            big = "–" if x.e2e_speedup is None else f"{x.e2e_speedup:.2f}×"
+            small = f"AR's speed ({_fmt(x.e2e_tps)} tok/s)"
+        flag = ' <span class="msd-tile-best">fastest</span>' if m == best else ""
+        tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
+                     f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
+                     f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
+                     f'<div class="msd-tile-big">{big}</div><div class="msd-tile-small">{esc(small)}</div></div>')
+    return (f'<div class="msd-scoreboard">{"".join(tiles)}'
+            f'<div class="msd-tile-note">{term("end to end", "e2e")}, this run, '
+            f'this machine</div></div>')
+
+
 def _projection_line(projection: dict) -> str:
-    speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in projection["speedups"].items() if m != "ar")
+    """Where Mirror-SD gains most over SD in the projections, said as it is: "pays off" only
+    where it passes SD there."""
+    sp = projection["speedups"]
+    speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in sp.items() if m != "ar")
     chosen = projection.get("settings")
     best = f", with Mirror-SD's best settings there ({esc(chosen)})," if chosen else ""
+    sd, mirror = sp.get("sd"), sp.get("mirror")
+    if sd and mirror and mirror >= sd:
+        lead = "Where Mirror-SD pays off:"
+        tail = f": Mirror-SD {mirror / sd:.2f}× SD's speed"
+    else:
+        lead = "Mirror-SD's best case in the projections:"
+        tail = (f": even there it does not pass SD ({mirror / sd:.2f}× SD's speed) with this run's "
+                f"acceptance and a draft writing one token per forward") if sd and mirror else ""
     return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
-            f'measurement</span> Where Mirror-SD pays off: the same recorded steps on '
+            f'measurement</span> {lead} the same recorded steps on '
             f'<b>{esc(projection["profile"])}</b>{best} project decode speeds over AR of '
-            f'<b>{esc(speeds)}</b> (the What-if fold shows how).</p>')
+            f'<b>{esc(speeds)}</b>{esc(tail)} (the What-if fold shows how).</p>')
 
 
 # ---- the cards ----------------------------------------------------------------------------
@@ -238,7 +274,7 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
         f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
             f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
         for name, key, spec, tip in METRICS)
-    table = (f'<table class="msd-table"><thead><tr><th>all runs, totals</th>'
+    table = ('<table class="msd-table"><thead><tr><th>all runs, totals</th>'
              + "".join(f"<th>{esc(label(m))}</th>" for m in order)
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)

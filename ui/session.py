@@ -291,7 +291,7 @@ class Job(threading.Thread):
         prompt_ids = path.encode(loaded.pair, parse_prompt(req.prompt))
         self.meta["prompt_tokens"] = len(prompt_ids)
         if "mirror" in req.methods:
-            from mirror_sd.engine.mirror.decoder import default_exit_layer
+            from mirror_sd.engine.mirror.exit_layer import default_exit_layer
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(loaded.pair)
         self.fraction = None
         # before waiting for the pair: a bad setting (e.g. an exit layer past this target's

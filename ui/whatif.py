@@ -358,29 +358,42 @@ def build_panel() -> Panel:
                                           exit_fraction, tau, hit_rate, per_forward])
 
 
+VERDICT_TARGETS = ("14B", "32B")  # the accelerator pair's targets the verdict's projection tries
+
+
 def best_projection(state: dict) -> dict | None:
-    """For the verdict: the projection profile (other than this machine's) where Mirror-SD
-    projects its best decode speedup, with every method's projected speedup; None without
-    one. Whatever fields the projection returns, only `speedup` per method is read here."""
-    try:
-        got = project_state(state or {})
-    except Exception:  # the verdict goes without its projection line; the fold says why
-        log.exception("projection for the verdict failed")
-        return None
-    if got is None:
-        return None
-    result, _ = got
-    best, best_speed = None, 0.0
-    for key, ch in (result.get("choices") or {}).items():  # each profile with its own settings
-        speed = (ch.get("mirror") or {}).get("speedup")
-        if speed is not None and speed > best_speed:
-            best, best_speed = key, speed
+    """For the verdict: where Mirror-SD gains most over SD among the projection profiles
+    other than this machine's (each with its own settings; the accelerator pair with each
+    target of VERDICT_TARGETS and the 0.6B draft), with every method's projected speedup;
+    None without one. Whatever fields the projection returns, only `speedup` per method is
+    read here."""
+    best, best_key = None, (0.0, 0.0)
+    result = None
+    for target in VERDICT_TARGETS:
+        try:
+            got = project_state(state or {}, Accelerators(target=target))
+        except Exception:  # the verdict goes without its projection line; the fold says why
+            log.exception("projection for the verdict failed")
+            return None
+        if got is None:
+            return None
+        result, _ = got
+        for key, ch in (result.get("choices") or {}).items():  # each profile with its own settings
+            speeds = {m: (ch.get(m) or {}).get("speedup") for m in ("sd", "mirror")}
+            if speeds["mirror"] is None or (key != "c" and target != VERDICT_TARGETS[0]):
+                continue  # profiles (b) and (d) do not depend on the accelerator pair's target
+            rank = (speeds["mirror"] / speeds["sd"] if speeds["sd"] else 0.0, speeds["mirror"])
+            if best is None or rank > best_key:
+                name = ch.get("name") or result["profiles"][key].name
+                if key == "c":
+                    name += f", a {TARGETS[target].name} target and a {DRAFTS[Accelerators().draft].name} draft"
+                best_key = rank
+                best = {"key": key, "profile": f"({key}) {name}",
+                        "speedups": {m: v for m, v in speeds.items() if v is not None},
+                        "settings": settings_text(ch.get("mirror"))}
     if best is not None:
-        ch = result["choices"][best]
-        return {"key": best, "profile": f"({best}) {ch.get('name') or result['profiles'][best].name}",
-                "speedups": {m: ch[m]["speedup"] for m in ("sd", "mirror")
-                             if (ch.get(m) or {}).get("speedup") is not None},
-                "settings": settings_text(ch.get("mirror"))}
+        return best
+    best_speed = 0.0
     for key, rows in result["projected"].items():
         speed = (rows.get("mirror") or {}).get("speedup")
         if key != "a" and speed is not None and speed > best_speed:

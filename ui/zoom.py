@@ -54,12 +54,27 @@ def zoom_step(rec: RunRecord) -> int | None:
     return next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
 
 
-def _bar(span, t0: int, scale: float, name: str, cls: str) -> str:
+# a bar's label at the zoom's width (about 1,100 px, labels at about 6 px a character): the
+# share of the width one character takes, in percent
+CHAR_PCT = 0.6
+
+
+def bar_label(name: str, ms: float, width_pct: float, first: bool) -> str:
+    """What fits on a bar: the name and its milliseconds, the milliseconds alone (the name
+    only on the first of a run of same-named bars, or when it does not fit), or nothing; the
+    whole name is always in the bar's tooltip."""
+    full, short = f"{name} · {ms:.0f} ms", f"{ms:.0f} ms"
+    if first and len(full) * CHAR_PCT <= width_pct:
+        return full
+    return short if len(short) * CHAR_PCT <= width_pct else ""
+
+
+def _bar(span, t0: int, scale: float, name: str, cls: str, first: bool = True) -> str:
     left, width = (span.start_ns - t0) * scale, max((span.end_ns - span.start_ns) * scale, 0.3)
     ms = (span.end_ns - span.start_ns) / 1e6
     return (f'<div class="msd-zbar {cls}" style="left:{left:.2f}%;width:{width:.2f}%" '
             f'title="{esc(name)}: {(span.start_ns - t0) / 1e6:.0f} → {(span.end_ns - t0) / 1e6:.0f} ms '
-            f'({ms:.0f} ms)"><span>{esc(name)} · {ms:.0f} ms</span></div>')
+            f'({ms:.0f} ms)"><span>{esc(bar_label(name, ms, width, first))}</span></div>')
 
 
 def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
@@ -87,9 +102,11 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     names = {k: v[0].format(layer=layer, next=(layer + 1) if isinstance(layer, int) else "?",
                             layers=layers) for k, v in SEGMENTS.items()}
     lanes = {"target": [], "draft": []}
-    for s in spans:
-        lanes["draft" if s.lane == "draft" else "target"].append(
-            _bar(s, t0, scale, names[s.label], SEGMENTS[s.label][1]))
+    last = {}  # lane -> the label of its previous bar
+    for s in sorted(spans, key=lambda x: x.start_ns):
+        lane = "draft" if s.lane == "draft" else "target"
+        lanes[lane].append(_bar(s, t0, scale, names[s.label], SEGMENTS[s.label][1], last.get(lane) != s.label))
+        last[lane] = s.label
     verdict_ns = max((s.end_ns for s in spans if s.label in ("accept", "suffix")), default=t1)
     marks = [_mark(verdict_ns, t0, scale, f"verdict at {(verdict_ns - t0) / 1e6:.0f} ms", "z-verdict")]
     ready_ns, outcome = _next_window(sv, spans, verdict_ns)

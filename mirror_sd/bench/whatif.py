@@ -15,9 +15,10 @@ Profiles:
      the latency model's mean terms miss when the taken root started early. It should
      reproduce each method's measured decode time; the gap is the replay's error.
   b  this machine with the draft on a device of its own: no shared memory bus (contention 1),
-     Mirror-SD's target lane at its alone speed (SD's verify), the draft's work after the
-     verdict as measured (it ran alone already); host time as measured. AR and SD are
-     unchanged (they never run two lanes at once), Mirror-SD can only get faster.
+     Mirror-SD's target lane at its alone speed (SD's verify), the draft's forwards before the
+     verdict at the speed they ran after it (alone, the target waiting); a hit waits for the
+     draft work its earlier verdict leaves (per hit, from the measured work); host time as
+     measured. AR and SD are unchanged (they never run two lanes at once).
   c  a heterogeneous accelerator pair (whatif_hardware.py): target on a GPU, draft on an NPU
      or second device, costs from weight bytes over each device's memory bandwidth, the
      latency model's step times (the paper's schedule).
@@ -78,6 +79,9 @@ class RecordedSteps:
     # the taken branch's last forwards; a miss: the forward in flight before the fallback)
     tail_hit: list[float] = field(default_factory=list)
     tail_miss: list[float] = field(default_factory=list)
+    # Mirror-SD, per hit: (draft work before the verdict, after it, the target lane's time from
+    # the step's start to the verdict), seconds: what another profile's lane speeds re-time
+    hit_work: list[tuple[float, float, float]] = field(default_factory=list)
     # Mirror-SD: per replayed step, the verdict root's rank among the scored roots (-1: not
     # among them; None: scored after the verdict), so another branch budget can be replayed
     ranks: list = field(default_factory=list)
@@ -134,20 +138,59 @@ def mirror_outcomes(method_steps: int, spans, events=None) -> list:
     return [s not in miss_steps for s in range(n)]
 
 
-def mirror_tails(outcomes: list, spans) -> tuple[list[float], list[float]]:
+def mirror_tails(outcomes: list, spans) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
     """Per hit and per miss: the draft lane's work after the step's verdict (the end of its
-    acceptance rule), its serial fallback excluded: what the target lane waited for."""
+    acceptance rule), its serial fallback excluded: what the target lane waited for. Per hit
+    also (draft work before the verdict, after it, the target lane from the step's first
+    target span to the verdict)."""
     verdicts = {_get(s, "step"): _get(s, "end_ns") for s in spans if _get(s, "lane") == "verify"}
-    hit, miss = [], []
+    starts: dict = {}
+    for s in spans:
+        if _get(s, "lane") == "target":
+            starts[_get(s, "step")] = min(starts.get(_get(s, "step"), _get(s, "start_ns")), _get(s, "start_ns"))
+    hit, miss, work = [], [], []
     for step, outcome in enumerate(outcomes):
         v = verdicts.get(step)
         if v is None:
             continue
-        after = sum(max(0, _get(s, "end_ns") - max(_get(s, "start_ns"), v)) for s in spans
-                    if _get(s, "lane") == "draft" and _get(s, "step") == step
-                    and _get(s, "label") != "fallback") / 1e9
+        mine = [x for x in spans if _get(x, "lane") == "draft" and _get(x, "step") == step
+                and _get(x, "label") != "fallback"]
+        after = sum(max(0, _get(x, "end_ns") - max(_get(x, "start_ns"), v)) for x in mine) / 1e9
         (hit if outcome else miss).append(after)
-    return hit, miss
+        if outcome and step in starts:
+            t0 = starts[step]
+            before = sum(max(0, min(_get(x, "end_ns"), v) - max(_get(x, "start_ns"), t0)) for x in mine) / 1e9
+            work.append((before, after, (v - t0) / 1e9))
+    return hit, miss, work
+
+
+def draft_beside_factor(records) -> float | None:
+    """How much slower the draft lane's one-row branch forward ran beside the target (ended
+    before the verdict) than alone with the target waiting (started after it): the ratio of
+    the two medians over Mirror-SD's runs; None without both."""
+    beside, alone = [], []
+    for rec in records:
+        if base_method(rec["method"]) != "mirror" or rec.get("error"):
+            continue
+        spans = list(rec.get("spans") or [])
+        verdicts = {_get(s, "step"): _get(s, "end_ns") for s in spans if _get(s, "lane") == "verify"}
+        for s in spans:
+            v = verdicts.get(_get(s, "step"))
+            if _get(s, "label") != "branches" or _get(s, "detail") != "1 rows" or v is None:
+                continue
+            if _get(s, "end_ns") <= v:
+                beside.append(_dur(s))
+            elif _get(s, "start_ns") >= v:
+                alone.append(_dur(s))
+    if not beside or not alone:
+        return None
+    return max(1.0, _median(beside) / _median(alone))
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def _drafted_tokens(span) -> int | None:
@@ -187,7 +230,7 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
                         accepted=[int(_get(e, "accepted")) for e in verifies],
                         ranks=list(stats.get("verdict_ranks") or []) if method == "mirror" else [])
     if method == "mirror":
-        rec.tail_hit, rec.tail_miss = mirror_tails(outcomes, spans)
+        rec.tail_hit, rec.tail_miss, rec.hit_work = mirror_tails(outcomes, spans)
     start = _decode_start_ns(method, spans)
     if decode_s is not None and start is not None and outcomes:
         end = start + int(decode_s * 1e9)
@@ -301,10 +344,27 @@ def mirror_as_run(records, pooled: lm.Calibration, **kw) -> lm.Calibration | Non
     return replace(cal, notes=[], **fill)
 
 
+def tail_alone(work: list[tuple[float, float, float]], target_scale: float, draft_factor: float | None,
+               measured: float) -> float:
+    """Seconds per hit the target lane waits for the draft when each lane runs at its alone
+    speed: per hit, the draft's work (before the verdict at 1 / `draft_factor` of the time it
+    took beside the target, the rest as measured: it ran alone already) past the target lane's
+    time scaled by `target_scale`; the mean over hits (`measured` without per-hit work)."""
+    if not work:
+        return measured
+    f = draft_factor or 1.0
+    return _mean(max(0.0, before / f + after - lane * target_scale) for before, after, lane in work)
+
+
 def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration | None = None,
-                     tail: tuple[float, float] | None = None) -> dict[str, Profile]:
+                     tail: tuple[float, float] | None = None,
+                     hit_work: list[tuple[float, float, float]] | None = None,
+                     draft_factor: float | None = None) -> dict[str, Profile]:
     """Profiles (a) and (b) from a calibration of this machine (and Mirror-SD's own, with the
-    draft work it left at each verdict, when the runs have one)."""
+    draft work it left at each verdict, when the runs have one). In (b) both lanes run at
+    their alone speed: the target lane as SD's verify measured it, the draft's forwards before
+    the verdict `draft_factor` faster (its one-row forwards beside against after the verdict),
+    so a hit waits for whatever draft work is left when the now earlier verdict comes."""
     a_notes = list(cal.notes)
     if mirror is not None and tail is not None:
         a_notes.append(f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} ms as it ran beside the "
@@ -317,12 +377,21 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
     if mirror is not None:  # the target lane at its alone speed (SD's verify), never slower
         target_alone_s = (cal.t_target_k if cal.t_target_k and cal.t_target_k < mirror.t_target_k
                           else mirror.t_target_k)
-        b_mirror = lm.apply_changes(mirror, target_scale=target_alone_s / mirror.t_target_k,
-                                    draft_device="separate")
+        scale = target_alone_s / mirror.t_target_k
+        b_mirror = lm.apply_changes(mirror, target_scale=scale, draft_device="separate")
+        b_tail = tail
+        if tail is not None:
+            b_tail = (tail_alone(hit_work or [], scale, draft_factor, tail[0]), tail[1])
         notes = [f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} -> {target_alone_s * 1e3:.0f} ms "
-                 f"(beside the draft -> alone, as SD's verify measured it); the draft's work after "
-                 f"the verdict ran alone already"]
-    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s), notes, mirror=b_mirror, tail=tail)
+                 f"(beside the draft -> alone, as SD's verify measured it)"]
+        if tail is not None:
+            drafted = ("its forwards before the verdict at the speed they ran after it "
+                       f"({draft_factor:.2f}x faster)" if draft_factor else
+                       "its forwards at the speed they ran beside the target (no alone speed measured)")
+            notes.append(f"the draft lane alone too, {drafted}: the earlier verdict leaves more of a hit's "
+                         f"branch to draft after it, {tail[0] * 1e3:.0f} -> {b_tail[0] * 1e3:.0f} ms per hit")
+    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s), notes, mirror=b_mirror,
+                tail=b_tail if mirror is not None else tail)
     return {"a": a, "b": b}
 
 
@@ -335,7 +404,8 @@ def this_machine(records, *, target_layers: int, gamma: int, exit_layer: int | N
     cal = calibrate_machine(records, source=source, **kw)
     mirror = mirror_as_run(records, cal, **kw)
     return machine_profiles(cal, host_times(recorded), mirror,
-                            mirror_tail(recorded) if mirror is not None else None)
+                            mirror_tail(recorded) if mirror is not None else None,
+                            [w for r in recorded for w in r.hit_work], draft_beside_factor(records))
 
 
 # ---------------------------------------------------------------------------------------------

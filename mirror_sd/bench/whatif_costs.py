@@ -16,8 +16,8 @@ and that is the product of two costs named apart here:
 Profile (d), a CPU host with more cores (8 vCPU, the larger CPU hardware of hosted
 Spaces), is grounded in those two: every lane on cores of its own at its measured
 two-thread speed alone (more threads are not assumed to help: a floor), the interference
-kept as measured (the lanes still share one memory bus), the draft's work after each verdict
-as measured. Every figure it gives is a projection.
+kept as measured (the lanes still share one memory bus), the draft lane and the work a hit
+leaves after its verdict as in profile (b). Every figure it gives is a projection.
 """
 from __future__ import annotations
 
@@ -25,14 +25,18 @@ from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench.whatif import Profile
 
 # The default pair as the engine loads it, one forward over `rows` new tokens after 100 tokens
-# of context, median of 5 (1-thread ms / 2-thread ms), on a shared 2-core AMD EPYC (AVX2):
+# of context, median of 5 (1-thread ms / 2-thread ms), alone on an idle 2-core AMD EPYC (AVX2):
 # python research/thread_split.py --precisions int8,fp32 --reps 5 (research/thread_split.json).
+# int8 at 1 / 5 / 8 / 13 rows: 59.9/44.2, 105.9/56.9, 156.8/84.1, 246.5/128.2 ms;
+# fp32 (oneDNN): 186.6/159.6, 225.8/171.3, 277.8/210.6, 342.0/227.0 ms. On another machine of
+# this kind (busy) int8 split 1.52 / 1.79 / 1.78 / 1.86x: the split, not the speed, is what
+# the What-if uses, and it moved by up to 0.17 between the two.
 CORE_SPLIT = {
-    "int8": {1: 1.522, 5: 1.789, 8: 1.784, 13: 1.858},
-    "fp32": {1: 1.553, 5: 1.457, 8: 1.488, 13: 1.656},
+    "int8": {1: 1.355, 5: 1.861, 8: 1.865, 13: 1.922},
+    "fp32": {1: 1.169, 5: 1.318, 8: 1.319, 13: 1.506},
 }
 CORE_SPLIT_SOURCE = ("one- against two-thread forwards of the default pair's target, measured alone "
-                     "by research/thread_split.py on a shared 2-core CPU")
+                     "by research/thread_split.py on an idle 2-core CPU")
 CORES_D = 8
 PROFILE_D = f"CPU host with {CORES_D} vCPU, each lane on cores of its own"
 
@@ -89,6 +93,6 @@ def many_cores_profile(profiles: dict, costs: dict) -> Profile | None:
              f"{costs['interference']:.2f} = {d_mirror.t_target_k * 1e3:.0f} ms: no core split (each "
              f"lane keeps two threads or more; more are not assumed to help), the memory-bus "
              f"interference kept as measured",
-             "AR and SD as measured (they never run two lanes at once); the draft's work after "
-             "each verdict as measured"]
+             "AR and SD as measured (they never run two lanes at once); the draft lane and the work "
+             "a hit leaves after its verdict as in (b)"]
     return Profile("d", PROFILE_D, b.calibration, dict(b.host_s), notes, mirror=d_mirror, tail=b.tail)

@@ -45,7 +45,6 @@ from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_policy
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
-from mirror_sd.engine.mirror.exit_layer import default_exit_layer  # noqa: F401  (older imports)
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
 from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS

@@ -230,13 +230,17 @@ class DraftWorker(threading.Thread):
         """The verdict's rank and a DraftBranch event per branch of the step."""
         A, c = job.verdict
         ranks = rank_of(scored) if scored is not None else None
+        # score and rank from one list: a root admitted before the early exit arrived was
+        # scored without it, and is reported with the score that ranked it afterwards
+        scores = {(r.depth, r.token): r.score for r in scored} if scored is not None else {}
         job.rank = None if ranks is None else ranks.get((A, c), -1)
         for root, row in batch.history.items():
             status = "taken" if row is taken else "cancelled"
             rank = None if ranks is None else ranks.get((root.depth, root.token), -1)
+            score = scores.get((root.depth, root.token), root.score)
             # a taken branch is reported as the window it became (cut by the window policy)
             tokens = job.next_window.tokens if row is taken else list(row.tokens)
-            job.branches.append(DraftBranch(job.step, root.depth, root.token, root.score, tokens,
+            job.branches.append(DraftBranch(job.step, root.depth, root.token, score, tokens,
                                             [float(q[t]) for q, t in zip(row.q_rows, tokens)], status,
                                             rank))
         if taken is None:
