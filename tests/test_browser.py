@@ -130,7 +130,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
         "#legend .msd-legend-item").count()
     # the verdict names the winner, in large type; a card per method with the three speeds
     verdict = page.inner_text("#verdict .msd-verdict-text")
-    assert re.search(r"\b(AR|SD|Mirror-SD)\)? won\b", verdict), verdict
+    assert re.search(r"\b(AR|SD|Mirror-SD)\)? (won\b|and .* finished level)", verdict), verdict
     size = page.eval_on_selector("#verdict .msd-verdict-text", "e => parseFloat(getComputedStyle(e).fontSize)")
     assert size >= 20, size
     cards = page.evaluate(CARDS_JS)

@@ -9,7 +9,7 @@ import pytest
 
 from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.bench.whatif_costs import core_split
-from ui.figures import Spread, cards, repeat_summary, split_words, verdict, winner
+from ui.figures import Spread, cards, level_with, repeat_summary, split_words, verdict, winner
 from ui.results import render_verdict
 from ui.why import PARTS, breakdown
 from ui.zoom import bar_label, instructive_step, render_zoom
@@ -106,7 +106,20 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     for m in c:
         if m != "ar":
             assert f"{c[m].e2e_speedup:.2f}×" in html
-    assert html.count("fastest") == 1
+    level = level_with(c, best)
+    assert (html.count(">level<") == len(level)) if level else (html.count(">fastest<") == 1)
+
+
+def test_a_win_within_three_percent_is_called_level():
+    records = tiny_records()
+    c = cards(records)
+    for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.8)):
+        c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
+    text = verdict(c, records, {})
+    assert "SD and Mirror-SD finished level" in text and " won" not in text
+    assert level_with(c, "sd") == ["sd", "mirror"]
+    c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 9.0, 9.0 / 8.0  # 10% behind: a clear win
+    assert "SD won" in verdict(c, records, {}) and level_with(c, "sd") == []
 
 
 def test_a_zoom_bar_shows_what_fits_and_names_a_run_of_bars_once():
@@ -123,3 +136,20 @@ def test_the_projection_line_says_pays_off_only_where_mirror_sd_passes_sd():
     down = _projection_line({"profile": "(c) pair", "speedups": {"sd": 2.0, "mirror": 1.8}, "settings": ""})
     assert "pays off" not in down and "does not pass SD (0.90× SD&#x27;s speed)" in down
     assert all("projection, not a measurement" in x for x in (up, down))
+
+
+def test_the_zoom_names_every_kind_of_bar_it_draws_in_a_legend():
+    html = render_zoom(tiny_records()["mirror"], {"target_layers": 4, "exit_layer": 2})
+    legend = html.split('class="msd-zlegend"', 1)[1]
+    for cls in set(re.findall(r'msd-zbar (z-[a-z]+)', html)):
+        assert f'class="{cls}"' in legend, cls
+
+
+def test_a_first_token_gap_between_sd_and_mirror_sd_is_called_noise():
+    records = tiny_records()
+    c = cards(records)
+    c["sd"].ttft_s, c["mirror"].ttft_s = 0.5, 0.5
+    assert "same work" not in verdict(c, records, {})
+    c["mirror"].ttft_s = 1.0  # twice SD's for the same prompt and first window
+    text = verdict(c, records, {})
+    assert "Mirror-SD's time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text

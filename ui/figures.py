@@ -173,6 +173,21 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     return "".join(verdict_parts(c, records, meta, spreads))
 
 
+# end-to-end speeds closer than this share of the faster one are called level, not a win: one
+# run's noise on a busy CPU is of that order (the "3, interleaved" runs give the range)
+LEVEL = 0.03
+
+
+def level_with(c: dict[str, Card], best: str | None) -> list[str]:
+    """The methods whose end-to-end speed is within LEVEL of the winner's, the winner first
+    ([] when the winner is clear)."""
+    if best is None or not c[best].e2e_tps:
+        return []
+    near = [m for m, x in c.items() if m != best and x.e2e_tps and x.complete
+            and x.e2e_tps >= c[best].e2e_tps * (1 - LEVEL)]
+    return [best] + near if near else []
+
+
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                   spreads: dict | None = None) -> tuple[str, str]:
     """The verdict as (who won and by how much, the reason and the range over repeats)."""
@@ -183,7 +198,14 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     others = [m for m in c if m != "ar" and m != best and c[m].e2e_speedup is not None]
     if "ar" not in c or len(c) < 2:
         return f"{where}: {label(best)} wrote {c[best].tokens} tokens at {c[best].e2e_tps:.2f} tok/s end to end.", ""
-    if best == "ar":
+    level = level_with(c, best)
+    if level:
+        names = " and ".join(label(m) for m in level)
+        head = (f"{where} {names} finished level: " + ", ".join(
+            f"{label(m)} {_x(c[m].e2e_speedup)}" for m in level) + f" AR's speed end to end, within "
+            f"{LEVEL:.0%} of each other (one run cannot tell them apart); in decode " + ", ".join(
+            f"{label(m)} {_x(c[m].decode_speedup)}" for m in c if m != "ar") + ".")
+    elif best == "ar":
         head = (f"{where} plain decoding (AR) won: no speculative method beat it end to end ("
                 + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)}" for m in c if m != "ar") + ").")
     else:
@@ -191,18 +213,40 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                 f"{_x(c[best].decode_speedup)} in decode")
         head += ("; " + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)} and {_x(c[m].decode_speedup)}"
                                   for m in others) + "." if others else ".")
-    return head, _reason(best, c, records, meta.get("precision")) + _range_note(spreads)
+    lead = "The trade:" if level else "The reason:"
+    return head, (_reason(best, c, records, meta.get("precision"), lead) + _first_token_note(c)
+                  + _range_note(spreads))
 
 
-def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None) -> str:
+# SD and Mirror-SD do the same work before their first token (the prompt, the first window):
+# times further apart than this are the run's noise, and the decode speed is the steadier figure
+FIRST_TOKEN_SPREAD = 1.3
+
+
+def _first_token_note(c: dict[str, Card]) -> str:
+    ttft = {m: c[m].ttft_s for m in ("sd", "mirror") if m in c and c[m].ttft_s}
+    if len(ttft) < 2:
+        return ""
+    slow, fast = max(ttft, key=ttft.get), min(ttft, key=ttft.get)
+    if ttft[slow] < FIRST_TOKEN_SPREAD * ttft[fast]:
+        return ""
+    return (f" Note: {label(slow)}'s time to first token ({ttft[slow]:.2f} s) was "
+            f"{ttft[slow] / ttft[fast]:.1f}× {label(fast)}'s ({ttft[fast]:.2f} s) for the same work "
+            f"(the prompt and the first window): that gap is this run's noise, so compare their "
+            f"decode speeds ({label('sd')} {_x(c['sd'].decode_speedup)}, {label('mirror')} "
+            f"{_x(c['mirror'].decode_speedup)} AR's), or run 3 interleaved runs per method.")
+
+
+def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None,
+            lead: str = "The reason:") -> str:
     slow = verify_slowdown(records)
     mirror, sd = c.get("mirror"), c.get("sd")
-    if best == "sd" and mirror is not None and sd is not None:
-        return _why_sd_won(sd, mirror, records, slow, precision)
+    if best in ("sd", "mirror") and mirror is not None and sd is not None:
+        return _sd_against_mirror(sd, mirror, records, slow, precision, lead)
     if best == "mirror" and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
         extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
-                 f"(median)" if slow else "")
+                 f"(median{split_words(slow['factor'], precision, slow['tokens'])})" if slow else "")
         return (f" The reason: {hidden:.2f} s of drafting ran beside the target instead of "
                 f"before it{extra}.")
     if best == "ar":
@@ -228,9 +272,9 @@ def split_words(factor: float, precision: str | None, tokens: int) -> str:
             f"one memory bus")
 
 
-def _why_sd_won(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
-                precision: str | None = None) -> str:
-    """Where Mirror-SD's decode time went against SD's, from the two runs' own parts (totals
+def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
+                       precision: str | None = None, lead: str = "The reason:") -> str:
+    """Where Mirror-SD's decode time went against SD's (whichever won), from the two runs' own parts (totals
     after the first token, as the bars show them): verifying, and drafting the target waited
     for; and what running the draft beside the target cost each verify (medians), named as
     the core split and the interference beyond it."""
@@ -239,7 +283,7 @@ def _why_sd_won(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dic
     exposed = {m: parts[m].get("draft_exposed") for m in parts}
     if None in verify.values() or None in exposed.values():
         return ""
-    text = (f" The reason: after the first token Mirror-SD spent {verify['mirror']:.2f} s verifying "
+    text = (f" {lead} after the first token Mirror-SD spent {verify['mirror']:.2f} s verifying "
             f"in {mirror.verify_steps} steps against SD's {verify['sd']:.2f} s in {sd.verify_steps}")
     if slow:
         text += (f" (beside the draft a verify forward took {slow['factor']:.2f}× as long: "

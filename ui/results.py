@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from .figures import Card, Spread, cards, machine_words, one_device, verdict_parts, winner
+from .figures import Card, Spread, cards, level_with, machine_words, one_device, verdict_parts, winner
 from .render import term
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
@@ -60,6 +60,8 @@ def _scoreboard(c: dict[str, Card]) -> str:
     if "ar" not in c or len(c) < 2:
         return ""
     best = winner(c)
+    level = level_with(c, best)
+    badges = {m: "level" for m in level} if level else {best: "fastest"}
     tiles = []
     for m, x in c.items():
         if m == "ar":
@@ -67,8 +69,8 @@ def _scoreboard(c: dict[str, Card]) -> str:
         else:
             big = "–" if x.e2e_speedup is None else f"{x.e2e_speedup:.2f}×"
             small = f"AR's speed ({_fmt(x.e2e_tps)} tok/s)"
-        flag = ' <span class="msd-tile-best">fastest</span>' if m == best else ""
-        tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
+        flag = f' <span class="msd-tile-best">{badges[m]}</span>' if m in badges else ""
+        tiles.append(f'<div class="msd-tile{" best" if m in badges else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
                      f'<div class="msd-tile-big">{big}</div><div class="msd-tile-small">{esc(small)}</div></div>')
@@ -213,7 +215,9 @@ def render_breakdown(done: dict[str, RunRecord]) -> str:
         cells = "".join(
             f'<span class="msd-bk b-{k}" style="width:{100 * p[k] / longest:.2f}%" '
             f'title="{esc(PART_NAMES[k])}: {p[k]:.2f} s"></span>' for k in PARTS if p[k] > 0)
-        hidden = (f'<span class="msd-bk b-draft_hidden" style="width:{100 * p["draft_hidden"] / longest:.2f}%" '
+        # the hidden drafting happened after the first token: its bar starts there
+        hidden = (f'<span class="msd-bk" style="width:{100 * p["first_token"] / longest:.2f}%"></span>'
+                  f'<span class="msd-bk b-draft_hidden" style="width:{100 * p["draft_hidden"] / longest:.2f}%" '
                   f'title="{esc(PART_NAMES["draft_hidden"])}: {p["draft_hidden"]:.2f} s"></span>'
                   if p["draft_hidden"] > 0 else "")
         text = " · ".join(f"{PART_NAMES[k].split(' (')[0]} {p[k]:.2f}" for k in PARTS + ("draft_hidden",)

@@ -37,7 +37,7 @@ KINDS = {  # kind -> (label, definition)
     "plain": ("no draft", "A plain target step: no drafted window."),
 }
 WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows.py)
-    "gamma": "the window policy's length (γ with fixed windows)",
+    "gamma": "the length the window policy set for it (γ at the start; adaptive windows grow by 2 after a fully accepted window and shrink by 1 after a rejection)",
     "confidence": "the draft's probability of its last token fell below the threshold",
     "eos": "the draft wrote an end-of-sequence token",
     "room": "no more tokens were left to generate",

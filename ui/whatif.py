@@ -103,8 +103,11 @@ def render_table(result: dict) -> str:
     for key, profile in result["profiles"].items():
         proj = result["projected"][key]
         cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
+        how = ("this run's steps and settings" if profile.acceptance_from_run else
+               f"its configured γ {profile.calibration.gamma} and {profile.calibration.branch_budget} "
+               f"branches: steps expected from the run's fitted acceptance, not replayed")
         rows.append(f'<tr class="w-projection"><th scope="row" title="{esc("; ".join(profile.notes))}">'
-                    f'projection ({key}): {esc(profile.name)}</th>{cells}</tr>')
+                    f'projection ({key}): {esc(profile.name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
     return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
             f'method: the measured run, then the projection of the same recorded steps on each '
             f'hardware profile</caption><thead><tr><th scope="col">projection profile</th>{head}'
@@ -155,8 +158,8 @@ def render_panel(result: dict | None, message: str = "") -> str:
 def settings_text(chosen: dict | None) -> str:
     """A chosen method's settings in plain words ('' when none)."""
     st = (chosen or {}).get("settings") or {}
-    parts = [f"window {st['gamma']}" + (" adaptive" if st.get("window") == "adaptive" else "")
-             if st.get("gamma") else None,
+    parts = [(f"windows start at {st['gamma']} tokens and adapt" if st.get("window") == "adaptive"
+              else f"windows of {st['gamma']} tokens") if st.get("gamma") else None,
              f"{st['branch_budget']} branches" if st.get("branch_budget") else None,
              f"exit layer {st['exit_layer']}" if st.get("exit_layer") else None,
              "branches grown to the window" if st.get("branch_extend") == "on" else None]
@@ -192,14 +195,15 @@ def render_split(result: dict) -> str:
     costs = result.get("costs") or {}
     if not costs.get("contention"):
         return ""
-    parts = [f"a verify step beside the draft took {costs['contention']:.2f}× as long as alone"]
-    if costs.get("core_split"):
-        parts.append(f"{costs['core_split']:.2f}× of that is the core split (each model gets one "
-                     f"of the two cores: measured one- against two-thread timings)")
-    if costs.get("interference"):
-        parts.append(f"{costs['interference']:.2f}× the interference beyond it (one memory bus)")
-    note = f" {costs['note']}" if costs.get("note") else ""
-    return f'<p class="msd-whatif-split">Sharing this CPU: {esc("; ".join(parts))}.{esc(note)}</p>'
+    text = (f"the latency model's contention, a mean over all of this run's verify steps: beside "
+            f"the draft a verify took {costs['contention']:.2f}× as long as SD's alone")
+    if costs.get("interference") and costs.get("core_split"):
+        text += (f" = {costs['core_split']:.2f}× core split (each model gets one of the two cores: "
+                 f"one- against two-thread timings) × {costs['interference']:.2f}× interference "
+                 f"(one memory bus)")
+    elif costs.get("note"):
+        text += f". {costs['note']}"
+    return f'<p class="msd-whatif-split">Sharing this CPU ({esc(text)}).</p>'
 
 
 def _x(x) -> str:

@@ -115,6 +115,9 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     rows = "".join(f'<div class="msd-zlane"><span class="msd-zlane-name">{name}</span>'
                    f'<div class="msd-ztrack">{"".join(bars)}</div></div>' for name, bars in lanes.items())
     axis = (f'<div class="msd-zaxis"><span>0 ms</span><span>{(t1 - t0) / 1e6:.0f} ms</span></div>')
+    present = [k for k in SEGMENTS if any(s.label == k for s in spans)]
+    axis += ('<div class="msd-zlegend">' + "".join(
+        f'<span><i class="{SEGMENTS[k][1]}"></i>{esc(names[k])}</span>' for k in present) + '</div>')
     return (f'<div class="msd-zoom"><div class="msd-sub">One Mirror-SD step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
@@ -139,12 +142,20 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     v = sv.verify
     kept = (f"kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote "
             f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
-    text = (f"The target ran layers 1–{layer} ({_ms(spans, 'prefix'):.0f} ms), peeked at its likely "
-            f"next tokens (the early exit, {_ms(spans, 'exit_head'):.0f} ms) and handed its top "
-            f"guesses to the draft. While the target ran the rest of its {layers} layers "
-            f"({_ms(spans, 'suffix'):.0f} ms), the draft wrote {len(sv.rollouts)} branch"
-            f"{'' if len(sv.rollouts) == 1 else 'es'} ({_ms(spans, 'branches'):.0f} ms). The "
-            f"verdict {kept}. ")
+    extend = _ms(spans, "extend")
+    read = f"read its last token ({extend:.0f} ms) and " if extend else ""
+    n = len(sv.rollouts)
+    exit_at = min((s.start_ns for s in spans if s.label == "exit_head"), default=None)
+    early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
+    doing = (f"{read}started a branch on its own best guess of the verdict" if early else
+             (f"read its last token ({extend:.0f} ms)" if extend else "waited for the early exit"))
+    text = (f"The target ran layers 1–{layer} ({_ms(spans, 'prefix'):.0f} ms) while the draft "
+            f"{doing}. At layer {layer} the target "
+            f"peeked at its likely next tokens (the early exit, {_ms(spans, 'exit_head'):.0f} ms) and "
+            f"handed its top guesses to the draft, which kept the most likely starts. While the target "
+            f"ran the rest of its {layers} layers ({_ms(spans, 'suffix'):.0f} ms), the draft went on "
+            f"writing: {n} branch{'' if n == 1 else 'es'}, {_ms(spans, 'branches'):.0f} ms of draft "
+            f"forwards in all. The verdict {kept}. ")
     if outcome == "hit" and wait_ms > 0.5:
         return text + (f"Hit: one branch started exactly there and became the next window; the "
                        f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "

@@ -395,13 +395,23 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
     return {"a": a, "b": b}
 
 
+# what AR and SD cost per step, taken from their own runs' spans
+PLAIN_COSTS = ("t_target_1", "t_target_k", "gamma_measured", "head_share", "t_accept", "t_draft_token")
+
+
 def this_machine(records, *, target_layers: int, gamma: int, exit_layer: int | None = None,
                  branch_budget: int = 2, kappa: int = 8, source: str = "") -> dict[str, Profile]:
     """Profiles (a) and (b) calibrated from `records` (record dicts, see recorded_steps)."""
     kw = dict(target_layers=target_layers, gamma=gamma, exit_layer=exit_layer,
               branch_budget=branch_budget, kappa=kappa)
     recorded = [r for r in (recorded_steps(rec, gamma) for rec in records) if r is not None]
+    # AR's and SD's costs from their own runs (Mirror-SD's spans price Mirror-SD alone), so SD
+    # projects the same here as in each profile's settings search, which calibrates per variant
     cal = calibrate_machine(records, source=source, **kw)
+    plain = [r for r in records if base_method(r["method"]) != "mirror"]
+    if any(base_method(r["method"]) == "sd" for r in plain):
+        own = calibrate_machine(plain, source=source, **kw)
+        cal = replace(cal, **{k: getattr(own, k) for k in PLAIN_COSTS})
     mirror = mirror_as_run(records, cal, **kw)
     return machine_profiles(cal, host_times(recorded), mirror,
                             mirror_tail(recorded) if mirror is not None else None,

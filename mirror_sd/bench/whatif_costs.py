@@ -70,9 +70,9 @@ def split_costs(profiles: dict, precision: str | None) -> dict:
         return out
     if c < s:  # the run's two-thread forwards did not have two free cores
         out["note"] = (f"Mirror-SD's verify beside the draft {c:.2f}x SD's alone, less than the core "
-                       f"split alone ({s:.2f}x at {rows} rows): SD's two-thread forwards did not have "
-                       f"two free cores in this run (a busy machine), so the interference cannot be "
-                       f"read from it")
+                       f"split alone ({s:.2f}x at {rows} rows, measured on an idle machine): this run's "
+                       f"forwards did not show the whole split (a busy machine, or verifies of other "
+                       f"lengths than {rows} rows), so the interference cannot be read from it")
         return out
     out["interference"] = c / s
     out["note"] = (f"Mirror-SD's verify beside the draft {c:.2f}x SD's alone: the core split "
