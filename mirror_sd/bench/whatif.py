@@ -364,7 +364,7 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
     draft work it left at each verdict, when the runs have one). In (b) both lanes run at
     their alone speed: the target lane as SD's verify measured it, the draft's forwards before
     the verdict `draft_factor` faster (its one-row forwards beside against after the verdict),
-    so a hit waits for whatever draft work is left when the now earlier verdict comes."""
+    so a hit waits for whatever draft work is left when the (earlier) verdict comes."""
     a_notes = list(cal.notes)
     if mirror is not None and tail is not None:
         a_notes.append(f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} ms as it ran beside the "
