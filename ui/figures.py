@@ -221,6 +221,7 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):
 # times further apart than this are the run's noise, and the decode speed is the steadier figure
 FIRST_TOKEN_SPREAD = 1.3
+FIRST_TOKEN_GAP_S = 0.1  # and at least this far apart: a few milliseconds are not worth a word
 
 
 def _first_token_note(c: dict[str, Card]) -> str:
@@ -228,7 +229,7 @@ def _first_token_note(c: dict[str, Card]) -> str:
     if len(ttft) < 2:
         return ""
     slow, fast = max(ttft, key=ttft.get), min(ttft, key=ttft.get)
-    if ttft[slow] < FIRST_TOKEN_SPREAD * ttft[fast]:
+    if ttft[slow] < FIRST_TOKEN_SPREAD * ttft[fast] or ttft[slow] - ttft[fast] < FIRST_TOKEN_GAP_S:
         return ""
     return (f" Note: {label(slow)}'s time to first token ({ttft[slow]:.2f} s) was "
             f"{ttft[slow] / ttft[fast]:.1f}× {label(fast)}'s ({ttft[fast]:.2f} s) for the same work "
@@ -283,8 +284,9 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     exposed = {m: parts[m].get("draft_exposed") for m in parts}
     if None in verify.values() or None in exposed.values():
         return ""
+    after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
     text = (f" {lead} after the first token Mirror-SD spent {verify['mirror']:.2f} s verifying "
-            f"in {mirror.verify_steps} steps against SD's {verify['sd']:.2f} s in {sd.verify_steps}")
+            f"in {after['mirror']} steps against SD's {verify['sd']:.2f} s in {after['sd']}")
     if slow:
         text += (f" (beside the draft a verify forward took {slow['factor']:.2f}× as long: "
                  f"{slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone, "

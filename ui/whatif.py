@@ -167,27 +167,41 @@ def settings_text(chosen: dict | None) -> str:
 
 
 def render_choices(result: dict) -> str:
-    """Each profile with the settings it would pick among those this run can replay."""
+    """Each profile with the settings it would pick among those this run can replay; what no
+    profile could search, once below the table when it is the same for all."""
     choices = result.get("choices") or {}
+    missing = {key: tuple(map(str, ch.get("not_replayable") or [])) for key, ch in choices.items()}
+    shared = len(set(missing.values())) == 1
     rows = []
     for key, ch in choices.items():
         sd, mirror = ch.get("sd") or {}, ch.get("mirror") or {}
         ratio = ch.get("mirror_over_sd")
-        missing = ch.get("not_replayable") or []
+        own = "" if shared else f'<td><small>{esc("; ".join(missing[key]) or "–")}</small></td>'
         rows.append(
             f'<tr><th scope="row">projection ({esc(key)}), its own settings: '
             f'{esc(ch.get("name") or "")}</th>'
             f'<td>{_x(sd.get("speedup"))} <small>{esc(settings_text(sd))}</small></td>'
             f'<td>{_x(mirror.get("speedup"))} <small>{esc(settings_text(mirror))}</small></td>'
-            f'<td>{_x(ratio)}</td><td><small>{esc("; ".join(map(str, missing)) or "–")}</small></td></tr>')
+            f'<td>{_x(ratio)}</td>{own}</tr>')
     if not rows:
         return ""
+    column = "" if shared else '<th scope="col">not searched (the run cannot replay it)</th>'
+    notes = []
+    if shared and next(iter(missing.values())):
+        notes.append("Not searched, for every profile (the run cannot replay it): "
+                     + "; ".join(next(iter(missing.values()))) + ".")
+    c = (result.get("profiles") or {}).get("c")
+    if "c" in choices and c is not None and not c.acceptance_from_run:
+        notes.append(f"The first table's row (c) runs the pair at its configured γ {c.calibration.gamma} "
+                     f"with steps expected from this run's fitted acceptance; here every profile "
+                     f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
+    foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
     return ('<table class="msd-whatif-table"><caption>A projection, not a measurement: each '
             'profile with the settings it would pick among those this run can replay</caption>'
             '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (its settings)</th>'
             '<th scope="col">Mirror-SD over AR (its settings)</th><th scope="col">Mirror-SD over '
-            'SD</th><th scope="col">not searched (the run cannot replay it)</th></tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>')
+            f'SD</th>{column}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{foot}')
 
 
 def render_split(result: dict) -> str:

@@ -110,11 +110,14 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     verdict_ns = max((s.end_ns for s in spans if s.label in ("accept", "suffix")), default=t1)
     marks = [_mark(verdict_ns, t0, scale, f"verdict at {(verdict_ns - t0) / 1e6:.0f} ms", "z-verdict")]
     ready_ns, outcome = _next_window(sv, spans, verdict_ns)
+    # the two labels share a row unless the marks are close enough for them to overlap
+    low = (ready_ns - verdict_ns) * scale < 25
     marks.append(_mark(ready_ns, t0, scale, f"next window ready at {(ready_ns - t0) / 1e6:.0f} ms",
-                       "z-ready"))
+                       "z-ready z-low" if low else "z-ready"))
     rows = "".join(f'<div class="msd-zlane"><span class="msd-zlane-name">{name}</span>'
                    f'<div class="msd-ztrack">{"".join(bars)}</div></div>' for name, bars in lanes.items())
-    axis = (f'<div class="msd-zaxis"><span>0 ms</span><span>{(t1 - t0) / 1e6:.0f} ms</span></div>')
+    axis = (f'<div class="msd-zaxis{" z-low" if low else ""}"><span>0 ms</span>'
+            f'<span>{(t1 - t0) / 1e6:.0f} ms</span></div>')
     present = [k for k in SEGMENTS if any(s.label == k for s in spans)]
     axis += ('<div class="msd-zlegend">' + "".join(
         f'<span><i class="{SEGMENTS[k][1]}"></i>{esc(names[k])}</span>' for k in present) + '</div>')
