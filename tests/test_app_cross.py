@@ -226,13 +226,13 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
             page.wait_for_selector("#run-btn", timeout=60_000)
-            page.wait_for_function("() => document.querySelector('#pair-check')"
-                                   ".innerText.includes('not loaded yet')", timeout=30_000)
+            page.wait_for_function("() => (document.querySelector('#pair-check')?.innerText || '')"
+                                   ".includes('not loaded yet')", timeout=30_000)
             page.get_by_text("Model pair and devices").first.click()
             page.locator("#pair-preset input").click()
             page.get_by_role("option", name=CROSS_PRESET).click()
-            page.wait_for_function("() => document.querySelector('#pair-check')"
-                                   ".innerText.includes('tokens are spelled the same')", timeout=60_000)
+            page.wait_for_function("() => (document.querySelector('#pair-check')?.innerText || '')"
+                                   ".includes('tokens are spelled the same')", timeout=60_000)
             box = page.inner_text("#pair-check")
             assert "cross-tokenizer" in box and "own greedy output" in box and "the draft reads" in box
             assert not page.locator("#verdict").is_visible()  # no run yet: no results shown
@@ -244,8 +244,8 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             page.wait_for_selector('#pane-mirror .msd-pane:is([data-state="done"], [data-state="error"])',
                                    timeout=180_000)
             page.get_by_text("Statistics: every figure").first.click()
-            page.wait_for_function("() => document.querySelector('#statistics')"
-                                   ".innerText.includes('proposes only')", timeout=30_000)
+            page.wait_for_function("() => (document.querySelector('#statistics')?.innerText || '')"
+                                   ".includes('proposes only')", timeout=30_000)
             cards = page.inner_text("#cards")
             assert cards.count("identical to the baseline") == 2, cards
             assert "tokens are spelled the same" in page.inner_text("#pair-check")
@@ -254,8 +254,8 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             # the cross pair is dropped (one pair loaded at a time) and the default one built and
             # checked: seconds when idle, longer on a busy machine
             try:
-                page.wait_for_function("() => document.querySelector('#pair-check')"
-                                       ".innerText.includes('share one tokenizer')", timeout=180_000)
+                page.wait_for_function("() => (document.querySelector('#pair-check')?.innerText || '')"
+                                       ".includes('share one tokenizer')", timeout=180_000)
             except Exception:
                 raise AssertionError(f"after switching back the pair check says "
                                      f"{page.inner_text('#pair-check')!r}, the status "

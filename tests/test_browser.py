@@ -334,7 +334,7 @@ def test_a_loaded_trace_in_the_browser(browser, page, tmp_path):
         page.wait_for_selector("#run-btn", timeout=60_000)
         page.get_by_text("Traces and cache").first.click()
         page.set_input_files("#trace-upload input[type=file]", path)
-        page.wait_for_function("() => document.querySelector('#status').innerText.includes('trace')",
+        page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('trace')",
                                timeout=30_000)
         page.wait_for_selector("#verdict .msd-verdict-text", timeout=30_000)
         import json

@@ -69,7 +69,7 @@ def test_pair_report_tab_two_drafts(app):
         (report_path,) = list(Path(out_root).glob("pair-report-*/report.json"))
         report = json.loads(report_path.read_text())
         status = page.inner_text("#pair-report-status")
-        page.wait_for_function("() => document.querySelector('#pair-report-table').innerText"
+        page.wait_for_function("() => (document.querySelector('#pair-report-table')?.innerText || '')"
                                ".includes('tiny-cross')", timeout=60_000)
         table = page.inner_text("#pair-report-table")
         curve = page.evaluate(TRACES_JS, "#pair-report-curve")

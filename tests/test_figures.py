@@ -153,3 +153,18 @@ def test_a_first_token_gap_between_sd_and_mirror_sd_is_called_noise():
     c["mirror"].ttft_s = 1.0  # twice SD's for the same prompt and first window
     text = verdict(c, records, {})
     assert "Mirror-SD's time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
+
+
+def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verifying():
+    records = tiny_records()
+    c = cards(records)
+    for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.0)):  # SD wins clearly
+        c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
+    text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
+    assert "SD won" in text and "Net: Mirror-SD" in text
+    parts = {m: breakdown(records[m]) for m in ("sd", "mirror")}
+    saved = parts["sd"]["draft_exposed"] - parts["mirror"]["draft_exposed"]
+    lost = parts["mirror"]["verify"] - parts["sd"]["verify"]
+    assert (f"saved {saved:.2f} s of waiting" if saved >= 0 else f"waited {-saved:.2f} s longer") in text
+    assert (f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying") in text
+    assert "-0." not in text  # never a negative saving

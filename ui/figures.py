@@ -169,8 +169,8 @@ def _x(v: float | None) -> str:
 
 def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
             spreads: dict | None = None) -> str:
-    """One or two plain sentences from the run: who won, by how much, the one reason."""
-    return "".join(verdict_parts(c, records, meta, spreads))
+    """A few plain sentences from the run: who won, by how much, the reason."""
+    return "".join(verdict_parts(c, records, meta, spreads)).replace(ITEM, " ")
 
 
 # end-to-end speeds closer than this share of the faster one are called level, not a win: one
@@ -214,8 +214,11 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         head += ("; " + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)} and {_x(c[m].decode_speedup)}"
                                   for m in others) + "." if others else ".")
     lead = "The trade:" if level else "The reason:"
-    return head, (_reason(best, c, records, meta.get("precision"), lead) + _first_token_note(c)
-                  + _range_note(spreads))
+    reason = _reason(best, c, records, meta.get("precision"), lead)
+    notes = (_first_token_note(c) + _range_note(spreads)).strip()
+    if notes:
+        reason += (ITEM if ITEM in reason else " ") + notes
+    return head, reason
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):
@@ -273,28 +276,38 @@ def split_words(factor: float, precision: str | None, tokens: int) -> str:
             f"one memory bus")
 
 
+# the reason's items are separated by this in the verdict's text; the page shows one per line
+ITEM = "\n"
+
+
 def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
                        precision: str | None = None, lead: str = "The reason:") -> str:
-    """Where Mirror-SD's decode time went against SD's (whichever won), from the two runs' own parts (totals
-    after the first token, as the bars show them): verifying, and drafting the target waited
-    for; and what running the draft beside the target cost each verify (medians), named as
-    the core split and the interference beyond it."""
+    """Where Mirror-SD's decode time went against SD's (whichever won), from the two runs' own
+    parts (totals after the first token, as the bars show them), in three items: verifying
+    (with what running the draft beside the target cost each verify, medians, named as the
+    core split and the interference beyond it), drafting the target waited for, and the net."""
     parts = {m: breakdown(records[m]) or {} for m in ("sd", "mirror")}
     verify = {m: parts[m].get("verify") for m in parts}
     exposed = {m: parts[m].get("draft_exposed") for m in parts}
     if None in verify.values() or None in exposed.values():
         return ""
     after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
-    text = (f" {lead} after the first token Mirror-SD spent {verify['mirror']:.2f} s verifying "
-            f"in {after['mirror']} steps against SD's {verify['sd']:.2f} s in {after['sd']}")
+    verifying = (f"Verifying, after the first token: Mirror-SD {verify['mirror']:.2f} s in "
+                 f"{after['mirror']} steps, SD {verify['sd']:.2f} s in {after['sd']}")
     if slow:
-        text += (f" (beside the draft a verify forward took {slow['factor']:.2f}× as long: "
-                 f"{slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone, "
-                 f"medians at {slow['tokens']} tokens{split_words(slow['factor'], precision, slow['tokens'])})")
+        verifying += (f"; beside the draft a verify forward took {slow['factor']:.2f}× as long "
+                      f"({slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone, "
+                      f"medians at {slow['tokens']} tokens{split_words(slow['factor'], precision, slow['tokens'])})")
     hidden = mirror.draft_hidden_s or 0.0
-    return (text + f"; it hid {hidden:.2f} s of drafting beside the target and still kept the "
-            f"target waiting {exposed['mirror']:.2f} s for the draft, against SD's "
-            f"{exposed['sd']:.2f} s.")
+    drafting = (f"Drafting: Mirror-SD hid {hidden:.2f} s of it beside the target and kept the target "
+                f"waiting {exposed['mirror']:.2f} s for the draft; SD's target waited "
+                f"{exposed['sd']:.2f} s (all of SD's drafting)")
+    saved, lost = exposed["sd"] - exposed["mirror"], verify["mirror"] - verify["sd"]
+    waiting = (f"saved {saved:.2f} s of waiting for the draft" if saved >= 0 else
+               f"waited {-saved:.2f} s longer for the draft")
+    verifying_net = f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying"
+    net = f"Net: Mirror-SD {waiting} and {verifying_net}."
+    return f" {lead}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
 
 
 def _range_note(spreads: dict | None) -> str:

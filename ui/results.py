@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from .figures import Card, Spread, cards, level_with, machine_words, one_device, verdict_parts, winner
+from .figures import ITEM, Card, Spread, cards, level_with, machine_words, one_device, verdict_parts, winner
 from .render import term
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
@@ -44,7 +44,13 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
         return ""
     parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
-        parts.append(f'<p class="msd-verdict-why">{esc(reason.strip())}</p>')
+        first, *items = reason.strip().split(ITEM)
+        if items:  # one item per line, the reason's lead before the first
+            items[0] = f"<b>{esc(first)}</b> {esc(items[0].strip())}"
+            parts.append('<ul class="msd-verdict-why">' + "".join(
+                f"<li>{x if i == 0 else esc(x.strip())}</li>" for i, x in enumerate(items)) + "</ul>")
+        else:
+            parts.append(f'<p class="msd-verdict-why">{esc(first)}</p>')
     if one_device(meta) and "mirror" in c:
         share = costs(done).get("draft"), costs(done).get("target")
         draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
