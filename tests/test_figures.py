@@ -11,6 +11,7 @@ from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.bench.whatif_costs import core_split
 from ui.figures import Spread, cards, level_with, repeat_summary, split_words, verdict, winner
 from ui.results import render_verdict
+from ui.runs import label
 from ui.why import PARTS, breakdown
 from ui.zoom import bar_label, instructive_step, render_zoom
 from ui_records import tiny_records
@@ -56,7 +57,11 @@ def test_the_verdict_names_the_winner_by_end_to_end_speed():
     best = winner(c)
     assert best == max(c, key=lambda m: c[m].e2e_tps)
     text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
-    assert "won" in text and "CPU cores, no GPU" in text and " reason" in text
+    assert "CPU cores, no GPU" in text
+    if level_with(c, best):  # tiny runs can finish within 3% of each other
+        assert "finished level" in text and "The trade:" in text and " won" not in text
+    else:
+        assert f"{label(best) if best != 'ar' else 'plain decoding (AR)'} won" in text and "The reason:" in text
 
 
 def test_the_inspector_opens_on_a_rejection_or_a_miss_and_the_zoom_draws_a_mirror_step():
