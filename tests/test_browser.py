@@ -91,17 +91,20 @@ def run_default_example(page, url: str, max_new_tokens: int | None, timeout_s: f
         box = page.locator("#max-new-tokens input[type=number]")
         if not box.is_visible():  # controls start folded
             page.get_by_text("Sampling and length").first.click()
-        box.fill(str(max_new_tokens))
-        box.press("Enter")
-        box.blur()
-        # the slider takes the typed value on Enter/blur: give it time, or Run may read the old
-        # one (check_rendered asserts the token count, so a run at the old value still fails)
-        try:
-            page.wait_for_function(
-                "n => { const r = document.querySelector('#max-new-tokens input[type=range]');"
-                " return r && r.value === String(n); }", arg=max_new_tokens, timeout=30_000)
-        except sync_api.TimeoutError:
-            page.wait_for_timeout(2_000)
+        # the slider takes the typed value on Enter/blur; a fold that has just opened may drop
+        # it, so type it again until the slider shows it (Run reads the slider)
+        for attempt in range(4):
+            box.fill(str(max_new_tokens))
+            box.press("Enter")
+            box.blur()
+            try:
+                page.wait_for_function(
+                    "n => { const r = document.querySelector('#max-new-tokens input[type=range]');"
+                    " return r && r.value === String(n); }", arg=max_new_tokens, timeout=10_000)
+                break
+            except sync_api.TimeoutError:
+                assert attempt < 3, "the max-new-tokens slider never took the typed value"
+        page.wait_for_timeout(300)  # let the slider's change event reach the app's state
         page.get_by_text("Sampling and length").first.click()  # folded again
     page.click("#run-btn")
     page.wait_for_selector('#pane-mirror .msd-pane:is([data-state="done"], [data-state="error"], '
