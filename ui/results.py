@@ -44,13 +44,12 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
         return ""
     parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
-        first, *items = reason.strip().split(ITEM)
+        lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
         if items:  # one item per line, the reason's lead before the first
-            items[0] = f"<b>{esc(first)}</b> {esc(items[0].strip())}"
-            parts.append('<ul class="msd-verdict-why">' + "".join(
-                f"<li>{x if i == 0 else esc(x.strip())}</li>" for i, x in enumerate(items)) + "</ul>")
+            lines = [f"<b>{esc(lead)}</b> {esc(items[0])}"] + [esc(x) for x in items[1:]]
+            parts.append('<ul class="msd-verdict-why">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
         else:
-            parts.append(f'<p class="msd-verdict-why">{esc(first)}</p>')
+            parts.append(f'<p class="msd-verdict-why">{esc(lead)}</p>')
     if one_device(meta) and "mirror" in c:
         share = costs(done).get("draft"), costs(done).get("target")
         draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"

@@ -33,6 +33,7 @@ Pure Python: no torch, no models; spans may be `events.Span` objects or dicts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from statistics import median
 
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.latency.step_model import target_k
@@ -184,13 +185,7 @@ def draft_beside_factor(records) -> float | None:
                 alone.append(_dur(s))
     if not beside or not alone:
         return None
-    return max(1.0, _median(beside) / _median(alone))
-
-
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    return max(1.0, median(beside) / median(alone))
 
 
 def _drafted_tokens(span) -> int | None:
@@ -373,13 +368,12 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
     a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), a_notes, mirror=mirror, tail=tail)
     b_cal = lm.apply_changes(cal, draft_device="separate")
     notes = [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"]
-    b_mirror = None
+    b_mirror, b_tail = None, tail
     if mirror is not None:  # the target lane at its alone speed (SD's verify), never slower
         target_alone_s = (cal.t_target_k if cal.t_target_k and cal.t_target_k < mirror.t_target_k
                           else mirror.t_target_k)
         scale = target_alone_s / mirror.t_target_k
         b_mirror = lm.apply_changes(mirror, target_scale=scale, draft_device="separate")
-        b_tail = tail
         if tail is not None:
             b_tail = (tail_alone(hit_work or [], scale, draft_factor, tail[0]), tail[1])
         notes = [f"Mirror-SD's target lane {mirror.t_target_k * 1e3:.0f} -> {target_alone_s * 1e3:.0f} ms "
@@ -390,8 +384,7 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
                        "its forwards at the speed they ran beside the target (no alone speed measured)")
             notes.append(f"the draft lane alone too, {drafted}: the earlier verdict leaves more of a hit's "
                          f"branch to draft after it, {tail[0] * 1e3:.0f} -> {b_tail[0] * 1e3:.0f} ms per hit")
-    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s), notes, mirror=b_mirror,
-                tail=b_tail if mirror is not None else tail)
+    b = Profile("b", PROFILE_NAMES["b"], b_cal, dict(host_s), notes, mirror=b_mirror, tail=b_tail)
     return {"a": a, "b": b}
 
 
