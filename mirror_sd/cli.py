@@ -10,6 +10,7 @@ from mirror_sd.engine.pair_check import describe
 from mirror_sd.engine.registry import NAMES
 from mirror_sd.engine.run_path import RunPath, tune_for
 from mirror_sd.errors import MirrorSDError, run_cli
+from mirror_sd.formats import number
 from mirror_sd.options import (add_decoding_options, add_model_options, model_kwargs, progress,
                                settings_from_args)
 
@@ -44,7 +45,7 @@ def run_generate(args) -> int:
         print(f"pair: {line}", file=sys.stderr)
     if run.auto:
         print(f"auto: gamma {run.settings.gamma}, branch budget {run.settings.branch_budget} "
-              f"(projected {_fmt(run.auto.projected_speedup, '.2f')}x over AR by the latency "
+              f"(projected {number(run.auto.projected_speedup, '.2f')}x over AR by the latency "
               f"model, probe {run.auto.probe_s:.1f} s)", file=sys.stderr)
     spans, finish = decode(run, args.method, stream=not args.json)
     if args.json:
@@ -98,17 +99,13 @@ def _pair_json(pair, token_ids: list[int]) -> dict:
             "output_coverage": b.coverage(token_ids)}
 
 
-def _fmt(x, spec):
-    return "n/a" if x is None else format(x, spec)
-
-
 def summary_line(stats: dict) -> str:
     return (f"[{stats['method']}] {stats['new_tokens']} tokens in {stats['wall_s']:.2f} s "
-            f"({stats['tokens_per_s']:.2f} tok/s; prefill {_fmt(stats.get('prefill_s'), '.2f')} s, "
-            f"decode {_fmt(stats.get('decode_tokens_per_s'), '.2f')} tok/s), "
+            f"({stats['tokens_per_s']:.2f} tok/s; prefill {number(stats.get('prefill_s'), '.2f')} s, "
+            f"decode {number(stats.get('decode_tokens_per_s'), '.2f')} tok/s), "
             f"{stats['target_forwards']} target forwards, "
-            f"mean accepted {stats['mean_accepted']:.2f}, hit rate {_fmt(stats['hit_rate'], '.0%')}, "
-            f"draft hidden {_fmt(stats['draft_hidden_fraction'], '.0%')}" + _exit_info(stats))
+            f"mean accepted {stats['mean_accepted']:.2f}, hit rate {number(stats['hit_rate'], '.0%')}, "
+            f"draft hidden {number(stats['draft_hidden_fraction'], '.0%')}" + _exit_info(stats))
 
 
 def _exit_info(stats: dict) -> str:

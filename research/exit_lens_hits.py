@@ -36,7 +36,7 @@ from mirror_sd.engine.events import Error, Verify  # noqa: E402
 from mirror_sd.proposals.exit_lens import find_lens  # noqa: E402
 from mirror_sd.models.loading import PRECISIONS, load_pair  # noqa: E402
 from mirror_sd.models.pair import ModelPair  # noqa: E402
-from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.questions import load_questions, per_category  # noqa: E402
 from scoring_record import watch_scoring  # noqa: E402
 
 ap = argparse.ArgumentParser()

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mirror_sd.bench.questions import load_questions  # noqa: E402
+from mirror_sd.questions import load_questions  # noqa: E402
 
 
 def heldout(questions, index=1):

@@ -74,7 +74,7 @@ def record(args) -> None:
     from mirror_sd.engine.events import DraftBranch, Error, Finish, Verify
     from scoring_record import watch_scoring
     from mirror_sd.models.loading import load_pair
-    from mirror_sd.bench.questions import load_questions
+    from mirror_sd.questions import load_questions
 
     t0 = time.perf_counter()
     pair = load_pair("default", "default", precision=args.precision, draft_precision=args.draft_precision)
@@ -133,7 +133,7 @@ def timing(args) -> None:
     from mirror_sd.engine.events import Error, Finish
     from mirror_sd.models.loading import load_pair
     from mirror_sd.engine.mirror.decoder import MirrorSpeculative
-    from mirror_sd.bench.questions import load_questions
+    from mirror_sd.questions import load_questions
     from mirror_sd.engine.tuning import choose, probe
 
     pair = load_pair("default", "default", precision=args.precision, draft_precision=args.draft_precision)

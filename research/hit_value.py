@@ -31,7 +31,7 @@ from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.events import Commit, Finish, Span  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
 from mirror_sd.engine.registry import METHODS  # noqa: E402
-from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.questions import load_questions, per_category  # noqa: E402
 
 
 def gap_runner(method, rows):

@@ -22,7 +22,7 @@ from mirror_sd.engine.autoregressive import Autoregressive  # noqa: E402
 from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.events import Span  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
-from mirror_sd.bench.questions import load_questions  # noqa: E402
+from mirror_sd.questions import load_questions  # noqa: E402
 from script_timing import median_ms  # noqa: E402
 
 

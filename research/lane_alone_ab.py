@@ -23,7 +23,7 @@ from mirror_sd.bench.runners import engine_runner  # noqa: E402
 from mirror_sd.engine.mirror import decoder as mirror  # noqa: E402
 from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
-from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.questions import load_questions, per_category  # noqa: E402
 
 
 def one_core_runner():

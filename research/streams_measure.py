@@ -24,7 +24,7 @@ from mirror_sd.engine.events import Finish, Notice, Span, Verify
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.models.loading import load_pair
 from mirror_sd.engine.registry import METHODS
-from mirror_sd.bench.questions import load_questions
+from mirror_sd.questions import load_questions
 from mirror_sd.engine.proposers import rollout_for
 
 

@@ -9,7 +9,7 @@ one memory bus. This measures the first part alone: the default pair loaded as t
 loads it (mirror_sd.models.loading.load_pair, the same kernels), each model alone, median ms of
 a forward over `rows` new tokens after a 100-token context at 1 and 2 torch threads (the two
 thread counts interleaved per repetition), and the ratio 1-thread / 2-thread per row count. The What-if
-(mirror_sd/bench/whatif_costs.py) divides the run's measured contention by this ratio to
+(mirror_sd/latency/whatif_costs.py) divides the run's measured contention by this ratio to
 name the interference.
 """
 import argparse

@@ -22,9 +22,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from mirror_sd.bench import whatif as wi  # noqa: E402
+from mirror_sd.latency import whatif as wi  # noqa: E402
 from mirror_sd.bench.harness import records_from_results  # noqa: E402
-from mirror_sd.bench.whatif_hardware import Accelerators, accelerator_profile  # noqa: E402
+from mirror_sd.latency.whatif_hardware import Accelerators, accelerator_profile  # noqa: E402
 
 
 def load(out_dir: str, run_args: str | None) -> dict:

@@ -32,7 +32,7 @@ from mirror_sd.engine.settings import Settings  # noqa: E402
 from mirror_sd.engine.lanes import Lane  # noqa: E402
 from mirror_sd.models.loading import load_pair  # noqa: E402
 from mirror_sd.engine.registry import METHODS  # noqa: E402
-from mirror_sd.bench.questions import load_questions, per_category  # noqa: E402
+from mirror_sd.questions import load_questions, per_category  # noqa: E402
 
 
 def answer_and_confidence(pair, prompt_ids, new_tokens):

@@ -16,7 +16,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.engine.events import Span
 from mirror_sd.models.pair import ModelPair
-from mirror_sd.bench.questions import BUILTIN_QUESTIONS, load_questions, per_category
+from mirror_sd.questions import BUILTIN_QUESTIONS, load_questions, per_category
 
 SAMPLE = Path(__file__).parent / "data" / "spec_bench_sample.jsonl"
 NEW = 12

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from mirror_sd.engine.events import Commit, Verify
-from mirror_sd.bench.whatif_costs import core_split
+from mirror_sd.latency.whatif_costs import core_split
 from ui.figures import Spread, cards, level_with, repeat_summary, split_words, verdict, winner
 from ui.results import render_verdict
 from ui.runs import label

@@ -197,7 +197,7 @@ def test_head_proposals_differ_from_the_draft_here(sampling_pair):
 def test_bench_runs_stream_methods_next_to_the_plain_ones():
     from mirror_sd.bench import harness as bench
     from mirror_sd.models.pair import ModelPair
-    from mirror_sd.bench.questions import load_questions
+    from mirror_sd.questions import load_questions
     config = tiny.qwen_config(vocab_size=260, eos_token_id=258, max_position_embeddings=1024)
     target = tiny.build(config, 0)
     draft = tiny.perturb(target, 0.03, 1)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench import whatif as wi
-from mirror_sd.bench.whatif_hardware import (Accelerators, accelerator_calibration, accelerator_profile,
+from mirror_sd.latency import whatif as wi
+from mirror_sd.latency.whatif_hardware import (Accelerators, accelerator_calibration, accelerator_profile,
                                              project_all)
 from mirror_sd.engine.events import Finish, Span
 from mirror_sd.engine.registry import METHODS as DECODERS

@@ -1,5 +1,5 @@
-"""The What-if's per-profile settings (bench/whatif_choice.py), the two costs of sharing the CPU
-and profile (d) (bench/whatif_costs.py), the window summary: tiny runs and synthetic numbers."""
+"""The What-if's per-profile settings (latency/whatif_choice.py), the two costs of sharing the CPU
+and profile (d) (latency/whatif_costs.py), the window summary: tiny runs and synthetic numbers."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench import whatif as wi
-from mirror_sd.bench import whatif_choice as wc
-from mirror_sd.bench import whatif_costs as costs
+from mirror_sd.latency import whatif as wi
+from mirror_sd.latency import whatif_choice as wc
+from mirror_sd.latency import whatif_costs as costs
 from mirror_sd.latency.step_model import MAX_BUDGET
-from mirror_sd.bench.whatif_hardware import Accelerators, project_all, window_summary
+from mirror_sd.latency.whatif_hardware import Accelerators, project_all, window_summary
 from mirror_sd.engine.registry import METHODS as DECODERS
 from mirror_sd.engine.settings import Settings
 from mirror_sd.models.tiny import LAYERS, tiny_pair
@@ -155,7 +155,7 @@ def test_report_of_a_benchmark_run(tmp_path, capsys):
 
     from mirror_sd.bench import harness as bench
     from mirror_sd.bench import whatif_report
-    from mirror_sd.bench.questions import load_questions
+    from mirror_sd.questions import load_questions
     from test_bench import NEW, SAMPLE
     from test_bench import tiny_pair as bench_pair
 

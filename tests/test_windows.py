@@ -9,7 +9,7 @@ import torch
 
 from mirror_sd.bench import harness as bench
 from mirror_sd.bench import runners
-from mirror_sd.bench.questions import load_questions
+from mirror_sd.questions import load_questions
 from mirror_sd.bench.summary import window_cell
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Notice, Span, StepStart, Verify
 from mirror_sd.engine.registry import METHODS

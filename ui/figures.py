@@ -18,7 +18,7 @@ import os
 from dataclasses import asdict, dataclass
 from statistics import median
 
-from mirror_sd.bench.whatif_costs import core_split
+from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 
 from .runs import RunRecord, label, measured
@@ -266,7 +266,7 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precis
 def split_words(factor: float, precision: str | None, tokens: int) -> str:
     """The verify's slowdown beside the draft named as its two costs: the core split (the
     target's forward on one thread against two, measured alone on a 2-core CPU:
-    mirror_sd.bench.whatif_costs) and the interference beyond it (one memory bus); '' where
+    mirror_sd.latency.whatif_costs) and the interference beyond it (one memory bus); '' where
     no split was measured at this precision or the slowdown is under the split alone."""
     split = core_split(precision, tokens)
     if split is None or factor < split:

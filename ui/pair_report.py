@@ -21,6 +21,7 @@ from pathlib import Path
 import gradio as gr
 
 from mirror_sd.errors import MirrorSDError
+from mirror_sd.formats import number, percent, times
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +36,6 @@ INTRO = ("Runs AR, SD, Mirror-SD and transformers' assisted generation on one bu
          "Several drafts (comma-separated) are measured one after another and compared side by side.")
 
 
-def _f(x, spec=".2f"):
-    return "n/a" if x is None else format(x, spec)
-
-
-def _x(x):
-    return "n/a" if x is None else f"{x:.2f}x"
-
-
-def _pct(x):
-    return "n/a" if x is None else f"{x:.0%}"
-
-
 def table_row(p: dict) -> list[str]:
     """A pair's figures as one table row (strings, as shown); a refused pair gets its reason."""
     if p["status"] != "measured":
@@ -56,18 +45,18 @@ def table_row(p: dict) -> list[str]:
     gamma = (p.get("recommendation") or {}).get("gamma_mirror")
 
     def over(m):
-        return _x(sp[m]["speedup_over_ar"]) if m in sp else "n/a"
+        return times(sp[m]["speedup_over_ar"]) if m in sp else "n/a"
 
     def projected(key):
-        return _x(proj[key]["speedup_at_run_settings"].get("mirror")) if key in proj else "n/a"
+        return times(proj[key]["speedup_at_run_settings"].get("mirror")) if key in proj else "n/a"
 
     mirror = sp.get("mirror") or {}
-    return [p["draft"], "measured", *(_f(sp[m]["tau"]) if m in sp else "n/a"
+    return [p["draft"], "measured", *(number(sp[m]["tau"]) if m in sp else "n/a"
                                       for m in ("sd", "mirror", "hf-assisted")),
-            over("sd"), over("mirror"), over("hf-assisted"), _pct(mirror.get("hit_rate")),
-            _pct(mirror.get("exit_top_kappa_coverage")), _pct(cost["draft_share_of_target"]),
-            _f(cost["verify_over_decode"]), projected("b"), projected("c"),
-            f"γ {gamma['value']}, budget {rec['value']}: {_x(rec['projected_speedup'])}" if rec else "n/a"]
+            over("sd"), over("mirror"), over("hf-assisted"), percent(mirror.get("hit_rate")),
+            percent(mirror.get("exit_top_kappa_coverage")), percent(cost["draft_share_of_target"]),
+            number(cost["verify_over_decode"]), projected("b"), projected("c"),
+            f"γ {gamma['value']}, budget {rec['value']}: {times(rec['projected_speedup'])}" if rec else "n/a"]
 
 
 def status_html(report: dict | None, error: str | None = None) -> str:
@@ -111,7 +100,7 @@ def parse_drafts(text: str) -> list[str]:
 def run_report(pairs, out_root, target, drafts_text, precision, per_category, max_new_tokens,
                progress=None):
     """The report for the tab: (report dict, folder of its files). Raises MirrorSDError."""
-    from mirror_sd.bench.questions import load_questions, per_category as first_k
+    from mirror_sd.questions import load_questions, per_category as first_k
     from mirror_sd.engine.settings import Settings
     from mirror_sd.engine.windows import DEFAULT_WINDOW
     from mirror_sd.report.render import write_report

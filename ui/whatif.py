@@ -1,6 +1,6 @@
 """The "What if (projection)" panel: the finished run replayed on other hardware.
 
-The numbers come from mirror_sd.bench.whatif (the recorded steps through the calibrated latency
+The numbers come from mirror_sd.latency.whatif (the recorded steps through the calibrated latency
 model); this module only lays them out: a table of projected speedups per profile and method
 with the measured row beside them (so profile (a)'s fidelity shows), the costs each profile
 used, and a projected per-step timeline next to the measured one. Every figure and row that
@@ -16,8 +16,8 @@ import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mirror_sd.bench import whatif as wi
-from mirror_sd.bench.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
+from mirror_sd.latency import whatif as wi
+from mirror_sd.latency.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
 
 from .runs import RunRecord, label
 from .timeline import LABELS
@@ -59,7 +59,7 @@ def accelerators_from(values) -> Accelerators:
 
 
 def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, dict] | None:
-    """(projection from mirror_sd.bench.whatif_hardware.project_all, record dicts by method) for the
+    """(projection from mirror_sd.latency.whatif_hardware.project_all, record dicts by method) for the
     app's state {records, settings, meta}; None without a finished run."""
     records: dict[str, RunRecord] = {m: r for m, r in (state or {}).get("records", {}).items()
                                      if r is not None and r.finish is not None}

@@ -11,13 +11,14 @@ from pathlib import Path
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench.harness import __doc__ as harness_doc
 from mirror_sd.bench.harness import rerender, run_benchmark
-from mirror_sd.bench.questions import BUILTIN_QUESTIONS, load_questions, per_category
-from mirror_sd.bench.report import _f, _x, summary_markdown
+from mirror_sd.questions import BUILTIN_QUESTIONS, load_questions, per_category
+from mirror_sd.bench.report import summary_markdown
 from mirror_sd.bench.runners import (DEFAULT_METHODS, HF_ASSISTED, baseline_name, baseline_runner,
                                      method_choices, variant)
 from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.engine.run_path import RunPath
 from mirror_sd.errors import MirrorSDError, run_cli
+from mirror_sd.formats import number, times
 from mirror_sd.options import (add_decoding_options, add_model_options, model_kwargs, progress,
                                settings_from_args)
 from mirror_sd.paths import REPO_ROOT
@@ -84,9 +85,9 @@ def what_if_table(cal: lm.Calibration, scenarios: list[dict]) -> str:
     lines = [header, f"{'scenario':<{width}}  {'AR tok/s':>8}  {'SD tok/s':>8}  {'SD speedup':>10}  "
                      f"{'Mirror tok/s':>12}  {'Mirror speedup':>14}"]
     for name, p in rows:
-        lines.append(f"{name:<{width}}  {_f(p['ar']['tokens_per_s']):>8}  {_f(p['sd']['tokens_per_s']):>8}  "
-                     f"{_x(p['sd']['speedup']):>10}  {_f(p['mirror']['tokens_per_s']):>12}  "
-                     f"{_x(p['mirror']['speedup']):>14}")
+        lines.append(f"{name:<{width}}  {number(p['ar']['tokens_per_s']):>8}  {number(p['sd']['tokens_per_s']):>8}  "
+                     f"{times(p['sd']['speedup']):>10}  {number(p['mirror']['tokens_per_s']):>12}  "
+                     f"{times(p['mirror']['speedup']):>14}")
     return "\n".join(lines)
 
 
@@ -115,7 +116,7 @@ def _main(args, argv) -> int:
         notes.append(f"auto: gamma {run.settings.gamma}, branch budget {run.settings.branch_budget}, "
                      f"chosen by the latency model from a {run.auto.probe_s:.1f} s probe on "
                      f"question {questions[0].question_id} (projected Mirror-SD speedup "
-                     f"{_f(run.auto.projected_speedup)}x; a projection, not a measurement)")
+                     f"{number(run.auto.projected_speedup)}x; a projection, not a measurement)")
     runners = _baseline(args, pair, methods, notes)
     command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in
                                                       (sys.argv[1:] if argv is None else argv))

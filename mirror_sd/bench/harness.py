@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench.questions import Question, categories
+from mirror_sd.questions import Question, categories
 from mirror_sd.bench.report import PARTIAL, write_outputs
 from mirror_sd.bench.runners import (DEFAULT_METHODS, MODELLED, HF_ASSISTED, MethodRun, Runner,
                                      default_runners, engine_runner, hf_assisted_generation_config)

@@ -5,23 +5,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+from mirror_sd.formats import number, percent, times
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.bench.runners import label
 from mirror_sd.bench.summary import COMPONENTS, HIDDEN
 
 PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
-
-
-def _f(x, spec=".2f", none="n/a"):
-    return none if x is None else format(x, spec)
-
-
-def _x(x):
-    return "n/a" if x is None else f"{x:.2f}x"
-
-
-def _pct(x):
-    return "n/a" if x is None else f"{x:.0%}"
 
 
 def _mismatch(c: dict) -> str:
@@ -49,7 +38,7 @@ def window_lines(overall: dict, methods: list[str]) -> list[str]:
         n = c["windows"]
         hist = ", ".join(f"{k}: {v / n:.0%}" for k, v in c["window_hist"].items())
         stops = ", ".join(f"{k} {v}" for k, v in sorted(c["window_stops"].items(), key=lambda kv: -kv[1]))
-        out.append(f"| {label(m)} | {n} | {_f(c['window_mean'])} | {hist} | {stops} |")
+        out.append(f"| {label(m)} | {n} | {number(c['window_mean'])} | {hist} | {stops} |")
     return out
 
 
@@ -113,8 +102,8 @@ def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
               "|---|---|---|" + "---|" * len(others)]
     rows = list(summ["by_category"].items()) + [("**overall**", summ["overall"])]
     for cat, cells in rows:
-        lines.append(f"| {cat} | {cells['ar']['questions']} | {_f(cells['ar']['tokens_per_s'])} | "
-                     + " | ".join(f"{_x(cells[m]['speedup_median'])} / {_x(cells[m]['speedup_mean'])}"
+        lines.append(f"| {cat} | {cells['ar']['questions']} | {number(cells['ar']['tokens_per_s'])} | "
+                     + " | ".join(f"{times(cells[m]['speedup_median'])} / {times(cells[m]['speedup_mean'])}"
                                   for m in others) + " |")
     lines += ["", "## Per method, all questions", "",
               "| method | tok/s | prefill s (mean) | decode tok/s | speedup median | speedup mean | "
@@ -122,10 +111,10 @@ def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in methods:
         c = summ["overall"][m]
-        lines.append(f"| {label(m)} | {_f(c['tokens_per_s'])} | {_f(c.get('prefill_s_mean'))} | "
-                     f"{_f(c.get('decode_tokens_per_s'))} | {_x(c['speedup_median'])} | "
-                     f"{_x(c['speedup_mean'])} | {_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | "
-                     f"{_pct(c['draft_hidden_fraction'])} | {_mismatch(c)} | {c['errors']} |")
+        lines.append(f"| {label(m)} | {number(c['tokens_per_s'])} | {number(c.get('prefill_s_mean'))} | "
+                     f"{number(c.get('decode_tokens_per_s'))} | {times(c['speedup_median'])} | "
+                     f"{times(c['speedup_mean'])} | {number(c['mean_accepted'])} | {percent(c['hit_rate'])} | "
+                     f"{percent(c['draft_hidden_fraction'])} | {_mismatch(c)} | {c['errors']} |")
     lines += ["", "Prefill = time to a run's first committed tokens (the prompt's prefill; SD and "
               "Mirror-SD also draft and verify their first window in it); decode tok/s = the tokens "
               "after those over the time after them. Mean accepted = generated tokens per target "
@@ -138,9 +127,9 @@ def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
     for cat, cells in summ["by_category"].items():
         for m in methods:
             c = cells[m]
-            lines.append(f"| {cat} | {label(m)} | {c['questions']} | {_f(c['tokens_per_s'])} | "
-                         f"{_x(c['speedup_median'])} | {_x(c['speedup_mean'])} | "
-                         f"{_f(c['mean_accepted'])} | {_pct(c['hit_rate'])} | {_mismatch(c)} |")
+            lines.append(f"| {cat} | {label(m)} | {c['questions']} | {number(c['tokens_per_s'])} | "
+                         f"{times(c['speedup_median'])} | {times(c['speedup_mean'])} | "
+                         f"{number(c['mean_accepted'])} | {percent(c['hit_rate'])} | {_mismatch(c)} |")
     lines += window_lines(summ["overall"], methods)
     return lines
 
@@ -157,8 +146,8 @@ def _time_lines(bd: dict, methods: list[str]) -> list[str]:
     for m in methods:
         ms = bd[m]["ms_per_token"]
         total = sum(v for k, v in ms.items() if k != HIDDEN and v is not None) if bd[m]["new_tokens"] else None
-        lines.append(f"| {label(m)} | " + " | ".join(_f(ms[c], ".1f") for c in COMPONENTS)
-                     + f" | {_f(total, '.1f')} | {_f(ms[HIDDEN], '.1f')} |")
+        lines.append(f"| {label(m)} | " + " | ".join(number(ms[c], ".1f") for c in COMPONENTS)
+                     + f" | {number(total, '.1f')} | {number(ms[HIDDEN], '.1f')} |")
     return lines
 
 
@@ -175,39 +164,39 @@ def _latency_lines(lat: dict, methods: list[str]) -> list[str]:
     missing = []
     for m in methods:
         r = lat["predicted_vs_measured"][m]
-        lines.append(f"| {label(m)} | {_f(_ms(r.get('measured_step_s')), '.1f')} | "
-                     f"{_f(_ms(r.get('predicted_step_s')), '.1f')} | {_f(r.get('error'), '+.0%')} | "
-                     f"{_f(r.get('measured_tokens_per_step'))} | {_x(r.get('measured_decode_speedup'))} | "
-                     f"{_x(r.get('predicted_speedup'))} |")
+        lines.append(f"| {label(m)} | {number(_ms(r.get('measured_step_s')), '.1f')} | "
+                     f"{number(_ms(r.get('predicted_step_s')), '.1f')} | {number(r.get('error'), '+.0%')} | "
+                     f"{number(r.get('measured_tokens_per_step'))} | {times(r.get('measured_decode_speedup'))} | "
+                     f"{times(r.get('predicted_speedup'))} |")
         reasons = dict.fromkeys(r.get("why_not", {}).values())  # each reason once, in order
         missing += [f"- {label(m)}: n/a because {why}." for why in reasons]
     if missing:
         lines += ["", *missing]
     lines += ["", "Calibration: " + ", ".join(
         f"{k} {v}" for k, v in [
-            ("T_target(1)", _f(_ms(cal["t_target_1"]), ".1f") + " ms"),
-            (f"T_target({cal['gamma'] + 1})", _f(_ms(cal["t_target_k"]), ".1f") + " ms"),
-            ("head share", _pct(cal["head_share"])),
-            ("early-exit head", _f(_ms(cal["t_exit_head"]), ".1f") + " ms"),
-            ("draft token", _f(_ms(cal["t_draft_token"]), ".1f") + " ms"),
-            ("branch forward", _f(_ms(cal["t_branch_1"]), ".1f") + " ms + "
-             + _f(_ms(cal["t_branch_row"]), ".1f") + " ms/extra row"),
-            ("contention", _f(cal["contention"])),
-            ("alpha (SD/Mirror)", f"{_f(cal['alpha_sd'])}/{_f(cal['alpha_mirror'])}"),
-            ("hit rate", _pct(cal["hit_rate"]))])]
+            ("T_target(1)", number(_ms(cal["t_target_1"]), ".1f") + " ms"),
+            (f"T_target({cal['gamma'] + 1})", number(_ms(cal["t_target_k"]), ".1f") + " ms"),
+            ("head share", percent(cal["head_share"])),
+            ("early-exit head", number(_ms(cal["t_exit_head"]), ".1f") + " ms"),
+            ("draft token", number(_ms(cal["t_draft_token"]), ".1f") + " ms"),
+            ("branch forward", number(_ms(cal["t_branch_1"]), ".1f") + " ms + "
+             + number(_ms(cal["t_branch_row"]), ".1f") + " ms/extra row"),
+            ("contention", number(cal["contention"])),
+            ("alpha (SD/Mirror)", f"{number(cal['alpha_sd'])}/{number(cal['alpha_mirror'])}"),
+            ("hit rate", percent(cal["hit_rate"]))])]
     if cal.get("hit_rates"):
         lines[-1] += (f"; estimated hit rate at budget 1-8 (share of {cal.get('rank_steps')} steps whose "
                       "verdict root was among the first b scored roots; ignores rollout timing): "
-                      + " / ".join(_pct(h) for h in cal["hit_rates"][:8]))
+                      + " / ".join(percent(h) for h in cal["hit_rates"][:8]))
     if cal.get("notes"):
         lines.append("Calibration notes: " + "; ".join(cal["notes"]))
     lines += ["", "## What if (projections from the latency model, not measurements)", "",
               "| scenario | SD speedup | Mirror-SD speedup |", "|---|---|---|",
-              f"| as measured (model) | {_x(lat['predicted_vs_measured'].get('sd', {}).get('predicted_speedup'))} | "
-              f"{_x(lat['predicted_vs_measured'].get('mirror', {}).get('predicted_speedup'))} |"]
+              f"| as measured (model) | {times(lat['predicted_vs_measured'].get('sd', {}).get('predicted_speedup'))} | "
+              f"{times(lat['predicted_vs_measured'].get('mirror', {}).get('predicted_speedup'))} |"]
     for w in lat["what_if"]:
         lines.append(f"| {', '.join(f'{k}={v}' for k, v in w['changes'].items())} | "
-                     f"{_x(w.get('sd'))} | {_x(w.get('mirror'))} |")
+                     f"{times(w.get('sd'))} | {times(w.get('mirror'))} |")
     lines += ["", "More: `python -m mirror_sd.bench --what-if \"target_scale=10,draft_device=separate\" "
               "--calibration results.json`; keys: " + ", ".join(lm.WHAT_IF_KEYS) + "."]
     return lines
@@ -257,8 +246,8 @@ def make_figures(results: dict) -> dict:
         med = [cells[c][m]["speedup_median"] for c in cats]
         mean = [cells[c][m]["speedup_mean"] for c in cats]
         fig1.add_bar(name=label(m), x=cats, y=med,
-                     text=[_x(v) for v in med], textposition="outside",
-                     customdata=[[_x(a), cells[c][m]["questions"]] for a, c in zip(mean, cats)],
+                     text=[times(v) for v in med], textposition="outside",
+                     customdata=[[times(a), cells[c][m]["questions"]] for a, c in zip(mean, cats)],
                      hovertemplate="%{x}: median %{y:.2f}x, mean %{customdata[0]}, "
                                    "%{customdata[1]} questions<extra>" + label(m) + "</extra>")
     fig1.add_hline(y=1.0, line_dash="dash", annotation_text="AR")

@@ -14,11 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from mirror_sd.bench.whatif_hardware import project_all
-
-
-def _x(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+from mirror_sd.formats import times
+from mirror_sd.latency.whatif_hardware import project_all
 
 
 def _settings(c: dict | None) -> str:
@@ -45,19 +42,19 @@ def whatif_of_results(results: dict) -> dict:
 def render(out: dict) -> str:
     lines = ["PROJECTIONS (the measured row and the measured contention aside): a model, not measurements.",
              "", "profile | SD | Mirror-SD | Mirror-SD / SD",
-             f"measured | {_x(out['measured_speedup'].get('sd'))} | {_x(out['measured_speedup'].get('mirror'))} | "
-             + _x(out["measured_speedup"].get("mirror") / out["measured_speedup"]["sd"]
-                  if out["measured_speedup"].get("sd") and out["measured_speedup"].get("mirror") else None)]
+             f"measured | {times(out['measured_speedup'].get('sd'), '-')} | {times(out['measured_speedup'].get('mirror'), '-')} | "
+             + times(out["measured_speedup"].get("mirror") / out["measured_speedup"]["sd"]
+                  if out["measured_speedup"].get("sd") and out["measured_speedup"].get("mirror") else None, '-')]
     for key, proj in out["projected"].items():
         sd, m = (proj.get(x, {}).get("speedup") for x in ("sd", "mirror"))
         prof = out["profiles"][key]
         how = ("this run's settings" if prof.acceptance_from_run else
                f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, expected steps "
                f"from the fitted acceptance (not a replay)")
-        lines.append(f"({key}) {prof.name}, {how} | {_x(sd)} | {_x(m)} | {_x(m / sd if sd and m else None)}")
+        lines.append(f"({key}) {prof.name}, {how} | {times(sd, '-')} | {times(m, '-')} | {times(m / sd if sd and m else None, '-')}")
     for key, c in out["choices"].items():
-        lines.append(f"({key}) {c['name']}, its own settings | {_x(c['sd'] and c['sd']['speedup'])} | "
-                     f"{_x(c['mirror'] and c['mirror']['speedup'])} | {_x(c['mirror_over_sd'])}")
+        lines.append(f"({key}) {c['name']}, its own settings | {times(c['sd'] and c['sd']['speedup'], '-')} | "
+                     f"{times(c['mirror'] and c['mirror']['speedup'], '-')} | {times(c['mirror_over_sd'], '-')}")
     lines.append("")
     for key, c in out["choices"].items():
         lines += [f"({key}) chose: SD {_settings(c['sd'])}; Mirror-SD {_settings(c['mirror'])}",

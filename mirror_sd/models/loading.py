@@ -70,7 +70,7 @@ def _bundled(name: str, role: str):
     return DEFAULTS[role] if name == "default" else bundled_model(name)
 
 
-def _cache_kind(prec_name: str | None, device: str, kernels: KernelChoice) -> str:
+def cache_kind(prec_name: str | None, device: str, kernels: KernelChoice) -> str:
     """Which cache of a bundled model a role loads: its precision's own where the AVX2 kernels
     take it straight from the cache (int8, int4 on a CPU), else the fp32 folder."""
     if prec_name in ("int8", "int4") and device == "cpu" and kernels.kernels == "auto":
@@ -85,7 +85,7 @@ class _Resolved:
     steps: Steps | None  # the one-time preparation's progress, when there was any
 
 
-def _sources(names: dict[str, str], trust_remote_code: bool, cache_dir,
+def resolve_sources(names: dict[str, str], trust_remote_code: bool, cache_dir,
              progress: Progress | None, kinds: dict[str, str] | None = None) -> _Resolved:
     """The Source of each role; bundled models built first where their cache (`kinds[role]`:
     "int8", "int4" or, the default, "fp32") is missing."""
@@ -128,12 +128,12 @@ def _resolve(names: dict[str, str], names_prec: dict[str, str | None], placement
     if not weights:
         kinds = {r: "fp32" if _bundled(n, r) and is_built(_bundled(n, r), "fp32", cache_dir)
                  else "int8" for r, n in names.items()}
-        resolved = _sources(names, trust_remote_code, cache_dir, progress, kinds)
+        resolved = resolve_sources(names, trust_remote_code, cache_dir, progress, kinds)
         resolved.quantized.clear()  # nothing is loaded from it
         return resolved
     _start_kernel_build({r: names_prec[r] for r in names}, devices, kernels)
-    kinds = {r: _cache_kind(names_prec[r], devices[r], kernels) for r in names}
-    resolved = _sources(names, trust_remote_code, cache_dir, progress, kinds)
+    kinds = {r: cache_kind(names_prec[r], devices[r], kernels) for r in names}
+    resolved = resolve_sources(names, trust_remote_code, cache_dir, progress, kinds)
     _kernels_ready(resolved, names, cache_dir, progress)
     return resolved
 
@@ -228,7 +228,7 @@ def _warn_log(message: str) -> None:
     log.warning(message)
 
 
-def _tokenizer(src: Source, trust_remote_code: bool, whose: str = "the target"):
+def load_tokenizer(src: Source, trust_remote_code: bool, whose: str = "the target"):
     from transformers import AutoTokenizer
     try:
         return AutoTokenizer.from_pretrained(src.path, trust_remote_code=trust_remote_code,
@@ -315,7 +315,7 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     for role, whose in (("target", "the target"), ("draft", "the draft")):
         t0 = time.perf_counter()
         # the target's gives the chat template and the token ids; the draft's, the bridge
-        toks[role] = _tokenizer(srcs[role], trust_remote_code, whose)
+        toks[role] = load_tokenizer(srcs[role], trust_remote_code, whose)
         info["tokenizer_load_s" if role == "target" else "draft_tokenizer_load_s"] = \
             round(time.perf_counter() - t0, 2)
     pair = ModelPair(models["target"], models["draft"], toks["target"],
@@ -387,7 +387,7 @@ def load_model(name: str = "default", role: str = "target", *, precision: str | 
         model, _ = _load_role(role, src, precision, placement, trust_remote_code, choice,
                               resolved.quantized.get(role))
         model.eval()
-    tok = _tokenizer(src, trust_remote_code, f"the {role}") if tokenizer else None
+    tok = load_tokenizer(src, trust_remote_code, f"the {role}") if tokenizer else None
     return LoadedModel(model, tok, src)
 
 

@@ -54,7 +54,7 @@ def check_pairs(target: str, drafts: list[str], *, precision: str = "fp32",
     precision the device cannot run) concerns every pair: MirrorSDError, one line."""
     from collections import defaultdict
 
-    from mirror_sd.models.loading import _cache_kind, _sources, _tokenizer
+    from mirror_sd.models.loading import cache_kind, load_tokenizer, resolve_sources
     from mirror_sd.models.memory import check_memory, pool
     from mirror_sd.models.names import inspect
     from mirror_sd.models.precision import check_precisions, kernel_choice
@@ -65,9 +65,9 @@ def check_pairs(target: str, drafts: list[str], *, precision: str = "fp32",
     precs = check_precisions(names_prec, {"target": placement.target_device,
                                           "draft": placement.draft_device}, kernel_choice())
     kernels = kernel_choice()
-    kinds = {"target": _cache_kind(names_prec["target"], placement.target_device, kernels),
-             "draft": _cache_kind(names_prec["draft"], placement.draft_device, kernels)}
-    t_src = _sources({"target": target}, False, cache_dir, progress, kinds).srcs["target"]
+    kinds = {"target": cache_kind(names_prec["target"], placement.target_device, kernels),
+             "draft": cache_kind(names_prec["draft"], placement.draft_device, kernels)}
+    t_src = resolve_sources({"target": target}, False, cache_dir, progress, kinds).srcs["target"]
     t_params, t_vocab = inspect(t_src, "target", False)
     t_tok = None
     out = []
@@ -75,7 +75,7 @@ def check_pairs(target: str, drafts: list[str], *, precision: str = "fp32",
         verdict = PairVerdict(name, target_params=t_params)
         out.append(verdict)
         try:
-            d_src = _sources({"draft": name}, False, cache_dir, progress, kinds).srcs["draft"]
+            d_src = resolve_sources({"draft": name}, False, cache_dir, progress, kinds).srcs["draft"]
             d_params, d_vocab = inspect(d_src, "draft", False)
         except MirrorSDError as e:
             verdict.reason = str(e)
@@ -92,8 +92,8 @@ def check_pairs(target: str, drafts: list[str], *, precision: str = "fp32",
         verdict.reason = size_reason(t_params, d_params)
         if verdict.reason is None and tokenizers:
             try:
-                t_tok = t_tok or _tokenizer(t_src, False, "the target")
-                d_tok = _tokenizer(d_src, False, "the draft")
+                t_tok = t_tok or load_tokenizer(t_src, False, "the target")
+                d_tok = load_tokenizer(d_src, False, "the draft")
             except MirrorSDError as e:
                 verdict.reason = str(e)
                 continue

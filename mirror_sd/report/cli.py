@@ -53,7 +53,7 @@ def _progress(fraction, message) -> None:
 
 
 def run(args, argv=None) -> int:
-    from mirror_sd.bench.questions import load_questions, per_category
+    from mirror_sd.questions import load_questions, per_category
     from mirror_sd.options import settings_from_args
     from mirror_sd.report.checks import check_pairs
     from mirror_sd.report.render import one_line, report_markdown, write_report

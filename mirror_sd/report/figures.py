@@ -16,7 +16,7 @@ on every question, interleaved, with the harness's warm-up and its mismatch chec
 from __future__ import annotations
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench.window_acceptance import summarize_windows
+from mirror_sd.bench import summarize_windows
 
 METHODS = ("ar", "sd", "mirror", "hf-assisted")
 DEFAULT_TOKENS = 32
@@ -26,7 +26,7 @@ SPECULATIVE = ("sd", "mirror")  # the engine's methods with draft windows
 
 def counted_runners(methods, hf_assistant_tokens, tick):
     """The harness's own runners, each calling tick() after a run (the progress bar)."""
-    from mirror_sd.bench.runners import default_runners, engine_runner
+    from mirror_sd.bench import default_runners, engine_runner
 
     table = default_runners(hf_assistant_tokens)
 
@@ -46,7 +46,7 @@ def measure_pair(pair, questions, settings, *, methods=METHODS, out_dir=None, pr
                  meta=None) -> dict:
     """The benchmark's results for this pair. `progress(done, total)` after every run (the
     harness's warm-up runs included)."""
-    from mirror_sd.bench.harness import run_benchmark
+    from mirror_sd.bench import run_benchmark
 
     methods = list(dict.fromkeys(["ar", *methods]))
     total = len(methods) * (1 + sum(len(q.turns) for q in questions))
@@ -154,8 +154,8 @@ def best_settings(profile, replayed: dict) -> dict:
 def projection_figures(results: dict) -> dict:
     """Profiles (a), (b), (c) of the What-if: the recorded steps replayed at the run's
     settings, and each profile's best settings by the latency model. All projections."""
-    from mirror_sd.bench.harness import records_from_results
-    from mirror_sd.bench.whatif_hardware import project_all
+    from mirror_sd.bench import records_from_results
+    from mirror_sd.latency.whatif_hardware import project_all
 
     meta, s = results["meta"], results["meta"]["settings"]
     out = project_all(records_from_results(results), target_layers=meta["target_layers"],

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mirror_sd.bench.report import _f, _pct, _x
-from mirror_sd.bench.runners import label
+from mirror_sd.bench import label
+from mirror_sd.formats import number, percent, times
 
 PROFILE_LABELS = {"a": "(a) this machine", "b": "(b) draft on its own device",
                   "c": "(c) accelerator pair"}
@@ -36,32 +36,32 @@ def _pair_lines(p: dict) -> list[str]:
     lines += ["**Acceptance** (tau: tokens per target forward, the target's own token included)", "",
               "| | " + " | ".join(label(m) for m in p["methods"]) + " |",
               "|---|" + "---|" * len(p["methods"]),
-              "| tau, all | " + " | ".join(_f(acc["tau"][m]) for m in p["methods"]) + " |"]
+              "| tau, all | " + " | ".join(number(acc["tau"][m]) for m in p["methods"]) + " |"]
     for cat, g in acc["by_task_group"].items():
-        lines.append(f"| tau, {cat} | " + " | ".join(_f(g["tau"][m]) for m in p["methods"]) + " |")
-    rates = ", ".join(f"{r['position']}: {_pct(r['rate'])} of {r['reached']}" for r in sd.get("position_rates", []))
+        lines.append(f"| tau, {cat} | " + " | ".join(number(g["tau"][m]) for m in p["methods"]) + " |")
+    rates = ", ".join(f"{r['position']}: {percent(r['rate'])} of {r['reached']}" for r in sd.get("position_rates", []))
     lines += ["", f"SD's acceptance rate per window position (accepted given all before it accepted): "
                   f"{rates or 'n/a'}.",
               f"Windows that accepted 0, 1, 2, ... drafts (SD): {sd.get('accepted_histogram', [])}; "
-              f"overall {_pct(sd.get('acceptance_rate'))} of {sd.get('drafted', 0)} drafted tokens.", ""]
+              f"overall {percent(sd.get('acceptance_rate'))} of {sd.get('drafted', 0)} drafted tokens.", ""]
     lines += ["**Costs measured on this machine**", "",
               f"- one target forward {_ms(cost['target_forward_s'])}, one draft forward "
-              f"{_ms(cost['draft_forward_s'])}: the draft costs {_pct(cost['draft_share_of_target'])} "
+              f"{_ms(cost['draft_forward_s'])}: the draft costs {percent(cost['draft_share_of_target'])} "
               f"of the target;",
               f"- a verify of {cost['verify_tokens']} tokens {_ms(cost['verify_s'])} = "
-              f"{_f(cost['verify_over_decode'])} decodes.", ""]
+              f"{number(cost['verify_over_decode'])} decodes.", ""]
     lines += ["**Speed over AR, measured** (median of per-question tokens/s ratios, methods interleaved)", "",
               "| method | speedup | tokens/s | tau | mismatches |", "|---|---|---|---|---|"]
     for m in p["methods"]:
         s = speed[m]
-        lines.append(f"| {label(m)} | {_x(s['speedup_over_ar'])} | {_f(s['tokens_per_s'])} | "
-                     f"{_f(s['tau'])} | {s['mismatches']}/{s['checked']} |")
+        lines.append(f"| {label(m)} | {times(s['speedup_over_ar'])} | {number(s['tokens_per_s'])} | "
+                     f"{number(s['tau'])} | {s['mismatches']}/{s['checked']} |")
     lines += [f"\n{label(m)} failed on {speed[m]['errors']} question(s): {speed[m]['error']}"
               for m in p["methods"] if speed[m]["error"]]
     mi = speed.get("mirror")
     if mi:
-        lines += ["", f"Mirror-SD: hit rate {_pct(mi['hit_rate'])}, draft hidden {_pct(mi['draft_hidden'])}, "
-                      f"the target's token in the early exit's top-kappa {_pct(mi['exit_top_kappa_coverage'])} "
+        lines += ["", f"Mirror-SD: hit rate {percent(mi['hit_rate'])}, draft hidden {percent(mi['draft_hidden'])}, "
+                      f"the target's token in the early exit's top-kappa {percent(mi['exit_top_kappa_coverage'])} "
                       f"of steps."]
     lines += ["", *_projection_lines(p), *_recommendation_lines(p), *_cross_lines(p), ""]
     return lines
@@ -77,9 +77,9 @@ def _projection_lines(p: dict) -> list[str]:
     for key, prof in pr["profiles"].items():
         run, best = prof["speedup_at_run_settings"], prof["best_settings"]
         bs, bm = best.get("sd") or {}, best.get("mirror") or {}
-        lines.append(f"| {PROFILE_LABELS.get(key, key)} | {_x(run.get('sd'))} | {_x(run.get('mirror'))} | "
-                     f"{_x(bs.get('projected_speedup'))} ({bs.get('gamma', 'n/a')}) | "
-                     f"{_x(bm.get('projected_speedup'))} ({bm.get('gamma', 'n/a')}, "
+        lines.append(f"| {PROFILE_LABELS.get(key, key)} | {times(run.get('sd'))} | {times(run.get('mirror'))} | "
+                     f"{times(bs.get('projected_speedup'))} ({bs.get('gamma', 'n/a')}) | "
+                     f"{times(bm.get('projected_speedup'))} ({bm.get('gamma', 'n/a')}, "
                      f"{bm.get('branch_budget', 'n/a')}) |")
     return lines + ["", pr["settings_note"] + ".", ""]
 
@@ -93,13 +93,13 @@ def _recommendation_lines(p: dict) -> list[str]:
              f"- precision: {r['precision']['value']} ({r['precision']['why']})"]
     if "gamma_sd" in r:
         g = r["gamma_sd"]
-        lines.append(f"- SD gamma {g['value']} (ran {g['run']}): projected {_x(g['projected_speedup'])}, "
-                     f"gain {_x(g['projected_gain'])} over the run's setting as replayed")
+        lines.append(f"- SD gamma {g['value']} (ran {g['run']}): projected {times(g['projected_speedup'])}, "
+                     f"gain {times(g['projected_gain'])} over the run's setting as replayed")
     if "branch_budget" in r:
         g, b = r["gamma_mirror"], r["branch_budget"]
         lines.append(f"- Mirror-SD gamma {g['value']} (ran {g['run']}), branch budget {b['value']} "
-                     f"(ran {b['run']}): projected {_x(b['projected_speedup'])}, gain "
-                     f"{_x(b['projected_gain'])} over the run's settings as replayed")
+                     f"(ran {b['run']}): projected {times(b['projected_speedup'])}, gain "
+                     f"{times(b['projected_gain'])} over the run's settings as replayed")
     lines.append(f"- window: {r['window']['value']} ({r['window']['why']})")
     return lines + [""]
 
@@ -108,17 +108,17 @@ def _method_line(m: dict) -> str:
     fastest = label(m.get("fastest"))
     if m["value"] == "ar":
         return (f"- method: AR, the target alone: no speculative method beat it here (the fastest, "
-                f"{fastest}, ran at {_x(m['measured_speedup'])})")
-    return f"- method: {fastest} (measured {_x(m['measured_speedup'])} over AR)"
+                f"{fastest}, ran at {times(m['measured_speedup'])})")
+    return f"- method: {fastest} (measured {times(m['measured_speedup'])} over AR)"
 
 
 def _cross_lines(p: dict) -> list[str]:
     c = p.get("cross_tokenizer")
     if not c:
         return []
-    return [f"**Cross-tokenizer pair**: {c['shared_tokens']:,} shared tokens ({_pct(c['shared_share'])} "
-            f"of the target's {c['target_tokens']:,}); they cover {_pct(c['output_coverage'])} of the "
-            f"target's own output on these questions (lowest question {_pct(c['output_coverage_min'])}).", ""]
+    return [f"**Cross-tokenizer pair**: {c['shared_tokens']:,} shared tokens ({percent(c['shared_share'])} "
+            f"of the target's {c['target_tokens']:,}); they cover {percent(c['output_coverage'])} of the "
+            f"target's own output on these questions (lowest question {percent(c['output_coverage_min'])}).", ""]
 
 
 def report_markdown(report: dict) -> str:
@@ -142,9 +142,9 @@ def one_line(p: dict) -> str:
         return f"{p['draft']}: {p['status']}: {p['reason']}"
     s = p["speed"]
     def speed(m):
-        return "failed" if s[m]["error"] and s[m]["speedup_over_ar"] is None else _x(s[m]["speedup_over_ar"])
+        return "failed" if s[m]["error"] and s[m]["speedup_over_ar"] is None else times(s[m]["speedup_over_ar"])
 
-    return (f"{p['draft']}: tau SD {_f(s['sd']['tau'])}, Mirror-SD {_f(s['mirror']['tau'])}; over AR "
+    return (f"{p['draft']}: tau SD {number(s['sd']['tau'])}, Mirror-SD {number(s['mirror']['tau'])}; over AR "
             + ", ".join(f"{label(m)} {speed(m)}" for m in SPEED_METHODS if m in s)
             + " (measured)")
 
@@ -175,7 +175,7 @@ def make_figures(report: dict) -> dict:
             for m in ("sd", "mirror"):
                 labels.append(f"{label(m)} {PROFILE_LABELS.get(key, key)} (projected)")
                 values.append(prof["speedup_at_run_settings"].get(m))
-        speed.add_bar(x=labels, y=values, name=p["draft"], text=[_x(v) for v in values],
+        speed.add_bar(x=labels, y=values, name=p["draft"], text=[times(v) for v in values],
                       textposition="outside")
     curve.update_layout(title="Acceptance per window position (accepted given all before it accepted)",
                         xaxis_title="position in the window", yaxis_title="acceptance rate",

@@ -22,7 +22,7 @@ leaves after its verdict as in profile (b). Every figure it gives is a projectio
 from __future__ import annotations
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench.whatif import Profile
+from mirror_sd.latency.whatif import Profile
 
 # The default pair as the engine loads it, one forward over `rows` new tokens after 100 tokens
 # of context, median of 5 (1-thread ms / 2-thread ms), alone on an idle 2-core AMD EPYC (AVX2):

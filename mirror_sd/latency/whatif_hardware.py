@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench import whatif as wi
-from mirror_sd.bench import whatif_choice as wc
-from mirror_sd.bench.whatif_costs import PROFILE_D, many_cores_profile, split_costs
-from mirror_sd.bench.whatif import PROFILE_NAMES, Profile
+from mirror_sd.latency import whatif as wi
+from mirror_sd.latency import whatif_choice as wc
+from mirror_sd.latency.whatif_costs import PROFILE_D, many_cores_profile, split_costs
+from mirror_sd.latency.whatif import PROFILE_NAMES, Profile
 
 
 @dataclass(frozen=True)

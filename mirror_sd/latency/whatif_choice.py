@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench import whatif as wi
+from mirror_sd.latency import whatif as wi
 from mirror_sd.latency.step_model import MAX_BUDGET
 
 SEARCHED = ("gamma", "window", "branch_extend", "exit_layer", "branch_budget")
