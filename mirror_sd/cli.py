@@ -8,7 +8,7 @@ import sys
 from mirror_sd.engine.events import Commit, Error, Finish, Notice, Span
 from mirror_sd.engine.pair_check import describe
 from mirror_sd.engine.registry import NAMES
-from mirror_sd.engine.run_path import RunPath, tune_for
+from mirror_sd.engine.run_path import RunPath
 from mirror_sd.errors import MirrorSDError, run_cli
 from mirror_sd.formats import number
 from mirror_sd.options import (add_decoding_options, add_model_options, model_kwargs, progress,
@@ -36,8 +36,7 @@ def run_generate(args) -> int:
     settings, gamma_auto, budget_auto = settings_from_args(args, args.method)
     if not args.prompt.strip():
         raise MirrorSDError("The prompt is empty: pass some text with --prompt.")
-    path = RunPath([args.method], settings, gamma_auto=gamma_auto, budget_auto=budget_auto,
-                   tune_for=tune_for([args.method]))
+    path = RunPath([args.method], settings, gamma_auto=gamma_auto, budget_auto=budget_auto)
     pair = path.load(args.target, args.draft, **model_kwargs(args),
                      trust_remote_code=args.trust_remote_code, progress=progress)
     run = path.prepare(pair, args.prompt, chat=not args.no_chat)
@@ -58,19 +57,16 @@ def run_generate(args) -> int:
 
 def decode(run, method: str, stream: bool) -> tuple[list[Span], Finish]:
     """Run one method: notices to stderr, the text to stdout as it comes when `stream`."""
-    spans, finish = [], None
-    for event in run.events(method):
+    def show(event, t_ns: int) -> None:
         if isinstance(event, Error):
             raise MirrorSDError(event.message)
         if isinstance(event, Notice):
             print(f"note: {event.message}", file=sys.stderr)
         elif isinstance(event, Commit) and stream:
             print(event.text, end="", flush=True)
-        elif isinstance(event, Span):
-            spans.append(event)
-        elif isinstance(event, Finish):
-            finish = event
-    return spans, finish
+
+    record = run.collect(method, listener=show)
+    return record.spans, record.finish
 
 
 def result_json(run, method: str, finish: Finish, spans: list[Span]) -> dict:

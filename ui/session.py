@@ -24,6 +24,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
+from mirror_sd.engine.collect import collect
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
 from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.engine.run_path import PreparedRun, RunPath
@@ -71,11 +72,11 @@ class LoadedPair:
 
 
 def _load(spec: PairSpec, progress) -> object:
-    from mirror_sd.models.loading import load_pair  # it also sets the lanes' CPU threads
-    return load_pair(spec.target, spec.draft, precision=spec.precision,
-                     draft_precision=None if spec.draft_precision == "same" else spec.draft_precision,
-                     target_device=spec.target_device, draft_device=spec.draft_device,
-                     progress=progress)
+    # the run path's loader (models/loading.py load_pair; it also sets the lanes' CPU threads)
+    return RunPath.load(spec.target, spec.draft, precision=spec.precision,
+                        draft_precision=None if spec.draft_precision == "same" else spec.draft_precision,
+                        target_device=spec.target_device, draft_device=spec.draft_device,
+                        progress=progress)
 
 
 def _load_tiny(spec: PairSpec, progress) -> object:
@@ -266,6 +267,7 @@ class Job(threading.Thread):
         self.meta: dict = {}
         self.finished = threading.Event()
         self.last_poll = time.monotonic()
+        self.listeners: list = []  # listener(event, perf_counter_ns) per timed event (engine/collect.py)
 
     def poll(self) -> None:
         self.last_poll = time.monotonic()
@@ -288,15 +290,15 @@ class Job(threading.Thread):
             self.message = "Loading the models (first run with this pair; they stay loaded)"
         loaded = self.pairs.get(req.spec, self._progress)
         self.meta = dict(loaded.meta)
-        prompt_ids = path.encode(loaded.pair, parse_prompt(req.prompt))
+        # encoded and checked once, before waiting for the pair: a bad setting (e.g. an exit
+        # layer past this target's layers) is one message, not an error in the pane of a
+        # method that never reads it
+        prompt_ids = path.prompt_ids(loaded.pair, parse_prompt(req.prompt))
         self.meta["prompt_tokens"] = len(prompt_ids)
         if "mirror" in req.methods:
             from mirror_sd.engine.mirror.exit_layer import default_exit_layer
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(loaded.pair)
         self.fraction = None
-        # before waiting for the pair: a bad setting (e.g. an exit layer past this target's
-        # layers) is one message, not an error in the pane of a method that never reads it
-        path.validate(loaded.pair, prompt_ids)
         if not loaded.lock.acquire(blocking=False):
             self.message = "Waiting for the background warm-up of the models to finish"
             loaded.lock.acquire()
@@ -336,16 +338,15 @@ class Job(threading.Thread):
                 break
 
     def _timed_run(self, run: PreparedRun, method: str) -> RunRecord:
-        """One method, every event recorded with its arrival time. Time zero is the run's
-        first timed event (its first span, then the engine's own start once Finish tells it),
-        so nothing before it (building the decoder, a proposal vocabulary) is in its bars."""
+        """One method through the engine's collector, `records[method]` growing event by event
+        with each arrival time (the page polls it). Time zero is the run's first timed event
+        (its first span, then the engine's own start once Finish tells it), so nothing before
+        it (building the decoder, a proposal vocabulary) is in its bars. `listeners` hear every
+        event after it is recorded, inside the timed run: they must stay cheap."""
         rec = RunRecord(method)
         texts = TokenTexts(run.pair, rec)
-        events = run.events(method, cancel=self.cancel)
-        rec.t0_ns = time.perf_counter_ns()
-        self.records[method] = rec
-        for ev in events:
-            now = time.perf_counter_ns()
+
+        def on_event(ev, now: int) -> None:
             texts.on_event(ev)  # before add: the page sees a token with its text
             if isinstance(ev, EarlyExit):  # the layer Mirror really used (lens rule)
                 self.meta["exit_layer"] = ev.layer
@@ -355,8 +356,15 @@ class Job(threading.Thread):
             elif isinstance(ev, Finish):
                 engine_t0 = ev.stats.get("t0_ns") or now - int(ev.stats.get("wall_s", 0) * 1e9)
                 rec.rebase(timed_origin(rec, engine_t0))
+            for listener in self.listeners:
+                listener(ev, now)
             if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
                 self.cancel.set()
+
+        events = run.events(method, cancel=self.cancel)
+        rec.t0_ns = time.perf_counter_ns()
+        self.records[method] = rec
+        collect(events, method, on_event)
         return rec
 
 

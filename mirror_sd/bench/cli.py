@@ -14,7 +14,7 @@ from mirror_sd.bench.harness import rerender, run_benchmark
 from mirror_sd.questions import BUILTIN_QUESTIONS, load_questions, per_category
 from mirror_sd.bench.report import summary_markdown
 from mirror_sd.bench.runners import (DEFAULT_METHODS, HF_ASSISTED, baseline_name, baseline_runner,
-                                     method_choices, variant)
+                                     label, method_choices, variant)
 from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.engine.run_path import RunPath
 from mirror_sd.errors import MirrorSDError, run_cli
@@ -115,7 +115,7 @@ def _main(args, argv) -> int:
         path.settings, auto = run.settings, run.auto.to_dict()
         notes.append(f"auto: gamma {run.settings.gamma}, branch budget {run.settings.branch_budget}, "
                      f"chosen by the latency model from a {run.auto.probe_s:.1f} s probe on "
-                     f"question {questions[0].question_id} (projected Mirror-SD speedup "
+                     f"question {questions[0].question_id} (projected {label(path.tune_for)} speedup "
                      f"{number(run.auto.projected_speedup)}x; a projection, not a measurement)")
     runners = _baseline(args, pair, methods, notes)
     command = "python -m mirror_sd.bench " + " ".join(shlex.quote(a) for a in

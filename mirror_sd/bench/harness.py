@@ -41,10 +41,9 @@ from mirror_sd.bench.runners import (DEFAULT_METHODS, MODELLED, HF_ASSISTED, Met
                                      default_runners, engine_runner, hf_assisted_generation_config)
 from mirror_sd.bench.summary import (_ratio, _sum, breakdown_summary, latency_report, pooled_prefill,
                                      summarize, time_breakdown)
+from mirror_sd.engine import warmup as engine_warmup
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.paths import REPO_ROOT
-
-WARMUP_TOKENS = 16
 
 
 def rotated_order(methods, index: int) -> list[str]:
@@ -227,11 +226,11 @@ def _runner_table(methods: list[str], runners, hf_assistant_tokens) -> dict[str,
 
 def _warm_up_runners(pair, questions, methods, table, settings) -> float:
     """One untimed short run of every method's runner (hf-assisted and variants included) on
-    the first question; returns the seconds it took."""
-    from dataclasses import replace
+    the first question, of the engine's one warm-up size (engine/warmup.py); returns the
+    seconds it took."""
     t0 = time.perf_counter()
-    quick = replace(settings, max_new_tokens=min(WARMUP_TOKENS, settings.max_new_tokens))
-    ids = pair.encode_prompt(questions[0].turns[0])
+    quick = engine_warmup.quick(settings)
+    ids = engine_warmup.prompt(pair.encode_prompt(questions[0].turns[0]))
     for m in methods:
         table[m](pair, ids, quick)
     return time.perf_counter() - t0
@@ -342,7 +341,7 @@ def _run_meta(pair, questions, methods, settings, started, warmup, warm_s, done,
         "questions": len(questions),
         "categories": categories(questions),
         "warmup": {"runs_per_method": 1 if warmup else 0,
-                   "max_new_tokens": min(WARMUP_TOKENS, settings.max_new_tokens),
+                   "max_new_tokens": engine_warmup.quick(settings).max_new_tokens,
                    "seconds": warm_s},
         "order": "methods back to back per question, rotated by one per question",
         "resumed_questions": sorted(done, key=str),

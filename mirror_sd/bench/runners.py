@@ -92,33 +92,18 @@ def engine_runner(method: str) -> Runner:
     """A runner for one of the engine's decoders (engine/registry.py), or a variant of one."""
 
     def run(pair, prompt_ids, settings) -> MethodRun:
-        from mirror_sd.engine.events import EarlyExit, Error, Finish, Notice, Span, Verify
-        from mirror_sd.engine.registry import METHODS
         from mirror_sd.bench.window_acceptance import window_facts
+        from mirror_sd.engine.run_path import PreparedRun
 
-        spans, finish, error, notices, steps = [], None, None, [], []
         base, changes = variant(method)
         if changes:
             settings = replace(settings, **changes)
-        decoder = METHODS[base](pair, settings)
-        t0 = time.perf_counter_ns()
-        for ev in decoder.generate(prompt_ids):
-            if isinstance(ev, Span):
-                spans.append(ev)
-            elif isinstance(ev, Error):
-                error = ev.message
-            elif isinstance(ev, Notice):
-                notices.append(ev.message)
-            elif isinstance(ev, Finish):
-                finish = ev
-            elif isinstance(ev, (Verify, EarlyExit)):
-                steps.append(ev)
-        t1 = time.perf_counter_ns()
-        stats = dict(finish.stats) if finish else {"method": method, "new_tokens": 0}
+        record = PreparedRun(pair, prompt_ids, settings, (base,)).collect(base)
+        stats = record.stats
         stats["method"] = method
-        stats.update(window_facts(steps))  # per window: drafted and accepted (the pair report)
-        return MethodRun(list(finish.token_ids) if finish else [], finish.text if finish else "",
-                         stats, spans, (t1 - t0) / 1e9, t0, t1, error, notices)
+        stats.update(window_facts(record.steps))  # per window: drafted and accepted (the pair report)
+        return MethodRun(record.token_ids, record.text, stats, record.spans, record.wall_s,
+                         record.start_ns, record.end_ns, record.error, record.notices)
 
     run.method = method
     return run

@@ -6,12 +6,13 @@ app's job and the benchmark.
     run = path.prepare(pair, "Write a haiku.")                    # encode, validate, pair check,
                                                                   # warm up, resolve auto
     for method in run.methods:
-        for event in run.events(method):                          # the decoder's typed events
-            ...
+        record = run.collect(method, listener=on_event)           # engine/collect.py: the
+        ...                                                       # events in, spans and figures out
 
 Each step says what it does through `say(message, fraction)` (the app's status line, the
 CLI's stderr) and stops early when `cancel` is set. Steps a caller does not want (the
 benchmark warms its own runners up) are switched off by argument, never skipped silently.
+Auto settings are tuned for the methods that run (`tune_for`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from mirror_sd.engine import tuning, warmup
+from mirror_sd.engine.collect import Collected, Listener, collect
 from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
@@ -29,6 +31,10 @@ Say = Callable[[str, "float | None"], None]
 
 def _quiet(message: str, fraction: float | None = None) -> None:
     pass
+
+
+class PromptIds(list):
+    """Token ids of a prompt that RunPath.prompt_ids encoded and validated."""
 
 
 @dataclass
@@ -47,12 +53,18 @@ class PreparedRun:
         """The typed events of one method's run (engine/events.py), as they happen."""
         return REGISTRY[method].decoder(self.pair, self.settings).generate(self.prompt_ids, cancel=cancel)
 
+    def collect(self, method: str, listener: Listener | None = None,
+                cancel: threading.Event | None = None) -> Collected:
+        """One method's timed run read to the end (engine/collect.py); the decoder is built
+        before the run's clock starts."""
+        return collect(self.events(method, cancel), method, listener)
+
 
 class RunPath:
     """What to run (methods, settings, which settings are auto) and the steps before it."""
 
     def __init__(self, methods: Sequence[str], settings: Settings, *, gamma_auto: bool = False,
-                 budget_auto: bool = False, tune_for: str = "mirror"):
+                 budget_auto: bool = False):
         unknown = [m for m in methods if m not in REGISTRY]
         if unknown:
             raise MirrorSDError(f"Unknown method(s) {', '.join(unknown)}: choose from "
@@ -60,7 +72,7 @@ class RunPath:
         self.methods = tuple(methods)
         self.settings = settings
         self.gamma_auto, self.budget_auto = gamma_auto, budget_auto
-        self.tune_for = tune_for  # whose projected speedup the auto settings maximise
+        self.tune_for = tune_for(self.methods)  # whose projected speedup auto settings maximise
         self.check()
 
     @property
@@ -76,8 +88,10 @@ class RunPath:
         for m in self.methods:
             REGISTRY[m].check(self.settings)
 
-    def load(self, target: str = "default", draft: str = "default", **load_kwargs):
-        """The pair, by name (models/loading.py `load_pair`; its keyword arguments pass on)."""
+    @staticmethod
+    def load(target: str = "default", draft: str = "default", **load_kwargs):
+        """The pair, by name (models/loading.py `load_pair`; its keyword arguments pass on):
+        every entry point loads through here."""
         from mirror_sd.models import loading  # heavy: only when a pair is loaded
         return loading.load_pair(target, draft, **load_kwargs)
 
@@ -91,17 +105,23 @@ class RunPath:
         for m in self.methods:
             self.settings.validate(pair, len(prompt_ids), REGISTRY[m].uses)
 
+    def prompt_ids(self, pair, prompt, chat: bool = True) -> "PromptIds":
+        """The prompt encoded and validated against the pair, once: `prepare` takes it as is."""
+        ids = PromptIds(self.encode(pair, prompt, chat))
+        self.validate(pair, ids)
+        return ids
+
     def prepare(self, pair, prompt, *, chat: bool = True, pair_check=None, warm: bool = True,
                 warmed: set | None = None, cancel: threading.Event | None = None,
                 say: Say = _quiet) -> PreparedRun:
         """Encode and validate the prompt, check the pair, warm up, resolve auto settings.
 
+        `prompt`: a text, chat messages, token ids, or `prompt_ids()`'s (already checked).
         `pair_check`: a function of the pair giving the report (the app keeps one per loaded
         pair), or None: engine/pair_check.py's, for a cross-tokenizer pair a drafting method
         reads, else none. `warmed`: warm_up's `done` set, kept by the caller across runs."""
         cancel = cancel or threading.Event()
-        prompt_ids = self.encode(pair, prompt, chat)
-        self.validate(pair, prompt_ids)
+        prompt_ids = prompt if isinstance(prompt, PromptIds) else self.prompt_ids(pair, prompt, chat)
         report = self._pair_check(pair, pair_check, say)
         warm_s = 0.0
         if warm:
@@ -111,7 +131,7 @@ class RunPath:
         if self.auto and not cancel.is_set():
             say("Choosing γ and branch budget (a short probe of each method)", None)
             settings, choice = self.tune(pair, prompt_ids)
-        return PreparedRun(pair, prompt_ids, settings, self.methods, choice, report, warm_s)
+        return PreparedRun(pair, list(prompt_ids), settings, self.methods, choice, report, warm_s)
 
     def _pair_check(self, pair, pair_check, say: Say) -> dict | None:
         if pair_check is not None:

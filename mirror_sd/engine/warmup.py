@@ -2,9 +2,10 @@
 call or build, the draft lane's threads, a proposal vocabulary) are slow, and no timed run may
 pay for them. So before any timed run each method runs once, briefly, on the prompt's start.
 
-One function for every caller: the command line, the app (which keeps `done` per loaded pair
-so that a method runs its warm-up once per pair and proposal settings) and the run path
-(run_path.py).
+One size for every caller (`quick`, `prompt`): the command line, the app (which keeps `done`
+per loaded pair so that a method runs its warm-up once per pair and proposal settings), the run
+path (run_path.py) and the benchmark, which warms each of its runners (assisted generation and
+the variants too) the same way.
 """
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ from mirror_sd.engine.registry import LABELS, METHODS
 
 WARMUP_TOKENS = 4  # per method: enough for a verify step, branches and a second window
 WARMUP_PROMPT = 16  # prompt tokens the warm-up prefills
+
+
+def quick(settings):
+    """The settings of a warm-up run: at most WARMUP_TOKENS new tokens."""
+    return replace(settings, max_new_tokens=min(settings.max_new_tokens, WARMUP_TOKENS))
+
+
+def prompt(prompt_ids: list[int]) -> list[int]:
+    """The prompt a warm-up run prefills: its first WARMUP_PROMPT tokens."""
+    return list(prompt_ids[:WARMUP_PROMPT])
 
 
 def warm_key(method: str, settings) -> tuple:
@@ -35,7 +46,7 @@ def warm_up(pair, methods, settings, prompt_ids: list[int], *, done: set | None 
     if not todo:
         return 0.0
     names = ", ".join(LABELS.get(m, m) for m in todo)
-    quick = replace(settings, max_new_tokens=min(settings.max_new_tokens, WARMUP_TOKENS))
+    short, ids = quick(settings), prompt(prompt_ids)
     start = time.perf_counter_ns()
     for i, method in enumerate(todo):
         if cancel.is_set():
@@ -43,7 +54,7 @@ def warm_up(pair, methods, settings, prompt_ids: list[int], *, done: set | None 
         if say is not None:
             say(f"Warming up ({names}): a {WARMUP_TOKENS}-token run of each, untimed, so that every "
                 f"timed run starts warm", i / len(todo))
-        for _ in METHODS[method](pair, quick).generate(prompt_ids[:WARMUP_PROMPT], cancel=cancel):
+        for _ in METHODS[method](pair, short).generate(ids, cancel=cancel):
             pass
         done.add(warm_key(method, settings))
     return (time.perf_counter_ns() - start) / 1e9
