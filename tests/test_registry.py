@@ -60,3 +60,35 @@ def test_the_benchmark_refuses_a_method_that_is_not_registered(tmp_path, capsys)
     from mirror_sd.bench import cli as bench_cli
     rc = bench_cli.main(["--methods", f"ar,{NAME}", "--out", str(tmp_path), "--no-progress"])
     assert rc == 2 and f"Unknown method '{NAME}'" in capsys.readouterr().err
+
+
+def test_method_facts_are_registry_attributes():
+    assert registry.baseline() == "ar"
+    assert registry.having(modelled=True) == ("ar", "sd", "mirror")
+    assert registry.having(early_exit=True) == ("mirror",)
+    assert registry.having(drafts=True, early_exit=False)[:1] == ("sd",)
+    with registered():  # a toy method: no fact unless it says so
+        assert NAME not in registry.having(modelled=True) + registry.having(early_exit=True)
+        assert NAME in registry.having(drafts=False, baseline=False)
+
+
+def test_the_settings_schema_is_settings():
+    """The benchmark's `:key=value` settings and the app's inputs come from `Settings`."""
+    from dataclasses import fields
+
+    from mirror_sd.bench.runners import TUNABLE, variant
+    from mirror_sd.engine.settings import DEFAULTS, DRAFTING_FIELDS, MIRROR_FIELDS
+    from mirror_sd.engine.windows import DEFAULT_WINDOW
+    from ui.frames import SETTING_INPUTS, RunInputs
+    assert list(TUNABLE) == list(DRAFTING_FIELDS + MIRROR_FIELDS)
+    assert TUNABLE["exit_layer"] is int and TUNABLE["window_threshold"] is float and TUNABLE["exit_lens"] is str
+    assert variant("mirror:window_threshold=0.25:exit_layer=3") == ("mirror", {"window_threshold": 0.25,
+                                                                                "exit_layer": 3})
+    inputs = RunInputs()
+    for name in SETTING_INPUTS:
+        if name not in ("max_new_tokens", "exit_layer"):  # the page's shorter run, 0 = automatic
+            assert getattr(inputs, name) == getattr(DEFAULTS, name), name
+    assert set(SETTING_INPUTS) <= {f.name for f in fields(Settings)}
+    assert inputs.settings() == Settings(max_new_tokens=inputs.max_new_tokens, window=DEFAULT_WINDOW)
+    custom = RunInputs(gamma=6.0, exit_layer=2, streams="", temperature="0.5").settings()
+    assert (custom.gamma, custom.exit_layer, custom.streams, custom.temperature) == (6, 2, "off", 0.5)

@@ -20,6 +20,7 @@ from statistics import median
 
 from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
+from mirror_sd.engine.registry import baseline, having
 
 from .runs import RunRecord, label, measured
 from .why import breakdown, contention, costs
@@ -83,7 +84,7 @@ def card(rec: RunRecord) -> Card | None:
 def cards(records: dict[str, RunRecord]) -> dict[str, Card]:
     """Cards of the finished runs, in the records' order, with speedups over AR when it ran."""
     out = {m: c for m, rec in records.items() if rec is not None and (c := card(rec)) is not None}
-    base = out.get("ar")
+    base = out.get(baseline())
     for c in out.values():
         if base is not None:
             c.decode_speedup = _ratio(c.decode_tps, base.decode_tps)
@@ -195,8 +196,9 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     if best is None:
         return "", ""
     where = f"On this machine ({machine_words(meta)})"
-    others = [m for m in c if m != "ar" and m != best and c[m].e2e_speedup is not None]
-    if "ar" not in c or len(c) < 2:
+    ar = baseline()
+    others = [m for m in c if m != ar and m != best and c[m].e2e_speedup is not None]
+    if ar not in c or len(c) < 2:
         return f"{where}: {label(best)} wrote {c[best].tokens} tokens at {c[best].e2e_tps:.2f} tok/s end to end.", ""
     level = level_with(c, best)
     if level:
@@ -204,10 +206,10 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         head = (f"{where} {names} finished level: " + ", ".join(
             f"{label(m)} {_x(c[m].e2e_speedup)}" for m in level) + f" AR's speed end to end, within "
             f"{LEVEL:.0%} of each other (one run cannot tell them apart); in decode " + ", ".join(
-            f"{label(m)} {_x(c[m].decode_speedup)}" for m in c if m != "ar") + ".")
-    elif best == "ar":
+            f"{label(m)} {_x(c[m].decode_speedup)}" for m in c if m != ar) + ".")
+    elif best == ar:
         head = (f"{where} plain decoding (AR) won: no speculative method beat it end to end ("
-                + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)}" for m in c if m != "ar") + ").")
+                + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)}" for m in c if m != ar) + ").")
     else:
         head = (f"{where} {label(best)} won: {_x(c[best].e2e_speedup)} AR's speed end to end and "
                 f"{_x(c[best].decode_speedup)} in decode")
@@ -227,8 +229,16 @@ FIRST_TOKEN_SPREAD = 1.3
 FIRST_TOKEN_GAP_S = 0.1  # and at least this far apart: a few milliseconds are not worth a word
 
 
+def roles() -> tuple[str, str]:
+    """(SD, Mirror-SD) by the registry's facts: the modelled method that drafts without the
+    early exit, and the modelled one that reads it (the verdict compares the two)."""
+    return (having(modelled=True, drafts=True, early_exit=False)[0],
+            having(modelled=True, early_exit=True)[0])
+
+
 def _first_token_note(c: dict[str, Card]) -> str:
-    ttft = {m: c[m].ttft_s for m in ("sd", "mirror") if m in c and c[m].ttft_s}
+    sd, mirror = roles()
+    ttft = {m: c[m].ttft_s for m in (sd, mirror) if m in c and c[m].ttft_s}
     if len(ttft) < 2:
         return ""
     slow, fast = max(ttft, key=ttft.get), min(ttft, key=ttft.get)
@@ -237,24 +247,25 @@ def _first_token_note(c: dict[str, Card]) -> str:
     return (f" Note: {label(slow)}'s time to first token ({ttft[slow]:.2f} s) was "
             f"{ttft[slow] / ttft[fast]:.1f}× {label(fast)}'s ({ttft[fast]:.2f} s) for the same work "
             f"(the prompt and the first window): that gap is this run's noise, so compare their "
-            f"decode speeds ({label('sd')} {_x(c['sd'].decode_speedup)}, {label('mirror')} "
-            f"{_x(c['mirror'].decode_speedup)} AR's), or run 3 interleaved runs per method.")
+            f"decode speeds ({label(sd)} {_x(c[sd].decode_speedup)}, {label(mirror)} "
+            f"{_x(c[mirror].decode_speedup)} AR's), or run 3 interleaved runs per method.")
 
 
 def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None,
             lead: str = "The reason:") -> str:
     slow = verify_slowdown(records)
-    mirror, sd = c.get("mirror"), c.get("sd")
-    if best in ("sd", "mirror") and mirror is not None and sd is not None:
+    sd_name, mirror_name = roles()
+    mirror, sd = c.get(mirror_name), c.get(sd_name)
+    if best in (sd_name, mirror_name) and mirror is not None and sd is not None:
         return _sd_against_mirror(sd, mirror, records, slow, precision, lead)
-    if best == "mirror" and mirror is not None:
+    if best == mirror_name and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
         extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
                  f"(median{split_words(slow['factor'], precision, slow['tokens'])})" if slow else "")
         return (f" The reason: {hidden:.2f} s of drafting ran beside the target instead of "
                 f"before it{extra}.")
-    if best == "ar":
-        spec = [x for m, x in c.items() if m != "ar" and x.tokens_per_step]
+    if best == baseline():
+        spec = [x for m, x in c.items() if m != best and x.tokens_per_step]
         if spec:
             x = max(spec, key=lambda k: k.tokens_per_step)
             return (f" The reason: a verify step committed only {x.tokens_per_step:.1f} tokens on "
@@ -286,7 +297,8 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     parts (totals after the first token, as the bars show them), in three items: verifying
     (with what running the draft beside the target cost each verify, medians, named as the
     core split and the interference beyond it), drafting the target waited for, and the net."""
-    parts = {m: breakdown(records[m]) or {} for m in ("sd", "mirror")}
+    # keyed by role: "sd" the serial drafter's card, "mirror" the early-exit drafter's
+    parts = {role: breakdown(records[x.method]) or {} for role, x in (("sd", sd), ("mirror", mirror))}
     verify = {m: parts[m].get("verify") for m in parts}
     exposed = {m: parts[m].get("draft_exposed") for m in parts}
     if None in verify.values() or None in exposed.values():
@@ -316,7 +328,7 @@ def _range_note(spreads: dict | None) -> str:
     notes = []
     for m, s in spreads.items():
         e2e = s.get("e2e_speedup")
-        if m != "ar" and e2e is not None and e2e.n > 1:
+        if m != baseline() and e2e is not None and e2e.n > 1:
             within = " (the range includes 1.0×: no clear difference from AR)" if e2e.includes_one else ""
             notes.append(f"{label(m)} {e2e.median:.2f}× [{e2e.low:.2f}–{e2e.high:.2f}]{within}")
     return (f" Over {max(x.n for s in spreads.values() for x in s.values())} interleaved runs, end "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from mirror_sd.engine.events import Commit
-from mirror_sd.engine.settings import Settings
+from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
@@ -40,12 +40,18 @@ EXIT_LAYER_INFO = ("The target layer after which Mirror-SD peeks at its likely n
 RESULT_OUTPUTS = ("verdict", "cards", "zoom", "how", "statistics", "timeline", "step",
                   "inspector", "trace", "state")
 SKIPPED_NOTE = "Not ticked under “Methods”."
+DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
+# the run's inputs that are settings of engine/settings.py (same names, converted to its types)
+SETTING_INPUTS = ("max_new_tokens", "temperature", "top_p", "seed", "gamma", "kappa", "exit_layer",
+                  "branch_budget", "streams", "draft_vocab")
 
 
 @dataclass
 class RunInputs:
     """The inputs of a run: the page's controls, and the public `run` API's parameters (by
-    name; any left out takes the default here, the page's default)."""
+    name; any left out takes the default here, the page's default). The settings among them
+    (SETTING_INPUTS) default to engine/settings.py's, but for a shorter run and the exit
+    layer's 0 (chosen automatically)."""
     prompt: str = ""
     target: str = "default"  # "default", a hub id, a folder or a .gguf file
     draft: str = "default"
@@ -53,19 +59,19 @@ class RunInputs:
     target_device: str = "auto"
     draft_device: str = "auto"
     draft_precision: str = "same"
-    gamma: int = 4  # drafted tokens per window
-    kappa: int = 8  # early-exit candidates per position
+    gamma: int = DEFAULTS.gamma  # drafted tokens per window
+    kappa: int = DEFAULTS.kappa  # early-exit candidates per position
     exit_layer: int = 0  # 0: chosen automatically
-    branch_budget: int = 2
-    temperature: float = 0.0  # 0: greedy
-    top_p: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 48
+    branch_budget: int = DEFAULTS.branch_budget
+    temperature: float = DEFAULTS.temperature  # 0: greedy
+    top_p: float = DEFAULTS.top_p
+    seed: int = DEFAULTS.seed
+    max_new_tokens: int = DEFAULT_TOKENS
     methods: list | None = None  # registry names or labels; none: every method
     use_cache: bool = True
     auto_tune: bool = False  # gamma and branch budget chosen by a short probe
-    streams: str = "off"
-    draft_vocab: str = "full"
+    streams: str = DEFAULTS.streams
+    draft_vocab: str = DEFAULTS.draft_vocab
     repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
 
     @classmethod
@@ -77,11 +83,9 @@ class RunInputs:
         return cls(**{k: v for k, v in controls.items() if v is not None})
 
     def settings(self) -> Settings:
-        return Settings(max_new_tokens=int(self.max_new_tokens), temperature=float(self.temperature),
-                        top_p=float(self.top_p), seed=int(self.seed), gamma=int(self.gamma),
-                        kappa=int(self.kappa), exit_layer=int(self.exit_layer) or None,
-                        branch_budget=int(self.branch_budget), streams=self.streams or "off",
-                        draft_vocab=self.draft_vocab or "full", window=DEFAULT_WINDOW)
+        values = {name: getattr(self, name) for name in SETTING_INPUTS}
+        values["exit_layer"] = int(self.exit_layer or 0) or None  # 0: chosen for the pair
+        return settings_from(values, window=DEFAULT_WINDOW)
 
     def spec(self) -> PairSpec:
         return pair_spec(self.target, self.draft, self.precision, self.target_device,

@@ -15,7 +15,8 @@ from pathlib import Path
 import gradio as gr
 
 from . import whatif, zerogpu
-from .frames import DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXIT_LAYER_LABEL, RESULT_OUTPUTS
+from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXIT_LAYER_LABEL, RESULT_OUTPUTS,
+                     RunInputs)
 from .handlers import Handlers, pick_example
 from .how import render_how
 from .inspector import follow_replay, pick, render_inspector
@@ -57,7 +58,7 @@ PAIR_PRESETS = {
     "Custom (type hub ids, folders or .gguf files below)": (None, None),
 }
 DEVICES = ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "mps"]
-DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
+INPUTS = RunInputs()  # the controls' defaults
 
 HEADER = """
 <div class="msd-header">
@@ -77,16 +78,16 @@ def _speculation(c: dict) -> None:
         methods = gr.CheckboxGroup(choices, value=[v for _, v in choices],
                                    label="Methods", elem_id="methods",
                                    info="Each runs alone, one after another, on the same weights.")
-        gamma = gr.Slider(1, 12, value=4, step=1, label="Drafted tokens per window (γ)",
+        gamma = gr.Slider(1, 12, value=INPUTS.gamma, step=1, label="Drafted tokens per window (γ)",
                           info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
-        kappa = gr.Slider(1, 32, value=8, step=1, label="Early-exit guesses per position (κ)",
+        kappa = gr.Slider(1, 32, value=INPUTS.kappa, step=1, label="Early-exit guesses per position (κ)",
                           info="How many of the target's early guesses go to the draft.")
         # the range follows the target (handlers.exit_layer_range, on page load, on
         # a new target and after each run); the run checks it against the model
-        exit_layer = gr.Slider(0, EXIT_LAYER_CEILING, value=0, step=1,
+        exit_layer = gr.Slider(0, EXIT_LAYER_CEILING, value=INPUTS.exit_layer, step=1,
                                label=EXIT_LAYER_LABEL,
                                info=EXIT_LAYER_INFO)
-        branch_budget = gr.Slider(1, 8, value=2, step=1, label="Branch budget",
+        branch_budget = gr.Slider(1, 8, value=INPUTS.branch_budget, step=1, label="Branch budget",
                                   info="Branch-complete rollouts the draft writes in parallel per step (batched).")
         auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
                                 info="A short probe (AR, SD, Mirror-SD, 16 tokens each) calibrates the latency model; the setting with the best projected speedup is used (a projection, shown in the summary).",
@@ -97,11 +98,11 @@ def _speculation(c: dict) -> None:
 def _sampling(c: dict) -> None:
     """Sampling and length."""
     with gr.Accordion("Sampling and length", open=False):
-        temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+        temperature = gr.Slider(0, 2, value=INPUTS.temperature, step=0.05, label="Temperature (0 = greedy)",
                                 info="Greedy runs must reproduce the baseline token for token; the summary checks it.")
-        top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
-        seed = gr.Number(0, precision=0, label="Seed", minimum=0)
-        max_new_tokens = gr.Slider(4, 512, value=DEFAULT_TOKENS, step=4, label="Max new tokens", elem_id="max-new-tokens",
+        top_p = gr.Slider(0.05, 1, value=INPUTS.top_p, step=0.05, label="Top-p")
+        seed = gr.Number(INPUTS.seed, precision=0, label="Seed", minimum=0)
+        max_new_tokens = gr.Slider(4, 512, value=INPUTS.max_new_tokens, step=4, label="Max new tokens", elem_id="max-new-tokens",
                                    info="More tokens: steadier figures, a longer run.")
     c.update(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
 
@@ -123,10 +124,10 @@ def _pair(c: dict) -> None:
                                 info=PRECISION_INFO)
         draft_precision = gr.Dropdown(["same"] + DRAFT_PRECISIONS, value="same",
                                       label="Draft precision", info=DRAFT_PRECISION_INFO)
-        streams = gr.Dropdown(["off", "auto"], value="off", label="Draft streams",
+        streams = gr.Dropdown(["off", "auto"], value=INPUTS.streams, label="Draft streams",
                               info="auto: the draft's trained stream heads propose several "
                                    "tokens per draft forward (SD and Mirror-SD; lossless).")
-        draft_vocab = gr.Dropdown(["full", "auto"], value="full", label="Draft vocabulary",
+        draft_vocab = gr.Dropdown(["full", "auto"], value=INPUTS.draft_vocab, label="Draft vocabulary",
                                   info="auto: the draft proposes from the 65,536 most frequent "
                                        "tokens (a smaller LM head; at int8 SD 1.04-1.10x faster than with the full "
                                        "head, median per question in two runs: within noise here); "

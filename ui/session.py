@@ -295,7 +295,7 @@ class Job(threading.Thread):
         # method that never reads it
         prompt_ids = path.prompt_ids(loaded.pair, parse_prompt(req.prompt))
         self.meta["prompt_tokens"] = len(prompt_ids)
-        if "mirror" in req.methods:
+        if any(REGISTRY[m].early_exit for m in req.methods):
             from mirror_sd.engine.mirror.exit_layer import default_exit_layer
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(loaded.pair)
         self.fraction = None
@@ -330,7 +330,7 @@ class Job(threading.Thread):
             self.current = method
             self.message = f"Running {method}"
             rec = self._timed_run(run, method)
-            if method == "ar" and self.meta.get("cross") and rec.finish is not None:
+            if REGISTRY[method].baseline and self.meta.get("cross") and rec.finish is not None:
                 self.meta["cross"] = {**self.meta["cross"], "ar_tokens": len(rec.finish.token_ids),
                                       "ar_coverage": output_coverage(run.pair, rec.finish.token_ids)}
             if rec.errors:  # the same settings would fail the next method too

@@ -37,11 +37,12 @@ from pathlib import Path
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.questions import Question, categories
 from mirror_sd.bench.report import PARTIAL, write_outputs
-from mirror_sd.bench.runners import (DEFAULT_METHODS, MODELLED, HF_ASSISTED, MethodRun, Runner,
+from mirror_sd.bench.runners import (DEFAULT_METHODS, HF_ASSISTED, MethodRun, Runner,
                                      default_runners, engine_runner, hf_assisted_generation_config)
 from mirror_sd.bench.summary import (_ratio, _sum, breakdown_summary, latency_report, pooled_prefill,
                                      summarize, time_breakdown)
 from mirror_sd.engine import warmup as engine_warmup
+from mirror_sd.engine.registry import having
 from mirror_sd.errors import MirrorSDError
 from mirror_sd.paths import REPO_ROOT
 
@@ -301,9 +302,10 @@ def question_entry(pair, q: Question, order: list[str], methods: list[str], runs
 
 def _calibration(pair, settings, records, started) -> lm.Calibration:
     from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
-    exit_layer = (ran_at(r["stats"] for r in records if r["method"] == "mirror")
+    modelled, early = having(modelled=True), having(modelled=True, early_exit=True)
+    exit_layer = (ran_at(r["stats"] for r in records if r["method"] in early)
                   or choose_exit_layer_for(pair, settings).layer)
-    return lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
+    return lm.calibrate([r for r in records if r["method"] in modelled and not r["error"]],
                         target_layers=pair.target_layers, gamma=settings.gamma,
                         exit_layer=exit_layer, branch_budget=settings.branch_budget,
                         kappa=settings.kappa,
@@ -381,8 +383,9 @@ def rerender(out_dir: str | Path) -> dict:
                     bd[k] = bd.get(k, 0.0) + v
             rec["breakdown_s"] = bd
     saved = meta["settings"]
-    exit_layer = ran_at(r["stats"] for r in records if r["method"] == "mirror") or meta["exit_layer"]
-    cal = lm.calibrate([r for r in records if r["method"] in MODELLED and not r["error"]],
+    modelled, early = having(modelled=True), having(modelled=True, early_exit=True)
+    exit_layer = ran_at(r["stats"] for r in records if r["method"] in early) or meta["exit_layer"]
+    cal = lm.calibrate([r for r in records if r["method"] in modelled and not r["error"]],
                        target_layers=meta["target_layers"], gamma=saved["gamma"],
                        exit_layer=exit_layer, branch_budget=saved["branch_budget"],
                        kappa=saved["kappa"], source=results["latency_model"]["calibration"].get("source", ""))

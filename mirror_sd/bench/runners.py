@@ -12,9 +12,9 @@ from typing import Callable
 
 from mirror_sd.engine.registry import LABELS as REGISTRY_LABELS
 from mirror_sd.engine.registry import REGISTRY
+from mirror_sd.engine.settings import DRAFTING_FIELDS, MIRROR_FIELDS, field_type
 from mirror_sd.errors import MirrorSDError
 
-MODELLED = ("ar", "sd", "mirror")  # the methods the latency model calibrates and projects
 HF_ASSISTED = "hf-assisted"
 DEFAULT_METHODS = tuple(REGISTRY) + (HF_ASSISTED,)  # the --methods default: every method at import
 # the engine's methods with one setting changed, to compare in the same interleaved run:
@@ -57,10 +57,9 @@ class MethodRun:
 Runner = Callable[..., MethodRun]  # runner(pair, prompt_ids, settings) -> MethodRun
 
 
-# settings a method name may change after a colon: "mirror:exit_layer=21:branch_budget=3"
-TUNABLE = {"gamma": int, "kappa": int, "exit_layer": int, "branch_budget": int, "exit_lens": str,
-           "exit_head": str, "streams": str, "draft_vocab": str, "window": str, "window_threshold": float,
-           "window_min": int, "window_max": int, "branch_extend": str}
+# settings a method name may change after a colon: "mirror:exit_layer=21:branch_budget=3":
+# every drafting and Mirror-SD setting, with its type, from engine/settings.py
+TUNABLE = {name: field_type(name) for name in DRAFTING_FIELDS + MIRROR_FIELDS}
 
 
 def variant(method: str) -> tuple[str, dict]:

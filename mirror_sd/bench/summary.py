@@ -6,7 +6,8 @@ from __future__ import annotations
 import statistics
 
 from mirror_sd.latency import latency_model as lm
-from mirror_sd.bench.runners import MODELLED, HF_ASSISTED, _is_ar
+from mirror_sd.bench.runners import HF_ASSISTED, _is_ar
+from mirror_sd.engine.registry import having
 
 # Time breakdown: each instant of a run's wall time goes to the highest-priority busy lane.
 COMPONENTS = ["target prefill", "target forward", "target prefix", "early-exit head",
@@ -250,7 +251,7 @@ def latency_report(cal: lm.Calibration, records, methods) -> dict:
     for sc in WHAT_IF_SCENARIOS:
         try:
             w = lm.what_if(cal, **sc)
-            what.append({"changes": sc, **{m: w["projected"][m]["speedup"] for m in MODELLED}})
+            what.append({"changes": sc, **{m: w["projected"][m]["speedup"] for m in having(modelled=True)}})
         except (ValueError, TypeError):
             continue
     return {"calibration": cal.to_dict(), "terms_s": lm.step_terms(cal),

@@ -3,8 +3,10 @@
 Everything that lists methods reads this table, in its order (the display order): the CLI's
 choices, the benchmark's methods, the app's panes, legends and timeline lanes. A method plugs
 in as a `Decoder` subclass (decoder.py) and one `register(Method(...))`: its name, decoder,
-label, title, colour and the settings it reads (`uses`: the field-name tuples of settings.py;
-`Settings.check(name)` checks exactly those). `unregister(name)` takes it out again (tests).
+label, title, colour, the settings it reads (`uses`: the field-name tuples of settings.py;
+`Settings.check(name)` checks exactly those) and its facts (`drafts`, from the decoder;
+`early_exit`, `modelled`, `baseline`), which the entry points read through `having(**facts)`
+instead of naming methods. `unregister(name)` takes it out again (tests).
 """
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ class Method:
     title: str  # long display name
     colour: str  # the method's colour in the app (pane names, timeline, charts)
     uses: tuple[str, ...]  # the settings it reads: checked before loading, shown in the app
+    # facts the entry points read instead of method names:
+    early_exit: bool = False  # reads the target's early exit (the app's exit layer, the zoom)
+    modelled: bool = False  # the latency model calibrates and projects it under this name
+    baseline: bool = False  # the reference: every speedup is over it, every output checked against it
 
     @property
     def drafts(self) -> bool:
@@ -67,6 +73,17 @@ def unregister(name: str) -> None:
     _sync()
 
 
+def having(**facts) -> tuple[str, ...]:
+    """The registered methods with these facts, in display order: having(drafts=True),
+    having(modelled=True, early_exit=False), ..."""
+    return tuple(n for n, m in REGISTRY.items() if all(getattr(m, k) == v for k, v in facts.items()))
+
+
+def baseline() -> str:
+    """The reference method's name (AR): speedups are over it."""
+    return next(n for n, m in REGISTRY.items() if m.baseline)
+
+
 def _sync() -> None:
     NAMES[:] = list(REGISTRY)
     for view, attr in ((METHODS, "decoder"), (LABELS, "label"), (TITLES, "title"), (COLOURS, "colour")):
@@ -77,10 +94,11 @@ def _sync() -> None:
 
 
 for _method in (  # in teaching order: each adds to the one before
-    Method("ar", Autoregressive, "AR", "Autoregressive (target only)", "#64748b", SAMPLING_FIELDS),
+    Method("ar", Autoregressive, "AR", "Autoregressive (target only)", "#64748b", SAMPLING_FIELDS,
+           modelled=True, baseline=True),
     Method("sd", Speculative, "SD", "Speculative decoding (draft, then verify)", "#16a34a",
-           SAMPLING_FIELDS + DRAFTING_FIELDS),
+           SAMPLING_FIELDS + DRAFTING_FIELDS, modelled=True),
     Method("mirror", MirrorSpeculative, "Mirror-SD", "Mirror-SD", "#2563eb",
-           SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS),
+           SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS, early_exit=True, modelled=True),
 ):
     register(_method)

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Sequence
 
 from mirror_sd.engine import tuning, warmup
 from mirror_sd.engine.collect import Collected, Listener, collect
-from mirror_sd.engine.registry import REGISTRY
+from mirror_sd.engine.registry import REGISTRY, having
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
@@ -152,6 +152,9 @@ class RunPath:
 
 
 def tune_for(methods: Sequence[str]) -> str:
-    """The method whose projected speedup auto settings maximise: SD when it runs without
-    Mirror-SD, else Mirror-SD (the latency model projects those two)."""
-    return "sd" if "sd" in methods and "mirror" not in methods else "mirror"
+    """The method whose projected speedup auto settings maximise: among the methods that run
+    and that the latency model projects (the registry's `modelled`) and draft, the one reading
+    the early exit, else the first; with none of them, the modelled early-exit method."""
+    run = [m for m in having(modelled=True, drafts=True) if m in methods]
+    early = [m for m in run if REGISTRY[m].early_exit]
+    return (early or run or list(having(modelled=True, early_exit=True)))[0]

@@ -11,6 +11,7 @@ settings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args, get_type_hints
 
 from mirror_sd.engine.acceptance import Sampling
 from mirror_sd.engine.windows import WINDOW_CHOICES
@@ -144,3 +145,20 @@ class Settings:
              f"window max must be between window min ({self.window_min}) and {MAX_GAMMA} "
              f"(got {self.window_max})."),
         ]
+
+
+DEFAULTS = Settings()  # every setting's default: the entry points show and derive theirs from it
+
+
+def field_type(name: str) -> type:
+    """A setting's plain type (int for `int | None`): what a value given as text converts to."""
+    hint = get_type_hints(Settings)[name]
+    return next((a for a in get_args(hint) if a is not type(None)), hint)
+
+
+def settings_from(values: dict, **fixed) -> Settings:
+    """Settings from values given as numbers or text (a form's controls, a method name's
+    `:key=value`), each converted to its field's type; None or '' keeps the default. `fixed`
+    pass on as they are."""
+    given = {k: field_type(k)(v) for k, v in values.items() if v is not None and v != ""}
+    return Settings(**given, **fixed)

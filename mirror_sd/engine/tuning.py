@@ -27,7 +27,7 @@ PROBE_TOKENS = 16
 class Choice:
     gamma: int
     branch_budget: int
-    projected_speedup: float | None  # Mirror-SD over AR, from the latency model
+    projected_speedup: float | None  # the tuned method over AR, from the latency model
     probe_s: float
     table: list[dict] = field(default_factory=list)  # every (gamma, budget) tried
     note: str = lm.PROJECTION_NOTE
@@ -38,10 +38,11 @@ class Choice:
                 "projection": True, "note": self.note, "table": self.table}
 
 
-def choose(cal: lm.Calibration, gammas=GAMMAS, budgets=BUDGETS, method: str = "mirror",
+def choose(cal: lm.Calibration, gammas=GAMMAS, budgets=BUDGETS, method: str | None = None,
            fixed_gamma: int | None = None, fixed_budget: int | None = None) -> tuple[int, int, float | None, list[dict]]:
-    """The (gamma, budget) with the best projected speedup of `method`; ties go to the
-    smaller setting (less work wasted on a miss)."""
+    """The (gamma, budget) with the best projected speedup of `method` (None: the modelled
+    early-exit method, Mirror-SD); ties go to the smaller setting (less work wasted on a miss)."""
+    method = method or _early_exit_method()
     table, best = [], None
     for g in ([fixed_gamma] if fixed_gamma else gammas):
         for b in ([fixed_budget] if fixed_budget else budgets):
@@ -58,25 +59,32 @@ def choose(cal: lm.Calibration, gammas=GAMMAS, budgets=BUDGETS, method: str = "m
 
 
 def probe(pair, prompt_ids: list[int], settings, tokens: int = PROBE_TOKENS) -> lm.Calibration:
-    """Run AR, SD and Mirror-SD for `tokens` tokens each and calibrate the latency model at
-    the exit layer Mirror-SD ran at (the prefix/suffix split of its target forwards)."""
+    """Run the methods the latency model knows (AR, SD and Mirror-SD: the registry's
+    `modelled`) for `tokens` tokens each and calibrate the latency model at the exit layer
+    the early-exit method ran at (the prefix/suffix split of its target forwards)."""
     from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
-    from mirror_sd.engine.registry import METHODS
+    from mirror_sd.engine.registry import METHODS, having
 
     short = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens))
     records = []
-    for method in ("ar", "sd", "mirror"):
+    for method in having(modelled=True):
         events = list(METHODS[method](pair, short).generate(prompt_ids))
         records += lm.runs_from_events(events, method)
-    exit_layer = (ran_at(r["stats"] for r in records if r["method"] == "mirror")
+    early = having(modelled=True, early_exit=True)
+    exit_layer = (ran_at(r["stats"] for r in records if r["method"] in early)
                   or choose_exit_layer_for(pair, short).layer)
     return lm.calibrate(records, target_layers=pair.target_layers, gamma=short.gamma,
                         exit_layer=exit_layer, branch_budget=short.branch_budget, kappa=short.kappa,
                         source="the auto-tuning probe")
 
 
+def _early_exit_method() -> str:
+    from mirror_sd.engine.registry import having
+    return having(modelled=True, early_exit=True)[0]
+
+
 def auto_settings(pair, prompt_ids: list[int], settings, gamma_auto: bool, budget_auto: bool,
-                  method: str = "mirror") -> tuple[object, Choice]:
+                  method: str | None = None) -> tuple[object, Choice]:
     """`settings` with gamma and/or branch budget replaced by the probe's choice."""
     t0 = time.perf_counter()
     cal = probe(pair, prompt_ids, settings)
