@@ -397,9 +397,8 @@ def test_prefill_and_decode_speed_per_method(full_run):
             turns = [t["stats"] for t in r["turns"]]
             assert r["prefill_s"] == pytest.approx(sum(t["prefill_s"] for t in turns))
             assert 0 < r["prefill_s"] < r["wall_s"]
-            if m == "hf-assisted":  # its tokens per forward are not observable
-                assert r["decode_tokens_per_s"] is None
-                continue
+            # every runner's figures by the same rule, transformers' assisted generation too
+            # (its commits timed by a streamer)
             tokens, secs = sum(t["decode_tokens"] for t in turns), sum(t["decode_s"] for t in turns)
             assert r["decode_tokens_per_s"] == pytest.approx(tokens / secs)
     overall = results["summary"]["overall"]

@@ -71,7 +71,7 @@ def card(rec: RunRecord) -> Card | None:
         method=rec.method, tokens=int(m["tokens"]), wall_s=float(m["wall_s"]),
         ttft_s=m.get("prefill_s"), decode_s=m.get("decode_s"),
         decode_tokens=int(m.get("decode_tokens") or 0), decode_tps=m.get("decode_tokens_per_s"),
-        e2e_tps=m["tokens"] / m["wall_s"] if m["wall_s"] else None,
+        e2e_tps=m["tokens_per_s"] if m["wall_s"] else None,
         verify_steps=len(verifies), rejections=sum(v.kind == "correction" for v in verifies),
         windows=windows,
         hits=int(stats.get("hits") or 0) if has_branches else None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mirror_sd.engine.collect import FIGURES, figures
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Event, Finish, Notice,
                               Span, StepStart, Verify, event_from_dict)
 from mirror_sd.engine.registry import REGISTRY
@@ -224,43 +225,35 @@ def timed_origin(rec: RunRecord, engine_t0_ns: int | None = None) -> int | None:
     return first
 
 
+def _commits(rec: RunRecord) -> list[tuple[int, int]]:
+    """(arrival t_ns from the run's start, tokens) of each Commit."""
+    return [(t, len(e.token_ids)) for e, t in zip(rec.events, rec.times_ns) if isinstance(e, Commit)]
+
+
 def measured(rec: RunRecord) -> dict:
     """The run's measured figures, the one source of every number the page shows: tokens,
     wall_s, tokens_per_s, prefill_s (start to first commit: the prompt's prefill, plus the
     first window for SD and Mirror-SD), decode_s, decode_tokens, decode_tokens_per_s.
-    From Finish's stats when they carry a field, else from the event times (same rule)."""
+    engine/collect.py's `figures`: Finish's stats when they carry them, else from the event
+    times (same rule, engine/stats.split_prefill)."""
     f = rec.finish
-    stats = f.stats if f is not None else {}
-    commits = [(t, len(e.token_ids)) for e, t in zip(rec.events, rec.times_ns) if isinstance(e, Commit)]
-    tokens = stats.get("new_tokens", sum(n for _, n in commits))
-    wall = stats.get("wall_s", rec.duration_ns / 1e9)
-    out = {"tokens": tokens, "wall_s": wall, "elapsed_s": wall,
-           "tokens_per_s": tokens / wall if wall > 0 else 0.0}
-    if "prefill_s" in stats:
-        for k in ("prefill_s", "decode_s", "decode_tokens", "decode_tokens_per_s"):
-            out[k] = stats.get(k)
-        return out
-    if not commits:
-        return dict(out, prefill_s=None, decode_s=None, decode_tokens=0, decode_tokens_per_s=None)
-    prefill = commits[0][0] / 1e9
-    decode_s, decode_tokens = max(wall - prefill, 0.0), tokens - commits[0][1]
-    return dict(out, prefill_s=prefill, decode_s=decode_s, decode_tokens=decode_tokens,
-                decode_tokens_per_s=decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None)
+    commits = _commits(rec)
+    fig = figures(f.stats if f is not None else {}, 0, rec.duration_ns, commits[0] if commits else None,
+                  sum(n for _, n in commits))
+    return {"tokens": fig["new_tokens"], "elapsed_s": fig["wall_s"],
+            **{k: fig[k] for k in FIGURES if k != "new_tokens"}}
 
 
 def live_stats(rec: RunRecord, now_ns: int | None = None) -> dict:
     """tokens, elapsed_s and tokens_per_s: measured() when finished, else so far."""
     if rec.finish is not None:
         return measured(rec)
-    commits = [(t, len(e.token_ids)) for e, t in zip(rec.events, rec.times_ns) if isinstance(e, Commit)]
-    n = sum(k for _, k in commits)
-    elapsed = (now_ns if now_ns is not None else rec.duration_ns) / 1e9
-    out = {"tokens": n, "elapsed_s": elapsed, "tokens_per_s": n / elapsed if elapsed > 0 else 0.0}
+    commits = _commits(rec)
+    elapsed_ns = now_ns if now_ns is not None else rec.duration_ns
+    fig = figures({}, 0, elapsed_ns, commits[0] if commits else None, sum(n for _, n in commits))
+    out = {"tokens": fig["new_tokens"], "elapsed_s": fig["wall_s"], "tokens_per_s": fig["tokens_per_s"]}
     if commits:  # the same split as measured(): prefill to the first commit, decode after it
-        prefill = commits[0][0] / 1e9
-        decode_s, decode_n = elapsed - prefill, n - commits[0][1]
-        out.update(prefill_s=prefill, decode_tokens_per_s=decode_n / decode_s
-                   if decode_n > 0 and decode_s > 0 else None)
+        out.update(prefill_s=fig["prefill_s"], decode_tokens_per_s=fig["decode_tokens_per_s"])
     return out
 
 

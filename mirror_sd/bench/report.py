@@ -211,7 +211,8 @@ def _note_lines(meta: dict, methods: list[str], files, notes) -> list[str]:
                         f"with num_assistant_tokens {hf.get('num_assistant_tokens')}, schedule "
                         f"{hf.get('num_assistant_tokens_schedule')}, confidence threshold "
                         f"{hf.get('assistant_confidence_threshold')}; its forwards are timed by "
-                        "hooks; drafted/accepted counts and hit rate are not observable (n/a).")
+                        "hooks and its commits by a streamer (its first token comes with its first "
+                        "verify, as SD's); drafted/accepted counts and hit rate are not observable (n/a).")
     if meta.get("resumed_questions"):
         extra.append("Resumed run: question(s) " + ", ".join(map(str, meta["resumed_questions"]))
                      + " were measured by an earlier process of this run that was interrupted.")

@@ -151,68 +151,98 @@ def hf_assisted_generation_config(pair, settings, assistant_tokens: int | None =
     return GenerationConfig(**kw)
 
 
+class CommitTimes:
+    """A transformers streamer that notes when generate() commits tokens: after the prompt
+    (its first `put`), (perf_counter_ns, tokens) per put, as the engine's Commit events."""
+
+    def __init__(self):
+        self.prompt_seen = False
+        self.commits: list[tuple[int, int]] = []
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.commits.append((time.perf_counter_ns(), int(value.numel())))
+
+    def end(self) -> None:
+        pass
+
+
 def hf_assisted_runner(assistant_tokens: int | None = None) -> Runner:
     """transformers' own `target.generate(assistant_model=draft)`, timed with perf_counter_ns;
     for a draft with another tokenizer, with `tokenizer=` and `assistant_tokenizer=` (universal
     assisted generation).
 
     Its target and draft forwards are timed with forward hooks, so target forwards, mean
-    accepted and the time breakdown are reported; drafted/accepted counts and hit rate are
-    not observable there (null)."""
+    accepted and the time breakdown are reported; its commits are timed by a streamer, so
+    time to first token and decode speed follow the engine's definitions (split_prefill);
+    drafted/accepted counts and hit rate are not observable there (null)."""
 
     def run(pair, prompt_ids, settings) -> MethodRun:
-        import torch
-
-        from mirror_sd.models.pair import model_device
-        from mirror_sd.placement import method_threads
-        from mirror_sd.engine.stats import draft_hidden_fraction
-
-        gc = hf_assisted_generation_config(pair, settings, assistant_tokens)
-        device = model_device(pair.target)
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         spans: list = []
-        draft = getattr(pair, "draft_model", None) or pair.draft  # the model as loaded
-        hooks = (_timing_hooks(pair.target, "target", spans, "prefill", "verify_forward")
-                 + _timing_hooks(draft, "draft", spans, "draft", "draft"))
-        # a draft with another tokenizer: transformers' universal assisted generation
-        cross = (dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.draft_tokenizer)
-                 if getattr(pair, "bridge", None) is not None else {})
-        error = None
-        torch.manual_seed(settings.seed)
-        t0 = time.perf_counter_ns()
-        try:
-            with torch.inference_mode(), method_threads(pair, 1):  # one model at a time
-                out = pair.target.generate(ids, attention_mask=torch.ones_like(ids),
-                                           generation_config=gc, assistant_model=draft, **cross)
-            new = out[0, len(prompt_ids):].tolist()
-        except Exception as e:  # reported in the results, the benchmark goes on
-            error, new = f"{type(e).__name__}: {e}", []
-        finally:
-            t1 = time.perf_counter_ns()
-            for h in hooks:
-                h.remove()
-        wall = (t1 - t0) / 1e9
-        forwards = sum(s.lane == "target" for s in spans)
-        first_target = next((s for s in spans if s.lane == "target"), None)
-        stats = {
-            "method": HF_ASSISTED, "new_tokens": len(new), "wall_s": wall,
-            "tokens_per_s": len(new) / wall if wall > 0 else 0.0,
-            # its first target forward reads the prompt and verifies the first candidates; how
-            # many tokens it kept is not observable, so there is no decode speed of its own
-            "prefill_s": (first_target.end_ns - t0) / 1e9 if first_target else None,
-            "decode_s": None, "decode_tokens": None, "decode_tokens_per_s": None,
-            "target_forwards": forwards,
-            "mean_accepted": len(new) / forwards if forwards else 0.0,
-            "steps": forwards, "drafted": None, "accepted_drafts": None,
-            "acceptance_rate": None, "hit_rate": None, "hits": None, "fallbacks": None,
-            "draft_hidden_fraction": draft_hidden_fraction(spans), "cancelled": False,
-            "prompt_tokens": len(prompt_ids),
-            "draft_forwards": sum(s.lane == "draft" for s in spans),
-        }
-        return MethodRun(new, pair.decode(new), stats, spans, wall, t0, t1, error)
+        commits = CommitTimes()
+        new, error, t0, t1 = _hf_generate(pair, prompt_ids, settings, assistant_tokens, spans, commits)
+        stats = _hf_stats(prompt_ids, new, spans, t0, t1, commits)
+        return MethodRun(new, pair.decode(new), stats, spans, (t1 - t0) / 1e9, t0, t1, error)
 
     run.method = HF_ASSISTED
     return run
+
+
+def _hf_generate(pair, prompt_ids, settings, assistant_tokens, spans: list, commits: CommitTimes):
+    """One timed generate() with the draft as assistant: (new token ids, error or None, start
+    and end perf_counter_ns); its forwards' spans land in `spans`, its commits in `commits`."""
+    import torch
+
+    from mirror_sd.models.pair import model_device
+    from mirror_sd.placement import method_threads
+
+    gc = hf_assisted_generation_config(pair, settings, assistant_tokens)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=model_device(pair.target))
+    draft = getattr(pair, "draft_model", None) or pair.draft  # the model as loaded
+    hooks = (_timing_hooks(pair.target, "target", spans, "prefill", "verify_forward")
+             + _timing_hooks(draft, "draft", spans, "draft", "draft"))
+    # a draft with another tokenizer: transformers' universal assisted generation
+    cross = (dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.draft_tokenizer)
+             if getattr(pair, "bridge", None) is not None else {})
+    error = None
+    torch.manual_seed(settings.seed)
+    t0 = time.perf_counter_ns()
+    try:
+        with torch.inference_mode(), method_threads(pair, 1):  # one model at a time
+            out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc,
+                                       assistant_model=draft, streamer=commits, **cross)
+        new = out[0, len(prompt_ids):].tolist()
+    except Exception as e:  # reported in the results, the benchmark goes on
+        error, new = f"{type(e).__name__}: {e}", []
+    finally:
+        t1 = time.perf_counter_ns()
+        for h in hooks:
+            h.remove()
+    return new, error, t0, t1
+
+
+def _hf_stats(prompt_ids, new: list[int], spans: list, t0: int, t1: int, commits: CommitTimes) -> dict:
+    """The engine's statistics, as far as generate() lets them be observed."""
+    from mirror_sd.engine.stats import draft_hidden_fraction, split_prefill
+
+    wall = (t1 - t0) / 1e9
+    forwards = sum(s.lane == "target" for s in spans)
+    first = commits.commits[0] if commits.commits and new else None
+    return {
+        "method": HF_ASSISTED, "new_tokens": len(new), "wall_s": wall,
+        "tokens_per_s": len(new) / wall if wall > 0 else 0.0,
+        # its first commit comes after its first verify (the prompt and the first candidates)
+        **split_prefill(t0, t1, len(new), (first[0], min(first[1], len(new))) if first else None),
+        "target_forwards": forwards,
+        "mean_accepted": len(new) / forwards if forwards else 0.0,
+        "steps": forwards, "drafted": None, "accepted_drafts": None,
+        "acceptance_rate": None, "hit_rate": None, "hits": None, "fallbacks": None,
+        "draft_hidden_fraction": draft_hidden_fraction(spans), "cancelled": False,
+        "prompt_tokens": len(prompt_ids),
+        "draft_forwards": sum(s.lane == "draft" for s in spans),
+    }
 
 
 def baseline_runner(base_pair, name: str) -> Runner:

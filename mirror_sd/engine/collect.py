@@ -86,14 +86,14 @@ def figures(stats: dict, start_ns: int, end_ns: int, first_commit, committed: in
     and decode rate: the engine's own (its Finish stats) where they carry them, else from the
     observed times by the same rule (a trace, a run without Finish): `first_commit`
     (perf_counter_ns, tokens) of the first Commit's arrival, `committed` tokens in all."""
-    if "prefill_s" in stats and "wall_s" in stats:
-        return {k: stats.get(k) for k in FIGURES}
     wall = stats.get("wall_s", (end_ns - start_ns) / 1e9)
     tokens = stats.get("new_tokens", committed)
+    out = {"new_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall > 0 else 0.0}
+    if "prefill_s" in stats:
+        return dict(out, **{k: stats.get(k) for k in FIGURES[3:]})
     end = start_ns + int(wall * 1e9)
-    return {"new_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall > 0 else 0.0,
-            **split_prefill(start_ns, max(end, first_commit[0]) if first_commit else end, tokens,
-                            first_commit)}
+    return dict(out, **split_prefill(start_ns, max(end, first_commit[0]) if first_commit else end,
+                                     tokens, first_commit))
 
 
 def collect(events: Iterable[Event], method: str, listener: Listener | None = None) -> Collected:
