@@ -3,13 +3,16 @@
 The model itself (the step-time terms, `predict`, `what_if`) is in step_model.py; every public
 name of it is importable from here too, so `latency_model` is the one name to import.
 `calibrate()` fits a `Calibration` from the engine's spans and `Finish.stats`;
-`default_calibration()` is the default pair's, measured by `python -m mirror_sd.bench`.
+`default_calibration()` is the default pair's, measured by `python -m mirror_sd.bench`
+(mirror_sd/data/measured.json).
 
 Pure Python: no torch, no models. Spans may be `events.Span` objects or their dicts.
 """
 from __future__ import annotations
 
 import re
+
+from mirror_sd import measured
 
 from mirror_sd.latency.step_model import (DRAFT_DEVICES, MAX_BUDGET, PROJECTION_NOTE,  # noqa: F401
                                         WHAT_IF_KEYS, Calibration, alpha_from_tau, apply_changes,
@@ -197,18 +200,10 @@ def _branch_costs(by: dict, gamma: int, contention: float):
 # a calibration to project from without running the benchmark first
 
 # The default pair (Qwen2.5-Coder 1.5B target, 28 layers; 0.5B draft), fp32, on a shared 2-core
-# CPU, gamma 4, kappa 8, exit layer 14, branch budget 2, one torch
-# thread per lane, int8 early-exit head: calibrated by `python -m mirror_sd.bench` (see SOURCE).
+# CPU, gamma 4, kappa 8, exit layer 14, branch budget 2: mirror_sd/data/measured.json
+# "default_calibration" holds the values and the benchmark command that measured them.
 # Replace it with your own: `calibrate(...)`, or the "calibration" of a benchmark's results.json.
-DEFAULT_CALIBRATION = dict(
-    target_layers=28, exit_layer=14, gamma=4, gamma_measured=4, branch_budget=2, kappa=8,
-    t_target_1=0.617, t_target_k=1.871, head_share=0.126, t_exit_head=0.028, t_accept=0.005,
-    t_draft_token=0.270, t_fallback_token=0.231, t_extend=0.223, t_branch_1=0.220,
-    t_branch_row=0.224, branch_forwards=1.78, branch_rows=1.10, contention=1.13,
-    alpha_sd=0.858, alpha_mirror=0.858, hit_rate=0.91, schedule="engine",
-    source="benchmark of the default pair on a shared 2-core CPU (one coding question, 128 "
-           "tokens, greedy)",
-)
+DEFAULT_CALIBRATION = measured.values("default_calibration")
 
 
 def default_calibration() -> Calibration:

@@ -21,22 +21,16 @@ leaves after its verdict as in profile (b). Every figure it gives is a projectio
 """
 from __future__ import annotations
 
+from mirror_sd import measured
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.latency.whatif import Profile
 
-# The default pair as the engine loads it, one forward over `rows` new tokens after 100 tokens
-# of context, median of 5 (1-thread ms / 2-thread ms), alone on an idle 2-core AMD EPYC (AVX2):
-# python research/thread_split.py --precisions int8,fp32 --reps 5 (research/thread_split.json).
-# int8 at 1 / 5 / 8 / 13 rows: 59.9/44.2, 105.9/56.9, 156.8/84.1, 246.5/128.2 ms;
-# fp32 (oneDNN): 186.6/159.6, 225.8/171.3, 277.8/210.6, 342.0/227.0 ms. On another machine of
-# this kind (busy) int8 split 1.52 / 1.79 / 1.78 / 1.86x: the split, not the speed, is what
-# the What-if uses, and it moved by up to 0.17 between the two.
-CORE_SPLIT = {
-    "int8": {1: 1.355, 5: 1.861, 8: 1.865, 13: 1.922},
-    "fp32": {1: 1.169, 5: 1.318, 8: 1.319, 13: 1.506},
-}
-CORE_SPLIT_SOURCE = ("one- against two-thread forwards of the default pair's target, measured alone "
-                     "by research/thread_split.py on an idle 2-core CPU")
+# The default pair's target, one forward over `rows` new tokens, 1-thread / 2-thread time, per
+# precision: measured by research/thread_split.py (mirror_sd/data/measured.json "core_split"
+# holds the values, the command and the machine).
+CORE_SPLIT = {precision: {int(rows): split for rows, split in table.items()}
+              for precision, table in measured.values("core_split").items()}
+CORE_SPLIT_SOURCE = measured.entries()["core_split"]["source"]
 CORES_D = 8
 PROFILE_D = f"CPU host with {CORES_D} vCPU, each lane on cores of its own"
 

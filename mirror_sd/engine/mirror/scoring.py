@@ -19,12 +19,17 @@ from dataclasses import dataclass
 
 import torch
 
-EXIT_WEIGHT = 0.5  # share of P(v | stop) taken from the raw early exit once it has arrived
-ACCEPT_WEIGHT = 0.0  # share of the acceptance estimates a_i taken from the raw early exit
-# The same with a trained exit lens (see exit_lens.py), chosen by research/hit_rate_sim.py on
-# recorded int8 runs (exit layer 24, gamma 3; docs/exit-lens.md section 6): 0.5 / 0 before.
-EXIT_WEIGHT_LENS = 0.4
-ACCEPT_WEIGHT_LENS = 0.3
+from mirror_sd import measured
+
+# mirror_sd/data/measured.json "scoring_weights": the values, and the research/hit_rate_sim.py
+# commands that chose them on recorded int8 runs (docs/exit-lens.md section 6)
+_WEIGHTS = measured.values("scoring_weights")
+# the shares of P(v | stop) and of the acceptance estimates a_i taken from the raw early exit
+EXIT_WEIGHT = _WEIGHTS["exit_weight"]
+ACCEPT_WEIGHT = _WEIGHTS["accept_weight"]
+# The same with a trained exit lens (see exit_lens.py)
+EXIT_WEIGHT_LENS = _WEIGHTS["exit_weight_lens"]
+ACCEPT_WEIGHT_LENS = _WEIGHTS["accept_weight_lens"]
 
 
 @dataclass(frozen=True)
