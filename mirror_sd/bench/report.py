@@ -234,8 +234,12 @@ def _ms(x):
 def make_figures(results: dict) -> dict:
     """plotly figures: speedup by category and method, time breakdown per method, and the
     latency model (predicted vs measured; projected speedup against target scale)."""
+    return {"speedup": _speedup_figure(results), "time_breakdown": _breakdown_figure(results),
+            "latency_model": _latency_figure(results)}
+
+
+def _speedup_figure(results: dict):
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     meta, summ = results["meta"], results["summary"]
     methods = meta["methods"]
@@ -256,7 +260,13 @@ def make_figures(results: dict) -> dict:
     fig1.update_layout(barmode="group", yaxis_title="speedup over AR (median tokens/s ratio)",
                        title=f"Speedup over AR by category ({meta['target']} / {meta['draft']}, "
                              f"{mode}, {meta['settings']['max_new_tokens']} new tokens)")
+    return fig1
 
+
+def _breakdown_figure(results: dict):
+    import plotly.graph_objects as go
+
+    methods = results["meta"]["methods"]
     bd = results["breakdown"]
     fig2 = go.Figure()
     names = [label(m) for m in methods]
@@ -272,7 +282,13 @@ def make_figures(results: dict) -> dict:
                  hovertemplate="%{x}: draft hidden %{y:.1f} ms/token<extra></extra>")
     fig2.update_layout(barmode="stack", yaxis_title="ms per generated token",
                        title="Where the time goes (wall time per token by lane, from spans)")
+    return fig2
 
+
+def _latency_figure(results: dict):
+    from plotly.subplots import make_subplots
+
+    methods = results["meta"]["methods"]
     lat = results["latency_model"]
     cal = lat["calibration"]
     fig3 = make_subplots(rows=1, cols=2, subplot_titles=(
@@ -300,7 +316,7 @@ def make_figures(results: dict) -> dict:
     fig3.update_yaxes(title_text="speedup over AR (projected)", row=1, col=2)
     fig3.update_layout(title="Latency model (projections are a model, not measurements)",
                        barmode="group")
-    return {"speedup": fig1, "time_breakdown": fig2, "latency_model": fig3}
+    return fig3
 
 
 def write_outputs(results: dict, out_dir: str | Path) -> list[str]:

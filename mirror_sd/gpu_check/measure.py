@@ -105,55 +105,13 @@ def overlap(pair, gamma: int, reps: int = 5) -> dict:
     back, then at once from two threads (the draft on its own CUDA stream where both share a
     GPU, as Mirror-SD runs them). Each lane's span is timed; the overlap is their
     intersection, `draft_hidden` its share of the draft's span (medians of `reps`)."""
-    from mirror_sd.engine.lanes import Lane
-    from mirror_sd.placement import cache_tensors, lane_stream
-    prefix = [1 + i % 60 for i in range(64)]
-    tdev, ddev = Lane(pair.target, "target").device, Lane(pair.draft, "draft").device
-    clock = Clock(tdev.type == "cuda" and tdev == ddev)
-
-    def fresh():
-        t, d = Lane(pair.target, "target"), Lane(pair.draft, "draft")
-        t.feed(prefix, 1)
-        d.feed(prefix, 1)
-        t.synchronize()
-        d.synchronize()
-        return t, d
-
-    def target_work(t, spans):
-        spans["t0"] = clock.mark()
-        t.feed(list(range(10, 11 + gamma)), gamma + 1)
-        spans["t1"] = clock.mark(t.device)
-        t.synchronize()
-
-    def draft_work(d, spans, own_stream):
-        ctx = (lane_stream(d.device, adopt=cache_tensors(d.cache)) if own_stream
-               else contextlib.nullcontext())
-        with ctx:
-            spans["d0"] = clock.mark()
-            for k in range(gamma):
-                d.feed([20 + k], 1)
-            spans["d1"] = clock.mark(d.device)
-            d.synchronize()
-
-    results = {"clock": clock.name}
+    probe = _OverlapProbe(pair, gamma)
+    results = {"clock": probe.clock.name}
     for mode in ("back_to_back", "at_once"):
         walls, hidden, inter = [], [], []
         for _ in range(reps):
-            t, d = fresh()
-            spans = {}
-            origin = clock.mark(tdev)
-            w0 = time.perf_counter_ns()
-            if mode == "back_to_back":
-                target_work(t, spans)
-                draft_work(d, spans, False)
-            else:
-                th = threading.Thread(target=draft_work, args=(d, spans, True))
-                th.start()
-                target_work(t, spans)
-                th.join()
-            walls.append((time.perf_counter_ns() - w0) / 1e6)
-            ts = (clock.ms(origin, spans["t0"]), clock.ms(origin, spans["t1"]))
-            ds = (clock.ms(origin, spans["d0"]), clock.ms(origin, spans["d1"]))
+            wall, ts, ds = probe.once(mode)
+            walls.append(wall)
             both = _intersection(ts, ds)
             inter.append(both)
             hidden.append(both / (ds[1] - ds[0]) if ds[1] > ds[0] else 0.0)
@@ -166,3 +124,58 @@ def overlap(pair, gamma: int, reps: int = 5) -> dict:
     for key in ("target_span_ms", "draft_span_ms"):
         results[key] = round(statistics.median(results[key]), 3)
     return results
+
+
+class _OverlapProbe:
+    """overlap()'s two lanes over a fresh 64-token prefix each time, and their timed work."""
+
+    def __init__(self, pair, gamma: int):
+        from mirror_sd.engine.lanes import Lane
+        self.pair, self.gamma, self.Lane = pair, gamma, Lane
+        self.prefix = [1 + i % 60 for i in range(64)]
+        self.tdev, ddev = Lane(pair.target, "target").device, Lane(pair.draft, "draft").device
+        self.clock = Clock(self.tdev.type == "cuda" and self.tdev == ddev)
+
+    def fresh(self):
+        t, d = self.Lane(self.pair.target, "target"), self.Lane(self.pair.draft, "draft")
+        t.feed(self.prefix, 1)
+        d.feed(self.prefix, 1)
+        t.synchronize()
+        d.synchronize()
+        return t, d
+
+    def target_work(self, t, spans):
+        spans["t0"] = self.clock.mark()
+        t.feed(list(range(10, 11 + self.gamma)), self.gamma + 1)
+        spans["t1"] = self.clock.mark(t.device)
+        t.synchronize()
+
+    def draft_work(self, d, spans, own_stream):
+        from mirror_sd.placement import cache_tensors, lane_stream
+        ctx = (lane_stream(d.device, adopt=cache_tensors(d.cache)) if own_stream
+               else contextlib.nullcontext())
+        with ctx:
+            spans["d0"] = self.clock.mark()
+            for k in range(self.gamma):
+                d.feed([20 + k], 1)
+            spans["d1"] = self.clock.mark(d.device)
+            d.synchronize()
+
+    def once(self, mode: str) -> tuple[float, tuple[float, float], tuple[float, float]]:
+        """(wall ms, the target's span, the draft's span) of one run, back to back or at once."""
+        t, d = self.fresh()
+        spans = {}
+        origin = self.clock.mark(self.tdev)
+        w0 = time.perf_counter_ns()
+        if mode == "back_to_back":
+            self.target_work(t, spans)
+            self.draft_work(d, spans, False)
+        else:
+            th = threading.Thread(target=self.draft_work, args=(d, spans, True))
+            th.start()
+            self.target_work(t, spans)
+            th.join()
+        wall = (time.perf_counter_ns() - w0) / 1e6
+        clock = self.clock
+        return (wall, (clock.ms(origin, spans["t0"]), clock.ms(origin, spans["t1"])),
+                (clock.ms(origin, spans["d0"]), clock.ms(origin, spans["d1"])))

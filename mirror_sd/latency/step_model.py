@@ -284,8 +284,14 @@ def apply_changes(cal: Calibration, **changes) -> Calibration:
         raise ValueError(f"unknown what-if setting(s) {sorted(unknown)}; "
                          f"known: {', '.join(WHAT_IF_KEYS)}")
     new = replace(cal, notes=list(cal.notes), gamma_measured=cal.gamma_measured or cal.gamma)
-    ts = float(changes.get("target_scale", 1.0))
-    ds = float(changes.get("draft_scale", 1.0))
+    _scale_costs(new, float(changes.get("target_scale", 1.0)), float(changes.get("draft_scale", 1.0)))
+    _apply_settings(new, cal, changes)
+    _apply_rates(new, changes)
+    return new
+
+
+def _scale_costs(new: Calibration, ts: float, ds: float) -> None:
+    """The target's and the draft's costs times `ts` and `ds` (target_scale, draft_scale)."""
     if ts <= 0 or ds <= 0:
         raise ValueError("scales must be positive")
     for name in ("t_target_1", "t_target_k", "t_exit_head"):
@@ -294,6 +300,10 @@ def apply_changes(cal: Calibration, **changes) -> Calibration:
     for name in ("t_draft_token", "t_fallback_token", "t_extend", "t_branch_1", "t_branch_row"):
         v = getattr(new, name)
         setattr(new, name, None if v is None else v * ds)
+
+
+def _apply_settings(new: Calibration, cal: Calibration, changes: dict) -> None:
+    """gamma, exit_layer, branch_budget and kappa, checked."""
     if "gamma" in changes:
         g = int(changes["gamma"])
         if g < 1:
@@ -314,6 +324,10 @@ def apply_changes(cal: Calibration, **changes) -> Calibration:
             new.hit_rate = cal.hit_rate_at(b)
     if "kappa" in changes:
         new.kappa = int(changes["kappa"])
+
+
+def _apply_rates(new: Calibration, changes: dict) -> None:
+    """hit_rate, alpha, draft_device, contention, schedule and comm_ms, checked."""
     if "hit_rate" in changes:
         h = float(changes["hit_rate"])
         if not 0.0 <= h <= 1.0:
@@ -337,7 +351,6 @@ def apply_changes(cal: Calibration, **changes) -> Calibration:
         new.schedule = str(changes["schedule"])
     if "comm_ms" in changes:
         new.t_comm_ee = new.t_comm_verify = float(changes["comm_ms"]) / 1000.0
-    return new
 
 
 def what_if(calibration: Calibration | dict, **changes) -> dict:

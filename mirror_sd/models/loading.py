@@ -282,6 +282,31 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     resolved = _resolve(names, names_prec, placement, choice, trust_remote_code, cache_dir,
                         progress)
     srcs = resolved.srcs
+    t_params, d_params = _check_pair_memory(resolved, names_prec, precs, placement, trust_remote_code,
+                                            memory_limit_bytes)
+    info: dict = {"precision": names_prec["target"], "draft_precision": names_prec["draft"],
+                  "dtype": str(precs["target"].dtype).replace("torch.", ""), "placement": placement,
+                  "warnings": []}
+    if d_params > t_params:
+        _warn(info, progress, f"the draft ({d_params:,} params) is larger than the target "
+                              f"({t_params:,}): speculative decoding cannot be faster than the "
+                              f"target alone")
+    models = _load_models(resolved, names_prec, precs, placement, trust_remote_code, choice, info,
+                          progress)
+    toks = _load_tokenizers(srcs, trust_remote_code, info)
+    pair = ModelPair(models["target"], models["draft"], toks["target"],
+                     target_name=srcs["target"].name, draft_name=srcs["draft"].name,
+                     precision=names_prec["target"], info=info, draft_tokenizer=toks["draft"])
+    # every method (AR included) then runs with the same thread budget: a fair comparison
+    configure_cpu_threads(info["placement"])
+    report(progress, "Loading the models: done", 1.0)
+    return pair
+
+
+def _check_pair_memory(resolved, names_prec, precs, placement, trust_remote_code,
+                       memory_limit_bytes) -> tuple[int, int]:
+    """The two models' parameter counts, after checking that both fit where they go."""
+    srcs = resolved.srcs
     (t_params, _), (d_params, _) = (inspect(srcs[r], r, trust_remote_code)
                                     for r in ("target", "draft"))
     # Vocabularies are compared by ModelPair from the two tokenizers: the same one makes a
@@ -291,15 +316,13 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
     needs[pool(placement.draft_device)] += d_params * _bytes(resolved, "draft", precs)
     label = "/".join(dict.fromkeys(names_prec.values()))
     check_memory(needs, memory_limit_bytes, f"The pair in {label} needs", placement)
+    return t_params, d_params
 
-    info: dict = {"precision": names_prec["target"], "draft_precision": names_prec["draft"],
-                  "dtype": str(precs["target"].dtype).replace("torch.", ""), "placement": placement,
-                  "warnings": []}
-    if d_params > t_params:
-        _warn(info, progress, f"the draft ({d_params:,} params) is larger than the target "
-                              f"({t_params:,}): speculative decoding cannot be faster than the "
-                              f"target alone")
-    models = {}
+
+def _load_models(resolved, names_prec, precs, placement, trust_remote_code, choice, info: dict,
+                 progress) -> dict:
+    """{"target": model, "draft": model}, each one's load facts in info[role]."""
+    srcs, models = resolved.srcs, {}
     for role, frac in (("target", 0.3), ("draft", 0.8)):
         _say_loading(resolved, progress, f"the {role} ({names_prec[role]}, {srcs[role].name})",
                      frac)
@@ -311,20 +334,19 @@ def load_pair(target: str = "default", draft: str = "default", *, precision: str
                               f"its verification is not row-exact (greedy output matches "
                               f"decoding token by token in practice, as in fp32, not by "
                               f"construction)")
+    return models
+
+
+def _load_tokenizers(srcs, trust_remote_code: bool, info: dict) -> dict:
+    """Both tokenizers, timed into info: the target's gives the chat template and the token
+    ids; the draft's, the bridge."""
     toks = {}
     for role, whose in (("target", "the target"), ("draft", "the draft")):
         t0 = time.perf_counter()
-        # the target's gives the chat template and the token ids; the draft's, the bridge
         toks[role] = load_tokenizer(srcs[role], trust_remote_code, whose)
         info["tokenizer_load_s" if role == "target" else "draft_tokenizer_load_s"] = \
             round(time.perf_counter() - t0, 2)
-    pair = ModelPair(models["target"], models["draft"], toks["target"],
-                     target_name=srcs["target"].name, draft_name=srcs["draft"].name,
-                     precision=names_prec["target"], info=info, draft_tokenizer=toks["draft"])
-    # every method (AR included) then runs with the same thread budget: a fair comparison
-    configure_cpu_threads(info["placement"])
-    report(progress, "Loading the models: done", 1.0)
-    return pair
+    return toks
 
 
 def load_target(target: str = "default", *, precision: str = "fp32",
