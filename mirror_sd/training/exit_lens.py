@@ -266,7 +266,7 @@ def load_target(name: str):
     return loaded.model, loaded.tokenizer, loaded.source.name
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m mirror_sd.training.exit_lens", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="default")
@@ -280,9 +280,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--cache", default=None, help="keep the collected states in this .pt file "
                                                    "(reused when it exists and matches)")
-    args = ap.parse_args(argv)
-    from tqdm import tqdm
+    return ap
 
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
     set_process_threads(args.threads)
     layers = sorted({int(x) for x in args.layers.split(",") if x.strip()})
@@ -301,36 +303,13 @@ def main(argv=None) -> int:
         return 2
     meta = target_meta(model)
     print(f"loaded {name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    key = {"meta": meta, "layers": layers, "tokens": args.tokens, "seed": args.seed}
-    cache = Path(args.cache) if args.cache else None
-    data = torch.load(cache) if cache and cache.is_file() else None
-    if data is not None and data.get("key") == key:
-        train, held = (Collected(**data[s]) for s in ("train", "held_out"))
-        print(f"reusing the states collected in {cache}", file=sys.stderr)
-    else:
-        t1 = time.perf_counter()
-        with tqdm(total=args.tokens, desc="collect", unit="tok") as bar:
-            train, held = collect(model, sequences(tokenizer, args.seed, args.tokens), layers,
-                                  progress=bar.update)
-        print(f"collected {train.n} + {held.n} positions in {time.perf_counter() - t1:.0f} s",
-              file=sys.stderr)
-        if cache:
-            torch.save({"key": key, "train": train.to_dict(), "held_out": held.to_dict()}, cache)
+    train, held = _states(args, model, tokenizer, meta, layers)
     _, norm, head = exit_parts(model)
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     body.layers = torch.nn.ModuleList()  # only the final norm and the LM head are needed now
     lens = ExitLens(meta["hidden_size"], layers, args.rank)
     t2 = time.perf_counter()
-    losses = {}
-    for L in layers:
-        with tqdm(total=args.steps, desc=f"fit layer {L}", unit="step") as bar:
-            def show(loss, bar=bar):
-                bar.update()
-                bar.set_postfix(kl=f"{loss:.3f}")
-            ls = fit_layer(lens, L, train, norm, head.weight.detach(), steps=args.steps,
-                           lr=args.lr, seed=args.seed, progress=show)
-        if ls:
-            losses[L] = {"first": round(ls[0], 4), "last": round(sum(ls[-20:]) / len(ls[-20:]), 4)}
+    losses = _fit(args, lens, layers, train, norm, head)
     fit_s = time.perf_counter() - t2
     table = hit_table(lens, held, norm, head)
     report = {"held_out_positions": held.n, "train_positions": train.n,
@@ -345,6 +324,44 @@ def main(argv=None) -> int:
     print(f"saved {args.out} ({size / 1e6:.1f} MB) in {time.perf_counter() - t0:.0f} s total",
           file=sys.stderr)
     return 0
+
+
+def _states(args, model, tokenizer, meta: dict, layers: list[int]):
+    """(train, held out) states at the exit layers: collected, or reused from --cache."""
+    from tqdm import tqdm
+
+    key = {"meta": meta, "layers": layers, "tokens": args.tokens, "seed": args.seed}
+    cache = Path(args.cache) if args.cache else None
+    data = torch.load(cache) if cache and cache.is_file() else None
+    if data is not None and data.get("key") == key:
+        print(f"reusing the states collected in {cache}", file=sys.stderr)
+        return tuple(Collected(**data[s]) for s in ("train", "held_out"))
+    t1 = time.perf_counter()
+    with tqdm(total=args.tokens, desc="collect", unit="tok") as bar:
+        train, held = collect(model, sequences(tokenizer, args.seed, args.tokens), layers,
+                              progress=bar.update)
+    print(f"collected {train.n} + {held.n} positions in {time.perf_counter() - t1:.0f} s",
+          file=sys.stderr)
+    if cache:
+        torch.save({"key": key, "train": train.to_dict(), "held_out": held.to_dict()}, cache)
+    return train, held
+
+
+def _fit(args, lens, layers: list[int], train, norm, head) -> dict:
+    """Fit each layer of the lens; {layer: first and last training loss}."""
+    from tqdm import tqdm
+
+    losses = {}
+    for L in layers:
+        with tqdm(total=args.steps, desc=f"fit layer {L}", unit="step") as bar:
+            def show(loss, bar=bar):
+                bar.update()
+                bar.set_postfix(kl=f"{loss:.3f}")
+            ls = fit_layer(lens, L, train, norm, head.weight.detach(), steps=args.steps,
+                           lr=args.lr, seed=args.seed, progress=show)
+        if ls:
+            losses[L] = {"first": round(ls[0], 4), "last": round(sum(ls[-20:]) / len(ls[-20:]), 4)}
+    return losses
 
 
 if __name__ == "__main__":

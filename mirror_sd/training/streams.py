@@ -272,7 +272,7 @@ def load_draft(name: str):
     return loaded.model, loaded.tokenizer, loaded.source.path, draft_key(loaded.source.path)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mirror_sd.training.streams", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draft", default="default", help="'default', a local model folder or a hub id")
@@ -300,7 +300,11 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=None,
                    help="a .pt file for the continuations: written after generating them, read "
                         "instead of generating when it exists (to refit without regenerating)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     argv_list = sys.argv[1:] if argv is None else list(argv)
     try:
         torch.manual_seed(args.seed)
@@ -310,35 +314,8 @@ def main(argv=None) -> int:
         model, tokenizer, path, key = load_draft(args.draft)
         out = Path(args.out) if args.out else heads_path(key)
         model.generation_config.do_sample = False
-        from tqdm import tqdm
-        gc_eos = model.generation_config.eos_token_id
-        eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos]) | {tokenizer.eos_token_id}
-        eos.discard(None)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
-        sequences = []
         t_gen = time.monotonic()
-        if args.cache and Path(args.cache).is_file():
-            sequences = torch.load(args.cache, weights_only=True)
-        elif args.source == "text":
-            chunks = text_chunks(tokenizer, args.tokens, args.chunk, args.seed)
-            print(f"{len(chunks)} chunks of {args.chunk} tokens", file=sys.stderr)
-            sequences = teacher_forced(model, chunks)
-            if args.cache:
-                torch.save(sequences, args.cache)
-        else:
-            n_prompts = max(2, round(args.tokens / args.new_tokens))
-            prompts = build_prompts(tokenizer, n_prompts, args.seed)
-            print(f"{len(prompts)} prompts, {args.new_tokens} new tokens each, batches of {args.batch}",
-                  file=sys.stderr)
-            gen_model = model
-            if args.draft_precision != "fp32":
-                from mirror_sd.models.precision import apply_precision
-                gen_model = apply_precision(copy.deepcopy(model), args.draft_precision, "draft")
-            for i in tqdm(range(0, len(prompts), args.batch), desc="draft continuations", file=sys.stderr):
-                sequences += continuations(gen_model, prompts[i:i + args.batch], args.new_tokens, pad, eos)
-            del gen_model
-            if args.cache:
-                torch.save(sequences, args.cache)
+        sequences = _sequences(args, model, tokenizer)
         gen_s = time.monotonic() - t_gen
         n_held = max(1, round(len(sequences) * args.held_out))
         held, train = sequences[:n_held], sequences[n_held:]
@@ -368,17 +345,58 @@ def main(argv=None) -> int:
         }
         out.parent.mkdir(parents=True, exist_ok=True)
         heads.save(out)
-        print(f"losses per epoch: {heads.meta['losses']}", file=sys.stderr)
-        print("held-out, per stream position (token j+1 steps ahead; the LM head is position 0):")
-        for name, r in held_report.items():
-            print(f"  {name}: top-1 == draft's own token {r['match']:.1%}  (heads 1..j all right "
-                  f"{r['chain']:.1%}; untrained baseline {r['baseline_next_token']:.1%}; "
-                  f"{r['positions']} positions)")
-        print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {heads.meta['seconds']['total']} s")
+        _print_report(heads, held_report, out)
         return 0
     except MirrorSDError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _sequences(args, model, tokenizer) -> list:
+    """The token sequences to train on: from --cache, stdlib text, or the draft's continuations."""
+    if args.cache and Path(args.cache).is_file():
+        return torch.load(args.cache, weights_only=True)
+    if args.source == "text":
+        chunks = text_chunks(tokenizer, args.tokens, args.chunk, args.seed)
+        print(f"{len(chunks)} chunks of {args.chunk} tokens", file=sys.stderr)
+        sequences = teacher_forced(model, chunks)
+    else:
+        sequences = _continuations(args, model, tokenizer)
+    if args.cache:
+        torch.save(sequences, args.cache)
+    return sequences
+
+
+def _continuations(args, model, tokenizer) -> list:
+    """The draft's greedy continuations of stdlib-built prompts, in batches."""
+    from tqdm import tqdm
+
+    gc_eos = model.generation_config.eos_token_id
+    eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos]) | {tokenizer.eos_token_id}
+    eos.discard(None)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
+    n_prompts = max(2, round(args.tokens / args.new_tokens))
+    prompts = build_prompts(tokenizer, n_prompts, args.seed)
+    print(f"{len(prompts)} prompts, {args.new_tokens} new tokens each, batches of {args.batch}",
+          file=sys.stderr)
+    gen_model = model
+    if args.draft_precision != "fp32":
+        from mirror_sd.models.precision import apply_precision
+        gen_model = apply_precision(copy.deepcopy(model), args.draft_precision, "draft")
+    sequences = []
+    for i in tqdm(range(0, len(prompts), args.batch), desc="draft continuations", file=sys.stderr):
+        sequences += continuations(gen_model, prompts[i:i + args.batch], args.new_tokens, pad, eos)
+    return sequences
+
+
+def _print_report(heads, held_report: dict, out: Path) -> None:
+    print(f"losses per epoch: {heads.meta['losses']}", file=sys.stderr)
+    print("held-out, per stream position (token j+1 steps ahead; the LM head is position 0):")
+    for name, r in held_report.items():
+        print(f"  {name}: top-1 == draft's own token {r['match']:.1%}  (heads 1..j all right "
+              f"{r['chain']:.1%}; untrained baseline {r['baseline_next_token']:.1%}; "
+              f"{r['positions']} positions)")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {heads.meta['seconds']['total']} s")
 
 
 if __name__ == "__main__":
