@@ -141,21 +141,28 @@ class MirrorSpeculative(Decoder):
                 job.cancel()
                 yield from run.new_spans()
                 break
-            # the draft lane's answer: the next window (a branch on a hit, a rollout on a miss)
-            if not job.done.wait(s.lane_timeout_s):
-                job.error = TimeoutError(f"no answer in {s.lane_timeout_s:.0f} s")
-            if job.error is not None:
-                job.cancel()
-                lane_ok = False
-                yield Notice(f"The draft lane failed ({job.error}); finishing with plain decoding.")
-            else:
-                yield from job.branches
-                run.hits += job.hit
-                run.misses += not job.hit
-                ranks.append(job.rank)
-                window, window_hit = job.next_window, job.hit
+            answer = yield from self._answer(run, job, ranks)
+            lane_ok = answer is not None
+            if lane_ok:
+                window, window_hit = answer
             yield from run.new_spans()
             step += 1
+
+    def _answer(self, run, job: StepJob, ranks: list):
+        """The draft lane's answer to a step: (next window, hit) (a branch on a hit, a rollout
+        on a miss), its branches yielded; None when the lane failed or went silent."""
+        timeout = run.settings.lane_timeout_s
+        if not job.done.wait(timeout):
+            job.error = TimeoutError(f"no answer in {timeout:.0f} s")
+        if job.error is not None:
+            job.cancel()
+            yield Notice(f"The draft lane failed ({job.error}); finishing with plain decoding.")
+            return None
+        yield from job.branches
+        run.hits += job.hit
+        run.misses += not job.hit
+        ranks.append(job.rank)
+        return job.next_window, job.hit
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the
