@@ -5,7 +5,8 @@ hides a circle), the import graph is built and searched for cycles at two levels
 - modules: `a` imports `b` (`from a.b import c` is an import of a.b when that is a module);
 - folders of mirror_sd: each top-level package (engine with engine/mirror, models, cpu,
   proposals, latency, bench, training, gpu_check) is one node, and each module directly in
-  mirror_sd/ (cli, options, placement, errors, paths) one node of its own; `ui` is one node.
+  mirror_sd/ (cli, options, placement, errors, paths, questions, formats, measured) one node
+  of its own; `ui` is one node.
 """
 from __future__ import annotations
 

@@ -116,7 +116,8 @@ def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
                      f"{times(c['speedup_mean'])} | {number(c['mean_accepted'])} | {percent(c['hit_rate'])} | "
                      f"{percent(c['draft_hidden_fraction'])} | {_mismatch(c)} | {c['errors']} |")
     lines += ["", "Prefill = time to a run's first committed tokens (the prompt's prefill; SD and "
-              "Mirror-SD also draft and verify their first window in it); decode tok/s = the tokens "
+              "Mirror-SD also draft and verify their first window in it, HF assisted its first "
+              "candidates); decode tok/s = the tokens "
               "after those over the time after them. Mean accepted = generated tokens per target "
               "forward (the target's own token counts, so AR is 1.00). Mismatches: questions "
               "whose tokens differ from AR's (greedy runs only), with the first differing "
