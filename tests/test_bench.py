@@ -295,8 +295,9 @@ def test_rerender_reproduces_the_report(full_run):
             if k == "why_not":
                 continue
             # results.json keeps span times to the microsecond: a relative error (a difference
-            # of two ratios near 1) moves by up to about 1e-4 with that rounding
-            tol = 1e-4 if k == "error" else 1e-6
+            # of two ratios near 1) moves with that rounding, by a few 1e-4 on a tiny model's
+            # sub-millisecond spans
+            tol = 1e-3 if k == "error" else 1e-6
             assert redone[k] == pytest.approx(v, rel=1e-3, abs=tol), (m, k)
 
 
