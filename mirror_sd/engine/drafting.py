@@ -15,10 +15,18 @@ class Window:
     tokens: list[int]
     q_rows: torch.Tensor  # [gamma, V] float64 on CPU: warped q (softmax for greedy)
     stop: str = "gamma"  # why the window has its length (windows.STOP_REASONS)
+    source: str = "draft"  # who drafted it: draft (the draft model) | lookup (proposers.py)
+    note: str = ""  # the priced policy's reason in words (windows.py, pricing.explain)
+    draft_s: float = 0.0  # measured time to draft it (the decoder sets it; per-proposer figures)
 
     def cut(self, n: int, stop: str) -> "Window":
         """The first n drafted tokens, stopped for `stop`."""
-        return Window(self.tokens[:n], self.q_rows[:n], stop)
+        return Window(self.tokens[:n], self.q_rows[:n], stop, self.source, self.note)
+
+    @classmethod
+    def empty(cls, stop: str, note: str = "") -> "Window":
+        """No drafted token: the step is a plain target decode (a priced window of 0)."""
+        return cls([], torch.zeros(0, 0, dtype=torch.float64), stop, "", note)
 
     @property
     def q_probs(self) -> list[float]:

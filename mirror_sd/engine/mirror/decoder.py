@@ -98,12 +98,13 @@ class MirrorSpeculative(Decoder):
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = lane_for(self.pair.draft, "draft", run.committed)
-        proposer, notice = proposer_for(self.pair, s.streams)
+        proposer, notice = proposer_for(self.pair, s.streams, s.proposer)
         if notice:
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
         policy = mirror_policy(s, self.pair.eos_token_ids)
+        policy.zero = False  # the lanes always hand a window over: a priced window is >= 1 token
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
@@ -142,8 +143,10 @@ class MirrorSpeculative(Decoder):
                 yield from run.new_spans()
                 break
             # the draft lane's answer: the next window (a branch on a hit, a rollout on a miss)
+            waited = time.perf_counter_ns()
             if not job.done.wait(s.lane_timeout_s):
                 job.error = TimeoutError(f"no answer in {s.lane_timeout_s:.0f} s")
+            waited = (time.perf_counter_ns() - waited) / 1e9
             if job.error is not None:
                 job.cancel()
                 lane_ok = False
@@ -154,8 +157,22 @@ class MirrorSpeculative(Decoder):
                 run.misses += not job.hit
                 ranks.append(job.rank)
                 window, window_hit = job.next_window, job.hit
+                self._price(run, policy, step, len(job.window.tokens) + 1, window, waited)
             yield from run.new_spans()
             step += 1
+
+    @staticmethod
+    def _price(run, policy, step: int, rows: int, window, waited: float) -> None:
+        """The step's costs for priced windows (windows.py): the target's verify forward over
+        `rows` rows (prefix, exit head and suffix), and the draft time the target waited for
+        the next window (hidden behind a hit: near 0), per token of it; the window carries the
+        policy's reason for its length."""
+        forward = [sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and sp.lane == "target"
+                   and sp.label in ("verify_forward", "prefix", "exit_head", "suffix")]
+        if forward:
+            policy.costs.add_verify(rows, sum(forward) / 1e9)
+        policy.costs.add_draft(window.source or "draft", waited, len(window.tokens))
+        window.note = policy.note
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the

@@ -1,0 +1,216 @@
+"""What a draft window is worth on this machine: its expected tokens over its measured cost.
+
+Pure (no models, no threads of its own). A window of k drafted tokens, verified in one
+target forward over k + 1 rows, commits 1 + sum_{i=1..k} a_1 * ... * a_i tokens on average
+(a_i: the chance that position i is accepted once 1..i-1 were) and costs
+k * t_draft + t_verify(k + 1); drafting nothing (k = 0) is a plain target decode step: one
+token for t_verify(1). `best_window` picks the k with the most expected tokens per second.
+
+The costs are the run's own, measured while it goes (`Costs`: running medians of the last
+measurements of each verify size and of each proposer's cost per drafted token), seeded
+conservatively before the first measurement: a draft forward at 60% of a target decode (this
+pair measures 39-53%), each extra verify row at 10% of a decode. The acceptance per position
+is a running estimate (`PositionAcceptance`: decayed counts with a prior), per proposer.
+Nothing here reads the target's distributions for a window not yet verified, so a length
+chosen from these figures keeps the acceptance rule lossless.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+SEED_DRAFT_SHARE = 0.6  # draft forward / target decode before the run measured one
+SEED_ROW_SHARE = 0.10  # each verify row past the first / target decode before measured
+SEED_ACCEPT = {"draft": 0.6, "lookup": 0.4}  # per-position acceptance before any verdict
+PRIOR_WEIGHT = 2.0  # windows the seed acceptance weighs as
+DECAY = 0.9  # each verdict weighs the earlier ones down: the estimate follows the text
+SAMPLES = 9  # running medians over the last measurements
+MAX_POSITIONS = 33
+
+
+class RunningMedian:
+    """The median of the last `SAMPLES` values (None before the first)."""
+
+    def __init__(self, n: int = SAMPLES):
+        self.values: deque = deque(maxlen=n)
+
+    def add(self, x: float) -> None:
+        self.values.append(float(x))
+
+    def value(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+
+class Costs:
+    """The run's measured costs in seconds: target forwards by rows (rows 1: a plain decode)
+    and each proposer's time per drafted token. Fed by the decoder's lane (another thread
+    than the draft lane that reads them under Mirror-SD): guarded by a lock."""
+
+    def __init__(self):
+        self._verify: dict[int, RunningMedian] = {}
+        self._draft: dict[str, RunningMedian] = {}
+        self._lock = threading.Lock()
+
+    def add_verify(self, rows: int, seconds: float) -> None:
+        with self._lock:
+            self._verify.setdefault(int(rows), RunningMedian()).add(seconds)
+
+    def add_draft(self, source: str, seconds: float, tokens: int) -> None:
+        if tokens > 0:
+            with self._lock:
+                self._draft.setdefault(source, RunningMedian()).add(seconds / tokens)
+
+    def snapshot(self) -> "Prices":
+        """The current estimates: every verify size, every proposer (seeds where unmeasured)."""
+        with self._lock:
+            points = {r: m.value() for r, m in self._verify.items()}
+            draft = {s: m.value() for s, m in self._draft.items()}
+        return Prices(sorted(points.items()), draft)
+
+
+@dataclass
+class Prices:
+    """Cost estimates from the measured points (rows, seconds), sorted by rows."""
+    points: list
+    draft: dict
+
+    @property
+    def decode_s(self) -> float:
+        """A plain target decode: measured, or the smallest measured verify less the seeded
+        per-row cost, or 1 (a unit: only ratios matter before anything is measured)."""
+        if self.points and self.points[0][0] == 1:
+            return self.points[0][1]
+        if self.points:
+            rows, t = self.points[0]
+            return t / (1 + SEED_ROW_SHARE * (rows - 1))
+        return 1.0
+
+    def slope(self) -> float:
+        """Seconds per extra verify row: least squares over the measured sizes, or the seed."""
+        pts = [(1, self.decode_s)] + [p for p in self.points if p[0] > 1]
+        if len({r for r, _ in pts}) < 2 or len(self.points) < 2:
+            return SEED_ROW_SHARE * self.decode_s
+        mr = sum(r for r, _ in pts) / len(pts)
+        mt = sum(t for _, t in pts) / len(pts)
+        var = sum((r - mr) ** 2 for r, _ in pts)
+        return max(0.0, sum((r - mr) * (t - mt) for r, t in pts) / var)
+
+    def verify_s(self, rows: int) -> float:
+        """A target forward over `rows` rows: the measured median, else interpolated between
+        the nearest measured sizes, else extrapolated along the slope."""
+        pts = dict(self.points)
+        if rows in pts:
+            return pts[rows]
+        pts.setdefault(1, self.decode_s)
+        lower = max((r for r in pts if r < rows), default=None)
+        upper = min((r for r in pts if r > rows), default=None)
+        if lower is not None and upper is not None:
+            w = (rows - lower) / (upper - lower)
+            return pts[lower] + w * (pts[upper] - pts[lower])
+        near = lower if lower is not None else upper
+        return max(pts[near] + self.slope() * (rows - near), self.decode_s)
+
+    def draft_s(self, source: str) -> float:
+        """Seconds per drafted token of a proposer: measured, or the seed (a lookup: 0)."""
+        measured = self.draft.get(source)
+        if measured is not None:
+            return measured
+        return 0.0 if source == "lookup" else SEED_DRAFT_SHARE * self.decode_s
+
+
+class PositionAcceptance:
+    """Running acceptance per window position: of the windows that reached position i
+    (drafted it, accepted 1..i-1), the share that accepted it; counts decay by DECAY per
+    window, with a prior of PRIOR_WEIGHT windows at the seed (position 1) or at the rate of
+    the position before (later positions: where no window reached yet, the rate carries)."""
+
+    def __init__(self, seed: float = 0.6):
+        self.seed = seed
+        self.reached = [0.0] * MAX_POSITIONS
+        self.accepted = [0.0] * MAX_POSITIONS
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        self.reached = [x * DECAY for x in self.reached]
+        self.accepted = [x * DECAY for x in self.accepted]
+        for i in range(min(drafted, MAX_POSITIONS)):
+            if accepted >= i:
+                self.reached[i] += 1
+            if accepted > i:
+                self.accepted[i] += 1
+
+    def rates(self, k: int) -> list[float]:
+        out, prior = [], self.seed
+        for i in range(min(k, MAX_POSITIONS)):
+            rate = (self.accepted[i] + PRIOR_WEIGHT * prior) / (self.reached[i] + PRIOR_WEIGHT)
+            out.append(rate)
+            prior = rate
+        return out
+
+    def copy(self) -> "PositionAcceptance":
+        return copy.deepcopy(self)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One priced window: k drafted tokens from `source` ("" for k = 0, a plain decode)."""
+    k: int
+    source: str
+    tokens: float  # expected committed tokens
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
+
+
+def expected_tokens(rates: list[float]) -> float:
+    """1 + sum_i prod_{j<=i} a_j: the target's own token plus the expected accepted drafts."""
+    total, alive = 1.0, 1.0
+    for a in rates:
+        alive *= a
+        total += alive
+    return total
+
+
+def options(prices: Prices, rates: list[float], source: str, lo: int, hi: int) -> list[Option]:
+    """Windows of lo..hi tokens from `source` (rates: its acceptance per position, >= hi)."""
+    draft = prices.draft_s(source)
+    return [Option(k, source, expected_tokens(rates[:k]), k * draft + prices.verify_s(k + 1))
+            for k in range(max(1, lo), hi + 1)]
+
+
+def best_window(prices: Prices, by_source: dict, zero: bool = True) -> tuple[Option, list[Option]]:
+    """(the best option, every option priced). by_source: source -> (rates, lo, hi); zero:
+    whether a plain decode step (k = 0) is allowed."""
+    table = [Option(0, "", 1.0, prices.decode_s)] if zero else []
+    for source, (rates, lo, hi) in by_source.items():
+        table += options(prices, rates, source, lo, hi)
+    if not table:
+        raise ValueError("no window to price")
+    return max(table, key=lambda o: (o.rate, -o.k)), table
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.0f} ms"
+
+
+def explain(best: Option, table: list[Option], probe: bool = False) -> str:
+    """The decision in one line, e.g. 'drafting 3 would cost 120 ms for 1.9 expected tokens
+    (decoding: 1 in 80 ms); decoded instead'."""
+    decode = next((o for o in table if o.k == 0), None)
+    drafted = [o for o in table if o.k > 0]
+    if best.k == 0:
+        alt = max(drafted, key=lambda o: o.rate, default=None)
+        if alt is None:
+            return f"decoded: 1 token in {_ms(best.seconds)}"
+        return (f"drafting {alt.k} ({alt.source}) would cost {_ms(alt.seconds)} for "
+                f"{alt.tokens:.1f} expected tokens (decoding: 1 in {_ms(best.seconds)}); decoded instead")
+    head = "probing: " if probe else ""
+    tail = f" (decoding: 1 in {_ms(decode.seconds)})" if decode else ""
+    return (f"{head}drafting {best.k} ({best.source}): {best.tokens:.1f} expected tokens in "
+            f"{_ms(best.seconds)}{tail}")
