@@ -14,7 +14,7 @@ from mirror_sd.engine.pricing import Costs, PositionAcceptance, Prices, best_win
 from mirror_sd.engine.proposers import find_continuation, lookup_window
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
-from mirror_sd.engine.windows import PROBE_AFTER, WindowPolicy, policy_for
+from mirror_sd.engine.windows import FIRST_PROBE, PROBE_AFTER, WindowPolicy, policy_for
 from mirror_sd.errors import MirrorSDError
 
 import tiny
@@ -105,13 +105,14 @@ def teach(policy: WindowPolicy, decode=0.1, draft=0.06, verify5=0.12):
 def test_priced_decodes_when_drafting_does_not_pay_and_probes_later():
     policy = priced()
     teach(policy, draft=0.2)  # a draft twice the target's decode
-    for _ in range(PROBE_AFTER):
-        assert policy.plan(100) == (0, "price")
-        assert "decoded instead" in policy.note
-        policy.observe(0, 0)
-    k, reason = policy.plan(100)  # the probe: a short window to measure the acceptance again
-    assert reason == "probe" and 1 <= k <= 2 and policy.note.startswith("probing: ")
-    policy.observe(k, 0)  # rejected: the next probe waits twice as long
+    for gap in (FIRST_PROBE, PROBE_AFTER):  # the run's first probe comes early, later ones later
+        for _ in range(gap):
+            assert policy.plan(100) == (0, "price")
+            assert "decoded instead" in policy.note
+            policy.observe(0, 0)
+        k, reason = policy.plan(100)  # the probe: a short window to measure the acceptance again
+        assert reason == "probe" and 1 <= k <= 2 and policy.note.startswith("probing: ")
+        policy.observe(k, 0)  # rejected: the next probe waits longer
     assert policy.probe_gap == 2 * PROBE_AFTER
     for _ in range(2 * PROBE_AFTER):
         assert policy.plan(100)[0] == 0
@@ -125,7 +126,7 @@ def test_priced_leaves_decoding_when_the_draft_is_accepted():
     for _ in range(3):
         policy.observe(2, 0)  # low acceptance: decode
     assert policy.plan(100)[0] == 0
-    for _ in range(PROBE_AFTER):
+    for _ in range(FIRST_PROBE):
         policy.observe(0, 0)
     k, reason = policy.plan(100)
     assert reason == "probe"

@@ -155,6 +155,50 @@ class PositionAcceptance:
         return copy.deepcopy(self)
 
 
+class Calibration:
+    """Running acceptance of a drafted token by the draft's own probability q of it (bins of
+    q; decayed counts with a prior of PRIOR_WEIGHT tokens at 0.9 q): how far to trust a token
+    the draft has just written. A lookup's q is always 1: its bin is the lookup's acceptance."""
+
+    EDGES = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99)
+
+    def __init__(self):
+        self.seen = [0.0] * (len(self.EDGES) + 1)
+        self.kept = [0.0] * (len(self.EDGES) + 1)
+
+    def _bin(self, q: float) -> int:
+        return sum(q >= e for e in self.EDGES)
+
+    def observe(self, q_probs: list[float], accepted: int) -> None:
+        """A verified window: its tokens' q, `accepted` of them kept (the ones after the first
+        rejection were never judged)."""
+        self.seen = [x * DECAY for x in self.seen]
+        self.kept = [x * DECAY for x in self.kept]
+        for i, q in enumerate(q_probs[:accepted + 1]):
+            b = self._bin(q)
+            self.seen[b] += 1
+            self.kept[b] += i < accepted
+
+    def accept(self, q: float) -> float:
+        b = self._bin(q)
+        return (self.kept[b] + PRIOR_WEIGHT * 0.9 * q) / (self.seen[b] + PRIOR_WEIGHT)
+
+    def copy(self) -> "Calibration":
+        return copy.deepcopy(self)
+
+
+def worth_more(prices: Prices, source: str, survival: list[float], a_next: float) -> bool:
+    """Whether drafting one more token raises the window's expected tokens per second.
+    survival: the chance that each drafted token so far is accepted with all before it;
+    a_next: the next token's acceptance once reached."""
+    k = len(survival)
+    tokens = 1.0 + sum(survival)
+    seconds = k * prices.draft_s(source) + prices.verify_s(k + 1)
+    more = tokens + (survival[-1] if survival else 1.0) * a_next
+    more_s = seconds + prices.draft_s(source) + prices.verify_s(k + 2) - prices.verify_s(k + 1)
+    return more / more_s > tokens / seconds
+
+
 @dataclass(frozen=True)
 class Option:
     """One priced window: k drafted tokens from `source` ("" for k = 0, a plain decode)."""

@@ -196,9 +196,9 @@ def fill_window(proposer: Proposer, plan: Plan, policy: WindowPolicy, lane: Lane
     if plan.length == 0:
         return Window.empty(plan.reason, plan.note)
     if plan.source == "lookup":
-        window = lookup_window(plan.match[:plan.length], proposer.vocab_size, policy.stop)
+        window = lookup_window(plan.match[:plan.length], proposer.vocab_size, policy.window_stop())
     else:
-        window = proposer.window(lane, committed, plan.length, sampling, generator, policy.stop)
+        window = proposer.window(lane, committed, plan.length, sampling, generator, policy.window_stop())
     if len(window.tokens) == plan.length and window.stop in ("gamma", "match"):
         window.stop = plan.reason
     window.source, window.note = plan.source, plan.note

@@ -67,7 +67,7 @@ class Speculative(Decoder):
             yield StepStart(step, len(run.new_ids))
             window = yield from self._window(run, draft, proposer, policy, step)
             verdict, event, commit = verify_window(run, target, step, window)
-            policy.observe(len(window.tokens), verdict.accepted, window.source or None)
+            policy.observe(len(window.tokens), verdict.accepted, window.source or None, window.q_probs)
             forward = next(sp for sp in reversed(run.spans) if sp.lane == "target")  # verify or decode
             policy.costs.add_verify(int(forward.detail.split()[0]), (forward.end_ns - forward.start_ns) / 1e9)
             run.count_source(window.source, len(window.tokens), verdict.accepted, window.draft_s)
@@ -80,8 +80,8 @@ class Speculative(Decoder):
 
     def _window(self, run, draft: Lane, proposer, policy, step: int):
         """The step's window (empty: the step decodes), its span and DraftBranch event; the
-        draft's cost per token goes to the policy's costs (not when the draft first caught up
-        with more than one committed token: a prefill, not a window's cost)."""
+        draft's cost per token goes to the policy's costs (when the draft first caught up with
+        more than two committed tokens, a prefill, only the forwards after that one)."""
         s = run.settings
         plan = plan_window(proposer, policy, run.committed, run.room)
         if plan.length == 0:
@@ -96,5 +96,7 @@ class Speculative(Decoder):
         window.draft_s = (span.end_ns - span.start_ns) / 1e9
         if lookup or behind <= 2:
             policy.costs.add_draft(window.source, window.draft_s, len(window.tokens))
+        elif window.first_s and len(window.tokens) > 1:  # the forwards after the catch-up
+            policy.costs.add_draft(window.source, window.draft_s - window.first_s, len(window.tokens) - 1)
         yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window

@@ -14,9 +14,12 @@
 priced with the costs the run measures as it goes (a draft forward per token, the target's
 verify at k + 1 rows, a plain decode) and the acceptance it has seen per window position,
 for each proposer the run may use; zero included: a window of no tokens is a plain target
-decode step. After PROBE_AFTER decoded steps in a row a short window is drafted anyway (a
-probe: it measures the acceptance the estimates need to price drafting again); the gap
-doubles after each probe that did not lead back to drafting. The draft's confidence and an
+decode step. After PROBE_AFTER decoded steps in a row (FIRST_PROBE at the run's start) a
+short window is drafted anyway (a probe: it measures the acceptance the estimates need to
+price drafting again); the gap doubles after each probe that did not lead back to drafting.
+Once drafting pays, the window goes on token by token while one more token still raises the
+window's expected tokens per second, each drafted token trusted as far as tokens of its draft
+probability have been accepted in this run (pricing.Calibration, pricing.worth_more). The draft's confidence and an
 end-of-sequence token end a window early as under `adaptive`. Mirror-SD's lanes always hand a
 window over, so its priced windows are at least one token long (`zero` False).
 
@@ -44,6 +47,7 @@ WINDOW_CHOICES = ("fixed", "adaptive", "priced")
 DEFAULT_WINDOW = "adaptive"
 STOP_REASONS = ("gamma", "confidence", "eos", "room", "price", "probe", "match")
 PROBE_AFTER, PROBE_MAX = 4, 32  # decoded steps in a row before a probe window (doubling up to the max)
+FIRST_PROBE = 1  # the run's first probe: after one decode step (its time prices decoding)
 GROW, SHRINK = 2, 1  # transformers' heuristic schedule: +2 after a full accept, -1 after a rejection
 
 
@@ -62,10 +66,12 @@ class WindowPolicy:
     # last plan's proposer and reason in words (the Verify event's `price`)
     costs: pricing.Costs = field(default_factory=pricing.Costs)
     acceptance: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)  # priced: source -> pricing.Calibration
     plain_run: int = 0
-    probe_gap: int = PROBE_AFTER
+    probe_gap: int = FIRST_PROBE
     source: str = "draft"
     note: str = ""
+    probing: bool = False  # the last plan was a probe (drafted whole, whatever it costs)
 
     def __post_init__(self):
         self.max_len = max(self.max_len, self.min_len)
@@ -102,20 +108,51 @@ class WindowPolicy:
         sources = {"draft": top, **({"lookup": min(top, lookup)} if lookup > 0 else {})}
         lo = min(self.min_len, top)
         table_in = {s: (self.accepting(s).rates(hi), lo, hi) for s, hi in sources.items()}
-        best, table = pricing.best_window(self.costs.snapshot(), table_in, zero=self.zero)
-        probe = best.k == 0 and self.plain_run >= self.probe_gap
+        prices = self.costs.snapshot()
+        best, table = pricing.best_window(prices, table_in, zero=self.zero)
+        probe = self.probing = best.k == 0 and self.plain_run >= self.probe_gap
         if probe:  # the drafted option closest to paying, at most two tokens
             best = max((o for o in table if 0 < o.k <= 2), key=lambda o: o.rate)
         self.source = best.source or "draft"
         self.note = pricing.explain(best, table, probe)
         if best.k == 0:
             return 0, "price"
-        reason = "probe" if probe else "price"
-        if best.k == top and room - 1 < self.max_len:
-            reason = "room"
-        elif best.source == "lookup" and best.k == lookup and lookup < top:
-            reason = "match"
-        return best.k, reason
+        if probe or best.rate * prices.decode_s <= 1:  # a probe, or a window Mirror-SD must draft
+            return best.k, "probe" if probe else "price"
+        # drafting pays: the window goes on while each next token still pays (window_stop)
+        cap = min(top, lookup) if best.source == "lookup" else top
+        self.note += f"; up to {cap} while each next token pays"
+        if cap == top and room - 1 < self.max_len:
+            return cap, "room"
+        return cap, "match" if best.source == "lookup" and cap < top else "price"
+
+    def calibrated(self, source: str) -> pricing.Calibration:
+        if source not in self.calibration:
+            self.calibration[source] = pricing.Calibration()
+        return self.calibration[source]
+
+    def window_stop(self):
+        """The stop rule for one window drafted token by token (a fresh one per window).
+        Priced: after each token, whether one more raises the window's expected tokens per
+        second (pricing.worth_more), with each drafted token trusted as far as the draft's
+        probability of it has been accepted so far (pricing.Calibration); else `stop`."""
+        if not self.priced:
+            return self.stop
+        prices, source, probing = self.costs.snapshot(), self.source, self.probing
+        calibration, rates = self.calibrated(source), self.accepting(source).rates(self.max_len + 1)
+        survival: list[float] = []
+
+        def stop(token: int, q: float) -> str | None:
+            if token in self.eos:
+                return "eos"
+            if probing:
+                return None
+            survival.append((survival[-1] if survival else 1.0) * calibration.accept(q))
+            if not pricing.worth_more(prices, source, survival, rates[len(survival)]):
+                return "price"
+            return None
+
+        return stop
 
     def stop(self, token: int, q: float) -> str | None:
         """Why the window ends after drafting `token` with draft probability `q`, or None."""
@@ -131,8 +168,9 @@ class WindowPolicy:
         """(length, stop reason) of a window already drafted (`tokens`, with their draft
         probabilities) under this policy: the same window the policy's rollout would draw."""
         cap, reason = self.plan(room)
+        stop = self.window_stop()
         for i, (t, q) in enumerate(zip(tokens[:cap], q_probs)):
-            why = self.stop(t, q)
+            why = stop(t, q)
             if why is not None:
                 return i + 1, why
         return min(cap, len(tokens)), reason
@@ -150,13 +188,15 @@ class WindowPolicy:
         """What `plan(room)` will say once `observe(drafted, accepted)` has run, without
         running it: Mirror-SD's branch rooted at depth `accepted` is the window after exactly
         that verdict, so it can be drafted to its own length before the verdict is known."""
-        after = replace(self, acceptance={s: a.copy() for s, a in self.acceptance.items()})
+        after = replace(self, acceptance={s: a.copy() for s, a in self.acceptance.items()},
+                        calibration={s: c.copy() for s, c in self.calibration.items()})
         after.observe(drafted, accepted)
         return after.plan(room)
 
-    def observe(self, drafted: int, accepted: int, source: str | None = None) -> None:
+    def observe(self, drafted: int, accepted: int, source: str | None = None,
+                q_probs: list[float] | None = None) -> None:
         """Update the next length from a verdict: `accepted` of `drafted` tokens (drafted by
-        `source`, default the last plan's)."""
+        `source`, default the last plan's; `q_probs`: the draft's probability of each)."""
         self.length = self.next_length(drafted, accepted)
         if not self.priced:
             return
@@ -164,8 +204,10 @@ class WindowPolicy:
             self.plain_run += 1
             return
         self.accepting(source or self.source).observe(drafted, accepted)
+        if q_probs:
+            self.calibrated(source or self.source).observe(q_probs, accepted)
         if self.plain_run:  # a probe: wait longer before the next unless it was all accepted
-            self.probe_gap = min(2 * self.probe_gap, PROBE_MAX)
+            self.probe_gap = max(PROBE_AFTER, min(2 * self.probe_gap, PROBE_MAX))
         if accepted >= drafted:
             self.probe_gap = PROBE_AFTER
         self.plain_run = 0
