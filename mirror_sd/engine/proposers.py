@@ -10,7 +10,7 @@ drafting.serial_rollout) and the draft's stream heads (1 + K tokens per draft fo
 through the proposer.
 
 A third proposer needs no model: prompt lookup (`LookupProposer`) proposes the tokens that
-followed the latest earlier occurrence of the text's last n-gram (n = 3, 2, then 1) in the
+followed the latest earlier occurrence of the text's last n-gram (n = 3, then 2) in the
 prompt and the output so far; where it finds none the draft model drafts. Its proposal is
 deterministic, so its q is one-hot: the acceptance rule then accepts d with probability
 p(d) and resamples from p without d, still lossless (acceptance.py).
@@ -39,7 +39,7 @@ from mirror_sd.proposals.streams import StreamHeads, find_heads
 
 log = logging.getLogger(__name__)
 
-NGRAM_MAX, NGRAM_MIN = 3, 1  # prompt lookup: the longest n-gram tried first
+NGRAM_MAX, NGRAM_MIN = 3, 2  # prompt lookup: the longest n-gram tried first; a single token recurs too often to tell
 
 
 class Proposer:

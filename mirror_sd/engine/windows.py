@@ -47,6 +47,7 @@ WINDOW_CHOICES = ("fixed", "adaptive", "priced")
 DEFAULT_WINDOW = "adaptive"
 STOP_REASONS = ("gamma", "confidence", "eos", "room", "price", "probe", "match")
 PROBE_AFTER, PROBE_MAX = 4, 32  # decoded steps in a row before a probe window (doubling up to the max)
+PROBE_LEN = 2  # a probe window's tokens
 FIRST_PROBE = 1  # the run's first probe: after one decode step (its time prices decoding)
 GROW, SHRINK = 2, 1  # transformers' heuristic schedule: +2 after a full accept, -1 after a rejection
 
@@ -111,8 +112,8 @@ class WindowPolicy:
         prices = self.costs.snapshot()
         best, table = pricing.best_window(prices, table_in, zero=self.zero)
         probe = self.probing = best.k == 0 and self.plain_run >= self.probe_gap
-        if probe:  # the drafted option closest to paying, at most two tokens
-            best = max((o for o in table if 0 < o.k <= 2), key=lambda o: o.rate)
+        if probe:  # two tokens (the draft's cost is measured past its catch-up forward)
+            best = max((o for o in table if o.k == min(PROBE_LEN, top)), key=lambda o: o.rate)
         self.source = best.source or "draft"
         self.note = pricing.explain(best, table, probe)
         if best.k == 0:
