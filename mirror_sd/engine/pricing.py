@@ -151,6 +151,10 @@ class PositionAcceptance:
             prior = rate
         return out
 
+    def pooled(self) -> float:
+        """The acceptance over every position reached (the same prior at the seed)."""
+        return (sum(self.accepted) + PRIOR_WEIGHT * self.seed) / (sum(self.reached) + PRIOR_WEIGHT)
+
     def copy(self) -> "PositionAcceptance":
         return copy.deepcopy(self)
 

@@ -140,7 +140,9 @@ class WindowPolicy:
         if not self.priced:
             return self.stop
         prices, source, probing = self.costs.snapshot(), self.source, self.probing
-        calibration, rates = self.calibrated(source), self.accepting(source).rates(self.max_len + 1)
+        # the next token's acceptance: pooled over positions (a later position is seldom
+        # reached, and its own estimate would keep windows from ever reaching it)
+        calibration, a_next = self.calibrated(source), self.accepting(source).pooled()
         survival: list[float] = []
 
         def stop(token: int, q: float) -> str | None:
@@ -149,7 +151,7 @@ class WindowPolicy:
             if probing:
                 return None
             survival.append((survival[-1] if survival else 1.0) * calibration.accept(q))
-            if not pricing.worth_more(prices, source, survival, rates[len(survival)]):
+            if not pricing.worth_more(prices, source, survival, a_next):
                 return "price"
             return None
 
