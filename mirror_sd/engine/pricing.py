@@ -27,6 +27,7 @@ SEED_ROW_SHARE = 0.10  # each verify row past the first / target decode before m
 SEED_ACCEPT = {"draft": 0.6, "lookup": 0.4}  # per-position acceptance before any verdict
 PRIOR_WEIGHT = 2.0  # windows the seed acceptance weighs as
 DECAY = 0.9  # each verdict weighs the earlier ones down: the estimate follows the text
+CAL_DECAY = 0.97  # the calibration's bins fill more slowly: a longer memory
 SAMPLES = 9  # running medians over the last measurements
 MAX_POSITIONS = 33
 
@@ -161,8 +162,9 @@ class PositionAcceptance:
 
 class Calibration:
     """Running acceptance of a drafted token by the draft's own probability q of it (bins of
-    q; decayed counts with a prior of PRIOR_WEIGHT tokens at 0.9 q): how far to trust a token
-    the draft has just written. A lookup's q is always 1: its bin is the lookup's acceptance."""
+    q; counts decayed by CAL_DECAY per window, a prior of one token at 0.4 + 0.6 q): how far
+    to trust a token the draft has just written. A lookup's q is always 1: its bin is the
+    lookup's acceptance."""
 
     EDGES = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99)
 
@@ -176,8 +178,8 @@ class Calibration:
     def observe(self, q_probs: list[float], accepted: int) -> None:
         """A verified window: its tokens' q, `accepted` of them kept (the ones after the first
         rejection were never judged)."""
-        self.seen = [x * DECAY for x in self.seen]
-        self.kept = [x * DECAY for x in self.kept]
+        self.seen = [x * CAL_DECAY for x in self.seen]
+        self.kept = [x * CAL_DECAY for x in self.kept]
         for i, q in enumerate(q_probs[:accepted + 1]):
             b = self._bin(q)
             self.seen[b] += 1
@@ -185,7 +187,7 @@ class Calibration:
 
     def accept(self, q: float) -> float:
         b = self._bin(q)
-        return (self.kept[b] + PRIOR_WEIGHT * 0.9 * q) / (self.seen[b] + PRIOR_WEIGHT)
+        return (self.kept[b] + 0.4 + 0.6 * q) / (self.seen[b] + 1.0)
 
     def copy(self) -> "Calibration":
         return copy.deepcopy(self)
