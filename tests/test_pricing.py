@@ -69,6 +69,28 @@ def test_acceptance_per_position_moves_from_the_seed():
     assert a.rates(1)[0] == low
 
 
+def test_calibration_learns_how_far_to_trust_a_probability():
+    c = pricing.Calibration()
+    assert c.accept(0.5) == pytest.approx(0.7) and c.accept(1.0) == pytest.approx(1.0)  # the prior
+    for _ in range(20):
+        c.observe([0.95, 0.3, 0.95], 1)  # the confident token kept, the unsure one rejected
+    assert c.accept(0.96) > 0.9 and c.accept(0.3) < 0.2
+    assert c.accept(0.97) == pytest.approx(c.accept(0.96), abs=1e-3)  # one bin: the counts outweigh the prior
+    before = c.accept(0.5)
+    c.observe([0.95, 0.3, 0.5], 1)  # the third token was never judged: its bin is untouched
+    assert c.accept(0.5) == before
+
+
+@pytest.mark.parametrize("survival,a_next,more", [
+    ([0.95, 0.9], 0.95, True),  # a window still accepted at this rate pays for one more token
+    ([0.95, 0.3], 0.95, False),  # an unsure token: what follows it is seldom kept
+    ([0.95, 0.9], 0.2, False),
+])
+def test_worth_more(survival, a_next, more):
+    p = Prices([(1, 0.1), (9, 0.14)], {"draft": 0.02})
+    assert pricing.worth_more(p, "draft", survival, a_next) is more
+
+
 @pytest.mark.parametrize("draft_s,accept,best", [
     (0.03, 0.99, 4),  # a cheap, reliable draft: draft the longest window offered
     (0.06, 0.2, 0),  # a draft mostly rejected: decode
@@ -104,7 +126,7 @@ def teach(policy: WindowPolicy, decode=0.1, draft=0.06, verify5=0.12):
 
 def test_priced_decodes_when_drafting_does_not_pay_and_probes_later():
     policy = priced()
-    teach(policy, draft=0.2)  # a draft twice the target's decode
+    teach(policy, draft=0.07)  # pays only if accepted far more often than the seed says
     for gap in (FIRST_PROBE, PROBE_AFTER):  # the run's first probe comes early, later ones later
         for _ in range(gap):
             assert policy.plan(100) == (0, "price")
@@ -134,6 +156,27 @@ def test_priced_leaves_decoding_when_the_draft_is_accepted():
         policy.observe(k, k)  # the probes are accepted whole
         k, reason = policy.plan(100)
     assert k >= 3 and reason == "price" and policy.probe_gap == PROBE_AFTER
+
+
+def test_the_drafts_catch_up_is_priced_over_the_room_left():
+    """A draft that has not read the prompt yet must feed it first: its windows carry that
+    cost, spread over the tokens the run has left; in a short run no probe pays for it."""
+    policy = priced()
+    teach(policy, draft=0.03)
+    for _ in range(5):
+        policy.observe(4, 4)
+    assert policy.plan(100, behind=1)[0] > 0
+    assert policy.plan(100, behind=300)[0] > 0  # a long run amortizes the prefill
+    assert policy.plan(8, behind=300) == (0, "price")  # a short one does not
+    policy.costs.add_catchup(3.0, 300)  # measured: 10 ms a token
+    assert policy.costs.snapshot().catchup_s(300) == pytest.approx(3.0)
+    assert policy.costs.snapshot().catchup_s(2) == 0.0
+    dear = priced()
+    teach(dear, draft=0.07)
+    for _ in range(FIRST_PROBE):
+        dear.observe(0, 0)
+    assert dear.plan(100, behind=1) == (2, "probe")
+    assert dear.plan(20, behind=400) == (0, "price")  # the probe could never pay for the prefill
 
 
 def test_priced_room_zero_floor_and_plan_after():
@@ -213,9 +256,10 @@ def test_lookup_window_is_one_hot_and_stops_at_eos():
 @pytest.fixture
 def fixed_prices(monkeypatch):
     """Costs as if measured on a machine where a draft forward costs `draft` of a target
-    decode: the tiny models' own timings would make every choice a near tie."""
+    decode (its catch-up free): the tiny models' own timings would make every choice a near
+    tie."""
     def set_prices(draft: float, lookup: float = 0.0):
-        prices = Prices([(1, 1.0), (2, 1.05), (9, 1.4)], {"draft": draft, "lookup": lookup})
+        prices = Prices([(1, 1.0), (2, 1.05), (9, 1.4)], {"draft": draft, "lookup": lookup, "catchup": 0.0})
         monkeypatch.setattr(Costs, "snapshot", lambda self: prices)
     return set_prices
 

@@ -66,6 +66,7 @@ class RunInputs:
     auto_tune: bool = False  # gamma and branch budget chosen by a short probe
     streams: str = "off"
     draft_vocab: str = "full"
+    proposer: str = "draft"  # draft | lookup (engine/proposers.py)
     repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
 
     @classmethod
@@ -81,7 +82,8 @@ class RunInputs:
                         top_p=float(self.top_p), seed=int(self.seed), gamma=int(self.gamma),
                         kappa=int(self.kappa), exit_layer=int(self.exit_layer) or None,
                         branch_budget=int(self.branch_budget), streams=self.streams or "off",
-                        draft_vocab=self.draft_vocab or "full", window=DEFAULT_WINDOW)
+                        draft_vocab=self.draft_vocab or "full", window=DEFAULT_WINDOW,
+                        proposer=self.proposer or "draft")
 
     def spec(self) -> PairSpec:
         return pair_spec(self.target, self.draft, self.precision, self.target_device,

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 SEED_DRAFT_SHARE = 0.6  # draft forward / target decode before the run measured one
 SEED_ROW_SHARE = 0.10  # each verify row past the first / target decode before measured
+SEED_CATCHUP_SHARE = 0.2  # the draft's prefill per token / its forward per token before measured
+PROBE_ACCEPT = 0.85  # the acceptance a probe hopes for: it must be able to pay its catch-up
 SEED_ACCEPT = {"draft": 0.6, "lookup": 0.4}  # per-position acceptance before any verdict
 PRIOR_WEIGHT = 2.0  # windows the seed acceptance weighs as
 DECAY = 0.9  # each verdict weighs the earlier ones down: the estimate follows the text
@@ -63,6 +65,13 @@ class Costs:
         if tokens > 0:
             with self._lock:
                 self._draft.setdefault(source, RunningMedian()).add(seconds / tokens)
+
+    def add_catchup(self, seconds: float, tokens: int) -> None:
+        """The draft model's first forward of a window that fed `tokens` committed tokens at once
+        (the prompt's prefill, or the tokens decoded while it was not drafting)."""
+        if tokens > 2:
+            with self._lock:
+                self._draft.setdefault("catchup", RunningMedian()).add(seconds / tokens)
 
     def snapshot(self) -> "Prices":
         """The current estimates: every verify size, every proposer (seeds where unmeasured)."""
@@ -113,6 +122,15 @@ class Prices:
             return pts[lower] + w * (pts[upper] - pts[lower])
         near = lower if lower is not None else upper
         return max(pts[near] + self.slope() * (rows - near), self.decode_s)
+
+    def catchup_s(self, tokens: int) -> float:
+        """The draft model's time to feed `tokens` committed tokens it lacks (measured per
+        token, or the seed SEED_CATCHUP_SHARE of a draft forward per token); <= 2 tokens: 0
+        (a window's first forward feeds them anyway)."""
+        if tokens <= 2:
+            return 0.0
+        per = self.draft.get("catchup")
+        return tokens * (per if per is not None else SEED_CATCHUP_SHARE * self.draft_s("draft"))
 
     def draft_s(self, source: str) -> float:
         """Seconds per drafted token of a proposer: measured, or the seed (a lookup: 0)."""
@@ -227,19 +245,30 @@ def expected_tokens(rates: list[float]) -> float:
     return total
 
 
-def options(prices: Prices, rates: list[float], source: str, lo: int, hi: int) -> list[Option]:
-    """Windows of lo..hi tokens from `source` (rates: its acceptance per position, >= hi)."""
+def options(prices: Prices, rates: list[float], source: str, lo: int, hi: int,
+            catchup: float = 0.0, room: int = 0) -> list[Option]:
+    """Windows of lo..hi tokens from `source` (rates: its acceptance per position, >= hi).
+    catchup: a one-time cost before this source can draft (the draft model's prefill of what
+    it lacks), spread over the `room` tokens the run has left: each window carries the share
+    of its expected tokens."""
     draft = prices.draft_s(source)
-    return [Option(k, source, expected_tokens(rates[:k]), k * draft + prices.verify_s(k + 1))
-            for k in range(max(1, lo), hi + 1)]
+    out = []
+    for k in range(max(1, lo), hi + 1):
+        tokens = expected_tokens(rates[:k])
+        share = catchup * tokens / room if catchup and room else 0.0
+        out.append(Option(k, source, tokens, k * draft + prices.verify_s(k + 1) + share))
+    return out
 
 
-def best_window(prices: Prices, by_source: dict, zero: bool = True) -> tuple[Option, list[Option]]:
+def best_window(prices: Prices, by_source: dict, zero: bool = True, behind: int = 0,
+                room: int = 0) -> tuple[Option, list[Option]]:
     """(the best option, every option priced). by_source: source -> (rates, lo, hi); zero:
-    whether a plain decode step (k = 0) is allowed."""
+    whether a plain decode step (k = 0) is allowed; behind: committed tokens the draft model
+    lacks (its catch-up is priced into its windows, spread over `room`)."""
     table = [Option(0, "", 1.0, prices.decode_s)] if zero else []
     for source, (rates, lo, hi) in by_source.items():
-        table += options(prices, rates, source, lo, hi)
+        catchup = prices.catchup_s(behind) if source == "draft" else 0.0
+        table += options(prices, rates, source, lo, hi, catchup, room)
     if not table:
         raise ValueError("no window to price")
     return max(table, key=lambda o: (o.rate, -o.k)), table

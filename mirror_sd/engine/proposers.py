@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from mirror_sd.engine.acceptance import Sampling
 from mirror_sd.engine.drafting import Window, choose, serial_rollout, to_probs
-from mirror_sd.engine.lanes import Lane
+from mirror_sd.engine.lanes import Lane, common_prefix
 from mirror_sd.engine.settings import PROPOSER_CHOICES
 from mirror_sd.engine.windows import WindowPolicy
 from mirror_sd.errors import MirrorSDError
@@ -175,12 +175,15 @@ class Plan:
     match: list = field(default_factory=list)  # the lookup's continuation, if any
 
 
-def plan_window(proposer: Proposer, policy: WindowPolicy, committed: list[int], room: int) -> Plan:
+def plan_window(proposer: Proposer, policy: WindowPolicy, committed: list[int], room: int,
+                lane: Lane | None = None) -> Plan:
     """The policy's plan after `committed` (room: tokens the run may still commit), with a
     prompt lookup's continuation priced beside the draft model when the proposer has one
-    (under a policy that does not price, a continuation found is used)."""
+    (under a policy that does not price, a continuation found is used), and the committed
+    tokens the draft model's `lane` lacks priced as its catch-up."""
     match = proposer.lookup(committed, policy.max_len)
-    length, reason = policy.plan(room, len(match))
+    behind = len(committed) - common_prefix(lane.ids, committed) if lane is not None else 0
+    length, reason = policy.plan(room, len(match), behind)
     if policy.priced:
         source = policy.source if length else ""
     else:
@@ -209,5 +212,5 @@ def draft_window(proposer: Proposer, policy: WindowPolicy, lane: Lane, committed
                  sampling: Sampling, generator: torch.Generator | None) -> Window:
     """The window `policy` asks for after `committed` (room: tokens the run may still commit);
     its `stop` says why it has its length."""
-    plan = plan_window(proposer, policy, committed, room)
+    plan = plan_window(proposer, policy, committed, room, lane)
     return fill_window(proposer, plan, policy, lane, committed, sampling, generator)

@@ -83,7 +83,7 @@ class Speculative(Decoder):
         draft's cost per token goes to the policy's costs (when the draft first caught up with
         more than two committed tokens, a prefill, only the forwards after that one)."""
         s = run.settings
-        plan = plan_window(proposer, policy, run.committed, run.room)
+        plan = plan_window(proposer, policy, run.committed, run.room, draft)
         if plan.length == 0:
             return fill_window(proposer, plan, policy, draft, run.committed, s.sampling, None)
         lookup = plan.source == "lookup"
@@ -98,5 +98,7 @@ class Speculative(Decoder):
             policy.costs.add_draft(window.source, window.draft_s, len(window.tokens))
         elif window.first_s and len(window.tokens) > 1:  # the forwards after the catch-up
             policy.costs.add_draft(window.source, window.draft_s - window.first_s, len(window.tokens) - 1)
+        if not lookup and window.first_s:
+            policy.costs.add_catchup(window.first_s, behind)
         yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window

@@ -87,12 +87,13 @@ class WindowPolicy:
     def priced(self) -> bool:
         return self.kind == "priced"
 
-    def plan(self, room: int, lookup: int = 0) -> tuple[int, str]:
+    def plan(self, room: int, lookup: int = 0, behind: int = 0) -> tuple[int, str]:
         """(tokens to draft at most, the reason if the window reaches it). room: tokens the
         run may still commit; lookup: tokens a prompt lookup offers now (priced windows then
-        price it beside the draft model, `source` says which won)."""
+        price it beside the draft model, `source` says which won); behind: committed tokens
+        the draft model lacks (priced: its catch-up is a cost of drafting with it)."""
         if self.priced:
-            return self._priced_plan(room, lookup)
+            return self._priced_plan(room, lookup, behind)
         if not self.fixed and room - 1 < self.length:
             return max(1, room - 1), "room"
         return self.length, "gamma"
@@ -102,16 +103,18 @@ class WindowPolicy:
             self.acceptance[source] = pricing.PositionAcceptance(pricing.SEED_ACCEPT.get(source, 0.5))
         return self.acceptance[source]
 
-    def _priced_plan(self, room: int, lookup: int) -> tuple[int, str]:
+    def _priced_plan(self, room: int, lookup: int, behind: int) -> tuple[int, str]:
         """The best priced window (pricing.best_window) within [min_len, max_len] and the room;
-        a probe after `probe_gap` decoded steps in a row."""
+        a probe after `probe_gap` decoded steps in a row, if it could pay for the draft's
+        catch-up at the acceptance a probe hopes for (PROBE_ACCEPT)."""
         top = max(1, min(self.max_len, room - 1))
         sources = {"draft": top, **({"lookup": min(top, lookup)} if lookup > 0 else {})}
         lo = min(self.min_len, top)
         table_in = {s: (self.accepting(s).rates(hi), lo, hi) for s, hi in sources.items()}
         prices = self.costs.snapshot()
-        best, table = pricing.best_window(prices, table_in, zero=self.zero)
-        probe = self.probing = best.k == 0 and self.plain_run >= self.probe_gap
+        best, table = pricing.best_window(prices, table_in, self.zero, behind, room)
+        probe = self.probing = best.k == 0 and self.plain_run >= self.probe_gap and self._hopeful(
+            prices, sources, behind, room)
         if probe:  # two tokens (the draft's cost is measured past its catch-up forward)
             best = max((o for o in table if o.k == min(PROBE_LEN, top)), key=lambda o: o.rate)
         self.source = best.source or "draft"
@@ -156,6 +159,13 @@ class WindowPolicy:
             return None
 
         return stop
+
+    @staticmethod
+    def _hopeful(prices, sources: dict, behind: int, room: int) -> bool:
+        """Whether drafting could beat decoding at the acceptance a probe hopes for, the
+        draft's catch-up included: else a probe could only cost (a short run, a dear draft)."""
+        hope = {s: ([pricing.PROBE_ACCEPT] * hi, 1, hi) for s, hi in sources.items()}
+        return pricing.best_window(prices, hope, True, behind, room)[0].k > 0
 
     def stop(self, token: int, q: float) -> str | None:
         """Why the window ends after drafting `token` with draft probability `q`, or None."""
