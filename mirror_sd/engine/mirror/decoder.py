@@ -20,7 +20,9 @@ policy's next length after that verdict, known before the verdict arrives, and i
 the policy stops a serial rollout; what a taken branch still lacks when the verdict comes, the
 lane drafts then (draft_lane.py). Under the adaptive policy a hit's window grows to
 window_max like SD's. Settings.branch_extend = off keeps branches gamma deep (a taken branch
-is only cut: windows at most gamma). The length never depends on the target's distributions
+is only cut: windows at most gamma). Priced windows are priced with the verify forwards and
+the draft time the target waits for the next window (near 0 on a hit), at least one token
+long. The length never depends on the target's distributions
 for the window it is verified against, so the acceptance rule stays lossless. The proposals
 only choose what is precomputed; every committed token is verified against the target's
 final layer, so the output is the target's own.
@@ -143,10 +145,7 @@ class MirrorSpeculative(Decoder):
                 yield from run.new_spans()
                 break
             # the draft lane's answer: the next window (a branch on a hit, a rollout on a miss)
-            waited = time.perf_counter_ns()
-            if not job.done.wait(s.lane_timeout_s):
-                job.error = TimeoutError(f"no answer in {s.lane_timeout_s:.0f} s")
-            waited = (time.perf_counter_ns() - waited) / 1e9
+            waited = self._await_lane(job, s.lane_timeout_s)
             if job.error is not None:
                 job.cancel()
                 lane_ok = False
@@ -160,6 +159,14 @@ class MirrorSpeculative(Decoder):
                 self._price(run, policy, step, len(job.window.tokens) + 1, window, waited)
             yield from run.new_spans()
             step += 1
+
+    @staticmethod
+    def _await_lane(job, timeout_s: float) -> float:
+        """Wait for the draft lane's answer (an error on a timeout); the seconds waited."""
+        start = time.perf_counter_ns()
+        if not job.done.wait(timeout_s):
+            job.error = TimeoutError(f"no answer in {timeout_s:.0f} s")
+        return (time.perf_counter_ns() - start) / 1e9
 
     @staticmethod
     def _price(run, policy, step: int, rows: int, window, waited: float) -> None:
