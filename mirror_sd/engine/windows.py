@@ -19,9 +19,11 @@ short window is drafted anyway (a probe: it measures the acceptance the estimate
 price drafting again); the gap doubles after each probe that did not lead back to drafting.
 Once drafting pays, the window goes on token by token while one more token still raises the
 window's expected tokens per second, each drafted token trusted as far as tokens of its draft
-probability have been accepted in this run (pricing.Calibration, pricing.worth_more). The draft's confidence and an
-end-of-sequence token end a window early as under `adaptive`. Mirror-SD's lanes always hand a
-window over, so its priced windows are at least one token long (`zero` False).
+probability have been accepted in this run (pricing.Calibration, pricing.worth_more), and ends
+at a drafted end-of-sequence token (`window_stop`); Mirror-SD's batched branches, drafted
+before the verdict, stop at the draft's confidence threshold as under `adaptive` (`stop`) and
+are then cut by `window_stop`. Mirror-SD's lanes always hand a window over, so its priced
+windows are at least one token long (`zero` False).
 
 Lossless by construction: the length depends only on the draft's own tokens and
 probabilities and on the verdicts of earlier steps, never on the target's distributions for
