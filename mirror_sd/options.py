@@ -13,7 +13,7 @@ import sys
 from dataclasses import fields
 
 from mirror_sd.engine.registry import REGISTRY
-from mirror_sd.engine.settings import EXIT_HEAD_CHOICES, Settings
+from mirror_sd.engine.settings import EXIT_HEAD_CHOICES, PROPOSER_CHOICES, Settings
 from mirror_sd.engine.windows import DEFAULT_WINDOW, WINDOW_CHOICES
 from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES
@@ -61,9 +61,14 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                         "set for the pair's tokenizer, when there is one), or a .safetensors file "
                         "(proposals/draft_vocab.py; proposals only, output unchanged)")
     p.add_argument("--window", default=DEFAULT_WINDOW, choices=WINDOW_CHOICES,
-                   help="window length per step: fixed (gamma every step) or adaptive (grows after a "
+                   help="window length per step: fixed (gamma every step), adaptive (grows after a "
                         "fully accepted window, shrinks after a rejection, stops where the draft's "
-                        f"confidence drops; engine/windows.py); output unchanged (default {DEFAULT_WINDOW})")
+                        "confidence drops) or priced (the length with the most expected tokens per "
+                        "second at the costs the run measures, none when drafting does not pay: the "
+                        f"step decodes; engine/windows.py); output unchanged (default {DEFAULT_WINDOW})")
+    p.add_argument("--proposer", default=d["proposer"], metavar="{" + ",".join(PROPOSER_CHOICES) + "}",
+                   help="who drafts: draft (the draft model) or lookup (n-grams of the prompt and the "
+                        "output so far, no model; the draft model where none recurs); output unchanged")
     p.add_argument("--window-threshold", type=float, default=d["window_threshold"],
                    help="adaptive windows: stop drafting after a token the draft gives less than this")
     p.add_argument("--window-min", type=int, default=d["window_min"], help="adaptive windows: shortest")
@@ -118,7 +123,7 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
                         exit_head=args.exit_head, exit_lens=args.exit_lens,
                         streams=args.streams, draft_vocab=args.draft_vocab, window=args.window,
                         window_threshold=args.window_threshold, window_min=args.window_min,
-                        window_max=args.window_max)
+                        window_max=args.window_max, proposer=getattr(args, "proposer", DEFAULTS["proposer"]))
     settings.check(REGISTRY[method] if method else None)
     return settings, gamma_auto, budget_auto
 

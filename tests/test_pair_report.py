@@ -190,6 +190,21 @@ def test_cli_report_fields(cli_run, dirs):
     rec = good["recommendation"]
     assert rec["projection"] is True and rec["precision"]["value"] == "fp32"
     assert 1 <= rec["branch_budget"]["value"] <= 8 and 1 <= rec["gamma_sd"]["value"] <= 8
+    window = rec["window"]  # the priced windows' own pricing on the run's costs and acceptance
+    assert window["value"] == "priced" and 0 <= window["length"] <= 4
+    assert window["projected_speedup"] > 0 and window["why"].startswith("priced on this run's costs")
+
+
+def test_priced_window_recommendation_by_hand():
+    from mirror_sd.report.figures import priced_window
+    costs = {"target_forward_s": 0.1, "draft_forward_s": 0.01, "verify_s": 0.12, "verify_tokens": 5}
+    rates = [{"rate": 0.95}, {"rate": None}, {"rate": 0.9}]
+    cheap = priced_window(costs, {"position_rates": rates}, "adaptive")
+    assert cheap["length"] == 3 and cheap["projected_speedup"] > 1 and cheap["ran"] == "adaptive"
+    dear = priced_window({**costs, "draft_forward_s": 0.2}, {"position_rates": rates}, "adaptive")
+    assert dear["length"] == 0 and "decoded instead" in dear["why"]
+    assert dear["projected_speedup"] == pytest.approx(1.0)
+    assert priced_window(costs, None, "fixed")["length"] is None
 
 
 def test_cli_acceptance_agrees_with_the_benchmark_files(cli_run):

@@ -43,7 +43,7 @@ SKIPPED_NOTE = "Not ticked under “Methods”."
 DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
 # the run's inputs that are settings of engine/settings.py (same names, converted to its types)
 SETTING_INPUTS = ("max_new_tokens", "temperature", "top_p", "seed", "gamma", "kappa", "exit_layer",
-                  "branch_budget", "streams", "draft_vocab")
+                  "branch_budget", "streams", "draft_vocab", "proposer")
 
 
 @dataclass
@@ -72,6 +72,7 @@ class RunInputs:
     auto_tune: bool = False  # gamma and branch budget chosen by a short probe
     streams: str = DEFAULTS.streams
     draft_vocab: str = DEFAULTS.draft_vocab
+    proposer: str = DEFAULTS.proposer  # draft | lookup (engine/proposers.py)
     repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
 
     @classmethod

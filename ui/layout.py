@@ -89,10 +89,15 @@ def _speculation(c: dict) -> None:
                                info=EXIT_LAYER_INFO)
         branch_budget = gr.Slider(1, 8, value=INPUTS.branch_budget, step=1, label="Branch budget",
                                   info="Branch-complete rollouts the draft writes in parallel per step (batched).")
+        proposer = gr.Dropdown(["draft", "lookup"], value="draft", label="Proposer", elem_id="proposer",
+                               info="Who drafts: the draft model, or prompt lookup (the tokens that followed "
+                                    "the text's last words earlier in the prompt or the answer; no model, the "
+                                    "draft where nothing recurs). Output unchanged either way.")
         auto_tune = gr.Checkbox(False, label="Choose γ and branch budget automatically",
                                 info="A short probe (AR, SD, Mirror-SD, 16 tokens each) calibrates the latency model; the setting with the best projected speedup is used (a projection, shown in the summary).",
                                 elem_id="auto-tune")
-    c.update(methods=methods, gamma=gamma, kappa=kappa, exit_layer=exit_layer, branch_budget=branch_budget, auto_tune=auto_tune)
+    c.update(methods=methods, gamma=gamma, kappa=kappa, exit_layer=exit_layer, branch_budget=branch_budget, auto_tune=auto_tune,
+             proposer=proposer)
 
 
 def _sampling(c: dict) -> None:
@@ -159,7 +164,7 @@ def _traces(c: dict) -> None:
 RUN_INPUTS = ("prompt", "target", "draft", "precision", "target_device", "draft_device",
               "draft_precision", "gamma", "kappa", "exit_layer", "branch_budget", "temperature",
               "top_p", "seed", "max_new_tokens", "methods", "use_cache", "auto_tune", "streams",
-              "draft_vocab", "repeat")  # handlers.RunInputs' fields: the run API's parameters
+              "draft_vocab", "proposer", "repeat")  # handlers.RunInputs' fields: the run API's parameters
 PAIR_INPUTS = ("target", "draft", "precision", "target_device", "draft_device", "draft_precision")
 HIDE_REJECTED_JS = "(show) => { document.body.classList.toggle('msd-hide-rej', !show); return show; }"
 OPEN_INSPECTOR_JS = """() => { const d = document.querySelector('#inspector-fold');

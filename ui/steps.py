@@ -41,6 +41,9 @@ WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows
     "confidence": "the draft's probability of its last token fell below the threshold",
     "eos": "the draft wrote an end-of-sequence token",
     "room": "no more tokens were left to generate",
+    "price": "the length with the most expected tokens per second at the costs this run measured (0: drafting did not pay, the target decoded one token)",
+    "probe": "a short window after decoded steps, to measure whether drafting pays again",
+    "match": "the prompt lookup's continuation ended there",
 }
 
 
@@ -50,8 +53,13 @@ def window_note(verify) -> str:
     if verify is None:
         return ""
     n = len(verify.drafted)
+    price = getattr(verify, "price", "") or ""
+    if n == 0 and price:
+        return f"no window, decoded: {price}"
     why = WINDOW_STOPS.get(getattr(verify, "stop", "") or "")
-    return f"window of {n} drafted token{'' if n == 1 else 's'}" + (f", stopped: {why}" if why else "")
+    by = " by prompt lookup" if getattr(verify, "source", "") == "lookup" else ""
+    note = f"window of {n} drafted token{'' if n == 1 else 's'}{by}" + (f", stopped: {why}" if why else "")
+    return note + (f" ({price})" if price else "")
 
 
 OUTCOMES = {  # verify kind -> (label, definition)

@@ -32,7 +32,9 @@ def window_lines(overall: dict, methods: list[str]) -> list[str]:
            "Drafted tokens per verified window (engine/windows.py: fixed = gamma every step; "
            "adaptive = grows after a fully accepted window, shrinks after a rejection, stops where "
            "the draft's own probability of its token falls below the threshold, at a drafted eos, "
-           "or at the tokens left to generate).", "",
+           "or at the tokens left to generate; priced = the length with the most expected tokens "
+           "per second at the run's measured costs, 0 when drafting does not pay: the step "
+           "decodes).", "",
            "| method | windows | mean length | length: share | stop reasons |", "|---|---|---|---|---|"]
     for m, c in rows:
         n = c["windows"]
@@ -69,7 +71,8 @@ def _run_lines(results: dict) -> list[str]:
         f"{settings['kappa']}, exit layer {meta['exit_layer']}, branch budget {settings['branch_budget']}, "
         f"windows {settings.get('window', 'fixed')}"
         + (f" (threshold {settings.get('window_threshold')}, {settings.get('window_min')}-{settings.get('window_max')} tokens)"
-           if settings.get("window") == "adaptive" else ""),
+           if settings.get("window") in ("adaptive", "priced") else "")
+        + (f", proposer {settings['proposer']}" if settings.get("proposer", "draft") != "draft" else ""),
         f"- Questions: {meta['questions']} ({', '.join(meta['categories'])}) from "
         f"`{meta.get('questions_file', 'the given list')}`; one warm-up run per method; "
         f"{meta['order']}",

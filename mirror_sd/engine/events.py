@@ -72,7 +72,9 @@ class Verify(Event):
     q_probs: list[float]  # draft probability of each drafted token
     token: int  # the target's own token at position A
     kind: str  # "correction" (rejected at A+1), "bonus" (all accepted), "plain" (no draft)
-    stop: str = ""  # why the window has len(drafted) tokens: gamma | confidence | eos | room (windows.py)
+    stop: str = ""  # why the window has len(drafted) tokens: gamma | confidence | eos | room | price | probe | match (windows.py)
+    price: str = ""  # priced windows: the decision in words, e.g. "drafting 3 would cost 120 ms for 1.9 expected tokens (decoding: 1 in 80 ms); decoded instead"
+    source: str = ""  # who drafted the window: draft | lookup ("" when nothing was drafted)
 
 
 @dataclass

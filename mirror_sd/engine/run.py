@@ -61,6 +61,16 @@ class Run:
         """Tokens the run may still commit."""
         return self.settings.max_new_tokens - len(self.new_ids)
 
+    def count_source(self, source: str, drafted: int, accepted: int, seconds: float = 0.0) -> None:
+        """Per proposer (draft | lookup; "decode" for a step that drafted nothing): windows,
+        drafted and accepted tokens, drafting seconds (stats `proposers`)."""
+        row = self.info.setdefault("proposers", {}).setdefault(
+            source or "decode", {"windows": 0, "drafted": 0, "accepted": 0, "draft_s": 0.0})
+        row["windows"] += 1
+        row["drafted"] += drafted
+        row["accepted"] += accepted
+        row["draft_s"] += seconds
+
     def record_window(self, length: int, stop: str) -> None:
         self.window_lengths.append(length)
         self.window_stops[stop] = self.window_stops.get(stop, 0) + 1

@@ -24,9 +24,11 @@ MAX_GAMMA = 32
 MAX_KAPPA = 64
 MAX_BRANCH_BUDGET = 16
 EXIT_HEAD_CHOICES = ("auto", "exact", "int8")  # read by engine/mirror/early_exit.py
+PROPOSER_CHOICES = ("draft", "lookup")  # who drafts: the draft model | prompt lookup, the draft where none (proposers.py)
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
-DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max")
+DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max",
+                   "proposer")
 MIRROR_FIELDS = ("kappa", "exit_layer", "branch_budget", "exit_head", "exit_lens", "lane_timeout_s",
                  "branch_extend")
 ALL_FIELDS = SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS
@@ -65,10 +67,11 @@ class Settings:
     branch_extend: str = "on"  # on: a branch is drafted to the window policy's length | off: gamma deep, only cut
     streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
     draft_vocab: str = "full"  # the draft's proposal vocabulary: full | auto (the shipped file) | a file
-    window: str = "fixed"  # per-step window length: fixed (gamma every step) | adaptive; the CLI, benchmark and app default to windows.DEFAULT_WINDOW
-    window_threshold: float = 0.4  # adaptive: stop drafting below this draft probability
-    window_min: int = 1  # adaptive: the shortest and longest windows
+    window: str = "fixed"  # per-step window length: fixed (gamma every step) | adaptive | priced; the CLI, benchmark and app default to windows.DEFAULT_WINDOW
+    window_threshold: float = 0.4  # adaptive, priced: stop drafting below this draft probability
+    window_min: int = 1  # adaptive, priced: the shortest and longest windows (priced: or none at all)
     window_max: int = 12
+    proposer: str = "draft"  # draft (the draft model) | lookup (prompt lookup, the draft model where it finds nothing)
 
     @property
     def sampling(self) -> Sampling:
@@ -87,7 +90,7 @@ class Settings:
         self.check(method)
         uses = reads(method)
         ctx = pair.context_length
-        longest = max(self.gamma, self.window_max) if self.window == "adaptive" else self.gamma
+        longest = max(self.gamma, self.window_max) if self.window != "fixed" else self.gamma
         window = longest + 1 if "gamma" in uses else 0
         checks = [
             (prompt_len >= 1, "The prompt is empty: give at least one token."),
@@ -135,6 +138,8 @@ class Settings:
              f"draft vocab must be auto, full or a .safetensors vocabulary file (got {self.draft_vocab!r})."),
             ("branch_extend", self.branch_extend in ("on", "off"),
              f"branch extend must be on or off (got {self.branch_extend!r})."),
+            ("proposer", self.proposer in PROPOSER_CHOICES,
+             f"proposer must be one of {', '.join(PROPOSER_CHOICES)} (got {self.proposer!r})."),
             ("window", self.window in WINDOW_CHOICES,
              f"window must be one of {', '.join(WINDOW_CHOICES)} (got {self.window!r})."),
             ("window_threshold", 0.0 <= self.window_threshold < 1.0,

@@ -1,7 +1,10 @@
 """Plain speculative decoding: the draft writes a window, then the target verifies it.
 
 The window is gamma tokens, or under the adaptive policy (windows.py) as many as the policy
-asks for after the earlier verdicts, ended early where the draft's confidence drops.
+asks for after the earlier verdicts, ended early where the draft's confidence drops; under
+the priced policy as many as pay at the costs this run measures (pricing.py), which may be
+none: the step is then a plain target decode. The proposer is the draft model, or a prompt
+lookup beside it (proposers.py).
 The two models never run at the same time: step time = T_draft(window) + T_target(window+1).
 """
 from __future__ import annotations
@@ -12,19 +15,21 @@ from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
 from mirror_sd.engine.cross import lane_for
-from mirror_sd.engine.lanes import Lane
-from mirror_sd.engine.proposers import draft_window, proposer_for
+from mirror_sd.engine.lanes import Lane, common_prefix
+from mirror_sd.engine.proposers import fill_window, plan_window, proposer_for
 from mirror_sd.engine.windows import policy_for
 
 
 def verify_window(run: Run, target: Lane, step: int, window: Window):
-    """Target forward over [y_n, d_1..d_gamma] and the acceptance rule.
+    """Target forward over [y_n, d_1..d_gamma] and the acceptance rule; an empty window
+    (a priced window of 0) is a plain decode: the rule then draws the target's own token.
 
     Returns (verdict, Verify event, Commit event or None)."""
     s = run.settings
     drafted = window.tokens
     pending = target.sync(run.committed)
-    with run.span("target", "verify_forward", target.device, step, f"{len(pending) + len(drafted)} tokens"):
+    label = "verify_forward" if drafted else "decode"
+    with run.span("target", label, target.device, step, f"{len(pending) + len(drafted)} tokens"):
         logits = target.feed(pending + drafted)[-(len(drafted) + 1):]  # [gamma+1, V]
     run.target_forwards += 1
     with run.span("verify", "accept", None, step):
@@ -35,9 +40,9 @@ def verify_window(run: Run, target: Lane, step: int, window: Window):
     run.drafted += len(drafted)
     run.accepted += verdict.accepted
     run.record_window(len(drafted), window.stop)
-    kind = "bonus" if verdict.bonus else "correction"
+    kind = "plain" if not drafted else "bonus" if verdict.bonus else "correction"
     event = Verify(step, list(drafted), verdict.accepted, p_probs, window.q_probs, verdict.token, kind,
-                   window.stop)
+                   window.stop, window.note, window.source)
     tokens = drafted[:verdict.accepted] + [verdict.token]
     commit = run.commit(step, tokens, ["accepted"] * verdict.accepted + [kind])
     return verdict, event, commit
@@ -50,7 +55,7 @@ class Speculative(Decoder):
         s = run.settings
         target = Lane(self.pair.target, "target")
         draft = lane_for(self.pair.draft, "draft", run.committed)
-        proposer, notice = proposer_for(self.pair, s.streams)
+        proposer, notice = proposer_for(self.pair, s.streams, s.proposer)
         if notice:
             yield Notice(notice)
         policy = policy_for(s, self.pair.eos_token_ids)
@@ -60,16 +65,40 @@ class Speculative(Decoder):
         step = 0
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids))
-            with run.span("draft", "draft", draft.device, step) as note:
-                window = draft_window(proposer, policy, draft, run.committed, run.room, s.sampling,
-                                      generator_for(s.seed, step, "draft"))
-                note["detail"] = proposer.describe(len(window.tokens))
-            yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
+            window = yield from self._window(run, draft, proposer, policy, step)
             verdict, event, commit = verify_window(run, target, step, window)
-            policy.observe(len(window.tokens), verdict.accepted)
+            policy.observe(len(window.tokens), verdict.accepted, window.source or None, window.q_probs)
+            forward = next(sp for sp in reversed(run.spans) if sp.lane == "target")  # verify or decode
+            policy.costs.add_verify(int(forward.detail.split()[0]), (forward.end_ns - forward.start_ns) / 1e9)
+            run.count_source(window.source, len(window.tokens), verdict.accepted, window.draft_s)
             run.steps += 1
             yield event
             if commit:
                 yield commit
             yield from run.new_spans()
             step += 1
+
+    def _window(self, run, draft: Lane, proposer, policy, step: int):
+        """The step's window (empty: the step decodes), its span and DraftBranch event; the
+        draft's cost per token goes to the policy's costs (when the draft first caught up with
+        more than two committed tokens, a prefill, only the forwards after that one)."""
+        s = run.settings
+        plan = plan_window(proposer, policy, run.committed, run.room, draft)
+        if plan.length == 0:
+            return fill_window(proposer, plan, policy, draft, run.committed, s.sampling, None)
+        lookup = plan.source == "lookup"
+        behind = len(run.committed) - common_prefix(draft.ids, run.committed)
+        with run.span("draft", "lookup" if lookup else "draft", None if lookup else draft.device, step) as note:
+            window = fill_window(proposer, plan, policy, draft, run.committed, s.sampling,
+                                 generator_for(s.seed, step, "draft"))
+            note["detail"] = proposer.describe(len(window.tokens), window.source)
+        span = run.spans[-1]
+        window.draft_s = (span.end_ns - span.start_ns) / 1e9
+        if lookup or behind <= 2:
+            policy.costs.add_draft(window.source, window.draft_s, len(window.tokens))
+        elif window.first_s and len(window.tokens) > 1:  # the forwards after the catch-up
+            policy.costs.add_draft(window.source, window.draft_s - window.first_s, len(window.tokens) - 1)
+        if not lookup and window.first_s:
+            policy.costs.add_catchup(window.first_s, behind)
+        yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
+        return window

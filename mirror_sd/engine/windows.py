@@ -10,6 +10,21 @@
 - a window never drafts more than the run can still commit (max_new_tokens - committed - 1,
   at least 1: the target adds one token of its own).
 
+`priced` (pricing.py): each window is the length with the most expected tokens per second,
+priced with the costs the run measures as it goes (a draft forward per token, the target's
+verify at k + 1 rows, a plain decode) and the acceptance it has seen per window position,
+for each proposer the run may use; zero included: a window of no tokens is a plain target
+decode step. After PROBE_AFTER decoded steps in a row (FIRST_PROBE at the run's start) a
+short window is drafted anyway (a probe: it measures the acceptance the estimates need to
+price drafting again); the gap doubles after each probe that did not lead back to drafting.
+Once drafting pays, the window goes on token by token while one more token still raises the
+window's expected tokens per second, each drafted token trusted as far as tokens of its draft
+probability have been accepted in this run (pricing.Calibration, pricing.worth_more), and ends
+at a drafted end-of-sequence token (`window_stop`); Mirror-SD's batched branches, drafted
+before the verdict, stop at the draft's confidence threshold as under `adaptive` (`stop`) and
+are then cut by `window_stop`. Mirror-SD's lanes always hand a window over, so its priced
+windows are at least one token long (`zero` False).
+
 Lossless by construction: the length depends only on the draft's own tokens and
 probabilities and on the verdicts of earlier steps, never on the target's distributions for
 the window being verified. Drafting up to any such stopping rule is speculative sampling with
@@ -17,19 +32,25 @@ a window chosen before the target looks, so the acceptance rule still makes ever
 token the target's own (greedy) or distributed as the target's (sampling).
 
 Stop reasons (why a window has its length): "gamma" (the policy's length), "confidence",
-"eos", "room".
+"eos", "room", "price" (the length priced best; 0: decoded instead), "probe" (a short window
+after decoded steps), "match" (a prompt lookup's continuation ended).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-WINDOW_CHOICES = ("fixed", "adaptive")
+from mirror_sd.engine import pricing
+
+WINDOW_CHOICES = ("fixed", "adaptive", "priced")
 # What the CLI, the benchmark and the app use unless told otherwise: adaptive windows ran faster
 # than fixed ones for SD and Mirror-SD in two interleaved int8 benchmarks of the default pair
 # (docs/performance.md, "Draft windows"). Settings itself keeps fixed, the reference the engine's
 # tests are written against.
 DEFAULT_WINDOW = "adaptive"
-STOP_REASONS = ("gamma", "confidence", "eos", "room")
+STOP_REASONS = ("gamma", "confidence", "eos", "room", "price", "probe", "match")
+PROBE_AFTER, PROBE_MAX = 4, 32  # decoded steps in a row before a probe window (doubling up to the max)
+PROBE_LEN = 2  # a probe window's tokens
+FIRST_PROBE = 1  # the run's first probe: after one decode step (its time prices decoding)
 GROW, SHRINK = 2, 1  # transformers' heuristic schedule: +2 after a full accept, -1 after a rejection
 
 
@@ -42,6 +63,18 @@ class WindowPolicy:
     max_len: int = 12
     eos: frozenset = frozenset()
     length: int = 0  # the next window's length before the room cap (set from gamma)
+    zero: bool = True  # priced: a window may be empty (a plain decode step); Mirror-SD: False
+    # priced: the run's measured costs (shared with the decoder that feeds them), the acceptance
+    # per position per proposer, decoded steps in a row, the gap before the next probe, and the
+    # last plan's proposer and reason in words (the Verify event's `price`)
+    costs: pricing.Costs = field(default_factory=pricing.Costs)
+    acceptance: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)  # priced: source -> pricing.Calibration
+    plain_run: int = 0
+    probe_gap: int = FIRST_PROBE
+    source: str = "draft"
+    note: str = ""
+    probing: bool = False  # the last plan was a probe (drafted whole, whatever it costs)
 
     def __post_init__(self):
         self.max_len = max(self.max_len, self.min_len)
@@ -50,14 +83,91 @@ class WindowPolicy:
 
     @property
     def fixed(self) -> bool:
-        return self.kind != "adaptive"
+        return self.kind == "fixed"
 
-    def plan(self, room: int) -> tuple[int, str]:
+    @property
+    def priced(self) -> bool:
+        return self.kind == "priced"
+
+    def plan(self, room: int, lookup: int = 0, behind: int = 0) -> tuple[int, str]:
         """(tokens to draft at most, the reason if the window reaches it). room: tokens the
-        run may still commit."""
+        run may still commit; lookup: tokens a prompt lookup offers now (priced windows then
+        price it beside the draft model, `source` says which won); behind: committed tokens
+        the draft model lacks (priced: its catch-up is a cost of drafting with it)."""
+        if self.priced:
+            return self._priced_plan(room, lookup, behind)
         if not self.fixed and room - 1 < self.length:
             return max(1, room - 1), "room"
         return self.length, "gamma"
+
+    def accepting(self, source: str) -> pricing.PositionAcceptance:
+        if source not in self.acceptance:
+            self.acceptance[source] = pricing.PositionAcceptance(pricing.SEED_ACCEPT.get(source, 0.5))
+        return self.acceptance[source]
+
+    def _priced_plan(self, room: int, lookup: int, behind: int) -> tuple[int, str]:
+        """The best priced window (pricing.best_window) within [min_len, max_len] and the room;
+        a probe after `probe_gap` decoded steps in a row, if it could pay for the draft's
+        catch-up at the acceptance a probe hopes for (PROBE_ACCEPT)."""
+        top = max(1, min(self.max_len, room - 1))
+        sources = {"draft": top, **({"lookup": min(top, lookup)} if lookup > 0 else {})}
+        lo = min(self.min_len, top)
+        table_in = {s: (self.accepting(s).rates(hi), lo, hi) for s, hi in sources.items()}
+        prices = self.costs.snapshot()
+        best, table = pricing.best_window(prices, table_in, self.zero, behind, room)
+        probe = self.probing = best.k == 0 and self.plain_run >= self.probe_gap and self._hopeful(
+            prices, sources, behind, room)
+        if probe:  # two tokens (the draft's cost is measured past its catch-up forward)
+            best = max((o for o in table if o.k == min(PROBE_LEN, top)), key=lambda o: o.rate)
+        self.source = best.source or "draft"
+        self.note = pricing.explain(best, table, probe)
+        if best.k == 0:
+            return 0, "price"
+        if probe or best.rate * prices.decode_s <= 1:  # a probe, or a window Mirror-SD must draft
+            return best.k, "probe" if probe else "price"
+        # drafting pays: the window goes on while each next token still pays (window_stop)
+        cap = min(top, lookup) if best.source == "lookup" else top
+        self.note += f"; up to {cap} while each next token pays"
+        if cap == top and room - 1 < self.max_len:
+            return cap, "room"
+        return cap, "match" if best.source == "lookup" and cap < top else "price"
+
+    def calibrated(self, source: str) -> pricing.Calibration:
+        if source not in self.calibration:
+            self.calibration[source] = pricing.Calibration()
+        return self.calibration[source]
+
+    def window_stop(self):
+        """The stop rule for one window drafted token by token (a fresh one per window).
+        Priced: after each token, whether one more raises the window's expected tokens per
+        second (pricing.worth_more), with each drafted token trusted as far as the draft's
+        probability of it has been accepted so far (pricing.Calibration); else `stop`."""
+        if not self.priced:
+            return self.stop
+        prices, source, probing = self.costs.snapshot(), self.source, self.probing
+        # the next token's acceptance: pooled over positions (a later position is seldom
+        # reached, and its own estimate would keep windows from ever reaching it)
+        calibration, a_next = self.calibrated(source), self.accepting(source).pooled()
+        survival: list[float] = []
+
+        def stop(token: int, q: float) -> str | None:
+            if token in self.eos:
+                return "eos"
+            if probing:
+                return None
+            survival.append((survival[-1] if survival else 1.0) * calibration.accept(q))
+            if not pricing.worth_more(prices, source, survival, a_next):
+                return "price"
+            return None
+
+        return stop
+
+    @staticmethod
+    def _hopeful(prices, sources: dict, behind: int, room: int) -> bool:
+        """Whether drafting could beat decoding at the acceptance a probe hopes for, the
+        draft's catch-up included: else a probe could only cost (a short run, a dear draft)."""
+        hope = {s: ([pricing.PROBE_ACCEPT] * hi, 1, hi) for s, hi in sources.items()}
+        return pricing.best_window(prices, hope, True, behind, room)[0].k > 0
 
     def stop(self, token: int, q: float) -> str | None:
         """Why the window ends after drafting `token` with draft probability `q`, or None."""
@@ -73,8 +183,9 @@ class WindowPolicy:
         """(length, stop reason) of a window already drafted (`tokens`, with their draft
         probabilities) under this policy: the same window the policy's rollout would draw."""
         cap, reason = self.plan(room)
+        stop = self.window_stop()
         for i, (t, q) in enumerate(zip(tokens[:cap], q_probs)):
-            why = self.stop(t, q)
+            why = stop(t, q)
             if why is not None:
                 return i + 1, why
         return min(cap, len(tokens)), reason
@@ -82,7 +193,7 @@ class WindowPolicy:
     def next_length(self, drafted: int, accepted: int) -> int:
         """The next window's length (before the room cap) after a verdict: `accepted` of
         `drafted` tokens. Pure: `observe` applies it."""
-        if self.fixed or drafted == 0:
+        if self.kind != "adaptive" or drafted == 0:
             return self.length
         if accepted >= drafted:
             return min(self.length + GROW, self.max_len)
@@ -92,16 +203,35 @@ class WindowPolicy:
         """What `plan(room)` will say once `observe(drafted, accepted)` has run, without
         running it: Mirror-SD's branch rooted at depth `accepted` is the window after exactly
         that verdict, so it can be drafted to its own length before the verdict is known."""
-        return replace(self, length=self.next_length(drafted, accepted)).plan(room)
+        after = replace(self, acceptance={s: a.copy() for s, a in self.acceptance.items()},
+                        calibration={s: c.copy() for s, c in self.calibration.items()})
+        after.observe(drafted, accepted)
+        return after.plan(room)
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        """Update the next length from a verdict: `accepted` of `drafted` tokens."""
+    def observe(self, drafted: int, accepted: int, source: str | None = None,
+                q_probs: list[float] | None = None) -> None:
+        """Update the next length from a verdict: `accepted` of `drafted` tokens (drafted by
+        `source`, default the last plan's; `q_probs`: the draft's probability of each)."""
         self.length = self.next_length(drafted, accepted)
+        if not self.priced:
+            return
+        if drafted == 0:
+            self.plain_run += 1
+            return
+        self.accepting(source or self.source).observe(drafted, accepted)
+        if q_probs:
+            self.calibrated(source or self.source).observe(q_probs, accepted)
+        if self.plain_run:  # a probe: wait longer before the next unless it was all accepted
+            self.probe_gap = max(PROBE_AFTER, min(2 * self.probe_gap, PROBE_MAX))
+        if accepted >= drafted:
+            self.probe_gap = PROBE_AFTER
+        self.plain_run = 0
 
 
-def policy_for(settings, eos=(), cap: int | None = None) -> WindowPolicy:
+def policy_for(settings, eos=(), cap: int | None = None, zero: bool = True) -> WindowPolicy:
     """The run's policy from Settings (window, gamma, window_threshold/min/max); `cap` bounds
-    the length (Mirror-SD with branch_extend off: its branches are gamma tokens long)."""
+    the length (Mirror-SD with branch_extend off: its branches are gamma tokens long); `zero`:
+    whether a priced window may be empty (a plain decode step)."""
     top = settings.window_max if cap is None else min(settings.window_max, cap)
     return WindowPolicy(settings.window, settings.gamma, settings.window_threshold,
-                        min(settings.window_min, top), top, frozenset(eos))
+                        min(settings.window_min, top), top, frozenset(eos), zero=zero)

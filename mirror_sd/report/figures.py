@@ -11,7 +11,8 @@ on every question, interleaved, with the harness's warm-up and its mismatch chec
 - projections, labelled: the What-if replay of the recorded steps (whatif.py, profiles (a)
   this machine, (b) the draft on a device of its own, (c) the accelerator pair), each at
   the run's settings and at the best settings the latency model finds for it (tuning.choose);
-- the recommendation for this machine: the best projected gamma and branch budget.
+- the recommendation for this machine: the best projected gamma and branch budget, and SD's
+  window priced as the priced windows price it (engine/pricing.py).
 """
 from __future__ import annotations
 
@@ -197,8 +198,9 @@ def recommendation(results: dict, projections: dict) -> dict:
         rec["branch_budget"] = {"value": mirror["branch_budget"], "run": s["branch_budget"],
                                 "projected_gain": mirror["projected_gain"],
                                 "projected_speedup": mirror["projected_speedup"]}
-    rec["window"] = {"value": s["window"], "why": "the window policy this report ran; the "
-                     "latency model projects fixed windows of gamma"}
+    rec["window"] = priced_window(cost_figures(results["latency_model"]["calibration"]),
+                                  acceptance_of(results, "sd") if "sd" in results["meta"]["methods"] else None,
+                                  s["window"])
     speeds = {m: results["summary"]["overall"][m]["speedup_median"] for m in ("sd", "mirror", "hf-assisted")
               if m in results["meta"]["methods"]}
     fastest = max((m for m in speeds if speeds[m]), key=lambda m: speeds[m], default=None)
@@ -206,6 +208,26 @@ def recommendation(results: dict, projections: dict) -> dict:
                      "fastest": fastest, "measured_speedup": speeds.get(fastest) if fastest else None}
     rec["projection"] = True
     return rec
+
+
+def priced_window(costs: dict, acceptance: dict | None, ran: str) -> dict:
+    """SD's window length for this machine by the priced windows' own pricing
+    (engine/pricing.py best_window): the run's measured costs (decode, draft forward, verify at
+    the measured rows) and SD's acceptance per window position; 0: drafting does not pay here,
+    decode. A projection (expected values)."""
+    from mirror_sd.engine import pricing
+
+    t1, td, tk = costs.get("target_forward_s"), costs.get("draft_forward_s"), costs.get("verify_s")
+    rates = [r["rate"] for r in (acceptance or {}).get("position_rates", [])]
+    if not (t1 and td and tk and rates and rates[0] is not None):
+        return {"value": ran, "length": None, "why": "the run measured too little to price a window"}
+    for i in range(1, len(rates)):  # a position no window reached: the rate before it carries
+        rates[i] = rates[i - 1] if rates[i] is None else rates[i]
+    prices = pricing.Prices([(1, t1), (costs["verify_tokens"], tk)], {"draft": td})
+    best, table = pricing.best_window(prices, {"draft": (rates, 1, len(rates))})
+    return {"value": "priced", "ran": ran, "length": best.k, "projected_speedup": best.rate * t1,
+            "why": "priced on this run's costs and SD's acceptance per position: "
+                   + pricing.explain(best, table)}
 
 
 def cross_figures(results: dict) -> dict | None:

@@ -100,7 +100,12 @@ def _recommendation_lines(p: dict) -> list[str]:
         lines.append(f"- Mirror-SD gamma {g['value']} (ran {g['run']}), branch budget {b['value']} "
                      f"(ran {b['run']}): projected {times(b['projected_speedup'])}, gain "
                      f"{times(b['projected_gain'])} over the run's settings as replayed")
-    lines.append(f"- window: {r['window']['value']} ({r['window']['why']})")
+    w = r["window"]
+    length = w.get("length")
+    head = (f"- window: {w['value']}" + ("" if length is None else
+            " (decode: drafting does not pay here)" if length == 0 else f", about {length} tokens"))
+    gain = f", projected {times(w['projected_speedup'])}" if w.get("projected_speedup") else ""
+    lines.append(f"{head}{gain} ({w['why']})")
     return lines + [""]
 
 

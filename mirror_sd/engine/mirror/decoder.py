@@ -20,7 +20,9 @@ policy's next length after that verdict, known before the verdict arrives, and i
 the policy stops a serial rollout; what a taken branch still lacks when the verdict comes, the
 lane drafts then (draft_lane.py). Under the adaptive policy a hit's window grows to
 window_max like SD's. Settings.branch_extend = off keeps branches gamma deep (a taken branch
-is only cut: windows at most gamma). The length never depends on the target's distributions
+is only cut: windows at most gamma). Priced windows are priced with the verify forwards and
+the draft time the target waits for the next window (near 0 on a hit), at least one token
+long. The length never depends on the target's distributions
 for the window it is verified against, so the acceptance rule stays lossless. The proposals
 only choose what is precomputed; every committed token is verified against the target's
 final layer, so the output is the target's own.
@@ -98,12 +100,13 @@ class MirrorSpeculative(Decoder):
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = lane_for(self.pair.draft, "draft", run.committed)
-        proposer, notice = proposer_for(self.pair, s.streams)
+        proposer, notice = proposer_for(self.pair, s.streams, s.proposer)
         if notice:
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
         policy = mirror_policy(s, self.pair.eos_token_ids)
+        policy.zero = False  # the lanes always hand a window over: a priced window is >= 1 token
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
@@ -144,16 +147,16 @@ class MirrorSpeculative(Decoder):
             answer = yield from self._answer(run, job, ranks)
             lane_ok = answer is not None
             if lane_ok:
-                window, window_hit = answer
+                window, window_hit, waited = answer
+                self._price(run, policy, step, len(job.window.tokens) + 1, window, waited)
             yield from run.new_spans()
             step += 1
 
     def _answer(self, run, job: StepJob, ranks: list):
-        """The draft lane's answer to a step: (next window, hit) (a branch on a hit, a rollout
-        on a miss), its branches yielded; None when the lane failed or went silent."""
-        timeout = run.settings.lane_timeout_s
-        if not job.done.wait(timeout):
-            job.error = TimeoutError(f"no answer in {timeout:.0f} s")
+        """The draft lane's answer to a step: (next window, hit, seconds the target waited for
+        it) (a branch on a hit, a rollout on a miss), its branches yielded; None when the lane
+        failed or went silent."""
+        waited = self._await_lane(job, run.settings.lane_timeout_s)
         if job.error is not None:
             job.cancel()
             yield Notice(f"The draft lane failed ({job.error}); finishing with plain decoding.")
@@ -162,7 +165,28 @@ class MirrorSpeculative(Decoder):
         run.hits += job.hit
         run.misses += not job.hit
         ranks.append(job.rank)
-        return job.next_window, job.hit
+        return job.next_window, job.hit, waited
+
+    @staticmethod
+    def _await_lane(job, timeout_s: float) -> float:
+        """Wait for the draft lane's answer (an error on a timeout); the seconds waited."""
+        start = time.perf_counter_ns()
+        if not job.done.wait(timeout_s):
+            job.error = TimeoutError(f"no answer in {timeout_s:.0f} s")
+        return (time.perf_counter_ns() - start) / 1e9
+
+    @staticmethod
+    def _price(run, policy, step: int, rows: int, window, waited: float) -> None:
+        """The step's costs for priced windows (windows.py): the target's verify forward over
+        `rows` rows (prefix, exit head and suffix), and the draft time the target waited for
+        the next window (hidden behind a hit: near 0), per token of it; the window carries the
+        policy's reason for its length."""
+        forward = [sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and sp.lane == "target"
+                   and sp.label in ("verify_forward", "prefix", "exit_head", "suffix")]
+        if forward:
+            policy.costs.add_verify(rows, sum(forward) / 1e9)
+        policy.costs.add_draft(window.source or "draft", waited, len(window.tokens))
+        window.note = policy.note
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the
