@@ -18,7 +18,8 @@ from . import whatif, zerogpu
 from .frames import DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXIT_LAYER_LABEL, RESULT_OUTPUTS
 from .handlers import Handlers, pick_example
 from .how import render_how
-from .inspector import follow_replay, pick, render_inspector
+from .inspector import pick, render_inspector
+from .live import BOARD_JS, BOARD_TEMPLATE, TIMELINE_TEMPLATE
 from .pairbox import PairBox
 from .paircheck import render_pair_check
 from .render import render_legend, render_pane, render_status
@@ -30,7 +31,7 @@ from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARG
 from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION, SEQUENTIAL_NOTE
 
 CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
-                for name in ("style.css", "panes.css"))  # panes.css: panes, legend, the why
+                for name in ("style.css", "panes.css", "live.css"))  # panes, legend, the live board
 QUEUE_SIZE = int(os.environ.get("MIRROR_SD_QUEUE_SIZE", "16"))
 
 
@@ -202,15 +203,14 @@ def _results(c: dict) -> None:
             gr.HTML(render_legend(), elem_id="legend")
             show_rejected = gr.Checkbox(True, label="show rejected draft tokens (struck through)",
                                         elem_id="show-rejected", scale=0, min_width=300)
+        c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
+                            apply_default_css=False, elem_id="board")
         with gr.Row(equal_height=False, elem_id="panes"):
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
-                                  elem_id=f"pane-{m}") for m in method_names()]
+                                  elem_id=f"pane-{m}", min_width=300) for m in method_names()]
+        gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
+                elem_id="board-timeline")
         gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
-        with gr.Row(elem_id="race-row"):
-            c["race_btn"] = gr.Button("▶ Race replay: the runs together at their measured pace",
-                                      elem_id="race-btn", scale=3, variant="secondary", size="sm")
-            c["speed"] = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
-                                     scale=1, min_width=120)
         _folds(c)
     show_rejected.change(None, show_rejected, show_rejected, js=HIDE_REJECTED_JS)
     c["results"] = results
@@ -297,14 +297,7 @@ def _wire_run(c: dict, handlers: Handlers, box: PairBox) -> None:
         lambda: gr.update(interactive=False), None, c["stop_btn"], api_visibility="private", **free).then(
         box.after_run, [c["state"]] + pair_inputs, [c["pair_check"], c["check_poll"]],
         api_visibility="private", **free).then(**layer_range)  # the loaded pair's real layer count
-    race_event = c["race_btn"].click(handlers.race, [c["state"], c["speed"]], [c["status"], *c["panes"]],
-                                     api_name="race", concurrency_limit=8, concurrency_id="replay",
-                                     show_progress="hidden")
-    follow_event = c["race_btn"].click(follow_replay, [c["state"], c["speed"], c["which"]], c["inspector"],
-                                       api_visibility="private", concurrency_limit=8,
-                                       concurrency_id="replay", show_progress="hidden")
-    c["stop_btn"].click(handlers.stop, None, c["status"], api_name="stop",
-                        cancels=[race_event, follow_event], **free)
+    c["stop_btn"].click(handlers.stop, None, c["status"], api_name="stop", **free)
     c["trace_upload"].upload(lambda path: (gr.update(visible=True), *handlers.load_trace(path)),
                              c["trace_upload"], [c["results"], *_outputs(c), c["prompt"]],
                              api_name="load_trace", concurrency_limit=None)
