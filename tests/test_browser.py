@@ -303,6 +303,30 @@ def check_whatif(page) -> None:
     page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
 
 
+def test_a_page_closed_during_a_run_ends_it(browser, monkeypatch):
+    """The handler's generator closes with the page: its run stops within a step."""
+    import threading
+    import time
+    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")
+    demo, url = start_app(tiny=True)
+    jobs = lambda: [t for t in threading.enumerate() if t.name == "mirror-sd-job" and t.is_alive()]
+    context = browser.new_context(viewport={"width": 1600, "height": 1200})
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("#run-btn", timeout=60_000)
+        page.click("#run-btn")
+        page.wait_for_selector('#board .msd-bpane[data-state="running"] pre .msd-tok', timeout=60_000)
+        assert jobs()
+        context.close()
+        deadline = time.time() + 20
+        while jobs() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not jobs(), "the run went on after its page closed"
+    finally:
+        demo.close()
+
+
 LIVE_TOKENS_JS = """() => Object.fromEntries([...document.querySelectorAll('#board .msd-bpane')].map(
   p => [p.className.match(/m-(\\w+)/)[1], [p.dataset.state, p.querySelectorAll('pre .msd-tok').length]]))"""
 
