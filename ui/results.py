@@ -82,9 +82,7 @@ def reason_items(records: dict[str, RunRecord], meta: dict) -> str:
 
 def _bar(value: float, top: float, cls: str, text: str) -> str:
     width = 100 * value / top if top > 0 else 0
-    cls += " out" if width < 40 else ""  # its words after it, not squeezed inside
-    return (f'<span class="msd-vbar {cls}" style="width:{width:.1f}%" title="{esc(text)}">'
-            f'<span>{esc(text)}</span></span>')
+    return f'<span class="msd-vbar {cls}" style="width:{width:.1f}%" title="{esc(text)}"></span>'
 
 
 def _picture(done: dict[str, RunRecord]) -> str:
@@ -97,21 +95,23 @@ def _picture(done: dict[str, RunRecord]) -> str:
     rows = []
     if slow:
         top = max(slow["alone_s"], slow["beside_s"])
-        rows.append(("one verify forward (median)",
-                     [("SD", _bar(slow["alone_s"], top, "b-verify", f"alone {slow['alone_s'] * 1e3:.0f} ms")),
-                      ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify",
-                                         f"beside the draft {slow['beside_s'] * 1e3:.0f} ms"))]))
+        rows.append(("one verify forward (median)", [
+            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), f"alone: {slow['alone_s'] * 1e3:.0f} ms"),
+            ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
+             f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms")]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
     if top > 0:
-        rows.append(("drafting after the first token", [
-            (label(m), _bar(draft[m][0], top, "b-draft_exposed", f"target waits {draft[m][0]:.2f} s")
-             + (_bar(draft[m][1], top, "b-draft_hidden", f"hidden {draft[m][1]:.2f} s") if draft[m][1] else ""))
+        rows.append(("drafting, after the first token", [
+            (label(m), _bar(draft[m][0], top, "b-draft_exposed", "the target waits")
+             + _bar(draft[m][1], top, "b-draft_hidden", "hidden beside the target"),
+             f"target waits {draft[m][0]:.2f} s" + (f", hidden {draft[m][1]:.2f} s" if draft[m][1] else ""))
             for m in ("sd", "mirror")]))
     body = "".join(
         f'<div class="msd-vpic-part"><div class="msd-vpic-title">{esc(title)}</div>' + "".join(
             f'<div class="msd-vpic-row"><span class="msd-vpic-name">{esc(name)}</span>'
-            f'<span class="msd-vpic-track">{bars}</span></div>' for name, bars in lines) + "</div>"
+            f'<span class="msd-vpic-track">{bars}</span><span class="msd-vpic-text">{esc(text)}</span></div>'
+            for name, bars, text in lines) + "</div>"
         for title, lines in rows)
     return f'<div class="msd-vpic">{body}</div>' if body else ""
 
@@ -153,13 +153,15 @@ def _projection_line(projection: dict) -> str:
         lead = "Where Mirror-SD pays off:"
         tail = f": Mirror-SD {mirror / sd:.2f}× SD's speed"
     else:
-        lead = "Mirror-SD's best case in the projections:"
+        lead = "Mirror-SD in the projection:"
         tail = (f": even there it does not pass SD ({mirror / sd:.2f}× SD's speed) with this run's "
                 f"acceptance and a draft writing one token per forward") if sd and mirror else ""
+    inputs = f" ({esc(projection['inputs'])})" if projection.get("inputs") else ""
     return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
             f'measurement</span> {lead} the same recorded steps on '
-            f'<b>{esc(projection["profile"])}</b>{best} project decode speeds over AR of '
-            f'<b>{esc(speeds)}</b>{esc(tail)} (the What-if fold shows how).</p>')
+            f'<b>{esc(projection["profile"])}</b>{inputs}{best} project decode speeds over AR of '
+            f'<b>{esc(speeds)}</b>{esc(tail)} (What if fold, the second table\'s row (c): the same '
+            f'figures, and how).</p>')
 
 
 # ---- the cards ----------------------------------------------------------------------------
