@@ -46,27 +46,33 @@ def test_pulled_event_by_event_the_items_are_those_of_one_pull():
     assert pieces == LiveFeed("mirror").pull(rec)
 
 
-def test_push_sends_only_new_items_and_repeats_the_last_message():
+def test_push_sends_new_items_and_repeats_the_recent_ones():
+    """Polled every few events, a quarter of a second apart: a page that merges the messages
+    has every item, also when it saw only the last of each burst of up to eight."""
     records = tiny_records()
     rec = records["sd"]
-    push, received, growing = LivePush(("ar", "sd")), {}, RunRecord("sd", t0_ns=rec.t0_ns,
-                                                                     token_texts=rec.token_texts,
-                                                                     id_texts=rec.id_texts)
+    push, growing = LivePush(("ar", "sd")), RunRecord("sd", t0_ns=rec.t0_ns, token_texts=rec.token_texts,
+                                                      id_texts=rec.id_texts)
     assert json.loads(push.start())["op"] == "start"
-    sizes = []
+    messages, now = [], 0.0
     for i, (ev, t) in enumerate(zip(rec.events, rec.times_ns)):
         growing.add(ev, t)
-        if i % 5 == 4:  # a poll every few events
-            message = push.update({"sd": growing}, "sd")
+        if i % 5 == 4:
+            now += 0.25
+            message = push.update({"sd": growing}, "sd", now)
             if message is not None:
-                sizes.append(len(message))
-                _merge(received, message)
-    message = push.update({"sd": growing}, None)
+                messages.append(message)
+    message = push.update({"sd": growing}, None, now + 0.25)
     if message is not None:
-        _merge(received, message)
-    assert received["sd"] == LiveFeed("sd").pull(rec)
-    assert push.update({"sd": growing}, None) is None  # nothing new: nothing sent
-    assert max(sizes) < 4000, sizes  # a few events per poll: a few hundred bytes to a few kB
+        messages.append(message)
+    assert push.update({"sd": growing}, None, now + 0.5) is None  # nothing new: nothing sent
+    want = LiveFeed("sd").pull(rec)
+    for burst in (1, 8):  # the page sees every message, or one in eight
+        received: dict = {}
+        for message in messages[burst - 1::burst] + ([messages[-1]] if len(messages) % burst else []):
+            _merge(received, message)
+        assert received["sd"] == want, burst
+    assert max(len(m) for m in messages) < 8000, [len(m) for m in messages]
 
 
 def test_the_race_holds_every_run_and_plays_only_when_all_finished():

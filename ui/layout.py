@@ -1,5 +1,5 @@
 """The Gradio Blocks: the prompt and Run on top (settings folded beside them), then the results
-of the run: the verdict, one card per method, the token panes, one Mirror-SD step zoomed in,
+of the run: the verdict, the live board and the token panes, one Mirror-SD step zoomed in, one card per method,
 and folds for the timeline, the step inspector, the What-if projection, the statistics, how it
 works and the glossary. Panes, cards, legends and lanes come from the engine's registry.
 
@@ -28,7 +28,7 @@ from .pair_report import build_pair_report_tab
 from .state import AppState
 from .steps import PICK_JS
 from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
-from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION, SEQUENTIAL_NOTE
+from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION
 
 CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
                 for name in ("style.css", "panes.css", "live.css"))  # panes, legend, the live board
@@ -197,8 +197,6 @@ def _results(c: dict) -> None:
     """The results of a run: shown once a run starts (nothing empty before)."""
     with gr.Column(visible=False, elem_id="results") as results:
         c["verdict"] = gr.HTML("", elem_id="verdict")
-        c["zoom"] = gr.HTML("", elem_id="zoom")
-        c["cards"] = gr.HTML("", elem_id="cards")
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
             show_rejected = gr.Checkbox(True, label="show rejected draft tokens (struck through)",
@@ -210,7 +208,8 @@ def _results(c: dict) -> None:
                                   elem_id=f"pane-{m}", min_width=300) for m in method_names()]
         gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
                 elem_id="board-timeline")
-        gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
+        c["zoom"] = gr.HTML("", elem_id="zoom")
+        c["cards"] = gr.HTML("", elem_id="cards")
         _folds(c)
     show_rejected.change(None, show_rejected, show_rejected, js=HIDE_REJECTED_JS)
     c["results"] = results

@@ -72,10 +72,16 @@ function axis(ms) {
   const nice = Math.max(1000, Math.ceil(ms * 1.25 / 1000) * 1000);
   tl.style.setProperty('--axis', nice); B.axisSet = true;
   if (B.axisLabel) B.axisLabel.innerHTML = '<span>0 s</span><span>' + (nice / 2000).toFixed(1) +
-    ' s</span><span>' + (nice / 1000).toFixed(1) + ' s from each run\'s start</span>';
+    ' s</span><span>' + (nice / 1000).toFixed(1) + ' s from each run\'s own start (the runs took turns on the hardware, each warm)</span>';
 }
 
-function chip(text, cls) { const c = mk('span', 'msd-chip ' + (cls || ''), text === '' ? '∅' : text); return c; }
+// a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
+function visible(text) {
+  if (text === '') return '∅';
+  const t = text.replace(/\n/g, '⏎').replace(/\t/g, '⇥');
+  return t.trim() ? t : t.replace(/ /g, '␣');
+}
+function chip(text, cls) { return mk('span', 'msd-chip ' + (cls || ''), visible(text)); }
 
 function stepBox(run, item) {
   if (run.step !== item.s) { run.step = item.s; run.stepBox.textContent = '';

@@ -2,7 +2,8 @@
 
 While a method's run is timed, the server renders no HTML for it: the polling handler turns
 the events that arrived since its last poll into items (token texts, kinds, times in ms: a
-few hundred bytes per step) and sends them as JSON in one hidden value; the page draws them.
+few hundred bytes per step) and sends them, with those of the last two seconds again, as JSON
+in one hidden value; the page draws them.
 When the last run ends, the page gets every run's items again with their final times and
 replays the runs together (the race), then shows the panes rendered from the full records.
 
@@ -141,37 +142,46 @@ def _heads(methods) -> list[dict]:
             for m in method_names()]
 
 
+OVERLAP_S = 2.0  # each message repeats the items of the messages sent in this many seconds
+
+
 class LivePush:
     """What the polling handler sends while a job runs: each run's new items, with the items
-    of the previous message again (a message the page merged away is not a gap)."""
+    of the messages of the last OVERLAP_S seconds again. The server's loop may hold frames back
+    while both cores decode and then send several at once, and the page sees only the last of
+    a burst; repeating the recent ones makes such a burst no gap (the page keeps what it has)."""
 
-    def __init__(self, methods, round_no: int = 1, rounds: int = 1):
+    def __init__(self, methods, round_no: int = 1, rounds: int = 1, overlap_s: float = OVERLAP_S):
         self.methods = tuple(methods)
         self.feeds: dict[str, LiveFeed] = {}
-        self.sent: dict[str, int] = {}  # items sent up to the previous message
-        self.prev: dict[str, int] = {}  # where the previous message started
+        self.recent: dict[str, list[tuple[float, int]]] = {}  # (when, first new item) per message
         self.seq = 0
         self.round = (round_no, rounds)
+        self.overlap_s = overlap_s
 
     def start(self) -> str:
         self.seq += 1
         return _json({"op": "start", "seq": self.seq, "runs": _heads(self.methods),
                       "round": list(self.round)})
 
-    def update(self, records: dict[str, RunRecord], current: str | None) -> str | None:
-        """The new items since the last call as one JSON message; None when nothing is new."""
+    def update(self, records: dict[str, RunRecord], current: str | None,
+               now: float | None = None) -> str | None:
+        """The new items since the last call (and the recent ones again) as one JSON message;
+        None when nothing is new."""
+        now = time.monotonic() if now is None else now
         runs = {}
         for m in self.methods:
             rec = records.get(m)
             if rec is None:
                 continue
             feed = self.feeds.setdefault(m, LiveFeed(m))
-            fresh = feed.pull(rec)
-            if not fresh and self.sent.get(m, 0) == len(feed.items):
+            before = len(feed.items)
+            if not feed.pull(rec):
                 continue
-            start = self.prev.get(m, 0)
+            recent = [(t, i) for t, i in self.recent.get(m, []) if now - t <= self.overlap_s]
+            start = recent[0][1] if recent else before
+            self.recent[m] = recent + [(now, before)]
             runs[m] = {"from": start, "items": feed.items[start:]}
-            self.prev[m], self.sent[m] = self.sent.get(m, 0), len(feed.items)
         if not runs:
             return None
         self.seq += 1
