@@ -335,16 +335,18 @@ def watch_live(page, methods=("ar", "sd", "mirror"), timeout_s: float = 120) -> 
     """Polls the board while the runs go: for each run, the most tokens its pane showed while
     the pane still said running (its run not ended)."""
     import time
-    seen = {m: 0 for m in methods}
+    seen, ended = {m: 0 for m in methods}, {}
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         for m, (state, n) in page.evaluate(LIVE_TOKENS_JS).items():
             if state == "running" and m in seen:
                 seen[m] = max(seen[m], n)
+            elif state == "done" and m in seen:
+                ended[m] = n
         if page.locator('#board .msd-board-ctl').is_visible():  # the race: every run ended
             break
         page.wait_for_timeout(50)
-    return seen
+    return seen, ended
 
 
 def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
@@ -356,7 +358,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         page.wait_for_selector("#run-btn", timeout=60_000)
         assert not page.locator("#verdict").is_visible()  # nothing empty before a run
         page.click("#run-btn")
-        live = watch_live(page)
+        live, ended = watch_live(page)
         assert all(n >= 1 for n in live.values()), live  # each pane grew while its run ran
         # the race plays by itself after the last run, then the full panes show
         page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)
@@ -364,6 +366,9 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         page.wait_for_selector("#board-timeline .msd-btl-flag", state="attached", timeout=30_000)
         wait_settled(page)
         assert "Race over" in page.inner_text("#board .msd-board-say")
+        assert {"ar", "sd"} <= set(ended), ended  # ended while the next ones ran
+        for m, n in ended.items():  # a finished live pane holds every token of its run
+            assert f"<b>{n}</b> tokens" in page.inner_html(f"#pane-{m} .msd-pane-head"), (m, n)
         # Replay plays it again, at once with "instant"
         page.click("#board .msd-speed[data-speed='instant']")
         page.click("#board .msd-replay")
