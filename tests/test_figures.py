@@ -192,3 +192,14 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     for m, x in proj["speedups"].items():
         assert f"{x:.2f}×" in html and f"{x:.2f}×" in fold
     assert "GB/s" in html and "target on a GPU" in html and "draft on an NPU" in html
+
+
+def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():
+    records = tiny_records()
+    c = cards(records)
+    for m, tps in (("ar", 10.0), ("sd", 12.0), ("mirror", 10.2)):  # SD wins; Mirror-SD 1.02x AR
+        c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 10.0, True
+    text = verdict(c, records, {})
+    assert "SD won" in text and "Mirror-SD and AR finished within 3%" in text
+    c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.0, 1.1
+    assert "and AR finished within" not in verdict(c, records, {})
