@@ -14,7 +14,7 @@ from ui.render import render_legend, render_pane
 from ui.results import render_cards, render_checks, render_statistics, render_verdict
 from ui.runs import RunRecord, analyse, compare_tokens, label
 from ui.texts import LEGEND, LEGEND_MARKS, parse_prompt
-from ui.timeline import LABELS, build_timeline, lanes_for
+from ui.timeline import GROUP_OF, build_timeline, lanes_for
 from ui.traces import TraceError, export_trace, parse_trace
 
 T0 = 1_000_000_000
@@ -122,11 +122,11 @@ def test_timeline_has_a_lane_per_run_and_model():
     assert lanes == ["AR · target", "Mirror-SD · target", "Mirror-SD · draft"]
     fig = build_timeline(records)
     names = {t.name for t in fig.data}
-    assert {LABELS[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
+    assert {GROUP_OF[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
     assert {"AR: tokens committed", "Mirror-SD: tokens committed"} <= names
     ys = {y for t in fig.data if t.type == "bar" for y in t.y}
     assert ys == set(lanes)
-    prefix = next(t for t in fig.data if t.name == LABELS["prefix"][0])
+    prefix = next(t for t in fig.data if t.type == "bar" and " · prefix" in t.hovertext[0])
     assert prefix.base[0] == pytest.approx(0.005)  # seconds from the run's own start
     assert "<br>step " in prefix.hovertext[0]
 

@@ -238,7 +238,7 @@ def _stream(job: Job, methods, t_start: float, round_no: int, rounds: int):
         job.poll()
         message = push.update(job.records, job.current)
         status = None
-        if finished or time.monotonic() - said >= STATUS_POLL_S:
+        if not finished and time.monotonic() - said >= STATUS_POLL_S:  # the last frame says the end
             status, said = live_status(job, methods, t_start, round_no, rounds), time.monotonic()
         if message is not None or status is not None:
             yield frame(status if status is not None else gr.skip(), live=message)
