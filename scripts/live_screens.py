@@ -42,10 +42,12 @@ def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
         page.wait_for_timeout(1500)
         page.locator("#board").scroll_into_view_if_needed()
         page.screenshot(path=str(out / f"live-{width}-running.png"))
-        page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=900_000)
-        page.wait_for_timeout(1200)
-        page.locator("#board").scroll_into_view_if_needed()
-        page.screenshot(path=str(out / f"live-{width}-race.png"))
+        page.wait_for_function(f"() => document.querySelector('#board .msd-bpane[data-state=\"race\"]') || ({SETTLED})()",
+                               timeout=900_000)
+        if page.locator('#board .msd-bpane[data-state="race"]').count():  # not over yet
+            page.wait_for_timeout(1200)
+            page.locator("#board").scroll_into_view_if_needed()
+            page.screenshot(path=str(out / f"live-{width}-race.png"))
     page.wait_for_function(SETTLED, timeout=900_000)
     page.wait_for_timeout(500)
     page.screenshot(path=str(out / f"live-{width}-settled.png"), full_page=True)

@@ -72,7 +72,7 @@ function axis(ms) {
   const nice = Math.max(1000, Math.ceil(ms * 1.25 / 1000) * 1000);
   tl.style.setProperty('--axis', nice); B.axisSet = true;
   if (B.axisLabel) B.axisLabel.innerHTML = '<span>0 s</span><span>' + (nice / 2000).toFixed(1) +
-    ' s</span><span>' + (nice / 1000).toFixed(1) + ' s from each run\'s own start (the runs took turns on the hardware, each warm)</span>';
+    ' s</span><span>' + (nice / 1000).toFixed(1) + ' s<span class="msd-btl-long"> from each run\'s own start (the runs took turns on the hardware, each warm)</span></span>';
 }
 
 // a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
