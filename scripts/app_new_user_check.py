@@ -30,6 +30,8 @@ DONE = ("() => { const s = document.querySelector('#status').innerText;"
         " return (s.startsWith('Done') && document.querySelector('#verdict .msd-verdict-text'))"
         " || s.toLowerCase().includes('error'); }")
 READY = "() => document.querySelector('#status').innerText.includes('loaded and warm')"
+SETTLED = ("() => { const b = document.querySelector('#board .msd-board');"
+           " return b && !b.classList.contains('is-on'); }")
 
 
 def figures(trace: dict) -> dict:
@@ -60,7 +62,8 @@ def run_once(page, out: Path, prefix: str, repeat: int) -> dict:
     start = time.time()
     page.click("#run-btn")
     page.wait_for_function(DONE, timeout=3_000_000)
-    page.wait_for_timeout(3000)
+    page.wait_for_function(SETTLED, timeout=600_000)  # the race has played
+    page.wait_for_timeout(1000)
     print(f"--- default run, {time.time() - start:.0f} s in all")
     print("STATUS:", page.inner_text("#status"))
     print("VERDICT:", page.inner_text("#verdict"))

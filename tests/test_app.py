@@ -14,7 +14,7 @@ from ui.render import render_legend, render_pane
 from ui.results import render_cards, render_checks, render_statistics, render_verdict
 from ui.runs import RunRecord, analyse, compare_tokens, label
 from ui.texts import LEGEND, LEGEND_MARKS, parse_prompt
-from ui.timeline import LABELS, build_timeline, lanes_for
+from ui.timeline import GROUP_OF, build_timeline, lanes_for
 from ui.traces import TraceError, export_trace, parse_trace
 
 T0 = 1_000_000_000
@@ -122,11 +122,11 @@ def test_timeline_has_a_lane_per_run_and_model():
     assert lanes == ["AR · target", "Mirror-SD · target", "Mirror-SD · draft"]
     fig = build_timeline(records)
     names = {t.name for t in fig.data}
-    assert {LABELS[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
+    assert {GROUP_OF[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
     assert {"AR: tokens committed", "Mirror-SD: tokens committed"} <= names
     ys = {y for t in fig.data if t.type == "bar" for y in t.y}
     assert ys == set(lanes)
-    prefix = next(t for t in fig.data if t.name == LABELS["prefix"][0])
+    prefix = next(t for t in fig.data if t.type == "bar" and " · prefix" in t.hovertext[0])
     assert prefix.base[0] == pytest.approx(0.005)  # seconds from the run's own start
     assert "<br>step " in prefix.hovertext[0]
 
@@ -178,14 +178,6 @@ def test_trace_round_trip_and_bad_files():
         parse_trace({"format": "mirror-sd-trace", "version": 1, "runs": {"ar": {"events": [{"type": "Nope"}]}}})
 
 
-def test_race_replay_prefix():
-    rec = mirror_record()
-    assert len(analyse(rec.until(0)).tokens) == 0
-    t_first_commit = rec.times_ns[[type(e).__name__ for e in rec.events].index("Commit")]
-    assert len(analyse(rec.until(t_first_commit)).tokens) == 3
-    assert rec.until(rec.duration_ns).finish is not None
-
-
 def test_parse_prompt_multi_turn():
     assert parse_prompt("  hello ") == "hello"
     msgs = parse_prompt("User: hi\nAssistant: hello\nthere\nUser: bye")
@@ -234,7 +226,7 @@ def test_app_imports_without_launching():
 def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    status, ar, sd, mirror, verdict, cards, zoom, how, statistics, timeline, step, inspector, trace = final
+    status, ar, sd, mirror, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
     assert "Done" in status
     for pane in (ar, mirror, sd):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
@@ -248,6 +240,9 @@ def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(c
     assert "msd-ee" in inspector and "msd-verify" in inspector
     data = json.load(open(trace))
     assert set(data["runs"]) == {"ar", "mirror", "sd"} and data["prompt"] == "def hello ( x ) :"
+    race = json.loads(live)  # the race the page plays: every run, its tokens as in its pane
+    assert race["op"] == "race" and race["autoplay"] and set(race["runs"]) == {"ar", "mirror", "sd"}
+    assert sum(len(it["x"]) for it in race["runs"]["mirror"]["items"] if it["k"] == "c") == 16
 
 
 def test_cached_result_and_trace_replay(client):
@@ -537,27 +532,3 @@ def _toy_pane_card_and_lane(REGISTRY, build_demo):
     assert 'data-method="toy"' in cards and "time to first token" in cards
     timeline = final[1 + len(names) + 5]
     assert any(str(y).startswith("Toy · ") for t in timeline.data if t.type == "bar" for y in t.y)
-
-
-def test_while_a_timed_run_is_in_progress_the_page_gets_the_status_alone():
-    """No pane is rendered with tokens while its run is timed: each pane fills in when its run
-    ends (rendering in the server and the browser would take CPU from the timed run)."""
-    import gradio as gr
-
-    from ui.handlers import Handlers
-    from ui.runs import method_names
-    from ui.state import AppState
-
-    frames = list(Handlers(AppState.tiny()).run(prompt="def hello ( x ) :", max_new_tokens=96,
-                                                use_cache=False))
-    names = method_names()
-    for f in frames[:-1]:
-        status, panes = f[0], f[1:1 + len(names)]
-        for m, pane in zip(names, panes):
-            if isinstance(pane, str) and 'data-state="running"' in pane:
-                assert "msd-tok k-" not in pane  # a running pane carries no tokens
-        if "Running" in status:
-            running = [p for p in panes if isinstance(p, str) and 'data-state="done"' not in p]
-            assert all(p == gr.skip() or 'data-state="running"' in p or 'data-state="waiting"' in p
-                       for p in running)
-    assert sum(isinstance(p, str) and "msd-tok k-" in p for f in frames[:-1] for p in f[1:4]) <= len(names)

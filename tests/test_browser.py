@@ -108,8 +108,15 @@ def run_default_example(page, url: str, max_new_tokens: int | None, timeout_s: f
         page.get_by_text("Sampling and length").first.click()  # folded again
     page.click("#run-btn")
     page.wait_for_selector('#pane-mirror .msd-pane:is([data-state="done"], [data-state="error"], '
-                           '[data-state="stopped"])', timeout=timeout_s * 1000)
+                           '[data-state="stopped"])', state="attached", timeout=timeout_s * 1000)
     page.wait_for_selector("#verdict .msd-verdict-text", timeout=60_000)
+    wait_settled(page, timeout_s)
+
+
+def wait_settled(page, timeout_s: float = 120) -> None:
+    """The race is over (or skipped): the full panes show."""
+    page.wait_for_function("() => { const b = document.querySelector('#board .msd-board'); return b && !b.classList.contains('is-on'); }",
+                           timeout=timeout_s * 1000)
 
 
 def check_rendered(page, n_tokens: int | None) -> None:
@@ -296,13 +303,76 @@ def check_whatif(page) -> None:
     page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
 
 
-def test_tiny_pair_in_the_browser(browser, page):
+def test_a_page_closed_during_a_run_ends_it(browser, monkeypatch):
+    """The handler's generator closes with the page: its run stops within a step."""
+    import threading
+    import time
+    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")
+    demo, url = start_app(tiny=True)
+    jobs = lambda: [t for t in threading.enumerate() if t.name == "mirror-sd-job" and t.is_alive()]
+    context = browser.new_context(viewport={"width": 1600, "height": 1200})
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("#run-btn", timeout=60_000)
+        page.click("#run-btn")
+        page.wait_for_selector('#board .msd-bpane[data-state="running"] pre .msd-tok', timeout=60_000)
+        assert jobs()
+        context.close()
+        deadline = time.time() + 20
+        while jobs() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not jobs(), "the run went on after its page closed"
+    finally:
+        demo.close()
+
+
+LIVE_TOKENS_JS = """() => Object.fromEntries([...document.querySelectorAll('#board .msd-bpane')].map(
+  p => [p.className.match(/m-(\\w+)/)[1], [p.dataset.state, p.querySelectorAll('pre .msd-tok').length]]))"""
+
+
+def watch_live(page, methods=("ar", "sd", "mirror"), timeout_s: float = 120) -> dict:
+    """Polls the board while the runs go: for each run, the most tokens its pane showed while
+    the pane still said running (its run not ended)."""
+    import time
+    seen, ended = {m: 0 for m in methods}, {}
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for m, (state, n) in page.evaluate(LIVE_TOKENS_JS).items():
+            if state == "running" and m in seen:
+                seen[m] = max(seen[m], n)
+            elif state == "done" and m in seen:
+                ended[m] = n
+        if page.locator('#board .msd-board-ctl').is_visible():  # the race: every run ended
+            break
+        page.wait_for_timeout(50)
+    return seen, ended
+
+
+def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
     OUT.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")  # runs long enough to watch
     demo, url = start_app(tiny=True)
     try:
         page.goto(url)
         page.wait_for_selector("#run-btn", timeout=60_000)
         assert not page.locator("#verdict").is_visible()  # nothing empty before a run
+        page.click("#run-btn")
+        live, ended = watch_live(page)
+        assert all(n >= 1 for n in live.values()), live  # each pane grew while its run ran
+        # the race plays by itself after the last run, then the full panes show
+        page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)
+        assert "Race replay" in page.inner_text("#board .msd-board-say")
+        page.wait_for_selector("#board-timeline .msd-btl-flag", state="attached", timeout=30_000)
+        wait_settled(page)
+        assert "Race over" in page.inner_text("#board .msd-board-say")
+        assert {"ar", "sd"} <= set(ended), ended  # ended while the next ones ran
+        for m, n in ended.items():  # a finished live pane holds every token of its run
+            assert f"<b>{n}</b> tokens" in page.inner_html(f"#pane-{m} .msd-pane-head"), (m, n)
+        # Replay plays it again, at once with "instant"
+        page.click("#board .msd-speed[data-speed='instant']")
+        page.click("#board .msd-replay")
+        wait_settled(page)
         run_default_example(page, url, 32, timeout_s=180)
         check_rendered(page, 32)
         page.screenshot(path=str(OUT / "tiny-page.png"), full_page=True)
@@ -312,11 +382,26 @@ def test_tiny_pair_in_the_browser(browser, page):
         check_rejections_struck_through(page, trace)
         open_inspector(page)
         check_step_strip_and_token_jump(page)
-        # the race replay: the narration follows it, and the runs end complete again
-        page.click("#race-btn")
-        page.wait_for_selector("#inspector .msd-replay-tag", timeout=20_000)
-        page.wait_for_selector('#pane-mirror .msd-pane[data-state="done"]', timeout=60_000)
         check_whatif(page)
+        assert not page.errors, page.errors
+    finally:
+        demo.close()
+
+
+def test_stop_during_a_live_run_says_so_in_the_pane(browser, page, monkeypatch):
+    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")
+    demo, url = start_app(tiny=True)
+    try:
+        page.goto(url)
+        page.wait_for_selector("#run-btn", timeout=60_000)
+        page.click("#run-btn")
+        page.wait_for_selector('#board .msd-bpane.m-ar[data-state="running"] pre .msd-tok', timeout=60_000)
+        page.click("#stop-btn")
+        page.wait_for_selector('#board .msd-bpane.m-ar[data-state="stopped"]', state="attached", timeout=30_000)
+        wait_settled(page)  # no race after a stop: the full panes at once
+        pane = page.inner_text("#pane-ar")
+        assert "stopped" in pane and "Stopped" in pane, pane
+        assert "Stopped" in page.inner_text("#status")
         assert not page.errors, page.errors
     finally:
         demo.close()
@@ -340,6 +425,7 @@ def test_a_loaded_trace_in_the_browser(browser, page, tmp_path):
         page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('trace')",
                                timeout=30_000)
         page.wait_for_selector("#verdict .msd-verdict-text", timeout=30_000)
+        wait_settled(page)
         import json
         check_figures_agree(page, json.load(open(path)))
         open_inspector(page)

@@ -173,3 +173,33 @@ def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verif
     assert (f"saved {saved:.2f} s of waiting" if saved >= 0 else f"waited {-saved:.2f} s longer") in text
     assert (f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying") in text
     assert "-0." not in text  # never a negative saving
+
+
+def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_named():
+    from mirror_sd.models.tiny import LAYERS
+    from ui.results import render_verdict
+    from ui.whatif import best_projection, project_state, render_choices
+    records = tiny_records()
+    state = {"records": records, "settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
+             "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
+    proj = best_projection(state)
+    result, _ = project_state(state)  # the fold at its default inputs
+    row = result["choices"]["c"]
+    assert proj["speedups"] == {m: row[m]["speedup"] for m in ("sd", "mirror")}
+    fold = render_choices(result).split("projection (c)")[1].split("</tr>")[0]
+    assert "the verdict&#x27;s figures" in fold or "the verdict's figures" in fold
+    html = render_verdict(records, state["meta"], proj)
+    for m, x in proj["speedups"].items():
+        assert f"{x:.2f}×" in html and f"{x:.2f}×" in fold
+    assert "GB/s" in html and "target on a GPU" in html and "draft on an NPU" in html
+
+
+def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():
+    records = tiny_records()
+    c = cards(records)
+    for m, tps in (("ar", 10.0), ("sd", 12.0), ("mirror", 10.2)):  # SD wins; Mirror-SD 1.02x AR
+        c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 10.0, True
+    text = verdict(c, records, {})
+    assert "SD won" in text and "Mirror-SD and AR finished within 3%" in text
+    c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.0, 1.1
+    assert "and AR finished within" not in verdict(c, records, {})

@@ -7,7 +7,7 @@ from pathlib import Path
 import gradio as gr
 
 from mirror_sd.engine.events import EarlyExit
-from ui.inspector import follow_replay, pick, render_inspector
+from ui.inspector import pick, render_inspector
 from ui.runs import RunRecord, analyse
 from ui_records import tiny_records
 
@@ -87,15 +87,6 @@ def test_pick_selects_the_run_and_step_of_a_click():
     assert "<b>Step 3</b>" in html and 'data-run="sd"' in html
     skipped = pick(state, gr.SelectData(None, {"index": 0, "value": "ar"}))
     assert all(isinstance(x, type(gr.skip())) for x in skipped)
-
-
-def test_the_replay_narration_walks_the_steps_in_order():
-    records = tiny_records()
-    state = {"records": records, "settings": {"temperature": 0.0}}
-    frames = list(follow_replay(state, "8×", "mirror"))
-    shown = [int(re.search(r"<b>Step (\d+)</b>", f).group(1)) for f in frames]
-    assert shown == sorted(shown) and shown[-1] == len(analyse(records["mirror"]).steps)
-    assert all("msd-replay-tag" in f for f in frames)
 
 
 def test_tiny_early_exit_probabilities_read_below_one_percent_not_zero():

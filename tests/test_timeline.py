@@ -5,7 +5,7 @@ import pytest
 
 from mirror_sd.engine.events import Commit, Finish, Span, StepStart
 from ui.runs import RunRecord
-from ui.timeline import LABELS, build_timeline, lanes_for, run_origin_ns
+from ui.timeline import GROUP_OF, GROUPS, LABELS, build_timeline, lanes_for, run_origin_ns
 from ui_records import tiny_records
 
 T0 = 5_000_000_000
@@ -69,11 +69,14 @@ def test_lanes_and_colours_follow_the_legend():
     fig = build_timeline(records)
     colours = {t.name: t.marker.color for t in fig.data if t.type == "bar"}
     # the serial redraft after a miss is the token legend's fallback orange, and no other
-    # bar shares it
-    assert LABELS["fallback"][1] == "#f59e0b"
-    shared = [n for n, c in colours.items() if c == LABELS["fallback"][1]]
-    assert shared in ([], [LABELS["fallback"][0]])
-    assert len(set(c for _, c in LABELS.values())) == len(LABELS)
+    # bar shares it; the legend has one entry per group, each its own colour
+    assert GROUP_OF["fallback"][1] == "#f59e0b"
+    shared = [n for n, c in colours.items() if c == GROUP_OF["fallback"][1]]
+    assert shared in ([], [GROUP_OF["fallback"][0]])
+    assert len({c for c, _ in GROUPS.values()}) == len(GROUPS) <= 6
+    legend = [t.name for t in fig.data if t.type == "bar" and t.showlegend is not False]
+    assert len(legend) == len(set(legend)) <= len(GROUPS)
+    assert set(LABELS) <= set(GROUP_OF)  # every span the engine names has its group
 
 
 def test_an_empty_timeline_says_when_it_appears():

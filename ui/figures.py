@@ -215,12 +215,26 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                 f"{_x(c[best].decode_speedup)} in decode")
         head += ("; " + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)} and {_x(c[m].decode_speedup)}"
                                   for m in others) + "." if others else ".")
+    if not spreads:
+        head += _level_with_ar(c, best, level)
     lead = "The trade:" if level else "The reason:"
     reason = _reason(best, c, records, meta.get("precision"), lead)
     notes = (_first_token_note(c) + _range_note(spreads)).strip()
     if notes:
         reason += (ITEM if ITEM in reason else " ") + notes
     return head, reason
+
+
+def _level_with_ar(c: dict[str, Card], best: str, level: list[str]) -> str:
+    """' X and AR finished within 3% ...' for a method other than the winner that one run cannot
+    tell from AR ('' for none)."""
+    near = [m for m, x in c.items() if m not in ("ar", best) and m not in level and x.complete
+            and x.e2e_speedup is not None and abs(x.e2e_speedup - 1) <= LEVEL]
+    if best == "ar" or not near or "ar" in level:
+        return ""
+    names = " and ".join(label(m) for m in near)
+    return (f" {names} and AR finished within {LEVEL:.0%} of each other end to end: one run cannot "
+            f"tell them apart (“3, interleaved” gives the range).")
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):

@@ -21,6 +21,7 @@ from mirror_sd.errors import MirrorSDError
 from .figures import cards, machine, repeat_summary
 from .how import render_how
 from .inspector import render_inspector
+from .live import race_message
 from .render import render_pane, render_status
 from .results import render_cards, render_statistics, render_verdict
 from .runs import RunRecord, analyse, label, measured, method_names
@@ -38,7 +39,7 @@ EXIT_LAYER_INFO = ("The target layer after which Mirror-SD peeks at its likely n
                    "Earlier: more overlap, weaker guesses. Later: better guesses, less time to "
                    "hide the draft.")
 RESULT_OUTPUTS = ("verdict", "cards", "zoom", "how", "statistics", "timeline", "step",
-                  "inspector", "trace", "state")
+                  "inspector", "live", "trace", "state")
 SKIPPED_NOTE = "Not ticked under “Methods”."
 DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
 # the run's inputs that are settings of engine/settings.py (same names, converted to its types)
@@ -139,7 +140,10 @@ def panes(records: dict, methods, pane_state: str | None = None, pending: str = 
             out.append(render_pane(m, None, "waiting" if m in methods and pending != "not run"
                                    else "skipped", note=note))
         else:
-            out.append(render_pane(m, rec, pane_state or pane_state_of(rec, False)))
+            state = pane_state or pane_state_of(rec, False)
+            note = (f"Stopped: the run ended at the step after Stop, {measured(rec)['tokens']} "
+                    f"tokens in." if rec.cancelled else "")
+            out.append(render_pane(m, rec, state, note=note))
     return out
 
 
@@ -167,12 +171,13 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         render_status(status, level), panes(records, methods, pane_state),
         verdict=render_verdict(records, meta, best_projection(state), spreads),
         cards=render_cards(records, meta, spreads, settings),
-        zoom=render_zoom(records.get("mirror"), meta), how=render_how(records, meta),
+        zoom=render_zoom(records.get("mirror"), dict(meta, branch_budget=settings.get("branch_budget"))),
+        how=render_how(records, meta),
         statistics=render_statistics(records, settings, meta), timeline=build_timeline(records),
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),
         trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,
-        state=state)
+        live=race_message(records, methods), state=state)
 
 
 def _tokens_so_far(rec: RunRecord | None) -> int:
@@ -191,8 +196,9 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
     again = f"round {round_no} of {rounds}, " if rounds > 1 else ""
     tokens = _tokens_so_far(job.records.get(job.current))
     return render_status(f"Running {label(job.current)} ({again}{i} of {len(methods)}), alone on "
-                         f"the hardware: {tokens} tokens so far{tail}. The text appears when it "
-                         f"ends, so that the page costs the timed run nothing.", "info",
+                         f"the hardware: {tokens} tokens so far{tail}. Its pane draws each step as "
+                         f"the engine commits it; the page gets a few hundred bytes per step and "
+                         f"the server renders nothing while a run is timed.", "info",
                          ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
 
 
@@ -203,7 +209,7 @@ def done_message(records: dict[str, RunRecord], meta: dict) -> str:
     message = "Done."
     if speeds:
         message = (f"Done: end to end over AR, {', '.join(speeds)} (measured on {machine()}; "
-                   f"the verdict below says why). “Race replay” plays the runs side by side.")
+                   f"the verdict below says why). The race below replays the runs side by side.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

@@ -3,9 +3,10 @@
 The handlers are the methods of `Handlers`, which holds the app's state (state.AppState, one
 per app). Errors become a status message and a gr.Warning, never a traceback.
 
-While a method's timed run is in progress the page gets the status line alone, once a second:
-rendering the panes in the server process and in the browser would take CPU time from the run
-being timed (two cores here). Each pane fills in as its run ends.
+While a method's timed run is in progress the server renders no HTML: four times a second the
+handler sends the events that arrived since its last poll as small JSON items (ui/live.py) and
+the page draws them (ui/live.js); the status line changes once a second. The panes rendered
+from the full records come with the last frame, after every timed run.
 """
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from mirror_sd.errors import MirrorSDError
 
 from .figures import cards
 from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, RunInputs, done_message,
-                     final_outputs, frame, live_status, pane_state_of, panes, session_of)
+                     final_outputs, frame, live_status, panes, session_of)
 from .inspector import render_inspector
+from .live import LivePush, race_message
 from .paircheck import render_pair_check
 from .preparing import Preparer
-from .render import render_pane, render_status
-from .runs import RunRecord, analyse, label, method_names
+from .render import render_status
+from .runs import analyse, label
 from .session import Job, RunRequest, target_layers
 from .state import AppState
 from .texts import DEFAULT_EXAMPLE, EXAMPLES
@@ -34,9 +36,9 @@ from .zoom import instructive_step
 log = logging.getLogger(__name__)
 
 STATUS_POLL_S = 1.0  # the status line's refresh while a run is in progress
+LIVE_POLL_S = 0.25  # the live board's poll: new items, if any, four times a second
 READY = "Ready. Press Run: the models load on the first run and stay loaded."
 PREPARED = "Ready: the default models are loaded and warm. Press Run."
-RUNNING_NOTE = "Running alone on the hardware: the text appears when this run ends."
 WAITING_NOTE = "Next: the methods run one after another."
 CLEARED = dict(verdict="", cards="", zoom="", how="", statistics="")
 
@@ -108,7 +110,8 @@ class Handlers:
         if job.error:
             gr.Warning(job.error)
             if not records:
-                yield frame(render_status(job.error, "error"), panes({}, req.methods))
+                yield frame(render_status(job.error, "error"), panes({}, req.methods),
+                            live=race_message({}, req.methods))
                 return
             yield final_outputs(records, status=job.error, level="error", **out)
         elif cancel.is_set():
@@ -208,41 +211,6 @@ class Handlers:
                   f"no model involved.")
         return (*final_outputs(records, settings, meta, prompt, status, pane_state="replay"), prompt)
 
-    @staticmethod
-    def race(state, speed):
-        """Replay the finished runs together, at their measured pace (times `speed`)."""
-        if not state or not state.get("records"):
-            yield (render_status("Run (or load a trace) first, then replay the race.", "warning"),
-                   *([gr.skip()] * len(method_names())))
-            return
-        records: dict[str, RunRecord] = state["records"]
-        speed = float(str(speed).rstrip("×x") or 1)
-        total = max(r.duration_ns for r in records.values())
-        start = time.monotonic()
-        while True:
-            t = int((time.monotonic() - start) * speed * 1e9)
-            yield (render_status(f"Race replay at {speed:g}×: t = {min(t, total) / 1e9:.1f} s of "
-                                 f"{total / 1e9:.1f} s (measured times, runs aligned at their start)",
-                                 "info", min(1.0, t / total) if total else 1.0),
-                   *_race_panes(records, t))
-            if t >= total:
-                return
-            time.sleep(0.2)
-
-
-def _race_panes(records: dict[str, RunRecord], t: int) -> list[str]:
-    out = []
-    for m in method_names():
-        rec = records.get(m)
-        if rec is None:
-            out.append(render_pane(m, None, "skipped", note="not in this result"))
-            continue
-        part = rec.until(t)
-        running = part.finish is None and t < rec.duration_ns
-        out.append(render_pane(m, part, "replay" if running else pane_state_of(part, False),
-                               now_ns=min(t, rec.duration_ns)))
-    return out
-
 
 def _problem(inputs: RunInputs) -> str | None:
     """A bad input as one line, before any model loads; None when the run may start."""
@@ -258,46 +226,24 @@ def _problem(inputs: RunInputs) -> str | None:
 
 
 def _stream(job: Job, methods, t_start: float, round_no: int, rounds: int):
-    """Frames while a job runs: the status once a second; a pane when its run starts and
-    when it ends (nothing heavier while a timed run is in progress)."""
-    shown: dict[str, str] = {}
-    first = round_no == 1
+    """Frames while a job runs: first every pane waiting and the live board reset; then, four
+    times a second, the events new since the last poll as JSON items for the board (no HTML)
+    and, once a second, the status line. The panes come with the last frame (_finish)."""
+    push = LivePush(methods, round_no, rounds)
+    first = {"panes": panes({}, methods, pending=WAITING_NOTE), **(CLEARED if round_no == 1 else {})}
+    yield frame(live_status(job, methods, t_start, round_no, rounds), live=push.start(), **first)
+    said = time.monotonic()
     while True:
-        finished = job.finished.wait(0 if first else STATUS_POLL_S)
+        finished = job.finished.wait(LIVE_POLL_S)
         job.poll()
-        states = {m: _pane_phase(job, m) for m in methods}
-        changed = {m: s for m, s in states.items() if shown.get(m) != s}
-        status = live_status(job, methods, t_start, round_no, rounds)
-        if first or changed:
-            yield frame(status, [_live_pane(job, m, states.get(m), methods) if (first or m in changed)
-                                 else None for m in method_names()], **(CLEARED if first else {}))
-            shown.update(states)
-            first = False
-        else:
-            yield frame(status)
+        message = push.update(job.records, job.current)
+        status = None
+        if not finished and time.monotonic() - said >= STATUS_POLL_S:  # the last frame says the end
+            status, said = live_status(job, methods, t_start, round_no, rounds), time.monotonic()
+        if message is not None or status is not None:
+            yield frame(status if status is not None else gr.skip(), live=message)
         if finished:
             return
-
-
-def _pane_phase(job: Job, m: str) -> str:
-    rec = job.records.get(m)
-    if rec is None:
-        return "waiting"
-    if job.current == m and not job.finished.is_set():
-        return "running"
-    return "ended" if rec.finish is not None or job.finished.is_set() else "running"
-
-
-def _live_pane(job: Job, m: str, phase: str | None, methods) -> str:
-    if m not in methods:
-        from .frames import SKIPPED_NOTE
-        return render_pane(m, None, "skipped", note=SKIPPED_NOTE)
-    if phase == "waiting":
-        return render_pane(m, None, "waiting", note=WAITING_NOTE)
-    rec = job.records[m].snapshot()
-    if phase == "running":
-        return render_pane(m, None, "running", note=RUNNING_NOTE)
-    return render_pane(m, rec, pane_state_of(rec, False))
 
 
 def _machine() -> str:

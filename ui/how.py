@@ -7,6 +7,7 @@ import html
 from statistics import median
 
 from .runs import RunRecord
+from .zoom import zoom_step
 
 esc = html.escape
 
@@ -50,16 +51,53 @@ def _this_run(records: dict[str, RunRecord], meta: dict) -> str:
             f"{layer} ({layer / layers:.0%} of the way through)")
     after = _suffix_ms(mirror)
     if after is not None:
-        text += (f", which left the draft about {after:.0f} ms per step (median) to write its "
-                 f"branches while the target ran layers {layer + 1}–{layers}")
+        text += (f", which left the draft about {after:.0f} ms per step (the median over the "
+                 f"steps) to write its branches while the target ran layers {layer + 1}–{layers}")
+        step = zoom_step(mirror)
+        shown = _step_suffix_ms(mirror, step) if step is not None else None
+        if shown is not None:
+            text += f"; in the step zoomed in above, {shown:.0f} ms"
     return f"<p>{esc(text)}.</p>"
+
+
+def _step_suffix_ms(rec: RunRecord, step: int) -> float | None:
+    spans = [s for s in rec.spans if s.label == "suffix" and s.step == step]
+    return sum(s.end_ns - s.start_ns for s in spans) / 1e6 if spans else None
+
+
+def _lane(y: int, bars, label: str) -> str:
+    out = [f'<text x="0" y="{y + 15}" class="d-lab">{label}</text>']
+    for x, w, cls, text in bars:
+        out.append(f'<rect x="{x}" y="{y}" width="{w}" height="22" rx="3" class="{cls}"/>')
+        if text:
+            out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in" text-anchor="middle">{text}</text>')
+    return "".join(out)
+
+
+def diagram() -> str:
+    """The algorithm in one picture: SD's two models taking turns against Mirror-SD's draft
+    writing branches beside the target's second half (not to scale)."""
+    sd = (_lane(22, [(90, 150, "d-t", "target verifies window 1"), (400, 150, "d-t", "verifies window 2")],
+                "target")
+          + _lane(50, [(240, 160, "d-d", "draft writes window 2")], "draft")
+          + '<text x="0" y="12" class="d-note">SD: the models take turns, the target waits while the draft writes</text>')
+    mirror = (_lane(112, [(90, 90, "d-t", "layers 1–ℓₑ"), (180, 16, "d-e", ""), (196, 110, "d-t2", "layers ℓₑ+1–N"),
+                          (306, 14, "d-v", ""), (320, 90, "d-t", "layers 1–ℓₑ"), (410, 16, "d-e", ""),
+                          (426, 110, "d-t2", "layers ℓₑ+1–N")], "target")
+              + _lane(140, [(196, 110, "d-d", "branches"), (426, 110, "d-d", "branches")], "draft")
+              + '<path d="M188 134 L 200 140" class="d-arrow"/><path d="M313 134 L 320 112" class="d-arrow"/>'
+              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (teal) the draft writes branches '
+                'beside the target; a hit at the verdict (dark) is the next window</text>')
+    return (f'<svg class="msd-diagram" viewBox="0 0 560 172" role="img" aria-label="SD against '
+            f'Mirror-SD on a time axis">{sd}{mirror}'
+            f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg>')
 
 
 def render_how(records: dict[str, RunRecord], meta: dict) -> str:
     """The section for the run on screen; the general text before any run."""
     parts = [f"<p>{INTRO}</p>"]
     if not records or "mirror" in records:
-        parts.append(f"<p>{MIRROR}</p>")
+        parts.append(f"<p>{MIRROR}</p>{diagram()}")
     if records:
         parts.append(_this_run(records, meta))
     if (meta or {}).get("cross"):

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import html
 import math
-import time
 
 import gradio as gr
 
 from . import texts
 from .runs import RunRecord, StepView, analyse, drafts, label
-from .steps import narrate, render_strip, replay_step, step_kind, visible, window_note
+from .steps import narrate, render_strip, step_kind, visible, window_note
 
 esc = html.escape
 ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
@@ -314,25 +313,3 @@ def pick(state, evt: gr.SelectData):
         return gr.skip(), gr.skip(), gr.skip()
     step = int(evt.index)
     return run, gr.update(value=step), render_inspector(rec, step, _greedy(state))
-
-
-def follow_replay(state, speed, which):
-    """During the race replay, the inspector follows the inspected run's step under way."""
-    if not state or not state.get("records"):
-        return
-    records: dict[str, RunRecord] = state["records"]
-    rec = records.get(which) or records.get("mirror") or records.get("sd")
-    if rec is None:
-        return
-    speed = float(str(speed).rstrip("×x") or 1)
-    total = max(r.duration_ns for r in records.values())
-    start, shown = time.monotonic(), None
-    while True:
-        t = int((time.monotonic() - start) * speed * 1e9)
-        step = replay_step(rec, t)
-        if step is not None and step != shown:
-            shown = step
-            yield render_inspector(rec, step, _greedy(state), played=step)
-        if t >= total:
-            return
-        time.sleep(0.2)

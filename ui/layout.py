@@ -1,5 +1,5 @@
 """The Gradio Blocks: the prompt and Run on top (settings folded beside them), then the results
-of the run: the verdict, one card per method, the token panes, one Mirror-SD step zoomed in,
+of the run: the verdict, the live board and the token panes, one Mirror-SD step zoomed in, one card per method,
 and folds for the timeline, the step inspector, the What-if projection, the statistics, how it
 works and the glossary. Panes, cards, legends and lanes come from the engine's registry.
 
@@ -19,7 +19,8 @@ from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXI
                      RunInputs)
 from .handlers import Handlers, pick_example
 from .how import render_how
-from .inspector import follow_replay, pick, render_inspector
+from .inspector import pick, render_inspector
+from .live import BOARD_JS, BOARD_TEMPLATE, TIMELINE_TEMPLATE
 from .pairbox import PairBox
 from .paircheck import render_pair_check
 from .render import render_legend, render_pane, render_status
@@ -28,10 +29,10 @@ from .pair_report import build_pair_report_tab
 from .state import AppState
 from .steps import PICK_JS
 from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
-from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION, SEQUENTIAL_NOTE
+from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION
 
 CSS = "\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
-                for name in ("style.css", "panes.css"))  # panes.css: panes, legend, the why
+                for name in ("style.css", "panes.css", "live.css"))  # panes, legend, the live board
 QUEUE_SIZE = int(os.environ.get("MIRROR_SD_QUEUE_SIZE", "16"))
 
 
@@ -202,21 +203,19 @@ def _results(c: dict) -> None:
     """The results of a run: shown once a run starts (nothing empty before)."""
     with gr.Column(visible=False, elem_id="results") as results:
         c["verdict"] = gr.HTML("", elem_id="verdict")
-        c["zoom"] = gr.HTML("", elem_id="zoom")
-        c["cards"] = gr.HTML("", elem_id="cards")
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
             show_rejected = gr.Checkbox(True, label="show rejected draft tokens (struck through)",
                                         elem_id="show-rejected", scale=0, min_width=300)
+        c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
+                            apply_default_css=False, elem_id="board")
         with gr.Row(equal_height=False, elem_id="panes"):
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
-                                  elem_id=f"pane-{m}") for m in method_names()]
-        gr.Markdown(SEQUENTIAL_NOTE, elem_classes=["msd-small"])
-        with gr.Row(elem_id="race-row"):
-            c["race_btn"] = gr.Button("▶ Race replay: the runs together at their measured pace",
-                                      elem_id="race-btn", scale=3, variant="secondary", size="sm")
-            c["speed"] = gr.Dropdown(["1×", "2×", "4×", "8×"], value="1×", label="replay speed",
-                                     scale=1, min_width=120)
+                                  elem_id=f"pane-{m}", min_width=300) for m in method_names()]
+        gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
+                elem_id="board-timeline")
+        c["zoom"] = gr.HTML("", elem_id="zoom")
+        c["cards"] = gr.HTML("", elem_id="cards")
         _folds(c)
     show_rejected.change(None, show_rejected, show_rejected, js=HIDE_REJECTED_JS)
     c["results"] = results
@@ -303,14 +302,7 @@ def _wire_run(c: dict, handlers: Handlers, box: PairBox) -> None:
         lambda: gr.update(interactive=False), None, c["stop_btn"], api_visibility="private", **free).then(
         box.after_run, [c["state"]] + pair_inputs, [c["pair_check"], c["check_poll"]],
         api_visibility="private", **free).then(**layer_range)  # the loaded pair's real layer count
-    race_event = c["race_btn"].click(handlers.race, [c["state"], c["speed"]], [c["status"], *c["panes"]],
-                                     api_name="race", concurrency_limit=8, concurrency_id="replay",
-                                     show_progress="hidden")
-    follow_event = c["race_btn"].click(follow_replay, [c["state"], c["speed"], c["which"]], c["inspector"],
-                                       api_visibility="private", concurrency_limit=8,
-                                       concurrency_id="replay", show_progress="hidden")
-    c["stop_btn"].click(handlers.stop, None, c["status"], api_name="stop",
-                        cancels=[race_event, follow_event], **free)
+    c["stop_btn"].click(handlers.stop, None, c["status"], api_name="stop", **free)
     c["trace_upload"].upload(lambda path: (gr.update(visible=True), *handlers.load_trace(path)),
                              c["trace_upload"], [c["results"], *_outputs(c), c["prompt"]],
                              api_name="load_trace", concurrency_limit=None)

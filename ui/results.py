@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import html
 
-from .figures import ITEM, Card, Spread, cards, level_with, machine_words, one_device, verdict_parts, winner
+from .figures import (ITEM, Card, Spread, cards, level_with, machine_words, one_device, verdict_parts,
+                      verify_slowdown, winner)
 from .render import term
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
@@ -44,12 +45,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
         return ""
     parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
-        lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
-        if items:  # one item per line, the reason's lead before the first
-            lines = [f"<b>{esc(lead)}</b> {esc(items[0])}"] + [esc(x) for x in items[1:]]
-            parts.append('<ul class="msd-verdict-why">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
-        else:
-            parts.append(f'<p class="msd-verdict-why">{esc(lead)}</p>')
+        parts.append(_short_reason(reason) + _picture(done))
     if one_device(meta) and "mirror" in c:
         share = costs(done).get("draft"), costs(done).get("target")
         draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
@@ -57,6 +53,67 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if projection:
         parts.append(_projection_line(projection))
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
+
+
+def _short_reason(reason: str) -> str:
+    """The reason in one line (its net, when it has one), notes on a second; every item of it,
+    with its arithmetic, in the Statistics fold (`reason_items`)."""
+    lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
+    if not items:
+        return f'<p class="msd-verdict-why">{esc(lead)}</p>'
+    net = next((x for x in items if x.startswith("Net:")), items[0])
+    notes = [x for x in items if x.startswith(("Note:", "Over "))]
+    line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(net)} <span class="msd-more">'
+            f'(the arithmetic: Statistics)</span></p>')
+    return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
+
+
+def reason_items(records: dict[str, RunRecord], meta: dict) -> str:
+    """The verdict's reason in full, one item per line (the Statistics fold)."""
+    done = finished(records)
+    head, reason = verdict_parts(cards(done), done, meta)
+    if not reason:
+        return ""
+    lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
+    lines = [f"<b>{esc(lead)}</b> {esc(items[0])}" if items else esc(lead)] + [esc(x) for x in items[1:]]
+    return ('<div class="msd-sub">The verdict\'s arithmetic</div><ul class="msd-verdict-why">'
+            + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
+
+
+def _bar(value: float, top: float, cls: str, text: str) -> str:
+    width = 100 * value / top if top > 0 else 0
+    return f'<span class="msd-vbar {cls}" style="width:{width:.1f}%" title="{esc(text)}"></span>'
+
+
+def _picture(done: dict[str, RunRecord]) -> str:
+    """Two small pictures beside the reason: one verify forward alone (SD) against beside the
+    draft (Mirror-SD), and the drafting the target waited for against the drafting hidden."""
+    if not {"sd", "mirror"} <= set(done):
+        return ""
+    parts = {m: breakdown(done[m]) or {} for m in ("sd", "mirror")}
+    slow = verify_slowdown(done)
+    rows = []
+    if slow:
+        top = max(slow["alone_s"], slow["beside_s"])
+        rows.append(("one verify forward (median)", [
+            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), f"alone: {slow['alone_s'] * 1e3:.0f} ms"),
+            ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
+             f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms")]))
+    draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
+    top = max(sum(v) for v in draft.values())
+    if top > 0:
+        rows.append(("drafting, after the first token", [
+            (label(m), _bar(draft[m][0], top, "b-draft_exposed", "the target waits")
+             + _bar(draft[m][1], top, "b-draft_hidden", "hidden beside the target"),
+             f"target waits {draft[m][0]:.2f} s" + (f", hidden {draft[m][1]:.2f} s" if draft[m][1] else ""))
+            for m in ("sd", "mirror")]))
+    body = "".join(
+        f'<div class="msd-vpic-part"><div class="msd-vpic-title">{esc(title)}</div>' + "".join(
+            f'<div class="msd-vpic-row"><span class="msd-vpic-name">{esc(name)}</span>'
+            f'<span class="msd-vpic-track">{bars}</span><span class="msd-vpic-text">{esc(text)}</span></div>'
+            for name, bars, text in lines) + "</div>"
+        for title, lines in rows)
+    return f'<div class="msd-vpic">{body}</div>' if body else ""
 
 
 def _scoreboard(c: dict[str, Card]) -> str:
@@ -73,7 +130,7 @@ def _scoreboard(c: dict[str, Card]) -> str:
             big, small = f"{_fmt(x.e2e_tps)} tok/s", "plain decoding: the baseline"
         else:
             big = "–" if x.e2e_speedup is None else f"{x.e2e_speedup:.2f}×"
-            small = f"AR's speed ({_fmt(x.e2e_tps)} tok/s)"
+            small = f"{_fmt(x.e2e_tps)} tok/s (AR {_fmt(c['ar'].e2e_tps)} tok/s)"
         flag = f' <span class="msd-tile-best">{badges[m]}</span>' if m in badges else ""
         tiles.append(f'<div class="msd-tile{" best" if m in badges else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
@@ -96,13 +153,15 @@ def _projection_line(projection: dict) -> str:
         lead = "Where Mirror-SD pays off:"
         tail = f": Mirror-SD {mirror / sd:.2f}× SD's speed"
     else:
-        lead = "Mirror-SD's best case in the projections:"
+        lead = "Mirror-SD in the projection:"
         tail = (f": even there it does not pass SD ({mirror / sd:.2f}× SD's speed) with this run's "
                 f"acceptance and a draft writing one token per forward") if sd and mirror else ""
+    inputs = f" ({esc(projection['inputs'])})" if projection.get("inputs") else ""
     return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
             f'measurement</span> {lead} the same recorded steps on '
-            f'<b>{esc(projection["profile"])}</b>{best} project decode speeds over AR of '
-            f'<b>{esc(speeds)}</b>{esc(tail)} (the What-if fold shows how).</p>')
+            f'<b>{esc(projection["profile"])}</b>{inputs}{best} project decode speeds over AR of '
+            f'<b>{esc(speeds)}</b>{esc(tail)} (What if fold, the second table\'s row (c): the same '
+            f'figures, and how).</p>')
 
 
 # ---- the cards ----------------------------------------------------------------------------
@@ -288,7 +347,7 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)
     cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
-    return (f'<div class="msd-summary">{cross}{render_lanes(done)}{table}'
+    return (f'<div class="msd-summary">{reason_items(records, meta)}{cross}{render_lanes(done)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
 
 

@@ -84,7 +84,18 @@ def _load_tiny(spec: PairSpec, progress) -> object:
     from mirror_sd.placement import set_process_threads
     set_process_threads(1)  # tiny matmuls: threads only fight over the cores
     progress("Loading the models: building the tiny test pair", 0.5)
-    return stand_in(spec.draft)
+    return _paced(stand_in(spec.draft))
+
+
+def _paced(pair):
+    """Test mode: MIRROR_SD_TINY_PACE_MS > 0 makes every forward of the tiny models take that
+    much longer (a sleep after it), so a browser test can watch a run while it is in progress."""
+    pace = float(os.environ.get("MIRROR_SD_TINY_PACE_MS", "0") or 0) / 1000
+    if pace > 0:
+        for model in {id(m): m for m in (pair.target, pair.draft_model)}.values():
+            embed = model.get_input_embeddings()  # once per forward, whole or split in two
+            embed.register_forward_hook(lambda *_: time.sleep(pace))
+    return pair
 
 
 def pair_meta(spec: PairSpec, pair, tiny: bool = False) -> dict:

@@ -84,10 +84,6 @@ it exists. Step time: T_target[1..ℓₑ] + max(T_target[ℓₑ+1..N], T_draft) 
 T_draft + T_target.
 """
 
-SEQUENTIAL_NOTE = ("The runs go one after another on the same hardware, never at the same "
-                   "time, each after an untimed warm-up of its models, so every timing is warm "
-                   "and honest. Each pane's clock starts at its run's first timed event.")
-
 # task -> prompt. A prompt with "User:" / "Assistant:" lines is a multi-turn chat.
 EXAMPLES = {
     "Code": "Write a Python function that checks whether a string is a palindrome.",

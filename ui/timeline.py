@@ -1,8 +1,9 @@
 """The latency timeline: every measured span of every run on one time axis (plotly).
 
 Top: one lane per (run, model lane) — the AR baseline's target, each speculative run's
-target / draft / verify lanes — with bars coloured by what ran (prefix = layers 1..l_e,
-exit head, suffix = layers l_e+1..N, draft rollouts...). Overlap between a run's target and
+target / draft / verify lanes — with bars coloured by what ran, in six groups (GROUPS: the
+target, its layers after the early exit, the early exit, the draft, the draft after a miss,
+the verdict; each bar's hover names its own span). Overlap between a run's target and
 draft lanes is the draft time Mirror-SD hides. Bottom: tokens committed over time, per run.
 
 Each run is drawn from its own start (t = 0: the engine's timed start, never later than its
@@ -34,6 +35,15 @@ LABELS = {
     "fallback": ("draft: next window after a miss (target waits)", "#f59e0b"),
     "accept": ("verdict (acceptance rule)", "#334155"),
 }
+# the legend: the span labels in six groups, one colour each, so that it stays short and its
+# colours tell apart; a bar's hover still names its own span
+GROUPS = {"target": ("#1d4ed8", ("prefill", "decode", "verify_forward", "prefix")),
+          "target after the early exit": ("#60a5fa", ("suffix",)),
+          "early exit (its guesses go to the draft)": ("#0d9488", ("exit_head",)),
+          "draft": ("#16a34a", ("draft", "prefill+draft", "extend", "branches")),
+          "draft after a miss (the target waits)": ("#f59e0b", ("fallback",)),
+          "verdict": ("#334155", ("accept",))}
+GROUP_OF = {span: (name, c) for name, (c, spans) in GROUPS.items() for span in spans}
 LANE_ORDER = ["target", "draft", "verify", "transfer"]
 AXIS_TITLE = "seconds from each run's own start (set-up and warm-up before it are not drawn)"
 
@@ -128,14 +138,17 @@ def build_timeline(records: dict[str, RunRecord]) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         row_heights=[0.68, 0.32])
     bars = _bars(records, origins)
+    named: set[str] = set()
     for span_label in list(LABELS) + sorted(set(bars) - set(LABELS)):
         if span_label not in bars:
             continue
-        name, bar_colour = LABELS.get(span_label, (span_label, "#888888"))
+        name, bar_colour = GROUP_OF.get(span_label) or LABELS.get(span_label, (span_label, "#888888"))
         b = bars[span_label]
         fig.add_trace(go.Bar(x=b["x"], base=b["base"], y=b["y"], orientation="h", name=name,
+                             legendgroup=name, showlegend=name not in named,
                              marker_color=bar_colour, marker_line_width=0, hovertext=b["text"],
                              hoverinfo="text", width=0.7), row=1, col=1)
+        named.add(name)
     for m in _ordered(records):
         rec = records.get(m)
         if rec is None:

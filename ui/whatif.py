@@ -177,9 +177,10 @@ def render_choices(result: dict) -> str:
         sd, mirror = ch.get("sd") or {}, ch.get("mirror") or {}
         ratio = ch.get("mirror_over_sd")
         own = "" if shared else f'<td><small>{esc("; ".join(missing[key]) or "–")}</small></td>'
+        mark = ' <span class="msd-proj-tag">the verdict\'s figures</span>' if key == "c" else ""
         rows.append(
             f'<tr><th scope="row">projection ({esc(key)}), its own settings: '
-            f'{esc(ch.get("name") or "")}</th>'
+            f'{esc(ch.get("name") or "")}{mark}</th>'
             f'<td>{_x(sd.get("speedup"))} <small>{esc(settings_text(sd))}</small></td>'
             f'<td>{_x(mirror.get("speedup"))} <small>{esc(settings_text(mirror))}</small></td>'
             f'<td>{_x(ratio)}</td>{own}</tr>')
@@ -209,8 +210,10 @@ def render_split(result: dict) -> str:
     costs = result.get("costs") or {}
     if not costs.get("contention"):
         return ""
-    text = (f"the latency model's contention, a mean over all of this run's verify steps: beside "
-            f"the draft a verify took {costs['contention']:.2f}× as long as SD's alone")
+    text = (f"the latency model's contention: beside the draft a verify took {costs['contention']:.2f}× "
+            f"as long as SD's alone, the mean over all of this run's verify steps, since a "
+            f"projection of the total time needs the mean; the verdict's picture compares one "
+            f"verify at the most common window length, the median, a steadier figure for one run")
     if costs.get("interference") and costs.get("core_split"):
         text += (f" = {costs['core_split']:.2f}× core split (each model gets one of the two cores: "
                  f"one- against two-thread timings) × {costs['interference']:.2f}× interference "
@@ -376,49 +379,27 @@ def build_panel() -> Panel:
                                           exit_fraction, tau, hit_rate, per_forward])
 
 
-VERDICT_TARGETS = ("14B", "32B")  # the accelerator pair's targets the verdict's projection tries
-
-
 def best_projection(state: dict) -> dict | None:
-    """For the verdict: where Mirror-SD gains most over SD among the projection profiles
-    other than this machine's (each with its own settings; the accelerator pair with each
-    target of VERDICT_TARGETS and the 0.6B draft), with every method's projected speedup;
-    None without one. Whatever fields the projection returns, only `speedup` per method is
-    read here."""
-    best, best_key = None, (0.0, 0.0)
-    result = None
-    for target in VERDICT_TARGETS:
-        try:
-            got = project_state(state or {}, Accelerators(target=target))
-        except Exception:  # the verdict goes without its projection line; the fold says why
-            log.exception("projection for the verdict failed")
-            return None
-        if got is None:
-            return None
-        result, _ = got
-        for key, ch in (result.get("choices") or {}).items():  # each profile with its own settings
-            speeds = {m: (ch.get(m) or {}).get("speedup") for m in ("sd", "mirror")}
-            if speeds["mirror"] is None or (key != "c" and target != VERDICT_TARGETS[0]):
-                continue  # profiles (b) and (d) do not depend on the accelerator pair's target
-            rank = (speeds["mirror"] / speeds["sd"] if speeds["sd"] else 0.0, speeds["mirror"])
-            if best is None or rank > best_key:
-                name = ch.get("name") or result["profiles"][key].name
-                if key == "c":
-                    name += f", a {TARGETS[target].name} target and a {DRAFTS[Accelerators().draft].name} draft"
-                best_key = rank
-                best = {"key": key, "profile": f"({key}) {name}",
-                        "speedups": {m: v for m, v in speeds.items() if v is not None},
-                        "settings": settings_text(ch.get("mirror"))}
-    if best is not None:
-        return best
-    best_speed = 0.0
-    for key, rows in result["projected"].items():
-        speed = (rows.get("mirror") or {}).get("speedup")
-        if key != "a" and speed is not None and speed > best_speed:
-            best, best_speed = key, speed
-    if best is None:
+    """For the verdict, the one projection the What-if fold shows with the same figures: profile
+    (c), the accelerator pair at the fold's default inputs, each method at the settings it would
+    pick there among those this run can replay (the fold's second table, row (c)); its inputs
+    named. None without a finished run or where the projection fails (the fold says why)."""
+    hw = Accelerators()
+    try:
+        got = project_state(state or {}, hw)
+    except Exception:
+        log.exception("projection for the verdict failed")
         return None
-    rows = result["projected"][best]
-    return {"key": best, "profile": f"({best}) {result['profiles'][best].name}",
-            "speedups": {m: r["speedup"] for m, r in rows.items() if r and r.get("speedup")},
-            "settings": ""}
+    if got is None:
+        return None
+    result, _ = got
+    ch = (result.get("choices") or {}).get("c") or {}
+    speeds = {m: (ch.get(m) or {}).get("speedup") for m in ("sd", "mirror")}
+    if speeds["mirror"] is None:
+        return None
+    inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s achieved), "
+              f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
+              f"acceptance and hits")
+    return {"key": "c", "profile": f"(c) {ch.get('name') or result['profiles']['c'].name}",
+            "inputs": inputs, "speedups": {m: v for m, v in speeds.items() if v is not None},
+            "settings": settings_text(ch.get("mirror"))}

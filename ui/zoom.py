@@ -124,7 +124,7 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     return (f'<div class="msd-zoom"><div class="msd-sub">One Mirror-SD step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
-            f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6))}</p></div>')
+            f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
@@ -140,14 +140,28 @@ def _ms(spans, label: str) -> float:
     return sum(s.end_ns - s.start_ns for s in spans if s.label == label) / 1e6
 
 
+def _branches_written(sv: StepView, budget: int | None) -> str:
+    """'n branches' as the step wrote them: the exit's best roots (the branch budget), and the
+    one the draft had started on its own guess before the early exit, when it was dropped."""
+    n = len(sv.rollouts)
+    if not budget:
+        return f"{n} branch{'' if n == 1 else 'es'}"
+    kept = sum(1 for b in sv.rollouts if b.rank is not None and 0 <= b.rank < budget)
+    dropped = n - kept
+    text = f"{kept} branch{'' if kept == 1 else 'es'} from the early exit's best starts (branch budget {budget})"
+    if dropped:
+        text += (f", after dropping the {'one' if dropped == 1 else dropped} it had begun on its own "
+                 f"guess before the exit ranked {'it' if dropped == 1 else 'them'} lower")
+    return text
+
+
 def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
-             wait_ms: float) -> str:
+             wait_ms: float, budget: int | None = None) -> str:
     v = sv.verify
     kept = (f"kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote "
             f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
     extend = _ms(spans, "extend")
     read = f"read its last token ({extend:.0f} ms) and " if extend else ""
-    n = len(sv.rollouts)
     exit_at = min((s.start_ns for s in spans if s.label == "exit_head"), default=None)
     early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
     doing = (f"{read}started a branch on its own best guess of the verdict" if early else
@@ -157,7 +171,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
             f"peeked at its likely next tokens (the early exit, {_ms(spans, 'exit_head'):.0f} ms) and "
             f"handed its top guesses to the draft, which kept the most likely starts. While the target "
             f"ran the rest of its {layers} layers ({_ms(spans, 'suffix'):.0f} ms), the draft went on "
-            f"writing: {n} branch{'' if n == 1 else 'es'}, {_ms(spans, 'branches'):.0f} ms of draft "
+            f"writing: {_branches_written(sv, budget)}, {_ms(spans, 'branches'):.0f} ms of draft "
             f"forwards in all. The verdict {kept}. ")
     if outcome == "hit" and wait_ms > 0.5:
         return text + (f"Hit: one branch started exactly there and became the next window; the "

@@ -1,0 +1,85 @@
+"""Screenshots of a default run as it happens, in Debian's chromium (Playwright): the panes
+growing during the runs, the race after the last one, and the page once it has settled, at
+1600 px and at a phone's 400 px. Saves PNGs under --out (docs/screenshots by default).
+
+    python scripts/live_screens.py [--out docs/screenshots] [--tiny] [--widths 1600,400]
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+READY = "() => /loaded and warm|Ready/.test(document.querySelector('#status')?.innerText || '')"
+RUNNING = "m => document.querySelector(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`)"
+SETTLED = "() => { const b = document.querySelector('#board .msd-board'); return b && b.classList.contains('has-race') && !b.classList.contains('is-on'); }"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
+    page = browser.new_page(viewport={"width": width, "height": 1100 if width > 800 else 860})
+    page.goto(url)
+    page.wait_for_function(READY, timeout=900_000)
+    page.get_by_text("Traces and cache").first.click()  # measure again: no cached result
+    page.get_by_label("Reuse cached results for identical settings").uncheck()
+    page.get_by_text("Traces and cache").first.click()
+    page.click("#run-btn")
+    if live:
+        page.wait_for_function(RUNNING, arg="mirror", timeout=900_000)
+        page.wait_for_timeout(1500)
+        page.locator("#board").scroll_into_view_if_needed()
+        page.screenshot(path=str(out / f"live-{width}-running.png"))
+        page.wait_for_function(f"() => document.querySelector('#board .msd-bpane[data-state=\"race\"]') || ({SETTLED})()",
+                               timeout=900_000)
+        if page.locator('#board .msd-bpane[data-state="race"]').count():  # not over yet
+            page.wait_for_timeout(1200)
+            page.locator("#board").scroll_into_view_if_needed()
+            page.screenshot(path=str(out / f"live-{width}-race.png"))
+    page.wait_for_function(SETTLED, timeout=900_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(out / f"live-{width}-settled.png"), full_page=True)
+    page.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    ap.add_argument("--tiny", action="store_true", help="the app's test mode (tiny random pair)")
+    ap.add_argument("--widths", default="1600,400")
+    args = ap.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    from ui.layout import build_demo, launch
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    demo = build_demo(tiny=args.tiny)
+    port = free_port()
+    launch(demo, prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for width in (int(w) for w in args.widths.split(",")):
+                t = time.time()
+                shoot(browser, f"http://127.0.0.1:{port}/", width, out, live=True)
+                print(f"{width} px: {time.time() - t:.0f} s", flush=True)
+            browser.close()
+    finally:
+        demo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

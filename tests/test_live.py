@@ -1,0 +1,128 @@
+"""The live board's data (ui/live.py): each run's events as small JSON items, built once per
+event while the run is timed; the handler's frames while a run is in progress carry those
+items and no rendered HTML; the race message at the end holds every run with its final times."""
+from __future__ import annotations
+
+import json
+
+from ui.live import LiveFeed, LivePush, race_message
+from ui.runs import RunRecord, analyse
+from ui_records import tiny_records
+
+
+def _merge(received: dict, message: str) -> None:
+    """ui/live.js's merge rule: append the items past what the page holds."""
+    for m, part in json.loads(message)["runs"].items():
+        have = received.setdefault(m, [])
+        assert part["from"] <= len(have), "a gap the overlap should have covered"
+        have.extend(part["items"][len(have) - part["from"]:])
+
+
+def test_items_give_the_same_tokens_and_kinds_as_the_rendered_panes():
+    for m, rec in tiny_records().items():
+        items = LiveFeed(m).pull(rec)
+        committed = [tuple(x) for it in items if it["k"] == "c" for x in it["x"]]
+        want = [(t.text, t.kind) for t in analyse(rec).tokens]
+        assert committed == want, m
+        assert [it["t"] for it in items] == sorted(it["t"] for it in items)
+        assert items[-1]["k"] == "f" and items[-1]["n"] == len(want)
+        verdicts = [it for it in items if it["k"] == "v"]
+        rejected = [it for it in items if it["k"] == "c" and "r" in it]
+        assert len(rejected) == sum(v["kd"] == "correction" and v["a"] < len(v["d"]) for v in verdicts)
+        if m == "mirror":
+            assert any(it["k"] == "x" and it["g"] for it in items)  # the early exit's guesses
+            assert any(it["k"] == "b" for it in items)  # branches beside the target
+            assert {it["l"] for it in items if it["k"] == "p"} == {"t", "d"}
+
+
+def test_pulled_event_by_event_the_items_are_those_of_one_pull():
+    rec = tiny_records()["mirror"]
+    feed, growing = LiveFeed("mirror"), RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts,
+                                                  id_texts=rec.id_texts)
+    pieces = []
+    for ev, t in zip(rec.events, rec.times_ns):
+        growing.add(ev, t)
+        pieces += feed.pull(growing)
+    assert pieces == LiveFeed("mirror").pull(rec)
+
+
+def test_push_sends_new_items_and_repeats_the_recent_ones():
+    """Polled every few events, a quarter of a second apart: a page that merges the messages
+    has every item, also when it saw only the last of each burst of up to eight."""
+    records = tiny_records()
+    rec = records["sd"]
+    push, growing = LivePush(("ar", "sd")), RunRecord("sd", t0_ns=rec.t0_ns, token_texts=rec.token_texts,
+                                                      id_texts=rec.id_texts)
+    assert json.loads(push.start())["op"] == "start"
+    messages, now = [], 0.0
+    for i, (ev, t) in enumerate(zip(rec.events, rec.times_ns)):
+        growing.add(ev, t)
+        if i % 5 == 4:
+            now += 0.25
+            message = push.update({"sd": growing}, "sd", now)
+            if message is not None:
+                messages.append(message)
+    message = push.update({"sd": growing}, None, now + 0.25)
+    if message is not None:
+        messages.append(message)
+    assert push.update({"sd": growing}, None, now + 0.5) is None  # nothing new: nothing sent
+    want = LiveFeed("sd").pull(rec)
+    for burst in (1, 8):  # the page sees every message, or one in eight
+        received: dict = {}
+        for message in messages[burst - 1::burst] + ([messages[-1]] if len(messages) % burst else []):
+            _merge(received, message)
+        assert received["sd"] == want, burst
+    assert max(len(m) for m in messages) < 8000, [len(m) for m in messages]
+
+
+def test_the_race_holds_every_run_and_plays_only_when_all_finished():
+    records = tiny_records()
+    race = json.loads(race_message(records, ("ar", "sd", "mirror")))
+    assert race["op"] == "race" and race["autoplay"] is True
+    for m, rec in records.items():
+        assert race["runs"][m]["items"] == LiveFeed(m).pull(rec)
+        assert abs(race["runs"][m]["wall"] - rec.duration_ns / 1e6) < 0.1
+    partial = json.loads(race_message({"ar": records["ar"]}, ("ar", "sd")))
+    assert partial["autoplay"] is False  # SD never ran: nothing to race
+    assert "<" not in race_message({"x": _record_with_text("<script>")}, ("x",))
+
+
+def _record_with_text(text: str) -> RunRecord:
+    from mirror_sd.engine.events import Commit, Finish
+    rec = RunRecord("x", token_texts=[text])
+    rec.add(Commit(0, [5], ["plain"], text), 1)
+    rec.add(Finish({"new_tokens": 1, "wall_s": 0.001}, [5], text), 2)
+    return rec
+
+
+def test_while_a_run_is_timed_the_page_gets_items_not_html(monkeypatch):
+    """Frames before the last carry no pane HTML with tokens; their live items show each
+    run's tokens before that run's end (paced tiny models: several polls per run)."""
+    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")
+    from ui.frames import RESULT_OUTPUTS
+    from ui.handlers import Handlers
+    from ui.runs import method_names
+    from ui.state import AppState
+
+    frames = list(Handlers(AppState.tiny()).run(prompt="def hello ( x ) :", max_new_tokens=24,
+                                                use_cache=False))
+    names = method_names()
+    at = 1 + len(names) + RESULT_OUTPUTS.index("live")
+    tokens_before_end: dict[str, int] = {}
+    ended: set[str] = set()
+    for f in frames[:-1]:
+        assert not any(isinstance(p, str) and "msd-tok k-" in p for p in f[1:1 + len(names)])
+        live = f[at]
+        if not isinstance(live, str) or not live:
+            continue
+        message = json.loads(live)
+        for m, part in message.get("runs", {}).items() if message["op"] == "feed" else ():
+            for it in part["items"]:
+                if it["k"] == "f":
+                    ended.add(m)
+                elif it["k"] == "c" and m not in ended:
+                    tokens_before_end[m] = tokens_before_end.get(m, 0) + len(it["x"])
+    assert set(tokens_before_end) == set(names), tokens_before_end
+    final = frames[-1]
+    assert json.loads(final[at])["op"] == "race"
+    assert all('data-state="done"' in p for p in final[1:1 + len(names)])

@@ -1,0 +1,276 @@
+// The live board (ui/live.py sends the items): each run's pane grows step by step while it
+// runs; after the last run the runs replay together at their measured pace, then the page
+// shows the panes rendered from the full records. Runs as gr.HTML's js_on_load: `element`,
+// `props` (props.value: the latest JSON message) and `watch` come from Gradio.
+const LAG_MS = 350;  // live: drawn this far behind the newest data, so steps appear one by one
+const SPEEDS = {'0.5×': 0.5, '1×': 1, '2×': 2, 'instant': Infinity};
+const STATES = {waiting: 'waiting', running: 'running…', done: 'done', stopped: 'stopped',
+                error: 'error', skipped: 'not run', race: 'replay'};
+const B = {runs: {}, order: [], mode: 'idle', speed: 1, race: null, raf: 0, seq: null};
+const $ = (sel, root) => (root || element).querySelector(sel);
+const mk = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text; return e; };
+const secs = (ms) => (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s';
+const board = () => element.querySelector('.msd-board');
+const host = () => document.querySelector('#board-timeline .msd-btl-host');
+
+function header(text) { const h = $('.msd-board-say'); if (h) h.textContent = text; }
+
+function laneRows(run, tl) {
+  const lanes = run.m === 'ar' ? [['t', 'target']] : [['t', 'target'], ['d', 'draft']];
+  run.lanes = {};
+  for (const [code, name] of lanes) {
+    const row = mk('div', 'msd-btl-row');
+    row.append(mk('span', 'msd-btl-name', run.label + ' · ' + name));
+    const track = mk('div', 'msd-btl-track');
+    row.append(track); tl.append(row); run.lanes[code] = track;
+  }
+}
+
+function build(heads) {
+  const panes = $('.msd-board-panes');
+  panes.textContent = '';
+  const tl = host();
+  if (tl) { tl.textContent = ''; tl.style.setProperty('--axis', 1000); }
+  B.axisSet = false;
+  B.runs = {}; B.order = [];
+  for (const h of heads) {
+    const run = {m: h.m, label: h.label, on: h.on, items: [], drawn: 0, tokens: 0, lastT: 0,
+                 lastWall: 0, ended: false, endT: null, step: null};
+    const pane = mk('div', 'msd-pane msd-bpane m-' + h.m);
+    const head = mk('div', 'msd-pane-head');
+    const name = mk('span', 'msd-name', h.label); name.style.color = h.colour;
+    run.badge = mk('span', 'msd-badge'); run.stat = mk('span', 'msd-stat');
+    run.clock = mk('span', 'msd-clock');
+    head.append(name, run.badge, run.stat, run.clock);
+    run.stepBox = mk('div', 'msd-bstep'); run.pre = mk('pre', 'msd-tokens');
+    run.note = mk('div', 'msd-note');
+    pane.append(head, run.stepBox, run.pre, run.note);
+    panes.append(pane); run.pane = pane;
+    B.runs[h.m] = run; B.order.push(h.m);
+    setState(run, h.on ? 'waiting' : 'skipped');
+    if (!h.on) run.note.textContent = 'Not ticked under “Methods”.';
+    else if (tl) laneRows(run, tl);
+  }
+  if (tl) { const cur = mk('div', 'msd-btl-cursor'); tl.append(cur); B.cursor = cur;
+            B.axisLabel = mk('div', 'msd-btl-axis'); tl.append(B.axisLabel); axis(1000); }
+  if (tl) { const key = mk('div', 'msd-btl-key');
+    key.innerHTML = '<span><i style="background:#1d4ed8"></i>target</span><span><i style="background:#0d9488"></i>early exit</span>' +
+      '<span><i style="background:#16a34a"></i>draft</span><span><i style="background:#f59e0b"></i>draft after a miss (the target waits)</span><span><i class="msd-btl-fkey"></i>finish</span><span><i class="msd-btl-ckey"></i>now</span>';
+    tl.append(key); }
+}
+
+function setState(run, state) {
+  run.state = state; run.pane.dataset.state = state;
+  run.badge.className = 'msd-badge s-' + state; run.badge.textContent = STATES[state] || state;
+}
+
+function axis(ms) {
+  const tl = host(); if (!tl) return;
+  const cur = Number(tl.style.getPropertyValue('--axis')) || 1000;
+  if (ms <= cur && B.axisSet) return;
+  const nice = Math.max(1000, Math.ceil(ms * 1.25 / 1000) * 1000);
+  tl.style.setProperty('--axis', nice); B.axisSet = true;
+  if (B.axisLabel) B.axisLabel.innerHTML = '<span>0 s</span><span>' + (nice / 2000).toFixed(1) +
+    ' s</span><span>' + (nice / 1000).toFixed(1) + ' s<span class="msd-btl-long"> from each run\'s own start (the runs took turns on the hardware, each warm)</span></span>';
+}
+
+// a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
+function visible(text) {
+  if (text === '') return '∅';
+  const t = text.replace(/\n/g, '⏎').replace(/\t/g, '⇥');
+  return t.trim() ? t : t.replace(/ /g, '␣');
+}
+function chip(text, cls) { return mk('span', 'msd-chip ' + (cls || ''), visible(text)); }
+
+function stepBox(run, item) {
+  if (run.step !== item.s) { run.step = item.s; run.stepBox.textContent = '';
+    run.stepBox.append(mk('span', 'msd-bstep-n', 'step ' + (item.s + 1))); }
+  const box = run.stepBox;
+  if (item.k === 'w') {
+    const line = mk('div', 'msd-bline'); line.append(mk('span', 'msd-blab', 'drafted'));
+    for (const d of item.d) line.append(chip(d, 'c-draft'));
+    box.append(line);
+  } else if (item.k === 'x') {
+    const line = mk('div', 'msd-bline'); line.append(mk('span', 'msd-blab', 'early exit (layer ' + item.l + ') guesses'));
+    item.g.forEach((g, j) => { const grp = mk('span', 'msd-bgrp'); grp.title = 'position ' + (j + 1) + ': the target\'s three likeliest tokens at its early exit';
+      for (const t of g) grp.append(chip(t, 'c-exit')); line.append(grp); });
+    box.append(line);
+  } else if (item.k === 'b') {
+    let line = box.querySelector('.msd-bbranches');
+    if (!line) { line = mk('div', 'msd-bline msd-bbranches'); line.append(mk('span', 'msd-blab', 'branches beside the target')); box.append(line); }
+    if (line.children.length > 4) return;
+    const grp = mk('span', 'msd-bgrp b-' + item.st);
+    grp.title = item.st === 'taken' ? 'this branch matched the verdict: the next window, ready early (a hit)' : 'not the verdict: dropped';
+    grp.append(chip(item.r, 'c-root'));
+    for (const t of item.d) grp.append(chip(t, 'c-branch'));
+    line.append(grp);
+  } else if (item.k === 'v') {
+    const line = mk('div', 'msd-bline'); line.append(mk('span', 'msd-blab', 'verdict'));
+    item.d.forEach((d, j) => line.append(chip(d, j < item.a ? 'c-ok' : (j === item.a ? 'c-no' : 'c-gone'))));
+    line.append(mk('span', 'msd-barrow', '→ target:'), chip(item.y, item.kd === 'bonus' ? 'c-bonus' : 'c-corr'));
+    line.append(mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length));
+    box.append(line);
+  }
+}
+
+function pending(run, texts) {
+  if (run.pend) run.pend.remove();
+  run.pend = null;
+  if (!texts) return;
+  run.pend = mk('span', 'msd-pend');
+  for (const t of texts) run.pend.append(mk('span', 'msd-tok k-pending', t));
+  run.pre.append(run.pend);
+}
+
+function commit(run, item) {
+  pending(run, null);
+  if (item.r !== undefined) { const s = mk('s', 'msd-rej', item.r); s.title = 'rejected draft token at step ' + (item.s + 1); s.dataset.step = item.s; run.pre.append(s); }
+  for (const [text, kind] of item.x) {
+    const t = mk('span', 'msd-tok k-' + kind + (text && !text.trim() ? ' ws' : ''), text);
+    t.dataset.step = item.s; run.pre.append(t);
+  }
+  run.tokens += item.x.length;
+  run.pre.scrollTop = run.pre.scrollHeight;
+}
+
+function span(run, item) {
+  const track = run.lanes && run.lanes[item.l]; if (!track) return;
+  const bar = mk('i', 'msd-btl-bar n-' + item.n.replace(/[^a-z_]/g, '_'));
+  bar.style.setProperty('--a', item.a); bar.style.setProperty('--d', Math.max(item.b - item.a, 0.3));
+  bar.title = run.label + ' · ' + item.n + ' · ' + (item.b - item.a).toFixed(1) + ' ms';
+  track.append(bar); axis(item.b);
+}
+
+function finish(run, item) {
+  run.ended = true; run.endT = item.w;
+  setState(run, item.c ? 'stopped' : 'done');
+  pending(run, null);
+  run.clock.textContent = 'finished at ' + secs(item.w); run.clock.classList.add('is-done');
+  if (item.c) run.note.textContent = 'Stopped: the run ended at the next step after Stop, ' + item.n + ' tokens in.';
+  for (const track of Object.values(run.lanes || {})) {
+    const flag = mk('i', 'msd-btl-flag'); flag.style.setProperty('--a', item.w);
+    flag.title = run.label + ' finished at ' + secs(item.w); track.append(flag);
+  }
+  axis(item.w);
+}
+
+function draw(run, item) {
+  if (item.k === 'c') commit(run, item);
+  else if (item.k === 'p') span(run, item);
+  else if (item.k === 'f') finish(run, item);
+  else if (item.k === 'e') { setState(run, 'error'); run.note.textContent = item.m; }
+  else if (item.k === 'n') run.note.textContent = item.m;
+  else { stepBox(run, item); if (item.k === 'w') pending(run, item.d); else if (item.k === 'v') pending(run, null); }
+}
+
+function advance(run, clock) {
+  while (run.drawn < run.items.length && run.items[run.drawn].t <= clock) draw(run, run.items[run.drawn++]);
+  if (!run.ended && run.drawn) {
+    run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
+    run.clock.textContent = 't = ' + secs(Math.max(0, clock));
+  }
+}
+
+function feed(msg) {
+  const now = performance.now();
+  for (const [m, part] of Object.entries(msg.runs)) {
+    const run = B.runs[m]; if (!run) continue;
+    if (part.from > run.items.length) continue;  // a gap: the race at the end has it all
+    for (let i = run.items.length - part.from; i < part.items.length; i++) run.items.push(part.items[i]);
+    if (run.items.length) { run.lastT = run.items[run.items.length - 1].t; run.lastWall = now; }
+    if (run.state === 'waiting') setState(run, 'running');
+  }
+}
+
+function liveTick(now) {
+  let clockMax = 0;
+  for (const m of B.order) {
+    const run = B.runs[m]; if (!run.on || !run.items.length) continue;
+    const done = run.items[run.items.length - 1].k === 'f';
+    const clock = done ? Infinity : run.lastT + (now - run.lastWall) - LAG_MS;
+    advance(run, clock);
+    if (!run.ended) clockMax = Math.max(clockMax, clock);
+    if (!run.ended && B.cursor) { B.cursor.style.setProperty('--a', Math.max(0, clock)); axis(clock); }
+  }
+  return true;
+}
+
+function raceTick(now) {
+  const r = B.race;
+  const clock = B.speed === Infinity ? Infinity : (now - r.start) * B.speed;
+  for (const m of B.order) { const run = B.runs[m]; if (run.on) advance(run, clock); }
+  if (B.cursor) B.cursor.style.setProperty('--a', Math.min(clock, r.end));
+  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ': t = ' +
+         secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ' (each run from its own start, at its measured pace)');
+  if (clock < r.end) return true;
+  const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
+    .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
+  header('Race over: ' + order.join(', then ') + ' finished. The panes below show each run in full (click a token for its step).');
+  setTimeout(settle, B.speed === Infinity ? 0 : 900);
+  return false;
+}
+
+function loop() {
+  B.raf = 0;
+  const now = performance.now();
+  const again = B.mode === 'live' ? liveTick(now) : B.mode === 'race' ? raceTick(now) : false;
+  if (again) B.raf = requestAnimationFrame(loop);
+}
+function kick() { if (!B.raf) B.raf = requestAnimationFrame(loop); }
+
+function settle() {
+  if (B.mode === 'race') B.mode = 'settled';
+  board().classList.remove('is-on');
+  board().classList.add('is-settled');
+}
+
+function startRace() {
+  const msg = B.raceMsg; if (!msg) return;
+  build(msg.heads);
+  let end = 0;
+  for (const [m, part] of Object.entries(msg.runs)) {
+    const run = B.runs[m]; if (!run) continue;
+    run.items = part.items; setState(run, 'race'); end = Math.max(end, part.wall);
+  }
+  axis(end);
+  B.race = {start: performance.now(), end: end};
+  B.mode = 'race'; board().classList.remove('is-settled');
+  board().classList.add('is-on');
+  kick();
+}
+
+function handle(msg) {
+  if (!msg || msg.seq === B.seq) return;
+  B.seq = msg.seq;
+  if (msg.op === 'start') {
+    build(msg.runs); B.mode = 'live'; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
+    board().classList.add('is-on');
+    header('Live: each pane draws its run step by step as the engine commits tokens (the runs take turns on the hardware' +
+           (msg.round && msg.round[1] > 1 ? '; round ' + msg.round[0] + ' of ' + msg.round[1] : '') + ').');
+    kick();
+  } else if (msg.op === 'feed') {
+    if (B.mode !== 'live') return;
+    feed(msg); kick();
+  } else if (msg.op === 'race') {
+    B.raceMsg = msg; board().classList.add('has-race');
+    if (msg.autoplay) startRace();
+    else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
+  }
+}
+
+for (const [name, speed] of Object.entries(SPEEDS)) {
+  const b = mk('button', 'msd-speed', name); b.type = 'button'; b.dataset.speed = name;
+  if (speed === 1) b.classList.add('is-on');
+  b.addEventListener('click', () => {
+    const now = performance.now();
+    if (B.mode === 'race' && isFinite(B.speed) && isFinite(speed))  // the clock carries on
+      B.race.start = now - (now - B.race.start) * B.speed / speed;
+    B.speed = speed;
+    element.querySelectorAll('.msd-speed').forEach(x => x.classList.toggle('is-on', x === b));
+    if (B.mode === 'race' && speed === Infinity) kick(); });
+  $('.msd-board-speeds').append(b);
+}
+$('.msd-replay').addEventListener('click', () => { if (B.raceMsg) startRace(); });
+watch('value', () => { try { handle(JSON.parse(props.value || 'null')); } catch (e) { console.error(e); } });
+if (props.value) { try { handle(JSON.parse(props.value)); } catch (e) { console.error(e); } }

@@ -1,0 +1,202 @@
+"""The live board's data: each run's events as small items that the page draws (ui/live.js).
+
+While a method's run is timed, the server renders no HTML for it: the polling handler turns
+the events that arrived since its last poll into items (token texts, kinds, times in ms: a
+few hundred bytes per step) and sends them, with those of the last two seconds again, as JSON
+in one hidden value; the page draws them.
+When the last run ends, the page gets every run's items again with their final times and
+replays the runs together (the race), then shows the panes rendered from the full records.
+
+Items (each has `k`, its kind, and `t`, its arrival in ms from the run's start):
+  w  a window of drafted tokens, before the target's verdict (`d`: texts)
+  x  the early exit's top guesses (`l`: layer, `g`: per position, its three best texts)
+  b  a branch the draft rolled out beside the target (`r`: root, `d`: texts, `st`: status)
+  v  the verdict (`a`: accepted, `d`: drafted texts, `y`: the target's own token, `kd`)
+  c  committed tokens (`x`: [text, kind] pairs, kinds as ui/runs.analyse gives them)
+  p  a span on the target or draft lane (`l`: "t" | "d", `a` .. `b`: start .. end, `n`)
+  f  the run's end (`n`: tokens, `w`: wall time, `c`: stopped); e / n: an error / a notice
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
+                                     StepStart, Verify)
+
+from .runs import RunRecord, colour, label, method_names
+
+# the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
+# this one has no ${value} in it, so the JSON messages never touch what the script drew
+BOARD_TEMPLATE = (
+    '<div class="msd-board"><div class="msd-board-bar"><span class="msd-board-say"></span>'
+    '<span class="msd-board-ctl"><span class="msd-blab">race speed</span>'
+    '<span class="msd-board-speeds"></span>'
+    '<button type="button" class="msd-replay">↻ Replay the race</button></span></div>'
+    '<div class="msd-board-panes"></div></div>')
+TIMELINE_TEMPLATE = '<div class="msd-btl-host"></div>'
+BOARD_JS = (Path(__file__).with_name("live.js")).read_text(encoding="utf-8")
+
+GUESSES = 3  # the early exit's best guesses shown per position
+POSITIONS = 3  # window positions whose guesses are shown
+LANES = {"target": "t", "draft": "d"}
+
+
+def _json(message: dict) -> str:
+    """Compact JSON; '<' escaped, so no model text reads as a tag to anything on the way."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
+
+
+def _ms(ns: int) -> float:
+    return round(ns / 1e6, 2)
+
+
+class LiveFeed:
+    """One run's items, built incrementally from its record (each event is read once)."""
+
+    def __init__(self, method: str):
+        self.method = method
+        self.items: list[dict] = []
+        self.n = 0  # events read so far
+        self.tokens = 0  # committed tokens so far
+        self.origin = "none"  # where the next window comes from (as runs.analyse)
+        self.step_origin: dict[int, str] = {}
+        self.verified: dict[int, Verify] = {}
+
+    def pull(self, rec: RunRecord) -> list[dict]:
+        """Items for the events that arrived since the last pull."""
+        n = min(len(rec.events), len(rec.times_ns))
+        start = len(self.items)
+        for i in range(self.n, n):
+            item = self._item(rec, rec.events[i])
+            if item is not None:
+                item["t"] = _ms(rec.times_ns[i])
+                self.items.append(item)
+        self.n = n
+        return self.items[start:]
+
+    def _text(self, rec: RunRecord, tok: int) -> str:
+        return rec.id_texts.get(tok, f"#{tok}")
+
+    def _item(self, rec: RunRecord, ev) -> dict | None:
+        if isinstance(ev, StepStart):
+            self.step_origin[ev.step] = self.origin if ev.window else "none"
+            return {"k": "w", "s": ev.step, "d": [self._text(rec, t) for t in ev.window]} if ev.window else None
+        if isinstance(ev, DraftBranch):
+            return self._branch(rec, ev)
+        if isinstance(ev, EarlyExit):
+            return {"k": "x", "s": ev.step, "l": ev.layer,
+                    "g": [[self._text(rec, t) for t in row[:GUESSES]] for row in ev.token_ids[:POSITIONS]]}
+        if isinstance(ev, Verify):
+            self.verified[ev.step] = ev
+            return {"k": "v", "s": ev.step, "a": ev.accepted, "kd": ev.kind,
+                    "d": [self._text(rec, t) for t in ev.drafted], "y": self._text(rec, ev.token)}
+        if isinstance(ev, Commit):
+            return self._commit(rec, ev)
+        if isinstance(ev, Span) and ev.lane in LANES:
+            return {"k": "p", "l": LANES[ev.lane], "n": ev.label, "s": ev.step,
+                    "a": _ms(ev.start_ns - rec.t0_ns), "b": _ms(ev.end_ns - rec.t0_ns)}
+        if isinstance(ev, Finish):
+            return {"k": "f", "n": int(ev.stats.get("new_tokens", self.tokens)),
+                    "w": round(float(ev.stats.get("wall_s", 0.0)) * 1e3, 1),
+                    "c": bool(ev.stats.get("cancelled"))}
+        if isinstance(ev, (Error, Notice)):
+            return {"k": "e" if isinstance(ev, Error) else "n", "m": ev.message}
+        return None
+
+    def _branch(self, rec: RunRecord, ev: DraftBranch) -> dict | None:
+        """The window's origin as runs.analyse tracks it; a branch beside the target as an item."""
+        texts = [self._text(rec, t) for t in ev.tokens]
+        if ev.status == "serial":
+            if ev.step not in self.step_origin:
+                self.origin = "draft"  # the first window, drafted before its step
+            elif ev.step not in self.verified:
+                self.step_origin[ev.step] = "draft"  # plain SD: drafted inside its step
+                return {"k": "w", "s": ev.step, "d": texts}
+            else:
+                self.origin = "fallback"  # a miss: the next window drafted after the verdict
+            return None
+        if ev.status == "taken":
+            self.origin = "hit"
+        return {"k": "b", "s": ev.step, "r": self._text(rec, ev.root_token), "d": texts,
+                "st": ev.status, "rk": ev.rank}
+
+    def _commit(self, rec: RunRecord, ev: Commit) -> dict:
+        origin = self.step_origin.get(ev.step, "none")
+        out = []
+        for tok, source in zip(ev.token_ids, ev.sources):
+            kind = origin if source == "accepted" and origin in ("hit", "fallback") else source
+            text = rec.token_texts[self.tokens] if self.tokens < len(rec.token_texts) else self._text(rec, tok)
+            out.append([text, kind])
+            self.tokens += 1
+        item = {"k": "c", "s": ev.step, "x": out}
+        v = self.verified.get(ev.step)
+        if v is not None and v.kind == "correction" and v.accepted < len(v.drafted):
+            item["r"] = self._text(rec, v.drafted[v.accepted])  # the rejected draft, struck through
+        return item
+
+
+def _heads(methods) -> list[dict]:
+    return [{"m": m, "label": label(m), "colour": colour(m), "on": m in methods}
+            for m in method_names()]
+
+
+OVERLAP_S = 2.0  # each message repeats the items of the messages sent in this many seconds
+
+
+class LivePush:
+    """What the polling handler sends while a job runs: each run's new items, with the items
+    of the messages of the last OVERLAP_S seconds again. The server's loop may hold frames back
+    while both cores decode and then send several at once, and the page sees only the last of
+    a burst; repeating the recent ones makes such a burst no gap (the page keeps what it has)."""
+
+    def __init__(self, methods, round_no: int = 1, rounds: int = 1, overlap_s: float = OVERLAP_S):
+        self.methods = tuple(methods)
+        self.feeds: dict[str, LiveFeed] = {}
+        self.recent: dict[str, list[tuple[float, int]]] = {}  # (when, first new item) per message
+        self.seq = 0
+        self.round = (round_no, rounds)
+        self.overlap_s = overlap_s
+
+    def start(self) -> str:
+        self.seq += 1
+        return _json({"op": "start", "seq": self.seq, "runs": _heads(self.methods),
+                      "round": list(self.round)})
+
+    def update(self, records: dict[str, RunRecord], current: str | None,
+               now: float | None = None) -> str | None:
+        """The new items since the last call (and the recent ones again) as one JSON message;
+        None when nothing is new."""
+        now = time.monotonic() if now is None else now
+        runs = {}
+        for m in self.methods:
+            rec = records.get(m)
+            if rec is None:
+                continue
+            feed = self.feeds.setdefault(m, LiveFeed(m))
+            before = len(feed.items)
+            if not feed.pull(rec):
+                continue
+            recent = [(t, i) for t, i in self.recent.get(m, []) if now - t <= self.overlap_s]
+            start = recent[0][1] if recent else before
+            self.recent[m] = recent + [(now, before)]
+            runs[m] = {"from": start, "items": feed.items[start:]}
+        if not runs:
+            return None
+        self.seq += 1
+        return _json({"op": "feed", "seq": self.seq, "runs": runs, "current": current})
+
+
+def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True) -> str:
+    """Every finished run's items with their final times: the page replays them together."""
+    methods = tuple(methods or records)
+    runs = {}
+    for m, rec in records.items():
+        if rec is not None:
+            feed = LiveFeed(m)
+            feed.pull(rec)
+            runs[m] = {"items": feed.items, "wall": round(rec.duration_ns / 1e6, 1)}
+    complete = all(records.get(m) is not None and records[m].complete for m in methods)
+    return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods),
+                  "autoplay": bool(autoplay and complete and runs)})
