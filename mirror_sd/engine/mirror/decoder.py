@@ -27,12 +27,16 @@ final layer, so the output is the target's own.
 
 On a CPU the two lanes have one core each while both work; where one works alone (the
 prefill and first window, the draft lane's work from the verdict on while the target waits)
-it takes both (placement.lane_alone).
+it takes both (placement.lane_alone). The draft lane's work after the verdict runs on this
+(the target lane's) thread, handed over by the worker (draft_lane.DraftWorker.finish): the
+worker thread only ever uses one core, so two-thread work always runs on the warm OpenMP
+team of this thread (research/lane_speed.py).
 
 The exit layer and the exit lens come from the one rule in exit_layer.py.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -51,8 +55,10 @@ from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, E
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
 from mirror_sd.models.pair import model_vocab_size
-from mirror_sd.placement import lane_alone, lane_sync
+from mirror_sd.placement import lane_alone, lane_split, lane_sync
 from mirror_sd.proposals.draft_vocab import shipped_ids
+
+log = logging.getLogger(__name__)
 
 
 class MirrorSpeculative(Decoder):
@@ -65,6 +71,7 @@ class MirrorSpeculative(Decoder):
         self._hook = None
         self._job: StepJob | None = None  # the step whose target forward is running (for the hook)
         self._active: StepJob | None = None  # the step the draft lane may still work on
+        self._stalled = False  # the draft lane did not answer in lane_timeout_s
 
     def _prepare(self):
         choice = choose_exit_layer_for(self.pair, self.settings)
@@ -92,70 +99,89 @@ class MirrorSpeculative(Decoder):
         return ids
 
     def _decode(self, run, cancel):
-        s = run.settings
         run.info.update(self._info)
         for note in self._notices:
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = lane_for(self.pair.draft, "draft", run.committed)
-        proposer, notice = proposer_for(self.pair, s.streams)
+        proposer, notice = proposer_for(self.pair, run.settings.streams)
         if notice:
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
-        policy = mirror_policy(s, self.pair.eos_token_ids)
+        policy = mirror_policy(run.settings, self.pair.eos_token_ids)
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
+        self._stalled = False
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
-                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT,
-                                   alone=lambda: lane_alone(self.pair), policy=policy)
-        ranks = run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
+                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT, policy=policy)
+        run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
+        run.info["lane_split"] = lane_split(self.pair)
         self._worker.start()
-        step, lane_ok, window_hit = 0, True, False
-        while not run.done and not cancel.is_set():
-            yield StepStart(step, len(run.new_ids), list(window.tokens) if lane_ok else [])
-            if not lane_ok:  # the draft lane failed: finish with plain decoding, still lossless
-                with lane_alone(self.pair):  # the target is the only lane left
-                    yield from plain_step(run, target, step)
-                step += 1
-                continue
-            # the target lane: verify the window while the draft lane races the verdict
-            job = StepJob(step, len(run.committed), window)
-            self._job = self._active = job
-            self._worker.inbox.put(job)
-            marks.clear()
-            verdict, verify_event, commit = verify_window(run, target, step, window)
-            if commit:
-                commit.hit = window_hit
-            self._job = None
-            self._target_spans(run, step, marks)
-            job.post_verdict((verdict.accepted, verdict.token))
-            run.steps += 1
-            if job.proposals:
-                yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
-                                lens=lens_on)
-            yield verify_event
-            if commit:
-                yield commit
-            if run.done:
-                job.cancel()
-                yield from run.new_spans()
-                break
-            # the draft lane's answer: the next window (a branch on a hit, a rollout on a miss)
-            if not job.done.wait(s.lane_timeout_s):
-                job.error = TimeoutError(f"no answer in {s.lane_timeout_s:.0f} s")
-            if job.error is not None:
-                job.cancel()
-                lane_ok = False
-                yield Notice(f"The draft lane failed ({job.error}); finishing with plain decoding.")
-            else:
-                yield from job.branches
-                run.hits += job.hit
-                run.misses += not job.hit
-                ranks.append(job.rank)
-                window, window_hit = job.next_window, job.hit
-            yield from run.new_spans()
+        step, hit = 0, False
+        while not run.done and not cancel.is_set() and window is not None:
+            window, hit = yield from self._step(run, target, step, window, hit, marks)
             step += 1
+        while not run.done and not cancel.is_set():  # the draft lane failed: plain decoding
+            yield StepStart(step, len(run.new_ids), [])
+            with lane_alone(self.pair):  # the target is the only lane left
+                yield from plain_step(run, target, step)
+            step += 1
+
+    def _step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict):
+        """One step: the target lane verifies `window` while the draft lane races the verdict,
+        then finishes the draft lane's step itself (the hand-off). Returns (the next window or
+        None when the draft lane failed, whether it was a hit)."""
+        yield StepStart(step, len(run.new_ids), list(window.tokens))
+        job = StepJob(step, len(run.committed), window)
+        self._job = self._active = job
+        self._worker.inbox.put(job)
+        marks.clear()
+        verdict, verify_event, commit = verify_window(run, target, step, window)
+        if commit:
+            commit.hit = window_hit
+        self._job = None
+        self._target_spans(run, step, marks)
+        job.post_verdict((verdict.accepted, verdict.token))
+        run.steps += 1
+        if job.proposals:
+            yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
+                            lens=self._head.lens is not None)
+        yield verify_event
+        if commit:
+            yield commit
+        if run.done:
+            job.cancel()
+            yield from run.new_spans()
+            return None, False
+        error = self._hand_off(run, job)
+        if error is not None:
+            job.cancel()
+            yield Notice(f"The draft lane failed ({error}); finishing with plain decoding.")
+            yield from run.new_spans()
+            return None, False
+        yield from job.branches
+        run.hits += job.hit
+        run.misses += not job.hit
+        run.info["verdict_ranks"].append(job.rank)
+        yield from run.new_spans()
+        return job.next_window, job.hit
+
+    def _hand_off(self, run, job: StepJob):
+        """Wait for the worker's part of the step, then finish it on this thread with both
+        cores (the target lane waits for the next window anyway). Returns an error or None."""
+        if not job.done.wait(run.settings.lane_timeout_s):
+            self._stalled = True  # never wait for it again: _close leaves it to end on its own
+            return TimeoutError(f"no answer in {run.settings.lane_timeout_s:g} s")
+        if job.error is not None or job.raced is None:
+            return job.error or RuntimeError("the draft lane stopped")
+        try:
+            with lane_alone(self.pair):
+                self._worker.finish(job)
+        except Exception as e:  # the draft failed here: the target lane goes on alone
+            log.exception("draft lane failed in the hand-off")
+            return e
+        return None
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the
@@ -209,5 +235,6 @@ class MirrorSpeculative(Decoder):
             if self._active is not None:
                 self._active.cancel()
             self._worker.inbox.put(None)
-            self._worker.join(timeout=10)  # a stalled lane is a daemon: never block the caller
+            # a stalled lane is a daemon that ends when its stall does: never block the caller
+            self._worker.join(timeout=0 if self._stalled else 10)
             self._worker = None
