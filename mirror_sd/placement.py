@@ -272,6 +272,13 @@ def lane_alone(pair):
     return method_threads(pair, 1)
 
 
+def lanes_share_cores(pair) -> bool:
+    """Whether Mirror-SD's two lanes split one CPU's cores (each has part of them while both
+    work), rather than each running on a device of its own."""
+    placement = (getattr(pair, "info", None) or {}).get("placement")
+    return placement is not None and placement.both_on_cpu and cpu_cores() >= 2
+
+
 def lane_split(pair) -> str:
     """How Mirror-SD's two lanes share this machine, in words (the Finish stats, the page)."""
     placement = (getattr(pair, "info", None) or {}).get("placement")

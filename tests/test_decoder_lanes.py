@@ -12,7 +12,7 @@ from mirror_sd.engine.mirror import decoder as mirror_decoder
 from mirror_sd.engine.mirror import draft_lane as mirror_mod
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
-from mirror_sd.engine.events import Commit, Error, Notice, Span
+from mirror_sd.engine.events import Commit, EarlyExit, Error, Notice, Span
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.models.pair import ModelPair
 
@@ -243,3 +243,70 @@ def test_a_branch_forward_made_stale_by_the_verdict_stops_at_a_layer(monkeypatch
     stopped = [s for s in of(events, Span) if s.label == "branches" and "stopped at the verdict" in s.detail]
     assert stopped, "no branch forward was stopped at the verdict"
     assert wait_no_draft_lane() == []
+
+
+# ---------------------------------------------------------------- overlapped or one after the other
+
+def test_the_overlap_gate_follows_the_measured_step_times():
+    from mirror_sd.engine.mirror.gate import PROBE_EVERY, OverlapGate
+    memory = {}
+    gate = OverlapGate("auto", True, memory)
+    assert gate.overlap() is True  # nothing measured: overlap first
+    gate.record(True, 120.0, 4)  # 30 ms per verified row
+    assert gate.overlap() is False  # then the other mode once
+    gate.record(False, 80.0, 4)  # 20 ms per row: one after the other wins
+    modes = [gate.overlap() for _ in range(2 * PROBE_EVERY)]
+    assert modes.count(True) == 2 and modes[PROBE_EVERY - 1] is True  # the loser tried every PROBE_EVERY
+    gate.record(True, 40.0, 4)
+    gate.record(True, 40.0, 4)
+    gate.record(True, 40.0, 4)  # overlap got cheaper: it wins now
+    assert memory["overlap"] < memory["serial"] and gate.overlap() is True
+    assert "overlapped in 4 of 5 steps" in gate.describe()
+    # lanes on devices of their own, or "always": every step overlaps, nothing is measured
+    for gate in (OverlapGate("auto", False, {}), OverlapGate("always", True, {})):
+        gate.record(True, 10.0, 2)
+        assert all(gate.overlap() for _ in range(20)) and gate.memory == {}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_steps_with_the_lanes_one_after_the_other_give_the_same_tokens(monkeypatch, temperature):
+    """Where the lanes share cores and overlapping measured slower, steps run the lanes one
+    after the other (with every 8th overlapped to keep measuring): the tokens are those of a
+    run that overlaps every step (greedy: generate()'s; seeded sampling: the same sample)."""
+    seed = 3
+    pair = tiny.pair_perturbed(seed)
+    p = tiny.prompt(seed, 6)
+    kw = dict(max_new_tokens=40, gamma=3, temperature=temperature, seed=5)
+    always = tiny.finish(list(MirrorSpeculative(pair, Settings(lane_overlap="always", **kw)).generate(p)))
+    monkeypatch.setattr(mirror_decoder, "lanes_share_cores", lambda _pair: True)
+    pair.info["lane_costs"] = {"overlap": 50.0, "serial": 10.0}  # measured before: serial wins
+    events = list(MirrorSpeculative(pair, Settings(**kw)).generate(p))
+    fin = tiny.finish(events)
+    assert fin.token_ids == always.token_ids
+    if temperature == 0.0:
+        assert fin.token_ids == tiny.reference_greedy(pair.target, p, 40)
+    serial = [s for s in of(events, Span) if s.lane == "draft" and s.label == "draft"]
+    assert serial and len(of(events, EarlyExit)) < fin.stats["steps"]
+    assert "lanes overlapped in" in fin.stats["lane_split"]
+    assert not of(events, Error) and not of(events, Notice)
+    assert wait_no_draft_lane() == []
+
+
+def test_a_stopped_branch_forward_keeps_the_finished_rows():
+    """drop_live (a branch forward stopped at the verdict) drops the rows still drafting and
+    keeps the finished ones: a finished row may be the verdict's (a hit)."""
+    from mirror_sd.engine.acceptance import Sampling
+    from mirror_sd.engine.lanes import Lane
+    from mirror_sd.engine.mirror.branches import BranchBatch
+    from mirror_sd.engine.mirror.scoring import Root
+    pair = tiny.cached_pair("perturbed", 1)
+    lane = Lane(pair.draft, "draft")
+    lane.feed(tiny.prompt(1, 6) + [3, 4, 5], logits_to_keep=1)
+    batch = BranchBatch(pair.draft, lane.cache, 6, 3, Sampling())
+    batch.admit(Root(1, 7, 0.5), None, 1)
+    batch.admit(Root(2, 9, 0.3), None, 3)
+    batch.forward()
+    assert [r.root.token for r in batch.done] == [7] and [r.root.token for r in batch.live] == [9]
+    batch.drop_live()
+    assert batch.live == [] and [r.root.token for r in batch.done] == [7]
+    assert batch.done[0].cache.get_seq_length() == 6 + 1 + 1  # y, d_1, its root 7

@@ -60,7 +60,7 @@ Runner = Callable[..., MethodRun]  # runner(pair, prompt_ids, settings) -> Metho
 # settings a method name may change after a colon: "mirror:exit_layer=21:branch_budget=3"
 TUNABLE = {"gamma": int, "kappa": int, "exit_layer": int, "branch_budget": int, "exit_lens": str,
            "exit_head": str, "streams": str, "draft_vocab": str, "window": str, "window_threshold": float,
-           "window_min": int, "window_max": int, "branch_extend": str}
+           "window_min": int, "window_max": int, "branch_extend": str, "lane_overlap": str}
 
 
 def variant(method: str) -> tuple[str, dict]:

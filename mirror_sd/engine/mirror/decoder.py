@@ -49,13 +49,14 @@ from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_policy
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
+from mirror_sd.engine.mirror.gate import OverlapGate
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
 from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
 from mirror_sd.models.pair import model_vocab_size
-from mirror_sd.placement import lane_alone, lane_split, lane_sync
+from mirror_sd.placement import lane_alone, lane_split, lane_sync, lanes_share_cores
 from mirror_sd.proposals.draft_vocab import shipped_ids
 
 log = logging.getLogger(__name__)
@@ -115,12 +116,16 @@ class MirrorSpeculative(Decoder):
         self._stalled = False
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
                                    ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT, policy=policy)
+        gate = OverlapGate(run.settings.lane_overlap, lanes_share_cores(self.pair),
+                           self.pair.info.setdefault("lane_costs", {}) if isinstance(self.pair.info, dict) else {})
         run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
-        run.info["lane_split"] = lane_split(self.pair)
         self._worker.start()
         step, hit = 0, False
         while not run.done and not cancel.is_set() and window is not None:
-            window, hit = yield from self._step(run, target, step, window, hit, marks)
+            overlap = gate.overlap()
+            step_fn = self._step if overlap else self._serial_step
+            window, hit = yield from step_fn(run, target, step, window, hit, marks, gate)
+            run.info["lane_split"] = f"{lane_split(self.pair)}; {gate.describe()}"
             step += 1
         while not run.done and not cancel.is_set():  # the draft lane failed: plain decoding
             yield StepStart(step, len(run.new_ids), [])
@@ -128,15 +133,16 @@ class MirrorSpeculative(Decoder):
                 yield from plain_step(run, target, step)
             step += 1
 
-    def _step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict):
-        """One step: the target lane verifies `window` while the draft lane races the verdict,
-        then finishes the draft lane's step itself (the hand-off). Returns (the next window or
-        None when the draft lane failed, whether it was a hit)."""
+    def _step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict, gate):
+        """One overlapped step: the target lane verifies `window` while the draft lane races
+        the verdict, then finishes the draft lane's step itself (the hand-off). Returns (the
+        next window, or None when the run is over or the draft lane failed; whether a hit)."""
         yield StepStart(step, len(run.new_ids), list(window.tokens))
         job = StepJob(step, len(run.committed), window)
         self._job = self._active = job
         self._worker.inbox.put(job)
         marks.clear()
+        start = time.perf_counter_ns()
         verdict, verify_event, commit = verify_window(run, target, step, window)
         if commit:
             commit.hit = window_hit
@@ -144,28 +150,49 @@ class MirrorSpeculative(Decoder):
         self._target_spans(run, step, marks)
         job.post_verdict((verdict.accepted, verdict.token))
         run.steps += 1
+        if run.done:
+            job.cancel()
+        error = None if run.done else self._hand_off(run, job)
+        if not run.done and error is None:
+            gate.record(True, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
         if job.proposals:
             yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
                             lens=self._head.lens is not None)
-        yield verify_event
-        if commit:
-            yield commit
-        if run.done:
-            job.cancel()
-            yield from run.new_spans()
+        yield from self._after_verdict(run, job, verify_event, commit, error)
+        if run.done or error is not None:
             return None, False
-        error = self._hand_off(run, job)
-        if error is not None:
-            job.cancel()
-            yield Notice(f"The draft lane failed ({error}); finishing with plain decoding.")
-            yield from run.new_spans()
-            return None, False
-        yield from job.branches
         run.hits += job.hit
         run.misses += not job.hit
         run.info["verdict_ranks"].append(job.rank)
-        yield from run.new_spans()
         return job.next_window, job.hit
+
+    def _serial_step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict, gate):
+        """One step with the lanes one after the other, each with every core (gate.py: where
+        overlapping measured slower): the target verifies, then the draft rolls the next
+        window out from the verdict, as plain SD does. Same windows, same rule, same output."""
+        yield StepStart(step, len(run.new_ids), list(window.tokens))
+        job = StepJob(step, len(run.committed), window)
+        start = time.perf_counter_ns()
+        with lane_alone(self.pair):
+            verdict, verify_event, commit = verify_window(run, target, step, window)
+        if commit:
+            commit.hit = window_hit
+        job.verdict = (verdict.accepted, verdict.token)
+        run.steps += 1
+        error = None
+        if not run.done:
+            try:
+                with lane_alone(self.pair):
+                    self._worker.finish_serial(job)
+            except Exception as e:  # the draft failed: the target lane goes on alone
+                log.exception("draft lane failed")
+                error = e
+            else:
+                gate.record(False, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
+        yield from self._after_verdict(run, job, verify_event, commit, error)
+        if run.done or error is not None:
+            return None, False
+        return job.next_window, False
 
     def _hand_off(self, run, job: StepJob):
         """Wait for the worker's part of the step, then finish it on this thread with both
@@ -182,6 +209,21 @@ class MirrorSpeculative(Decoder):
             log.exception("draft lane failed in the hand-off")
             return e
         return None
+
+    def _after_verdict(self, run, job: StepJob, verify_event, commit, error):
+        """The step's events once its draft work is over: the verdict, the commit, then the
+        branches (or the draft lane's failure)."""
+        yield verify_event
+        if commit:
+            yield commit
+        if run.done:
+            job.cancel()
+        elif error is not None:
+            job.cancel()
+            yield Notice(f"The draft lane failed ({error}); finishing with plain decoding.")
+        else:
+            yield from job.branches
+        yield from run.new_spans()
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the

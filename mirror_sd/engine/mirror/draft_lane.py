@@ -173,6 +173,22 @@ class DraftWorker(threading.Thread):
         taken = self._next_window(job, batch)
         self._report(job, batch, scored, taken)
 
+    def finish_serial(self, job: StepJob) -> None:
+        """A step whose lanes ran one after the other (gate.py), on the target lane's thread
+        after the verdict: the next window rolled out from (A, c) as plain SD does."""
+        s, (A, c) = self.run_.settings, job.verdict
+        self.policy.observe(len(job.window.tokens), A)
+        self.held_bonus = None
+        committed = self.run_.committed[:job.n] + job.window.tokens[:A] + [c]
+        with self._span("draft", job.step) as note:
+            # the random stream of a branch rooted at (A, c): a seeded run samples the same
+            # window whichever way its step ran
+            job.next_window = draft_window(self.proposer, self.policy, self.lane, committed, self.run_.room,
+                                           s.sampling, generator_for(s.seed, job.step, "branch", A, c))
+            note["detail"] = f"{self.proposer.describe(len(job.next_window.tokens))}, after the verdict"
+        job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
+                                        job.next_window.q_probs, "serial", None))
+
     def _extend(self, job: StepJob):
         """Extend the cache by d_gamma: the draft's view of the bonus position (its q row).
         No forward when the lane already holds d_gamma (a taken branch cut by the policy)."""
@@ -195,7 +211,7 @@ class DraftWorker(threading.Thread):
                 try:
                     batch.forward()
                 except StaleForward:  # its cache is half written: every live row goes
-                    batch.keep(lambda root: False)
+                    batch.drop_live()
                     note["detail"] = f"{rows} rows, stopped at the verdict"
         finally:
             self._stale = None
