@@ -30,7 +30,10 @@ prefill and first window, the draft lane's work from the verdict on while the ta
 it takes both (placement.lane_alone). The draft lane's work after the verdict runs on this
 (the target lane's) thread, handed over by the worker (draft_lane.DraftWorker.finish): the
 worker thread only ever uses one core, so two-thread work always runs on the warm OpenMP
-team of this thread (research/lane_speed.py).
+team of this thread (research/lane_speed.py). Where the two lanes share one CPU's cores, a
+step may instead run them one after the other, each with every core, when this pair's measured
+steps say overlapping is slower there (gate.py, Settings.lane_overlap); on devices of their
+own the lanes always overlap.
 
 The exit layer and the exit lens come from the one rule in exit_layer.py.
 """

@@ -168,7 +168,7 @@ class DraftWorker(threading.Thread):
         CPU): the taken branch's last tokens, the next window, the step's branch events."""
         batch, scored = job.raced
         while batch.live and not batch.done:  # only the verdict's row is left
-            with self._span("branches", job.step, f"{len(batch.live)} rows, after the verdict"):
+            with self._span("branches", job.step, f"{len(batch.live)} rows"):
                 batch.forward()
         taken = self._next_window(job, batch)
         self._report(job, batch, scored, taken)
