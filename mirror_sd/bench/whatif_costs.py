@@ -27,12 +27,14 @@ from mirror_sd.bench.whatif import Profile
 # The default pair as the engine loads it, one forward over `rows` new tokens after 100 tokens
 # of context, median of 5 (1-thread ms / 2-thread ms), alone on an idle 2-core AMD EPYC (AVX2):
 # python research/thread_split.py --precisions int8,fp32 --reps 5 (research/thread_split.json).
-# int8 at 1 / 5 / 8 / 13 rows: 59.9/44.2, 105.9/56.9, 156.8/84.1, 246.5/128.2 ms;
+# int8 at 1 / 5 / 8 / 13 rows: 46.2/26.1, 88.4/48.3, 146.0/77.2, 225.5/118.6 ms (the machine
+# of docs/performance.md's "Each lane at full speed"; on an earlier one 59.9/44.2, 105.9/56.9,
+# 156.8/84.1, 246.5/128.2 ms: split 1.36 / 1.86 / 1.87 / 1.92x);
 # fp32 (oneDNN): 186.6/159.6, 225.8/171.3, 277.8/210.6, 342.0/227.0 ms. On another machine of
 # this kind (busy) int8 split 1.52 / 1.79 / 1.78 / 1.86x: the split, not the speed, is what
-# the What-if uses, and it moved by up to 0.17 between the two.
+# the What-if uses, and it moved by up to 0.4 at one row between machines.
 CORE_SPLIT = {
-    "int8": {1: 1.355, 5: 1.861, 8: 1.865, 13: 1.922},
+    "int8": {1: 1.771, 5: 1.829, 8: 1.891, 13: 1.901},
     "fp32": {1: 1.169, 5: 1.318, 8: 1.319, 13: 1.506},
 }
 CORE_SPLIT_SOURCE = ("one- against two-thread forwards of the default pair's target, measured alone "
