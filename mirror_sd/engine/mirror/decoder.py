@@ -119,8 +119,7 @@ class MirrorSpeculative(Decoder):
         self._stalled = False
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
                                    ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT, policy=policy)
-        gate = OverlapGate(run.settings.lane_overlap, lanes_share_cores(self.pair),
-                           self.pair.info.setdefault("lane_costs", {}) if isinstance(self.pair.info, dict) else {})
+        gate = OverlapGate(run.settings.lane_overlap, lanes_share_cores(self.pair), self._lane_costs(run.settings))
         run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
         step, hit = 0, False
@@ -135,6 +134,15 @@ class MirrorSpeculative(Decoder):
             with lane_alone(self.pair):  # the target is the only lane left
                 yield from plain_step(run, target, step)
             step += 1
+
+    def _lane_costs(self, s) -> dict:
+        """The overlap gate's measured step costs for these settings, kept with the pair across
+        runs (a step's cost depends on the pair, the machine and the drafting settings)."""
+        key = (s.gamma, s.kappa, s.branch_budget, self._exit_layer, s.window, s.branch_extend, s.streams,
+               s.draft_vocab, s.exit_lens, s.exit_head, s.temperature > 0)
+        if not isinstance(self.pair.info, dict):
+            return {}
+        return self.pair.info.setdefault("lane_costs", {}).setdefault(key, {})
 
     def _step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict, gate):
         """One overlapped step: the target lane verifies `window` while the draft lane races

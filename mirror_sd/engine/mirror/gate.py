@@ -9,7 +9,8 @@ under `lane_overlap` "auto", each step goes the way this pair's own measured ste
 overlapped (the target on its cores, the draft racing the verdict on the others) or one lane
 after the other with every core (the target verifies, then the draft rolls the next window
 out from the verdict, as plain SD does). The measure is a step's wall time per verified row
-(window + 1), smoothed, kept with the pair across runs (`pair.info["lane_costs"]`), and the
+(window + 1), smoothed, kept with the pair across runs (`pair.info["lane_costs"]`, per drafting
+settings), and the
 mode that lost is tried again every `PROBE_EVERY` steps so that its figure stays current.
 Both modes verify the same windows with the same acceptance rule: output is unchanged.
 """
