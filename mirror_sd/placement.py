@@ -272,6 +272,30 @@ def lane_alone(pair):
     return method_threads(pair, 1)
 
 
+def lanes_share_cores(pair) -> bool:
+    """Whether Mirror-SD's two lanes split one CPU's cores (each has part of them while both
+    work), rather than each running on a device of its own."""
+    placement = (getattr(pair, "info", None) or {}).get("placement")
+    return placement is not None and placement.both_on_cpu and cpu_cores() >= 2
+
+
+def lane_split(pair) -> str:
+    """How Mirror-SD's two lanes share this machine, in words (the Finish stats, the page)."""
+    placement = (getattr(pair, "info", None) or {}).get("placement")
+    if placement is None:
+        return "one thread per lane"
+    if not placement.both_on_cpu:
+        return (f"target on {placement.target_device}, draft on {placement.draft_device}"
+                f"{' (its own CUDA stream)' if placement.target_device == placement.draft_device else ''}")
+    cores = cpu_cores()
+    if cores < 2:
+        return "1 core: the two lanes take turns on it"
+    both = placement.target_threads + placement.draft_threads
+    return (f"{cores} cores: target {placement.target_threads} thread and draft "
+            f"{placement.draft_threads} while both work; a lane working alone (prefill, the draft "
+            f"after the verdict, handed to the target's thread) {both}")
+
+
 def lane_sync(device) -> None:
     """Wait until this lane's queued work on `device` is done, so a timer read afterwards is
     honest. On CUDA that is the calling thread's current stream only (see `lane_stream`): a
@@ -281,6 +305,15 @@ def lane_sync(device) -> None:
         torch.cuda.current_stream(dev).synchronize()
     elif dev.type == "mps":
         torch.mps.synchronize()
+
+
+def lane_join(device) -> None:
+    """Make the calling thread's current CUDA stream wait for the default stream's queued work
+    (the draft lane's worker, before it reads what the target lane's thread wrote there in the
+    hand-off). Elsewhere a no-op."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.current_stream(dev).wait_stream(torch.cuda.default_stream(dev))
 
 
 @contextmanager

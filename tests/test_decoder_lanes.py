@@ -12,7 +12,7 @@ from mirror_sd.engine.mirror import decoder as mirror_decoder
 from mirror_sd.engine.mirror import draft_lane as mirror_mod
 from mirror_sd.engine.registry import METHODS
 from mirror_sd.engine.settings import Settings
-from mirror_sd.engine.events import Commit, Error, Notice
+from mirror_sd.engine.events import Commit, EarlyExit, Error, Notice, Span
 from mirror_sd.engine.mirror.decoder import MirrorSpeculative
 from mirror_sd.models.pair import ModelPair
 
@@ -56,34 +56,31 @@ def test_cancel_after_first_commit(method):
 
 def test_a_lane_takes_both_cores_only_while_the_other_waits(monkeypatch):
     """Mirror-SD gives the working lane the other lane's cores (placement.lane_alone) for the
-    prefill and the first window, and in the draft lane from the verdict on; never while the
-    target lane runs a forward, and always given back before the next step starts."""
+    prefill and the first window, and for the draft lane's work after the verdict, which the
+    worker hands to the target lane's thread: the worker thread never takes both cores, and
+    it never runs a forward while the target lane's thread holds them."""
     seed = 2
     pair = tiny.pair_perturbed(seed)
     entered = {"main": 0, "worker": 0}
-    worker_alone = threading.Event()
+    main_alone = threading.Event()
     bad = []
 
     @contextlib.contextmanager
     def recording_alone(_pair):
         worker = threading.current_thread().name == "mirror-draft-lane"
         entered["worker" if worker else "main"] += 1
-        if worker:
-            job = decoder._active
-            if job is None or not job.verdict_ready.is_set():
-                bad.append("the draft lane took both cores before the verdict")
-            worker_alone.set()
+        main_alone.set()
         try:
             yield
         finally:
-            worker_alone.clear()
+            main_alone.clear()
 
-    def target_forward_starts(module, args):
-        if threading.current_thread().name != "mirror-draft-lane" and worker_alone.is_set():
-            bad.append("the target ran while the draft lane held both cores")
+    def draft_forward_starts(module, args):
+        if threading.current_thread().name == "mirror-draft-lane" and main_alone.is_set():
+            bad.append("the draft lane's worker ran while the target lane's thread held both cores")
 
     monkeypatch.setattr(mirror_decoder, "lane_alone", recording_alone)
-    hook = pair.target.register_forward_pre_hook(target_forward_starts)
+    hook = pair.draft.register_forward_pre_hook(draft_forward_starts)
     try:
         p = tiny.prompt(seed, 6)
         decoder = MirrorSpeculative(pair, Settings(max_new_tokens=24, gamma=3, branch_budget=2))
@@ -93,9 +90,11 @@ def test_a_lane_takes_both_cores_only_while_the_other_waits(monkeypatch):
     fin = tiny.finish(events)
     assert fin.token_ids == tiny.reference_greedy(pair.target, p, 24)
     assert bad == []
-    assert entered["main"] == 1  # the prefill and the first window
-    assert 1 <= entered["worker"] <= fin.stats["steps"]  # at most once per step
-    assert not worker_alone.is_set()
+    assert entered["worker"] == 0
+    handed = fin.stats["hits"] + fin.stats["fallbacks"]  # one hand-off per step that drafted on
+    assert handed >= 1 and entered["main"] == 1 + handed  # + the prefill and the first window
+    assert not main_alone.is_set()
+    assert fin.stats["lane_split"]  # the split in words (tiny pairs: no placement)
 
 
 def test_lane_alone_gives_a_cpu_lane_both_cores_and_takes_them_back():
@@ -121,7 +120,7 @@ def test_lane_alone_gives_a_cpu_lane_both_cores_and_takes_them_back():
 # ---------------------------------------------------------------- draft lane failure
 
 def test_draft_lane_failure_falls_back_to_plain_decoding(monkeypatch):
-    def broken(self, job, alone):
+    def broken(self, job):
         raise RuntimeError("draft device lost")
 
     monkeypatch.setattr(mirror_mod.DraftWorker, "_step", broken)
@@ -161,3 +160,155 @@ def test_draft_model_failing_mid_run_inside_the_lane_thread(monkeypatch):
     assert fin.token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 30)
     assert len(of(events, Notice)) == 1 and not of(events, Error)
     assert wait_no_draft_lane() == []
+
+
+def test_a_draft_failure_in_the_hand_off_falls_back_to_plain_decoding(monkeypatch):
+    """The draft lane's work after the verdict runs on the target lane's thread: a failure
+    there ends the draft lane the same way (one notice, target-only output, no thread left)."""
+    calls = {"n": 0}
+    original = mirror_mod.DraftWorker.finish
+
+    def failing(self, job):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("draft kernel fault")
+        return original(self, job)
+
+    monkeypatch.setattr(mirror_mod.DraftWorker, "finish", failing)
+    seed = 2
+    pair = tiny.cached_pair("perturbed", seed)
+    p = tiny.prompt(seed, 6)
+    events = list(MirrorSpeculative(pair, Settings(max_new_tokens=24, gamma=3)).generate(p))
+    fin = tiny.finish(events)
+    assert calls["n"] == 2
+    assert fin.token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 24)
+    notices = of(events, Notice)
+    assert len(notices) == 1 and "draft kernel fault" in notices[0].message
+    assert not of(events, Error)
+    assert wait_no_draft_lane() == []
+
+
+def test_a_stalled_draft_lane_ends_its_part_with_a_clear_message(monkeypatch):
+    """A worker that never answers: the target lane stops waiting after lane_timeout_s, says
+    so once, finishes alone (still the target's output), and the stalled thread ends with the
+    run instead of outliving it."""
+    release = threading.Event()
+    original = mirror_mod.DraftWorker._step
+
+    def stalling(self, job):
+        if job.step == 1:
+            release.wait(30)
+        return original(self, job)
+
+    monkeypatch.setattr(mirror_mod.DraftWorker, "_step", stalling)
+    seed = 2
+    pair = tiny.cached_pair("perturbed", seed)
+    p = tiny.prompt(seed, 6)
+    t0 = time.monotonic()
+    events = list(MirrorSpeculative(pair, Settings(max_new_tokens=24, gamma=3, lane_timeout_s=0.5)).generate(p))
+    assert time.monotonic() - t0 < 10
+    fin = tiny.finish(events)
+    assert fin.token_ids == tiny.cached_reference(seed, "qwen", tuple(p), 24)
+    notices = of(events, Notice)
+    assert len(notices) == 1 and "no answer in" in notices[0].message
+    release.set()  # the stalled step sees its job cancelled and the worker its stop
+    assert wait_no_draft_lane() == []
+
+
+def test_a_branch_forward_made_stale_by_the_verdict_stops_at_a_layer(monkeypatch):
+    """With a slow draft (each decoder layer sleeps in the worker thread), the verdict comes in
+    the middle of branch forwards: one no row can use stops at its next layer (its span says
+    so), the run goes on and its output is still the target's own."""
+    seed = 2
+    pair = tiny.pair_perturbed(seed)
+
+    def slow(seconds, in_worker):
+        def hook(module, args):
+            if (threading.current_thread().name == "mirror-draft-lane") == in_worker:
+                time.sleep(seconds)
+        return hook
+
+    # a target forward takes about 100 ms, a draft forward in the worker about 60 ms: the
+    # verdict lands during the first or second branch forward of a step
+    hooks = [layer.register_forward_pre_hook(slow(0.025, False)) for layer in pair.target.model.layers]
+    hooks += [layer.register_forward_pre_hook(slow(0.015, True)) for layer in pair.draft.model.layers]
+    try:
+        p = tiny.prompt(seed, 6)
+        events = list(MirrorSpeculative(pair, Settings(max_new_tokens=16, gamma=3, branch_budget=2)).generate(p))
+    finally:
+        for h in hooks:
+            h.remove()
+    fin = tiny.finish(events)
+    assert fin.token_ids == tiny.reference_greedy(pair.target, p, 16)
+    stopped = [s for s in of(events, Span) if s.label == "branches" and "stopped at the verdict" in s.detail]
+    assert stopped, "no branch forward was stopped at the verdict"
+    assert wait_no_draft_lane() == []
+
+
+# ---------------------------------------------------------------- overlapped or one after the other
+
+def test_the_overlap_gate_follows_the_measured_step_times():
+    from mirror_sd.engine.mirror.gate import PROBE_EVERY, OverlapGate
+    memory = {}
+    gate = OverlapGate("auto", True, memory)
+    assert gate.overlap() is True  # nothing measured: overlap first
+    gate.record(True, 120.0, 4)  # 30 ms per verified row
+    assert gate.overlap() is False  # then the other mode once
+    gate.record(False, 80.0, 4)  # 20 ms per row: one after the other wins
+    modes = [gate.overlap() for _ in range(2 * PROBE_EVERY)]
+    assert modes.count(True) == 2 and modes[PROBE_EVERY - 1] is True  # the loser tried every PROBE_EVERY
+    gate.record(True, 40.0, 4)
+    gate.record(True, 40.0, 4)
+    gate.record(True, 40.0, 4)  # overlap got cheaper: it wins now
+    assert memory["overlap"] < memory["serial"] and gate.overlap() is True
+    assert "overlapped in 4 of 5 steps" in gate.describe()
+    # lanes on devices of their own, or "always": every step overlaps, nothing is measured
+    for gate in (OverlapGate("auto", False, {}), OverlapGate("always", True, {})):
+        gate.record(True, 10.0, 2)
+        assert all(gate.overlap() for _ in range(20)) and gate.memory == {}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_steps_with_the_lanes_one_after_the_other_give_the_same_tokens(monkeypatch, temperature):
+    """Where the lanes share cores and overlapping measured slower, steps run the lanes one
+    after the other (with every 8th overlapped to keep measuring): the tokens are those of a
+    run that overlaps every step (greedy: generate()'s; seeded sampling: the same sample)."""
+    seed = 3
+    pair = tiny.pair_perturbed(seed)
+    p = tiny.prompt(seed, 6)
+    kw = dict(max_new_tokens=40, gamma=3, temperature=temperature, seed=5)
+    always = tiny.finish(list(MirrorSpeculative(pair, Settings(lane_overlap="always", **kw)).generate(p)))
+    monkeypatch.setattr(mirror_decoder, "lanes_share_cores", lambda _pair: True)
+    decoder = MirrorSpeculative(pair, Settings(**kw))
+    decoder._prepare()
+    decoder._lane_costs(decoder.settings).update(overlap=50.0, serial=10.0)  # measured before: serial wins
+    events = list(decoder.generate(p))
+    fin = tiny.finish(events)
+    assert fin.token_ids == always.token_ids
+    if temperature == 0.0:
+        assert fin.token_ids == tiny.reference_greedy(pair.target, p, 40)
+    serial = [s for s in of(events, Span) if s.lane == "draft" and s.label == "draft"]
+    assert serial and len(of(events, EarlyExit)) < fin.stats["steps"]
+    assert "lanes overlapped in" in fin.stats["lane_split"]
+    assert not of(events, Error) and not of(events, Notice)
+    assert wait_no_draft_lane() == []
+
+
+def test_a_stopped_branch_forward_keeps_the_finished_rows():
+    """drop_live (a branch forward stopped at the verdict) drops the rows still drafting and
+    keeps the finished ones: a finished row may be the verdict's (a hit)."""
+    from mirror_sd.engine.acceptance import Sampling
+    from mirror_sd.engine.lanes import Lane
+    from mirror_sd.engine.mirror.branches import BranchBatch
+    from mirror_sd.engine.mirror.scoring import Root
+    pair = tiny.cached_pair("perturbed", 1)
+    lane = Lane(pair.draft, "draft")
+    lane.feed(tiny.prompt(1, 6) + [3, 4, 5], logits_to_keep=1)
+    batch = BranchBatch(pair.draft, lane.cache, 6, 3, Sampling())
+    batch.admit(Root(1, 7, 0.5), None, 1)
+    batch.admit(Root(2, 9, 0.3), None, 3)
+    batch.forward()
+    assert [r.root.token for r in batch.done] == [7] and [r.root.token for r in batch.live] == [9]
+    batch.drop_live()
+    assert batch.live == [] and [r.root.token for r in batch.done] == [7]
+    assert batch.done[0].cache.get_seq_length() == 6 + 1 + 1  # y, d_1, its root 7

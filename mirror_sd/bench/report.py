@@ -222,8 +222,10 @@ def _note_lines(meta: dict, methods: list[str], files, notes) -> list[str]:
                      + " were measured by an earlier process of this run that was interrupted.")
     if "mirror" in methods:
         extra.append("Mirror-SD runs two lanes (target and draft threads, one torch thread each) "
-                     "at once; AR, SD and HF assisted run one model at a time on every core the "
-                     "two lanes use (placement.method_threads).")
+                     "at once, where the lanes share the CPU's cores only in the steps its measured "
+                     "step times favour (engine/mirror/gate.py; `mirror:lane_overlap=always`: every "
+                     "step, the Finish stats' `lane_split` says how many); AR, SD and HF assisted run "
+                     "one model at a time on every core the two lanes use (placement.method_threads).")
     if files:
         extra.append("Files: " + ", ".join(f"`{f}`" for f in files))
     if extra:

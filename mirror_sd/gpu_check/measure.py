@@ -60,11 +60,12 @@ def run_methods(pair, prompts, settings, repeats: int) -> dict:
                     at = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b),
                               min(len(got), len(ref)))
                     r["first_mismatch"] = r["first_mismatch"] or f"prompt {p_i} token {at}"
-    ar = statistics.median(rows["ar"]["tok_s"])
+    ar, sd = (statistics.median(rows[m]["tok_s"]) for m in ("ar", "sd"))
     out = {}
     for m, r in rows.items():
         tok_s = statistics.median(r["tok_s"])
         out[m] = {"tok_s": round(tok_s, 2), "speedup_vs_ar": round(tok_s / ar, 3) if ar else None,
+                  "speedup_vs_sd": round(tok_s / sd, 3) if sd else None,
                   "wall_s": _median(r["wall_s"]), "mean_accepted": _median(r["mean_accepted"]),
                   "hit_rate": _median(r["hit_rate"]), "draft_hidden": _median(r["draft_hidden"]),
                   "mismatches": f"{r['mismatches']}/{len(prompts)}",

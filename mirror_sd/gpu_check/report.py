@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-METHOD_COLUMNS = ("tok_s", "speedup_vs_ar", "wall_s", "mean_accepted", "hit_rate", "draft_hidden")
+METHOD_COLUMNS = ("tok_s", "speedup_vs_ar", "speedup_vs_sd", "wall_s", "mean_accepted", "hit_rate", "draft_hidden")
 
 
 def _cell(v) -> str:
@@ -26,8 +26,8 @@ def markdown(report: dict) -> str:
     ran = [r for r in report["runs"] if r["status"] == "ran"]
     if ran:
         lines += ["", "## Methods (medians; outputs against transformers' generate())", "",
-                  "| configuration | precision | method | tok/s | vs AR | wall s | mean accepted | "
-                  "hit rate | draft hidden | mismatches |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| configuration | precision | method | tok/s | vs AR | vs SD | wall s | mean accepted | "
+                  "hit rate | draft hidden | mismatches |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in ran:
             for m, row in r["methods"].items():
                 cells = " | ".join(_cell(row[c]) for c in METHOD_COLUMNS)

@@ -135,7 +135,9 @@ def mirror_outcomes(method_steps: int, spans, events=None) -> list:
         hit_steps = {_get(e, "step") for e in events
                      if _kind(e) == "DraftBranch" and _get(e, "status") == "taken"}
         return [s in hit_steps for s in range(n)]
-    miss_steps = {_get(s, "step") for s in spans if _get(s, "label") == "fallback"}
+    # a serial rollout after a miss, or a step whose lanes ran one after the other (gate.py)
+    miss_steps = {_get(s, "step") for s in spans if _get(s, "label") == "fallback"
+                  or (_get(s, "lane") == "draft" and _get(s, "label") == "draft")}
     return [s not in miss_steps for s in range(n)]
 
 

@@ -84,6 +84,11 @@ class BranchBatch:
             return
         self._select(idx)
 
+    def drop_live(self) -> None:
+        """Drop every live row, keeping the finished ones (a forward stopped half way leaves the
+        batch's cache half written)."""
+        self._select([])
+
     def _select(self, idx: list[int]) -> None:
         self.live = [self.live[i] for i in idx]
         if not idx:

@@ -29,12 +29,19 @@ final layer, so the output is the target's own.
 
 On a CPU the two lanes have one core each while both work; where one works alone (the
 prefill and first window, the draft lane's work from the verdict on while the target waits)
-it takes both (placement.lane_alone).
+it takes both (placement.lane_alone). The draft lane's work after the verdict runs on this
+(the target lane's) thread, handed over by the worker (draft_lane.DraftWorker.finish): the
+worker thread only ever uses one core, so two-thread work always runs on the warm OpenMP
+team of this thread (research/lane_speed.py). Where the two lanes share one CPU's cores, a
+step may instead run them one after the other, each with every core, when this pair's measured
+steps say overlapping is slower there (gate.py, Settings.lane_overlap); on devices of their
+own the lanes always overlap.
 
 The exit layer and the exit lens come from the one rule in exit_layer.py.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -47,14 +54,17 @@ from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_policy
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
+from mirror_sd.engine.mirror.gate import OverlapGate
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
 from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
 from mirror_sd.models.pair import model_vocab_size
-from mirror_sd.placement import lane_alone, lane_sync
+from mirror_sd.placement import lane_alone, lane_split, lane_sync, lanes_share_cores
 from mirror_sd.proposals.draft_vocab import shipped_ids
+
+log = logging.getLogger(__name__)
 
 
 class MirrorSpeculative(Decoder):
@@ -67,6 +77,7 @@ class MirrorSpeculative(Decoder):
         self._hook = None
         self._job: StepJob | None = None  # the step whose target forward is running (for the hook)
         self._active: StepJob | None = None  # the step the draft lane may still work on
+        self._stalled = False  # the draft lane did not answer in lane_timeout_s
 
     def _prepare(self):
         choice = choose_exit_layer_for(self.pair, self.settings)
@@ -94,86 +105,146 @@ class MirrorSpeculative(Decoder):
         return ids
 
     def _decode(self, run, cancel):
-        s = run.settings
         run.info.update(self._info)
         for note in self._notices:
             yield Notice(note, "info")
         target = Lane(self.pair.target, "target")
         draft = lane_for(self.pair.draft, "draft", run.committed)
-        proposer, notice = proposer_for(self.pair, s.streams, s.proposer)
+        proposer, notice = proposer_for(self.pair, run.settings.streams, run.settings.proposer)
         if notice:
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks)
-        policy = mirror_policy(s, self.pair.eos_token_ids)
+        policy = mirror_policy(run.settings, self.pair.eos_token_ids)
         policy.zero = False  # the lanes always hand a window over: a priced window is >= 1 token
+        self._policy = policy
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
+        self._stalled = False
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
-                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT,
-                                   alone=lambda: lane_alone(self.pair), policy=policy)
-        ranks = run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
+                                   ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT, policy=policy)
+        gate = OverlapGate(run.settings.lane_overlap, lanes_share_cores(self.pair), self._lane_costs(run.settings))
+        run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
-        step, lane_ok, window_hit = 0, True, False
-        while not run.done and not cancel.is_set():
-            yield StepStart(step, len(run.new_ids), list(window.tokens) if lane_ok else [])
-            if not lane_ok:  # the draft lane failed: finish with plain decoding, still lossless
-                with lane_alone(self.pair):  # the target is the only lane left
-                    yield from plain_step(run, target, step)
-                step += 1
-                continue
-            # the target lane: verify the window while the draft lane races the verdict
-            job = StepJob(step, len(run.committed), window)
-            self._job = self._active = job
-            self._worker.inbox.put(job)
-            marks.clear()
-            verdict, verify_event, commit = verify_window(run, target, step, window)
-            if commit:
-                commit.hit = window_hit
-            self._job = None
-            self._target_spans(run, step, marks)
-            job.post_verdict((verdict.accepted, verdict.token))
-            run.steps += 1
-            if job.proposals:
-                yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
-                                lens=lens_on)
-            yield verify_event
-            if commit:
-                yield commit
-            if run.done:
-                job.cancel()
-                yield from run.new_spans()
-                break
-            answer = yield from self._answer(run, job, ranks)
-            lane_ok = answer is not None
-            if lane_ok:
-                window, window_hit, waited = answer
-                self._price(run, policy, step, len(job.window.tokens) + 1, window, waited)
-            yield from run.new_spans()
+        step, hit = 0, False
+        while not run.done and not cancel.is_set() and window is not None:
+            overlap = gate.overlap()
+            step_fn = self._step if overlap else self._serial_step
+            window, hit = yield from step_fn(run, target, step, window, hit, marks, gate)
+            run.info["lane_split"] = f"{lane_split(self.pair)}; {gate.describe()}"
+            step += 1
+        while not run.done and not cancel.is_set():  # the draft lane failed: plain decoding
+            yield StepStart(step, len(run.new_ids), [])
+            with lane_alone(self.pair):  # the target is the only lane left
+                yield from plain_step(run, target, step)
             step += 1
 
-    def _answer(self, run, job: StepJob, ranks: list):
-        """The draft lane's answer to a step: (next window, hit, seconds the target waited for
-        it) (a branch on a hit, a rollout on a miss), its branches yielded; None when the lane
-        failed or went silent."""
-        waited = self._await_lane(job, run.settings.lane_timeout_s)
-        if job.error is not None:
+    def _lane_costs(self, s) -> dict:
+        """The overlap gate's measured step costs for these settings, kept with the pair across
+        runs (a step's cost depends on the pair, the machine and the drafting settings)."""
+        key = (s.gamma, s.kappa, s.branch_budget, self._exit_layer, s.window, s.branch_extend, s.streams,
+               s.draft_vocab, s.exit_lens, s.exit_head, s.temperature > 0)
+        if not isinstance(self.pair.info, dict):
+            return {}
+        return self.pair.info.setdefault("lane_costs", {}).setdefault(key, {})
+
+    def _step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict, gate):
+        """One overlapped step: the target lane verifies `window` while the draft lane races
+        the verdict, then finishes the draft lane's step itself (the hand-off). Returns (the
+        next window, or None when the run is over or the draft lane failed; whether a hit)."""
+        yield StepStart(step, len(run.new_ids), list(window.tokens))
+        job = StepJob(step, len(run.committed), window)
+        self._job = self._active = job
+        self._worker.inbox.put(job)
+        marks.clear()
+        start = time.perf_counter_ns()
+        verdict, verify_event, commit = verify_window(run, target, step, window)
+        if commit:
+            commit.hit = window_hit
+        self._job = None
+        self._target_spans(run, step, marks)
+        job.post_verdict((verdict.accepted, verdict.token))
+        run.steps += 1
+        if run.done:
             job.cancel()
-            yield Notice(f"The draft lane failed ({job.error}); finishing with plain decoding.")
-            return None
-        yield from job.branches
+        waited = time.perf_counter_ns()
+        error = None if run.done else self._hand_off(run, job)
+        waited = (time.perf_counter_ns() - waited) / 1e9  # the target lane waits for the next window
+        if not run.done and error is None:
+            gate.record(True, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
+            self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, waited)
+        if job.proposals:
+            yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
+                            lens=self._head.lens is not None)
+        yield from self._after_verdict(run, job, verify_event, commit, error)
+        if run.done or error is not None:
+            return None, False
         run.hits += job.hit
         run.misses += not job.hit
-        ranks.append(job.rank)
-        return job.next_window, job.hit, waited
+        run.info["verdict_ranks"].append(job.rank)
+        return job.next_window, job.hit
 
-    @staticmethod
-    def _await_lane(job, timeout_s: float) -> float:
-        """Wait for the draft lane's answer (an error on a timeout); the seconds waited."""
+    def _serial_step(self, run, target: Lane, step: int, window, window_hit: bool, marks: dict, gate):
+        """One step with the lanes one after the other, each with every core (gate.py: where
+        overlapping measured slower): the target verifies, then the draft rolls the next
+        window out from the verdict, as plain SD does. Same windows, same rule, same output."""
+        yield StepStart(step, len(run.new_ids), list(window.tokens))
+        job = StepJob(step, len(run.committed), window)
         start = time.perf_counter_ns()
-        if not job.done.wait(timeout_s):
-            job.error = TimeoutError(f"no answer in {timeout_s:.0f} s")
-        return (time.perf_counter_ns() - start) / 1e9
+        with lane_alone(self.pair):
+            verdict, verify_event, commit = verify_window(run, target, step, window)
+        if commit:
+            commit.hit = window_hit
+        job.verdict = (verdict.accepted, verdict.token)
+        run.steps += 1
+        error = None
+        if not run.done:
+            try:
+                drafted = time.perf_counter_ns()
+                with lane_alone(self.pair):
+                    self._worker.finish_serial(job)
+                drafted = (time.perf_counter_ns() - drafted) / 1e9
+            except Exception as e:  # the draft failed: the target lane goes on alone
+                log.exception("draft lane failed")
+                error = e
+            else:
+                gate.record(False, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
+                self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted)
+        yield from self._after_verdict(run, job, verify_event, commit, error)
+        if run.done or error is not None:
+            return None, False
+        return job.next_window, False
+
+    def _hand_off(self, run, job: StepJob):
+        """Wait for the worker's part of the step, then finish it on this thread with both
+        cores (the target lane waits for the next window anyway). Returns an error or None."""
+        if not job.done.wait(run.settings.lane_timeout_s):
+            self._stalled = True  # never wait for it again: _close leaves it to end on its own
+            return TimeoutError(f"no answer in {run.settings.lane_timeout_s:g} s")
+        if job.error is not None or job.raced is None:
+            return job.error or RuntimeError("the draft lane stopped")
+        try:
+            with lane_alone(self.pair):
+                self._worker.finish(job)
+        except Exception as e:  # the draft failed here: the target lane goes on alone
+            log.exception("draft lane failed in the hand-off")
+            return e
+        return None
+
+    def _after_verdict(self, run, job: StepJob, verify_event, commit, error):
+        """The step's events once its draft work is over: the verdict, the commit, then the
+        branches (or the draft lane's failure)."""
+        yield verify_event
+        if commit:
+            yield commit
+        if run.done:
+            job.cancel()
+        elif error is not None:
+            job.cancel()
+            yield Notice(f"The draft lane failed ({error}); finishing with plain decoding.")
+        else:
+            yield from job.branches
+        yield from run.new_spans()
 
     @staticmethod
     def _price(run, policy, step: int, rows: int, window, waited: float) -> None:
@@ -240,5 +311,6 @@ class MirrorSpeculative(Decoder):
             if self._active is not None:
                 self._active.cancel()
             self._worker.inbox.put(None)
-            self._worker.join(timeout=10)  # a stalled lane is a daemon: never block the caller
+            # a stalled lane is a daemon that ends when its stall does: never block the caller
+            self._worker.join(timeout=0 if self._stalled else 10)
             self._worker = None

@@ -12,10 +12,16 @@ and stops where the policy stops a serial rollout; whatever the branch still lac
 verdict arrives, the lane drafts then, alone, as plain SD would: a hit's window is the one SD's
 policy would draft (under the adaptive policy, up to window_max). With `off` branches are
 gamma deep and a taken branch is only cut, so a hit's window is at most gamma long.
+
+The hand-off: the worker thread only works while the target lane does (one core each on a
+CPU). Once the verdict is in, it stops at once (a branch forward in flight that no verdict can
+use stops at its next decoder layer) and the waiting target lane's thread finishes the step
+with both cores (`DraftWorker.finish`: the taken branch's last tokens, or the serial rollout
+after a miss). So every forward that runs with two threads runs on the thread whose OpenMP
+team is already warm, and the worker never builds a team of its own (research/lane_speed.py).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -29,7 +35,8 @@ from mirror_sd.engine.proposers import SERIAL, Proposer, draft_window
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, EXIT_WEIGHT, Root, rank_of, score_roots
 from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.windows import WindowPolicy, policy_for
-from mirror_sd.placement import cache_tensors, lane_stream
+from mirror_sd.models.pair import exit_parts
+from mirror_sd.placement import cache_tensors, lane_join, lane_stream, lane_sync
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +61,8 @@ class StepJob:
     rank: int | None = None  # the verdict root's place in the lane's scored roots (-1: not in it; None: no list)
     branches: list = field(default_factory=list)  # DraftBranch events
     error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # the worker's part is over
+    raced: tuple | None = None  # (batch, scored roots or None): handed to DraftWorker.finish
 
     def post_proposals(self, proposals):
         self.proposals = proposals
@@ -82,28 +90,54 @@ def mirror_policy(settings, eos=()) -> WindowPolicy:
     return policy_for(settings, eos, cap=None if settings.branch_extend == "on" else settings.gamma)
 
 
+class StaleForward(Exception):
+    """Raised inside the worker's branch forward when the verdict has made every row stale."""
+
+
 class DraftWorker(threading.Thread):
-    """The draft lane: owns the draft model and its cache for the whole run."""
+    """The draft lane: owns the draft model and its cache for the whole run. Its thread works
+    while the target lane verifies; `finish` runs on the target lane's thread (the hand-off)."""
 
     def __init__(self, lane: Lane, run: Run, exit_weight: float = EXIT_WEIGHT,
                  proposer: Proposer = SERIAL, accept_weight: float = ACCEPT_WEIGHT,
-                 alone=contextlib.nullcontext, policy: WindowPolicy | None = None):
+                 policy: WindowPolicy | None = None):
         super().__init__(name="mirror-draft-lane", daemon=True)
         self.lane, self.run_ = lane, run
         self.exit_weight = exit_weight  # share of a root's token score taken from the early exit
         self.accept_weight = accept_weight  # share of the acceptance estimates taken from it
         self.proposer = proposer  # drafts the window after a miss (serial or stream heads)
         self.inbox: queue.Queue = queue.Queue()
-        self.alone = alone  # () -> context: the lane works alone (the target waits for it)
         self.extend = run.settings.branch_extend == "on"  # branches as long as the policy's windows
-        # the run's window policy (windows.py): this lane alone reads and updates it once the
-        # first window is drafted
+        # the run's window policy (windows.py): read and updated by whichever thread holds the
+        # lane (the worker before the verdict, the target lane's thread in `finish`)
         self.policy = policy or mirror_policy(run.settings, run.pair.eos_token_ids)
+        self.held_bonus = None  # (ids, q row): the lane already holds the window's last token
+        self._stale = None  # () -> bool while a branch forward runs in this thread
 
     def run(self):
         # On a GPU shared with the target, the draft's kernels go on a stream of their own.
-        with lane_stream(self.lane.device, adopt=cache_tensors(self.lane.cache)):
-            self._serve()
+        hooks = self._stale_hooks()
+        try:
+            with lane_stream(self.lane.device, adopt=cache_tensors(self.lane.cache)):
+                self._serve()
+        finally:
+            for h in hooks:
+                h.remove()
+
+    def _stale_hooks(self) -> list:
+        """A pre-hook on each decoder layer of the draft: in this thread, while a branch forward
+        runs, stop it at the next layer once the verdict has made all its rows stale."""
+        try:
+            layers = exit_parts(self.lane.model)[0]
+        except (AttributeError, TypeError):  # a wrapped draft without a layer list: forwards run to the end
+            return []
+        me = threading.get_ident()
+
+        def check(module, args):
+            if self._stale is not None and threading.get_ident() == me and self._stale():
+                raise StaleForward
+
+        return [layer.register_forward_pre_hook(check) for layer in layers]
 
     def _serve(self):
         while True:
@@ -111,8 +145,9 @@ class DraftWorker(threading.Thread):
             if job is None:
                 return
             try:
-                with contextlib.ExitStack() as alone:  # left before the target lane resumes
-                    self._step(job, alone)
+                lane_join(self.lane.device)  # after the hand-off's work on the default stream
+                job.raced = self._step(job)
+                lane_sync(self.lane.device)
             except BaseException as e:  # reported to the target lane, which goes on alone
                 log.exception("draft lane failed")
                 job.error = e
@@ -122,25 +157,66 @@ class DraftWorker(threading.Thread):
     def _span(self, label, step, detail=""):
         return self.run_.span("draft", label, self.lane.device, step, detail)
 
-    def _step(self, job: StepJob, alone: contextlib.ExitStack):
-        """One step of the draft lane: extend, race the verdict with branches, then hand the
-        next window over (a finished branch on a hit, a serial rollout on a miss)."""
+    def _step(self, job: StepJob):
+        """The worker's part of a step: extend, then race the verdict with branches. Returns
+        (batch, scored roots or None), or None when the step was cancelled."""
         q_bonus = self._extend(job)
-        raced = self._race(job, q_bonus, alone)
-        if raced is None:  # the step was cancelled
-            return
-        batch, scored = raced
+        return self._race(job, q_bonus)
+
+    def finish(self, job: StepJob) -> None:
+        """The hand-off, on the target lane's thread after the worker's part (both cores on a
+        CPU): the taken branch's last tokens, the next window, the step's branch events."""
+        batch, scored = job.raced
+        while batch.live and not batch.done:  # only the verdict's row is left
+            with self._span("branches", job.step, f"{len(batch.live)} rows"):
+                batch.forward()
         taken = self._next_window(job, batch)
         self._report(job, batch, scored, taken)
 
+    def finish_serial(self, job: StepJob) -> None:
+        """A step whose lanes ran one after the other (gate.py), on the target lane's thread
+        after the verdict: the next window rolled out from (A, c) as plain SD does."""
+        s, (A, c) = self.run_.settings, job.verdict
+        self.policy.observe(len(job.window.tokens), A)
+        self.held_bonus = None
+        committed = self.run_.committed[:job.n] + job.window.tokens[:A] + [c]
+        with self._span("draft", job.step) as note:
+            # the random stream of a branch rooted at (A, c): a seeded run samples the same
+            # window whichever way its step ran
+            job.next_window = draft_window(self.proposer, self.policy, self.lane, committed, self.run_.room,
+                                           s.sampling, generator_for(s.seed, job.step, "branch", A, c))
+            note["detail"] = f"{self.proposer.describe(len(job.next_window.tokens))}, after the verdict"
+        job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
+                                        job.next_window.q_probs, "serial", None))
+
     def _extend(self, job: StepJob):
-        """Extend the cache by d_gamma: the draft's view of the bonus position (its q row)."""
-        lane = self.lane
+        """Extend the cache by d_gamma: the draft's view of the bonus position (its q row).
+        No forward when the lane already holds d_gamma (a taken branch cut by the policy)."""
+        lane, want = self.lane, self.run_.committed[:job.n] + job.window.tokens
+        held, self.held_bonus = self.held_bonus, None
+        if held is not None and held[0] == want and lane.ids == want:
+            return held[1]
         with self._span("extend", job.step, "feed d_gamma"):
-            logits = lane.feed(lane.sync(self.run_.committed[:job.n] + job.window.tokens), logits_to_keep=1)
+            logits = lane.feed(lane.sync(want), logits_to_keep=1)
             return to_probs(logits[-1:], self.run_.settings.sampling)[0]
 
-    def _race(self, job: StepJob, q_bonus, alone: contextlib.ExitStack):
+    def _forward(self, job: StepJob, batch: BranchBatch) -> None:
+        """One branch forward beside the target; stopped at a decoder layer (and its rows
+        dropped) once the verdict is in and no live row is rooted at it."""
+        self._stale = lambda: job.cancelled or (job.verdict_ready.is_set()
+                                                and not any(job.matches(r.root) for r in batch.live))
+        rows = len(batch.live)
+        try:
+            with self._span("branches", job.step, f"{rows} rows") as note:
+                try:
+                    batch.forward()
+                except StaleForward:  # its cache is half written: every live row goes
+                    batch.drop_live()
+                    note["detail"] = f"{rows} rows, stopped at the verdict"
+        finally:
+            self._stale = None
+
+    def _race(self, job: StepJob, q_bonus):
         """Branch-complete rollouts, batched, until the verdict makes them stale.
 
         Before the early exit arrives the draft starts on its own best root; once it is here
@@ -152,11 +228,10 @@ class DraftWorker(threading.Thread):
                             self.policy.stop if self.extend else None)
         admitted: set = set()
         scored = None  # the roots scored once the early exit arrived, best first
-        alone_now = False
 
-        def admit(roots, limit):
+        def admit(roots, limit, wanted=lambda root: True):
             for root in [r for r in roots if lane.can_branch(r.token)][:limit]:
-                if (root.depth, root.token) not in admitted:
+                if (root.depth, root.token) not in admitted and wanted(root):
                     admitted.add((root.depth, root.token))
                     batch.admit(root, generator_for(s.seed, job.step, "branch", root.depth, root.token),
                                 self._branch_length(job, root.depth))
@@ -174,20 +249,17 @@ class DraftWorker(threading.Thread):
                                      s.kappa, self.exit_weight, self.accept_weight)
                 best = {(r.depth, r.token) for r in scored[:s.branch_budget]}
                 batch.keep(lambda root: (root.depth, root.token) in best)
-                admit(scored, s.branch_budget)
-            elif not admitted:  # start on the draft's own best guess
+                # with the verdict already in, only its own root starts (the others would be
+                # cancelled before their first forward)
+                admit(scored, s.branch_budget, job.matches if verdict_in else lambda root: True)
+            elif not admitted and not verdict_in:  # start on the draft's own best guess
                 admit(score_roots(job.window.tokens, job.window.q_rows, q_bonus, None, s.kappa),
                       min(EARLY_ROOTS, s.branch_budget))
-            if verdict_in:
-                if not alone_now:  # the target lane now waits for this one: use its cores too
-                    alone.enter_context(self.alone())
-                    alone_now = True
-                batch.keep(job.matches)  # stale branches are cancelled now
-                if batch.done or not batch.live:
-                    return batch, scored
+            if verdict_in:  # the rest is the target lane's (finish): stale branches go now
+                batch.keep(job.matches)
+                return batch, scored
             if batch.live:
-                with self._span("branches", job.step, f"{len(batch.live)} rows"):
-                    batch.forward()
+                self._forward(job, batch)
             else:  # idle until the early exit or the verdict arrives
                 job.wake.wait(1.0)
 
@@ -212,9 +284,13 @@ class DraftWorker(threading.Thread):
         if taken is not None:  # a hit: the branch is the next window, its cache the draft's
             window = taken.window()
             n, stop = policy.cut(window.tokens, window.q_probs, room)
-            lane.adopt(taken.cache, prefix + job.window.tokens[:A] + [c] + taken.tokens[:n - 1])
-            if n < len(window.tokens):
-                lane.cache.crop(n - len(window.tokens))  # drop the cut tokens' entries
+            held = min(n, len(window.tokens) - 1)  # window tokens the branch's cache holds
+            ids = prefix + job.window.tokens[:A] + [c] + taken.tokens[:held]
+            lane.adopt(taken.cache, ids)
+            if held < len(window.tokens) - 1:
+                lane.cache.crop(held - len(window.tokens) + 1)  # drop the cut tokens' entries
+            if held == n:  # cut by the policy: the lane holds the new d_gamma and its q row
+                self.held_bonus = (ids, taken.q_rows[n])
             job.next_window = window.cut(n, stop)
         else:  # a miss: roll out from c serially, as plain SD would
             with self._span("fallback", job.step) as note:

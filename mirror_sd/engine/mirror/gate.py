@@ -1,0 +1,64 @@
+"""Per step: overlap Mirror-SD's two lanes, or run them one after the other.
+
+Overlapping pays where the draft's work beside the target costs the target nothing: on a
+device of its own (another GPU, the CPU beside a GPU target, a CUDA stream of its own) the
+lanes always overlap. Where the two lanes share a CPU's cores, each lane has half the cores
+while both work, and the target's verify forward on half the cores can take longer than the
+draft's whole window on all of them (docs/performance.md, "Each lane at full speed"). There,
+under `lane_overlap` "auto", each step goes the way this pair's own measured steps favour:
+overlapped (the target on its cores, the draft racing the verdict on the others) or one lane
+after the other with every core (the target verifies, then the draft rolls the next window
+out from the verdict, as plain SD does). The measure is a step's wall time per verified row
+(window + 1), smoothed, kept with the pair across runs (`pair.info["lane_costs"]`, per drafting
+settings), and the
+mode that lost is tried again every `PROBE_EVERY` steps so that its figure stays current.
+Both modes verify the same windows with the same acceptance rule: output is unchanged.
+"""
+from __future__ import annotations
+
+OVERLAP_CHOICES = ("auto", "always")
+PROBE_EVERY = 8  # steps between two tries of the mode that measured slower
+SMOOTHING = 0.3  # weight of the newest step in a mode's running figure
+
+
+class OverlapGate:
+    def __init__(self, choice: str, shared_cores: bool, memory: dict):
+        self.auto = choice == "auto" and shared_cores
+        self.memory = memory  # {"overlap": ms per row, "serial": ms per row}
+        self.since_probe = 0
+        self.counts = {"overlap": 0, "serial": 0}
+
+    def overlap(self) -> bool:
+        """Whether the next step overlaps the lanes."""
+        if not self.auto:
+            return True
+        m = self.memory
+        if "overlap" not in m:  # measure each mode once, overlap first
+            return True
+        if "serial" not in m:
+            return False
+        best = m["overlap"] <= m["serial"]
+        self.since_probe += 1
+        if self.since_probe >= PROBE_EVERY:
+            self.since_probe = 0
+            return not best
+        return best
+
+    def record(self, overlapped: bool, wall_ms: float, rows: int) -> None:
+        """A finished step: its mode, wall time from the verify's start to the next window
+        being ready, and its verified rows."""
+        key = "overlap" if overlapped else "serial"
+        self.counts[key] += 1
+        if not self.auto or rows < 1:
+            return
+        per_row = wall_ms / rows
+        old = self.memory.get(key)
+        self.memory[key] = per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * per_row
+
+    def describe(self) -> str:
+        n = self.counts
+        line = f"lanes overlapped in {n['overlap']} of {n['overlap'] + n['serial']} steps"
+        if self.auto and "overlap" in self.memory and "serial" in self.memory:
+            line += (f" (measured: {self.memory['overlap']:.1f} ms per verified row overlapped, "
+                     f"{self.memory['serial']:.1f} one after the other)")
+        return line
