@@ -389,7 +389,9 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
 
 
 def test_stop_during_a_live_run_says_so_in_the_pane(browser, page, monkeypatch):
-    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")
+    # forwards slow enough (AR's run takes seconds) that Stop lands while AR still runs on a
+    # loaded machine
+    monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "80")
     demo, url = start_app(tiny=True)
     try:
         page.goto(url)
