@@ -47,6 +47,10 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                    help="Mirror-SD's early-exit layer (default: chosen by engine/mirror/exit_layer.py)")
     p.add_argument("--branch-budget", type=int_or_auto, default=d["branch_budget"],
                    help="branch rollouts per Mirror-SD step, or auto (with --gamma auto: both)")
+    p.add_argument("--lane-overlap", default=d["lane_overlap"], choices=("auto", "always"),
+                   help="Mirror-SD's two lanes: auto (where they share a CPU's cores, each step "
+                        "overlaps them or runs them one after the other, as this pair's measured "
+                        "steps favour; engine/mirror/gate.py) or always overlapped")
     p.add_argument("--exit-head", default=d["exit_head"], choices=EXIT_HEAD_CHOICES,
                    help="early-exit LM head: auto = int8 copy on CPU for large heads, cut to the shipped "
                         "frequent-token set of the tokenizer when there is one (proposals only)")
@@ -123,7 +127,8 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
                         exit_head=args.exit_head, exit_lens=args.exit_lens,
                         streams=args.streams, draft_vocab=args.draft_vocab, window=args.window,
                         window_threshold=args.window_threshold, window_min=args.window_min,
-                        window_max=args.window_max, proposer=getattr(args, "proposer", DEFAULTS["proposer"]))
+                        window_max=args.window_max, proposer=getattr(args, "proposer", DEFAULTS["proposer"]),
+                        lane_overlap=getattr(args, "lane_overlap", DEFAULTS["lane_overlap"]))
     settings.check(REGISTRY[method] if method else None)
     return settings, gamma_auto, budget_auto
 
