@@ -14,7 +14,7 @@ from dataclasses import fields
 
 from mirror_sd.engine.registry import REGISTRY
 from mirror_sd.engine.settings import EXIT_HEAD_CHOICES, PROPOSER_CHOICES, Settings
-from mirror_sd.engine.windows import DEFAULT_WINDOW, WINDOW_CHOICES
+from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW, WINDOW_CHOICES
 from mirror_sd.placement import CONFIGURATIONS, configuration_devices
 from mirror_sd.proposals.streams import STREAMS_CHOICES
 
@@ -70,9 +70,10 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                         "confidence drops) or priced (the length with the most expected tokens per "
                         "second at the costs the run measures, none when drafting does not pay: the "
                         f"step decodes; engine/windows.py); output unchanged (default {DEFAULT_WINDOW})")
-    p.add_argument("--proposer", default=d["proposer"], metavar="{" + ",".join(PROPOSER_CHOICES) + "}",
+    p.add_argument("--proposer", default=DEFAULT_PROPOSER, metavar="{" + ",".join(PROPOSER_CHOICES) + "}",
                    help="who drafts: draft (the draft model) or lookup (n-grams of the prompt and the "
-                        "output so far, no model; the draft model where none recurs); output unchanged")
+                        "output so far, no model; the draft model where none recurs); output unchanged "
+                        f"(default {DEFAULT_PROPOSER})")
     p.add_argument("--window-threshold", type=float, default=d["window_threshold"],
                    help="adaptive windows: stop drafting after a token the draft gives less than this")
     p.add_argument("--window-min", type=int, default=d["window_min"], help="adaptive windows: shortest")
@@ -127,7 +128,7 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
                         exit_head=args.exit_head, exit_lens=args.exit_lens,
                         streams=args.streams, draft_vocab=args.draft_vocab, window=args.window,
                         window_threshold=args.window_threshold, window_min=args.window_min,
-                        window_max=args.window_max, proposer=getattr(args, "proposer", DEFAULTS["proposer"]),
+                        window_max=args.window_max, proposer=getattr(args, "proposer", DEFAULT_PROPOSER),
                         lane_overlap=getattr(args, "lane_overlap", DEFAULTS["lane_overlap"]))
     settings.check(REGISTRY[method] if method else None)
     return settings, gamma_auto, budget_auto

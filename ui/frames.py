@@ -15,7 +15,7 @@ import gradio as gr
 
 from mirror_sd.engine.events import Commit
 from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
-from mirror_sd.engine.windows import DEFAULT_WINDOW
+from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
 from .figures import cards, machine, repeat_summary
@@ -73,7 +73,7 @@ class RunInputs:
     auto_tune: bool = False  # gamma and branch budget chosen by a short probe
     streams: str = DEFAULTS.streams
     draft_vocab: str = DEFAULTS.draft_vocab
-    proposer: str = DEFAULTS.proposer  # draft | lookup (engine/proposers.py)
+    proposer: str = DEFAULT_PROPOSER  # draft | lookup (engine/proposers.py)
     repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
 
     @classmethod

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import gradio as gr
 
+from mirror_sd.engine.settings import PROPOSER_CHOICES
+
 from . import whatif, zerogpu
 from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXIT_LAYER_LABEL, RESULT_OUTPUTS,
                      RunInputs)
@@ -90,7 +92,7 @@ def _speculation(c: dict) -> None:
                                info=EXIT_LAYER_INFO)
         branch_budget = gr.Slider(1, 8, value=INPUTS.branch_budget, step=1, label="Branch budget",
                                   info="Branch-complete rollouts the draft writes in parallel per step (batched).")
-        proposer = gr.Dropdown(["draft", "lookup"], value="draft", label="Proposer", elem_id="proposer",
+        proposer = gr.Dropdown(list(PROPOSER_CHOICES), value=INPUTS.proposer, label="Proposer", elem_id="proposer",
                                info="Who drafts: the draft model, or prompt lookup (the tokens that followed "
                                     "the text's last words earlier in the prompt or the answer; no model, the "
                                     "draft where nothing recurs). Output unchanged either way.")

@@ -42,11 +42,14 @@ from dataclasses import dataclass, field, replace
 from mirror_sd.engine import pricing
 
 WINDOW_CHOICES = ("fixed", "adaptive", "priced")
-# What the CLI, the benchmark and the app use unless told otherwise: adaptive windows ran faster
-# than fixed ones for SD and Mirror-SD in two interleaved int8 benchmarks of the default pair
-# (docs/performance.md, "Draft windows"). Settings itself keeps fixed, the reference the engine's
-# tests are written against.
-DEFAULT_WINDOW = "adaptive"
+# What the CLI, the benchmark and the app use unless told otherwise, with DEFAULT_PROPOSER: priced
+# windows with prompt lookup ran fastest for SD (1.02x AR against 0.91x with adaptive windows,
+# per-question median) and level with adaptive windows for Mirror-SD in one interleaved int8
+# benchmark of the default pair on 18 questions (docs/performance.md, "Windows and proposers").
+# Settings itself keeps fixed windows and the draft model, the reference the engine's tests are
+# written against.
+DEFAULT_WINDOW = "priced"
+DEFAULT_PROPOSER = "lookup"
 STOP_REASONS = ("gamma", "confidence", "eos", "room", "price", "probe", "match")
 PROBE_AFTER, PROBE_MAX = 4, 32  # decoded steps in a row before a probe window (doubling up to the max)
 PROBE_LEN = 2  # a probe window's tokens
