@@ -78,7 +78,7 @@ def test_the_settings_schema_is_settings():
 
     from mirror_sd.bench.runners import TUNABLE, variant
     from mirror_sd.engine.settings import DEFAULTS, DRAFTING_FIELDS, MIRROR_FIELDS
-    from mirror_sd.engine.windows import DEFAULT_WINDOW
+    from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
     from ui.frames import SETTING_INPUTS, RunInputs
     assert list(TUNABLE) == list(DRAFTING_FIELDS + MIRROR_FIELDS)
     assert TUNABLE["exit_layer"] is int and TUNABLE["window_threshold"] is float and TUNABLE["exit_lens"] is str
@@ -86,9 +86,11 @@ def test_the_settings_schema_is_settings():
                                                                                 "exit_layer": 3})
     inputs = RunInputs()
     for name in SETTING_INPUTS:
-        if name not in ("max_new_tokens", "exit_layer"):  # the page's shorter run, 0 = automatic
-            assert getattr(inputs, name) == getattr(DEFAULTS, name), name
+        if name not in ("max_new_tokens", "exit_layer", "proposer"):  # the page's shorter run,
+            assert getattr(inputs, name) == getattr(DEFAULTS, name), name  # 0 = automatic
+    assert inputs.proposer == DEFAULT_PROPOSER  # the app's default proposer, as the CLI's
     assert set(SETTING_INPUTS) <= {f.name for f in fields(Settings)}
-    assert inputs.settings() == Settings(max_new_tokens=inputs.max_new_tokens, window=DEFAULT_WINDOW)
+    assert inputs.settings() == Settings(max_new_tokens=inputs.max_new_tokens, window=DEFAULT_WINDOW,
+                                         proposer=DEFAULT_PROPOSER)
     custom = RunInputs(gamma=6.0, exit_layer=2, streams="", temperature="0.5").settings()
     assert (custom.gamma, custom.exit_layer, custom.streams, custom.temperature) == (6, 2, "off", 0.5)

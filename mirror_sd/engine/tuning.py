@@ -64,8 +64,10 @@ def probe(pair, prompt_ids: list[int], settings, tokens: int = PROBE_TOKENS) -> 
     the early-exit method ran at (the prefix/suffix split of its target forwards)."""
     from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for, ran_at
     from mirror_sd.engine.registry import METHODS, having
+    from mirror_sd.engine.windows import drafting_every_step
 
-    short = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens))
+    # the draft model drafting every step: the latency model is calibrated on its drafting costs
+    short = replace(drafting_every_step(settings), max_new_tokens=min(tokens, settings.max_new_tokens))
     records = []
     for method in having(modelled=True):
         events = list(METHODS[method](pair, short).generate(prompt_ids))

@@ -14,14 +14,16 @@ import time
 from dataclasses import replace
 
 from mirror_sd.engine.registry import LABELS, METHODS
+from mirror_sd.engine.windows import drafting_every_step
 
 WARMUP_TOKENS = 4  # per method: enough for a verify step, branches and a second window
 WARMUP_PROMPT = 16  # prompt tokens the warm-up prefills
 
 
 def quick(settings):
-    """The settings of a warm-up run: at most WARMUP_TOKENS new tokens."""
-    return replace(settings, max_new_tokens=min(settings.max_new_tokens, WARMUP_TOKENS))
+    """The settings of a warm-up run: at most WARMUP_TOKENS new tokens, the draft model drafting
+    every step (windows.drafting_every_step: a priced window could leave it cold)."""
+    return replace(drafting_every_step(settings), max_new_tokens=min(settings.max_new_tokens, WARMUP_TOKENS))
 
 
 def prompt(prompt_ids: list[int]) -> list[int]:

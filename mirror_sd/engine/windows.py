@@ -231,6 +231,14 @@ class WindowPolicy:
         self.plain_run = 0
 
 
+def drafting_every_step(settings):
+    """The settings with the draft model drafting every step: priced windows may draft nothing
+    and prompt lookup runs no model, but a warm-up must run the draft model and the tuning
+    probe must time it (priced windows become adaptive ones, the proposer the draft model)."""
+    window = "adaptive" if settings.window == "priced" else settings.window
+    return replace(settings, window=window, proposer="draft")
+
+
 def policy_for(settings, eos=(), cap: int | None = None, zero: bool = True) -> WindowPolicy:
     """The run's policy from Settings (window, gamma, window_threshold/min/max); `cap` bounds
     the length (Mirror-SD with branch_extend off: its branches are gamma tokens long); `zero`:
