@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from .runs import RunRecord, StepView, analyse
+from .runs import RunRecord, StepView, analyse, verdict_outcome
 from .steps import quoted
 
 esc = html.escape
@@ -129,11 +129,12 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
     """When the next window was ready, and whether the step hit or missed."""
-    if any(b.status == "taken" for b in sv.rollouts):
+    outcome = verdict_outcome(sv)
+    if outcome == "hit":
         ends = [s.end_ns for s in spans if s.label == "branches"]
         return (max(verdict_ns, max(ends)) if ends else verdict_ns), "hit"
     ends = [s.end_ns for s in spans if s.label == "fallback"]
-    return (max(ends) if ends else verdict_ns), "miss"
+    return (max(ends) if ends else verdict_ns), outcome or "end"
 
 
 def _ms(spans, label: str) -> float:
@@ -180,5 +181,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     if outcome == "hit":
         return text + ("Hit: one branch started exactly there and was ready before the verdict, "
                        "so it became the next window with no wait.")
+    if outcome == "end":
+        return text + "The run ended at this step: no next window."
     return text + (f"Miss: no branch started there, so the draft wrote the next window after "
                    f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
