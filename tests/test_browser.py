@@ -410,6 +410,10 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         wait_settled(page)
         run_default_example(page, url, 32, timeout_s=180)
         check_rendered(page, 32)
+        small = page.evaluate("""() => Math.min(...[...document.querySelectorAll(
+            '#cards .msd-cards-note, #cards .msd-bk-text, #cards .msd-bk-key, #cards .msd-checks li')]
+            .map(e => parseFloat(getComputedStyle(e).fontSize)))""")
+        assert small >= 13, small  # the text under the cards is readable
         page.screenshot(path=str(OUT / "tiny-page.png"), full_page=True)
         check_page_height(page)
         trace = read_trace_from_page(page)

@@ -243,3 +243,18 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
         html = render_verdict(records, {})
         assert f"one verify forward of {slow['tokens']} tokens (median" in html
         assert f"({slow['factor']:.2f}×)" in html
+
+
+def test_mirror_sd_s_card_says_how_its_lanes_shared_the_machine():
+    from ui.results import render_cards
+    records = tiny_records()
+    split = ("2 cores: target 1 thread and draft 1 while both work; a lane working alone 2; "
+             "lanes overlapped in 2 of 16 steps")
+    records["mirror"].finish.stats["lane_split"] = split
+    try:
+        html = render_cards(records, {})
+    finally:
+        del records["mirror"].finish.stats["lane_split"]
+    card = html.split('data-method="mirror"')[1].split('<div class="msd-card ')[0]
+    assert "lanes shared the machine" in card and "lanes overlapped in 2 of 16 steps" in card
+    assert "lanes shared" not in html.split('data-method="mirror"')[0]  # only Mirror-SD's card

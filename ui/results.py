@@ -215,11 +215,21 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
         out.append(f'<div class="msd-card m-{esc(m)}" data-method="{esc(m)}">'
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
-                   f'<table>{rows}</table></div>')
+                   f'<table>{rows}</table>{_lanes_line(records[m])}</div>')
     return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
             f'alone, one after another, warm. Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
             f'{render_checks(records, settings or {}, meta)}')
+
+
+def _lanes_line(rec: RunRecord) -> str:
+    """Mirror-SD's two lanes on this machine in the engine's words (Finish stats `lane_split`:
+    how they shared the cores, and in how many steps they really overlapped); '' without."""
+    split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
+    if not split:
+        return ""
+    return (f'<p class="msd-card-lanes"><b>How the target\'s and the draft\'s lanes shared the '
+            f'machine</b>: {esc(split)}.</p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------
