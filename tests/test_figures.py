@@ -143,9 +143,9 @@ def test_the_projection_line_says_pays_off_only_where_mirror_sd_passes_sd():
                           "mirror_over_sd": mirror / sd})
         return _projection_line({"profile": "(c) pair", "row": row, "speedups": row["speedups"]})
     up = line(2.0, 2.5)
-    assert "Where Mirror-SD pays off" in up and "1.25×</b> SD&#x27;s speed" in up
+    assert "Where Mirror-SD pays off" in up and "1.25×</b> SD's speed" in up
     down = line(2.0, 1.8)
-    assert "pays off" not in down and "does not pass SD" in down and "0.90×</b> SD&#x27;s speed" in down
+    assert "pays off" not in down and "does not pass SD" in down and "0.90×</b> SD's speed" in down
     assert all("projection, not a measurement" in x for x in (up, down))
 
 
