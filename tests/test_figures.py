@@ -256,5 +256,5 @@ def test_mirror_sd_s_card_says_how_its_lanes_shared_the_machine():
     finally:
         del records["mirror"].finish.stats["lane_split"]
     card = html.split('data-method="mirror"')[1].split('<div class="msd-card ')[0]
-    assert "lanes shared the machine" in card and "lanes overlapped in 2 of 16 steps" in card
-    assert "lanes shared" not in html.split('data-method="mirror"')[0]  # only Mirror-SD's card
+    assert "<b>Lanes</b>: 2 cores: target 1 thread" in card and "lanes overlapped in 2 of 16 steps" in card
+    assert "<b>Lanes</b>" not in html.split('data-method="mirror"')[0]  # only Mirror-SD's card

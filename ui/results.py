@@ -95,8 +95,7 @@ def _picture(done: dict[str, RunRecord]) -> str:
     rows = []
     if slow:
         top = max(slow["alone_s"], slow["beside_s"])
-        rows.append((f"one verify forward of {slow['tokens']} tokens (median over the steps that "
-                     f"verified that many; Statistics also gives the mean over all steps)", [
+        rows.append((f"one verify forward of {slow['tokens']} tokens (median at that length)", [
             ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), f"alone: {slow['alone_s'] * 1e3:.0f} ms"),
             ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
              f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms ({slow['factor']:.2f}×)")]))
@@ -161,9 +160,8 @@ def _projection_line(projection: dict) -> str:
             f'measurement</span> {lead} the same recorded steps on '
             f'<b>{esc(projection["profile"])}</b>{inputs}{best} project decode speeds over AR of '
             f'<b class="msd-proj-figures">SD {row["sd"]}, Mirror-SD {row["mirror"]}</b>: {even}'
-            f'Mirror-SD <b class="msd-proj-ratio">{row["ratio"]}</b> SD\'s speed{why} (What if fold, '
-            f'the table "each profile with the settings it would pick", row (c): the same figures, '
-            f'and how).</p>')
+            f'Mirror-SD <b class="msd-proj-ratio">{row["ratio"]}</b> SD\'s speed{why} (What if fold: the '
+            f'row “projection (c), its own settings”, and how).</p>')
 
 
 # ---- the cards ----------------------------------------------------------------------------
@@ -228,8 +226,8 @@ def _lanes_line(rec: RunRecord) -> str:
     split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
     if not split:
         return ""
-    return (f'<p class="msd-card-lanes"><b>How the target\'s and the draft\'s lanes shared the '
-            f'machine</b>: {esc(split)}.</p>')
+    return (f'<p class="msd-card-lanes" title="How the target\'s and the draft\'s lanes shared '
+            f'this machine, and in how many steps they ran at once"><b>Lanes</b>: {esc(split)}.</p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------
