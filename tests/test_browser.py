@@ -44,7 +44,7 @@ TIMELINE_ENDS_JS = """() => {
   return out;
 }"""
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
-MAX_PAGE_PX = 2750  # the default results at 1600 x 1200 with the folds closed: about two and a quarter screens (the verdict holds a scoreboard and a three-line reason)
+MAX_PAGE_PX = 2800  # the default results at 1600 x 1200 with the folds closed: about two and a third screens (the verdict holds a scoreboard and a three-line reason; the text under the cards is at least 13 px)
 
 
 def free_port() -> int:
