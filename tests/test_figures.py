@@ -245,16 +245,16 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
         assert f"({slow['factor']:.2f}×)" in html
 
 
-def test_mirror_sd_s_card_says_how_its_lanes_shared_the_machine():
-    from ui.results import render_cards
+def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     records = tiny_records()
     split = ("2 cores: target 1 thread and draft 1 while both work; a lane working alone 2; "
              "lanes overlapped in 2 of 16 steps")
     records["mirror"].finish.stats["lane_split"] = split
     try:
-        html = render_cards(records, {})
+        html = render_verdict(records, {})
+        without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
     finally:
         del records["mirror"].finish.stats["lane_split"]
-    card = html.split('data-method="mirror"')[1].split('<div class="msd-card ')[0]
-    assert "<b>Lanes</b>: 2 cores: target 1 thread" in card and "lanes overlapped in 2 of 16 steps" in card
-    assert "<b>Lanes</b>" not in html.split('data-method="mirror"')[0]  # only Mirror-SD's card
+    assert "Mirror-SD's two lanes here</b>: 2 cores: target 1 thread" in html
+    assert "lanes overlapped in 2 of 16 steps." in html
+    assert "two lanes here" not in without

@@ -46,6 +46,8 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
+    if "mirror" in done:
+        parts.append(_lanes_line(done["mirror"]))
     if one_device(meta) and "mirror" in c:
         share = costs(done).get("draft"), costs(done).get("target")
         draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
@@ -213,7 +215,7 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
         out.append(f'<div class="msd-card m-{esc(m)}" data-method="{esc(m)}">'
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
-                   f'<table>{rows}</table>{_lanes_line(records[m])}</div>')
+                   f'<table>{rows}</table></div>')
     return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
             f'alone, one after another, warm. Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
@@ -226,8 +228,9 @@ def _lanes_line(rec: RunRecord) -> str:
     split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
     if not split:
         return ""
-    return (f'<p class="msd-card-lanes" title="How the target\'s and the draft\'s lanes shared '
-            f'this machine, and in how many steps they ran at once"><b>Lanes</b>: {esc(split)}.</p>')
+    return (f'<p class="msd-verdict-note msd-lanes-line" title="How the target\'s and the draft\'s '
+            f'lanes shared this machine, and in how many steps they ran at once"><b>Mirror-SD\'s two '
+            f'lanes here</b>: {esc(split)}.</p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------
