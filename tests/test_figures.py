@@ -258,3 +258,20 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     assert "Mirror-SD's two lanes here</b>: 2 cores: target 1 thread" in html
     assert "lanes overlapped in 2 of 16 steps." in html
     assert "two lanes here" not in without
+
+
+def test_the_zoom_draws_a_step_the_lanes_overlapped_in():
+    """Where the overlap gate ran some steps one lane after the other (no split verify
+    forward), the zoom picks one whose forward was split at the early exit."""
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord
+    from ui.zoom import zoom_step
+    rec = tiny_records()["mirror"]
+    first = zoom_step(rec)
+    serial = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        if not (isinstance(ev, Span) and ev.step == first and ev.label in ("prefix", "exit_head", "suffix")):
+            serial.add(ev, t)
+    other = zoom_step(serial)
+    split = {sp.step for sp in serial.spans if sp.label == "prefix"}
+    assert split and other != first and other in split, (first, other, sorted(split))

@@ -45,13 +45,20 @@ def instructive_step(rec: RunRecord | None) -> int:
 
 def zoom_step(rec: RunRecord) -> int | None:
     """The step the zoom draws: the first hit after the first step (the idea at work), else
-    the first step with branches."""
+    the first step with branches; among the steps the lanes overlapped in when there are any."""
     steps = analyse(rec).steps
-    order = [s for s in sorted(steps) if s > 0]
-    for s in order:
-        if any(b.status == "taken" for b in steps[s].rollouts):
-            return s
-    return next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
+    every = [s for s in sorted(steps) if s > 0]
+    # a step the lanes really overlapped in (its verify forward split at the early exit) first:
+    # the overlap gate may run some steps one lane after the other, with nothing to draw
+    split = {sp.step for sp in rec.spans if sp.label == "prefix"}
+    for order in ([s for s in every if s in split], every):
+        for s in order:
+            if any(b.status == "taken" for b in steps[s].rollouts):
+                return s
+        found = next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
+        if found is not None:
+            return found
+    return None
 
 
 # a bar's label at the zoom's width (about 1,100 px, labels at about 6 px a character): the
