@@ -39,7 +39,7 @@ def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
     page.click("#run-btn")
     if live:
         page.wait_for_function(RUNNING, arg="mirror", timeout=900_000)
-        page.wait_for_timeout(1500)
+        page.wait_for_timeout(500)  # a few steps in: a warm Mirror-SD run takes about 2.5 s here
         page.locator("#board").scroll_into_view_if_needed()
         page.screenshot(path=str(out / f"live-{width}-running.png"))
         page.wait_for_function(f"() => document.querySelector('#board .msd-bpane[data-state=\"race\"]') || ({SETTLED})()",

@@ -44,7 +44,7 @@ TIMELINE_ENDS_JS = """() => {
   return out;
 }"""
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
-MAX_PAGE_PX = 2750  # the default results at 1600 x 1200 with the folds closed: about two and a quarter screens (the verdict holds a scoreboard and a three-line reason)
+MAX_PAGE_PX = 2800  # the default results at 1600 x 1200 with the folds closed: about two and a third screens (the verdict holds a scoreboard and a three-line reason; the text under the cards is at least 13 px)
 
 
 def free_port() -> int:
@@ -328,7 +328,36 @@ def test_a_page_closed_during_a_run_ends_it(browser, monkeypatch):
 
 
 LIVE_TOKENS_JS = """() => Object.fromEntries([...document.querySelectorAll('#board .msd-bpane')].map(
-  p => [p.className.match(/m-(\\w+)/)[1], [p.dataset.state, p.querySelectorAll('pre .msd-tok').length]]))"""
+  p => [p.className.match(/m-(\\w+)/)[1], [p.dataset.state, p.querySelectorAll('pre .msd-tok').length,
+          (p.querySelector('.msd-stat') || {}).textContent || '']]))"""
+
+
+BOARD_AXIS_JS = """() => {
+  const host = document.querySelector('#board-timeline .msd-btl-host');
+  const axis = Number(getComputedStyle(host).getPropertyValue('--axis'));
+  const track = host.querySelector('.msd-btl-track').getBoundingClientRect();
+  const x = (ms) => track.left + track.width * ms / axis;
+  const ticks = [...host.querySelectorAll('.msd-btl-tick')].map(t => {
+    const r = t.getBoundingClientRect(), ms = Number(t.style.getPropertyValue('--a'));
+    const at = ms === 0 ? r.left : ms === axis ? r.right : (r.left + r.right) / 2;
+    return [t.textContent, Math.round(at - x(ms)), Math.abs(parseFloat(t.textContent) * 1000 - ms) < 1];
+  });
+  const bars = [...host.querySelectorAll('.msd-btl-bar, .msd-btl-flag')].slice(0, 40).map(b => {
+    const r = b.getBoundingClientRect(), track = b.parentElement.getBoundingClientRect();
+    return Math.round(r.left - (track.left + track.width * Number(b.style.getPropertyValue('--a')) / axis));
+  });
+  return {ticks, bars};
+}"""
+
+
+def check_board_axis(page) -> None:
+    """The small timeline's ticks and its bars on one scale: each tick's mark sits where a bar
+    at that time starts, and says that time."""
+    got = page.evaluate(BOARD_AXIS_JS)
+    assert len(got["ticks"]) == 3, got
+    for text, off, says in got["ticks"]:
+        assert abs(off) <= 2 and says, got
+    assert got["bars"] and all(abs(off) <= 2 for off in got["bars"]), got
 
 
 def watch_live(page, methods=("ar", "sd", "mirror"), timeout_s: float = 120) -> dict:
@@ -338,11 +367,11 @@ def watch_live(page, methods=("ar", "sd", "mirror"), timeout_s: float = 120) -> 
     seen, ended = {m: 0 for m in methods}, {}
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        for m, (state, n) in page.evaluate(LIVE_TOKENS_JS).items():
+        for m, (state, n, stat) in page.evaluate(LIVE_TOKENS_JS).items():
             if state == "running" and m in seen:
                 seen[m] = max(seen[m], n)
             elif state == "done" and m in seen:
-                ended[m] = n
+                ended[m] = (n, stat)
         if page.locator('#board .msd-board-ctl').is_visible():  # the race: every run ended
             break
         page.wait_for_timeout(50)
@@ -365,16 +394,26 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         assert "Race replay" in page.inner_text("#board .msd-board-say")
         page.wait_for_selector("#board-timeline .msd-btl-flag", state="attached", timeout=30_000)
         wait_settled(page)
+        check_board_axis(page)
+        page.set_viewport_size({"width": 400, "height": 1200})
+        check_board_axis(page)
+        page.set_viewport_size({"width": 1600, "height": 1200})
         assert "Race over" in page.inner_text("#board .msd-board-say")
         assert {"ar", "sd"} <= set(ended), ended  # ended while the next ones ran
-        for m, n in ended.items():  # a finished live pane holds every token of its run
-            assert f"<b>{n}</b> tokens" in page.inner_html(f"#pane-{m} .msd-pane-head"), (m, n)
+        for m, (n, stat) in ended.items():  # a finished live pane holds every token of its run
+            head = page.inner_text(f"#pane-{m} .msd-pane-head")  # the settled pane: the record's count
+            total = int(re.search(r"(\d+) tokens", head).group(1))
+            assert n == total and stat == f"{total} tokens", (m, n, stat, head)
         # Replay plays it again, at once with "instant"
         page.click("#board .msd-speed[data-speed='instant']")
         page.click("#board .msd-replay")
         wait_settled(page)
         run_default_example(page, url, 32, timeout_s=180)
         check_rendered(page, 32)
+        small = page.evaluate("""() => Math.min(...[...document.querySelectorAll(
+            '#cards .msd-cards-note, #cards .msd-bk-text, #cards .msd-bk-key, #cards .msd-checks li')]
+            .map(e => parseFloat(getComputedStyle(e).fontSize)))""")
+        assert small >= 13, small  # the text under the cards is readable
         page.screenshot(path=str(OUT / "tiny-page.png"), full_page=True)
         check_page_height(page)
         trace = read_trace_from_page(page)

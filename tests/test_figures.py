@@ -136,10 +136,16 @@ def test_a_zoom_bar_shows_what_fits_and_names_a_run_of_bars_once():
 
 def test_the_projection_line_says_pays_off_only_where_mirror_sd_passes_sd():
     from ui.results import _projection_line
-    up = _projection_line({"profile": "(c) pair", "speedups": {"sd": 2.0, "mirror": 2.5}, "settings": ""})
-    assert "Where Mirror-SD pays off" in up and "1.25× SD&#x27;s speed" in up
-    down = _projection_line({"profile": "(c) pair", "speedups": {"sd": 2.0, "mirror": 1.8}, "settings": ""})
-    assert "pays off" not in down and "does not pass SD (0.90× SD&#x27;s speed)" in down
+    from ui.whatif import choice_row
+
+    def line(sd, mirror):
+        row = choice_row({"name": "pair", "sd": {"speedup": sd}, "mirror": {"speedup": mirror},
+                          "mirror_over_sd": mirror / sd})
+        return _projection_line({"profile": "(c) pair", "row": row, "speedups": row["speedups"]})
+    up = line(2.0, 2.5)
+    assert "Where Mirror-SD pays off" in up and "1.25×</b> SD's speed" in up
+    down = line(2.0, 1.8)
+    assert "pays off" not in down and "does not pass SD" in down and "0.90×</b> SD's speed" in down
     assert all("projection, not a measurement" in x for x in (up, down))
 
 
@@ -192,6 +198,16 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     for m, x in proj["speedups"].items():
         assert f"{x:.2f}×" in html and f"{x:.2f}×" in fold
     assert "GB/s" in html and "target on a GPU" in html and "draft on an NPU" in html
+    # the numbers as text: the verdict prints exactly the cited row's SD, Mirror-SD and ratio
+    cells = re.findall(r"<td><b>([^<]+)</b>", fold)
+    said = re.search(r'msd-proj-figures">SD ([^,]+), Mirror-SD ([^<]+)</b>.*?msd-proj-ratio">([^<]+)<', html)
+    assert list(said.groups()) == cells[:3], (said.groups(), cells)
+    for settings in (x for x in re.findall(r"</b> <small>([^<]*)</small>", fold) if x):
+        assert settings in html  # the settings the row names, also in the verdict
+    # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
+    from ui.whatif import render_table
+    other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
+    assert "this run: γ 4" in other and "the verdict&#x27;s figures are the next table" in other
 
 
 def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():
@@ -203,3 +219,59 @@ def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_fro
     assert "SD won" in text and "Mirror-SD and AR finished within 3%" in text
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.0, 1.1
     assert "and AR finished within" not in verdict(c, records, {})
+
+
+def test_the_verdicts_verify_figures_name_their_window_and_statistic():
+    """The picture's verify forward is a median at one window length, and says so with its
+    factor; the reason gives each run's mean verify time per step (Statistics' totals over its
+    steps) beside it, so neither reads as the other."""
+    from ui.figures import verify_slowdown
+    from ui.results import render_verdict
+    records = tiny_records()
+    c = cards(records)
+    for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.0)):
+        c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
+    text = verdict(c, records, {})
+    for m in ("sd", "mirror"):
+        steps = c[m].verify_steps - 1
+        mean = breakdown(records[m])["verify"] / steps * 1e3
+        assert f"{steps} steps ({mean:.0f} ms a step, mean)" in text or \
+            f"{steps} ({mean:.0f} ms a step, mean)" in text, (m, text)
+    slow = verify_slowdown(records)
+    if slow:
+        assert f"at one window length, {slow['tokens']} tokens, the median verify forward" in text
+        html = render_verdict(records, {})
+        assert f"one verify forward of {slow['tokens']} tokens (median" in html
+        assert f"({slow['factor']:.2f}×)" in html
+
+
+def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
+    records = tiny_records()
+    split = ("2 cores: target 1 thread and draft 1 while both work; a lane working alone 2; "
+             "lanes overlapped in 2 of 16 steps")
+    records["mirror"].finish.stats["lane_split"] = split
+    try:
+        html = render_verdict(records, {})
+        without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
+    finally:
+        del records["mirror"].finish.stats["lane_split"]
+    assert "Mirror-SD's two lanes here</b>: 2 cores: target 1 thread" in html
+    assert "lanes overlapped in 2 of 16 steps." in html
+    assert "two lanes here" not in without
+
+
+def test_the_zoom_draws_a_step_the_lanes_overlapped_in():
+    """Where the overlap gate ran some steps one lane after the other (no split verify
+    forward), the zoom picks one whose forward was split at the early exit."""
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord
+    from ui.zoom import zoom_step
+    rec = tiny_records()["mirror"]
+    first = zoom_step(rec)
+    serial = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        if not (isinstance(ev, Span) and ev.step == first and ev.label in ("prefix", "exit_head", "suffix")):
+            serial.add(ev, t)
+    other = zoom_step(serial)
+    split = {sp.step for sp in serial.spans if sp.label == "prefix"}
+    assert split and other != first and other in split, (first, other, sorted(split))

@@ -75,6 +75,48 @@ def test_push_sends_new_items_and_repeats_the_recent_ones():
     assert max(len(m) for m in messages) < 8000, [len(m) for m in messages]
 
 
+def _page_merge(received: dict, message: str) -> None:
+    """ui/live.js's rule: a part past a gap is skipped, else the items past what it holds."""
+    for m, part in json.loads(message)["runs"].items():
+        have = received.setdefault(m, [])
+        if part["from"] <= len(have):
+            have.extend(part["items"][len(have) - part["from"]:])
+
+
+def test_a_finished_run_reaches_the_page_whole_after_any_burst():
+    """Two runs one after the other, polled every quarter second; the page sees only the last
+    message of each burst, bursts of up to five seconds (longer than the repeat window), and a
+    burst may end after the first run's end, on a message with only the second run's news:
+    each run the page saw end holds every item, its end and its token count."""
+    records = tiny_records()
+    want = {m: LiveFeed(m).pull(records[m]) for m in ("ar", "sd")}
+    for burst in (1, 3, 9, 20):
+        push, messages, now, growing = LivePush(("ar", "sd")), [], 0.0, {}
+        for m in ("ar", "sd"):
+            rec = records[m]
+            growing[m] = RunRecord(m, t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+            for i, (ev, t) in enumerate(zip(rec.events, rec.times_ns)):
+                growing[m].add(ev, t)
+                if i % 3 == 2:
+                    now += 0.25
+                    messages.append(push.update(growing, m, now))
+        now += 0.25
+        messages.append(push.update(growing, None, now))
+        sent = [x for x in messages if x is not None]
+        seen = sent[burst - 1::burst] + [sent[-1]]  # the last of a burst reaches the page
+        received: dict = {}
+        for message in seen:
+            _page_merge(received, message)
+        for m in ("ar", "sd"):
+            have = received.get(m, [])
+            if burst <= 8:  # within the repeat window: every run whole, its end included
+                assert have == want[m], (burst, m)
+            if have and have[-1]["k"] == "f":
+                assert have == want[m], (burst, m)
+                assert sum(len(it["x"]) for it in have if it["k"] == "c") == have[-1]["n"]
+        assert received["sd"] == want["sd"], burst  # the last message always arrives
+
+
 def test_the_race_holds_every_run_and_plays_only_when_all_finished():
     records = tiny_records()
     race = json.loads(race_message(records, ("ar", "sd", "mirror")))

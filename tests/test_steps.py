@@ -27,20 +27,40 @@ def test_one_numbered_cell_per_step_with_its_run():
     assert sum("is-selected" in cls for cls, *_ in cells) == 1
 
 
-def test_cell_colours_follow_the_previous_verdict_and_the_verify():
+def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
     rec = tiny_records()["mirror"]
     a = analyse(rec)
     order = sorted(a.steps)
     cells = _cells(render_strip(rec, selected=order[0]))
-    assert "k-first" in cells[0][0]  # nothing could hit or miss before the first verdict
-    for pos in range(1, len(order)):
-        prev = a.steps[order[pos - 1]]
-        hit = any(b.status == "taken" for b in prev.rollouts)
-        assert ("k-hit" if hit else "k-miss") in cells[pos][0]
+    for pos, s in enumerate(order):
+        sv = a.steps[s]
+        hit = any(b.status == "taken" for b in sv.rollouts)
+        want = "k-hit" if hit else "k-miss" if sv.fallback is not None else "k-end"
+        assert want in cells[pos][0], (pos, cells[pos][0])
     for (cls, *_), s in zip(cells, order):
         v = a.steps[s].verify
         assert f"o-{v.kind}" in cls
     assert {"k-hit", "k-miss"} & {c.split()[0] for c, *_ in cells}  # the run has either
+
+
+def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
+    """A step the zoomed step calls a hit is blue in the strip and "hit" in the inspector's
+    table (and a miss is orange and "miss" in both), for every step the zoom may show."""
+    from ui.inspector import all_steps
+    from ui.zoom import render_zoom, zoom_step
+    rec = tiny_records()["mirror"]
+    a = analyse(rec)
+    order = sorted(a.steps)
+    cells = {int(s): cls for cls, s, *_ in _cells(render_strip(rec, selected=order[0]))}
+    table = dict(re.findall(r'<tr data-step="(\d+)" data-run="mirror">(?:<td>.*?</td>){4}<td>(\w+|–)</td>',
+                            all_steps(rec)))
+    step = zoom_step(rec)
+    caption = re.search(r'<p class="msd-zcaption">(.*?)</p>', render_zoom(rec, {"branch_budget": 2})).group(1)
+    said = "hit" if "Hit:" in caption else "miss" if "Miss:" in caption else "end"
+    assert f"k-{said}" in cells[step], (said, cells[step])
+    for s in (s for s in order if str(s) in table):
+        kind = re.search(r"k-(\w+)", cells[s]).group(1)
+        assert table[str(s)] == (kind if kind != "end" else "–"), (s, kind, table[str(s)])
 
 
 def test_plain_sd_cells_are_drafted_windows():

@@ -318,12 +318,17 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     if None in verify.values() or None in exposed.values():
         return ""
     after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
+    mean = {m: verify[m] / after[m] * 1e3 if after[m] else None for m in verify}
+    per = {m: f" ({mean[m]:.0f} ms a step, mean)" if mean[m] else "" for m in mean}
     verifying = (f"Verifying, after the first token: Mirror-SD {verify['mirror']:.2f} s in "
-                 f"{after['mirror']} steps, SD {verify['sd']:.2f} s in {after['sd']}")
+                 f"{after['mirror']} steps{per['mirror']}, SD {verify['sd']:.2f} s in {after['sd']}{per['sd']}")
+    if mean["sd"] and mean["mirror"]:
+        verifying += f": {mean['mirror'] / mean['sd']:.2f}× per step, mean over all windows"
     if slow:
-        verifying += (f"; beside the draft a verify forward took {slow['factor']:.2f}× as long "
-                      f"({slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone, "
-                      f"medians at {slow['tokens']} tokens{split_words(slow['factor'], precision, slow['tokens'])})")
+        verifying += (f"; at one window length, {slow['tokens']} tokens, the median verify forward "
+                      f"took {slow['factor']:.2f}× as long beside the draft "
+                      f"({slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone"
+                      f"{split_words(slow['factor'], precision, slow['tokens'])})")
     hidden = mirror.draft_hidden_s or 0.0
     drafting = (f"Drafting: Mirror-SD hid {hidden:.2f} s of it beside the target and kept the target "
                 f"waiting {exposed['mirror']:.2f} s for the draft; SD's target waited "

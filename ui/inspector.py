@@ -18,7 +18,7 @@ import math
 import gradio as gr
 
 from . import texts
-from .runs import RunRecord, StepView, analyse, drafts, label
+from .runs import RunRecord, StepView, analyse, drafts, label, verdict_outcome
 from .steps import narrate, render_strip, step_kind, visible, window_note
 
 esc = html.escape
@@ -170,9 +170,15 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
         rows.append(_branch_row(rec, label, "b-serial", 1 + b.depth, b.root_token, b.tokens, width))
     head = "<th>yₙ</th>" + "".join(f"<th>+{i}</th>" for i in range(1, width))
     note = ""
-    if sv.rollouts or sv.fallback:
-        hit = any(b.status == "taken" for b in sv.rollouts)
-        note = (f'<p class="msd-muted">{"Hit: the taken branch (blue) is the next window, drafted while the target was still verifying." if hit else "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it)."}</p>')
+    outcome = verdict_outcome(sv)
+    if outcome is not None:
+        note = (f'<p class="msd-muted">{"Hit: the taken branch (blue) is the next window, drafted while the target was still verifying." if outcome == "hit" else "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it)."}</p>')
+    if sv.rollouts:
+        note += ('<p class="msd-muted">Where the branches come from: before the early exit is '
+                 'read, the draft starts one branch on its own best guess of the verdict; once '
+                 'the early exit arrives, its best-ranked roots get the branch budget, and that '
+                 'first branch is dropped when the exit ranks it lower. So a step can show one '
+                 'branch more than the budget: the one begun early and dropped.</p>')
     return (f'<p class="msd-muted">Column yₙ is the last committed token, column +k the k-th '
             f'token after it. A rollout starts at its {root} (j, v), drawn with a dashed '
             f'outline in column +(j+1): the guess that the target keeps d₁…d_j and then writes v. '
@@ -288,8 +294,7 @@ def all_steps(rec: RunRecord) -> str:
             continue
         rejected = (_chip(rec, v.drafted[v.accepted], "is-rejected")
                     if v.kind == "correction" and v.accepted < len(v.drafted) else "–")
-        outcome = ("hit" if any(b.status == "taken" for b in sv.rollouts) else
-                   "miss" if sv.fallback is not None else "–")
+        outcome = verdict_outcome(sv) or "–"
         ms = _step_ms(rec, s)
         rows.append(f'<tr data-step="{s}" data-run="{esc(rec.method)}"><td>{pos + 1}</td>'
                     f'<td>{len(v.drafted)}</td><td>{v.accepted}</td><td>{rejected}</td>'

@@ -56,7 +56,8 @@ function build(heads) {
             B.axisLabel = mk('div', 'msd-btl-axis'); tl.append(B.axisLabel); axis(1000); }
   if (tl) { const key = mk('div', 'msd-btl-key');
     key.innerHTML = '<span><i style="background:#1d4ed8"></i>target</span><span><i style="background:#0d9488"></i>early exit</span>' +
-      '<span><i style="background:#16a34a"></i>draft</span><span><i style="background:#f59e0b"></i>draft after a miss (the target waits)</span><span><i class="msd-btl-fkey"></i>finish</span><span><i class="msd-btl-ckey"></i>now</span>';
+      '<span><i style="background:#16a34a"></i>draft</span><span><i style="background:#f59e0b"></i>draft after a miss (the target waits)</span><span><i class="msd-btl-fkey"></i>finish</span><span><i class="msd-btl-ckey"></i>now</span>' +
+      '<span class="msd-btl-long">time from each run\'s own start (the runs took turns on the hardware, each warm)</span>';
     tl.append(key); }
 }
 
@@ -71,8 +72,9 @@ function axis(ms) {
   if (ms <= cur && B.axisSet) return;
   const nice = Math.max(1000, Math.ceil(ms * 1.25 / 1000) * 1000);
   tl.style.setProperty('--axis', nice); B.axisSet = true;
-  if (B.axisLabel) B.axisLabel.innerHTML = '<span>0 s</span><span>' + (nice / 2000).toFixed(1) +
-    ' s</span><span>' + (nice / 1000).toFixed(1) + ' s<span class="msd-btl-long"> from each run\'s own start (the runs took turns on the hardware, each warm)</span></span>';
+  // ticks placed on the bars' own scale (--a ms over --axis ms of the same track width)
+  if (B.axisLabel) B.axisLabel.innerHTML = [0, nice / 2, nice].map(ms =>
+    '<span class="msd-btl-tick" style="--a:' + ms + '">' + (ms / 1000).toFixed(ms ? 1 : 0) + ' s</span>').join('');
 }
 
 // a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
@@ -166,10 +168,9 @@ function draw(run, item) {
 
 function advance(run, clock) {
   while (run.drawn < run.items.length && run.items[run.drawn].t <= clock) draw(run, run.items[run.drawn++]);
-  if (!run.ended && run.drawn) {
-    run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
-    run.clock.textContent = 't = ' + secs(Math.max(0, clock));
-  }
+  // the count after every draw, the run's last one included (its end may come in the same tick)
+  if (run.drawn) run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
+  if (!run.ended && run.drawn) run.clock.textContent = 't = ' + secs(Math.max(0, clock));
 }
 
 function feed(msg) {

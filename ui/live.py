@@ -143,13 +143,18 @@ def _heads(methods) -> list[dict]:
 
 
 OVERLAP_S = 2.0  # each message repeats the items of the messages sent in this many seconds
+RESYNC_S = 5.0  # and a run's whole item list goes again at least this often (a longer burst)
 
 
 class LivePush:
     """What the polling handler sends while a job runs: each run's new items, with the items
     of the messages of the last OVERLAP_S seconds again. The server's loop may hold frames back
     while both cores decode and then send several at once, and the page sees only the last of
-    a burst; repeating the recent ones makes such a burst no gap (the page keeps what it has)."""
+    a burst; repeating the recent ones makes such a burst no gap (the page keeps what it has).
+    A longer burst leaves a gap the page cannot fill from the repeats, so each run's whole list
+    goes again every RESYNC_S seconds, and in every message of the OVERLAP_S seconds after the
+    run's end (also when only the next run has news): a finished pane holds every committed
+    token whatever the page missed."""
 
     def __init__(self, methods, round_no: int = 1, rounds: int = 1, overlap_s: float = OVERLAP_S):
         self.methods = tuple(methods)
@@ -158,6 +163,7 @@ class LivePush:
         self.seq = 0
         self.round = (round_no, rounds)
         self.overlap_s = overlap_s
+        self.resynced: dict[str, float] = {}  # when each run's whole list was last sent
 
     def start(self) -> str:
         self.seq += 1
@@ -169,20 +175,26 @@ class LivePush:
         """The new items since the last call (and the recent ones again) as one JSON message;
         None when nothing is new."""
         now = time.monotonic() if now is None else now
-        runs = {}
+        runs, fresh = {}, False
         for m in self.methods:
             rec = records.get(m)
             if rec is None:
                 continue
             feed = self.feeds.setdefault(m, LiveFeed(m))
             before = len(feed.items)
-            if not feed.pull(rec):
-                continue
+            new = bool(feed.pull(rec))
             recent = [(t, i) for t, i in self.recent.get(m, []) if now - t <= self.overlap_s]
-            start = recent[0][1] if recent else before
-            self.recent[m] = recent + [(now, before)]
+            self.recent[m] = recent = recent + [(now, before)] if new else recent
+            fresh = fresh or new
+            ended = bool(feed.items) and feed.items[-1]["k"] == "f"
+            due = now - self.resynced.setdefault(m, now) >= RESYNC_S
+            if not recent and not (ended and due):  # an ended run rides along now and then
+                continue
+            start = recent[0][1] if recent else 0
+            if (ended and recent) or due:
+                start, self.resynced[m] = 0, now  # everything again: no gap survives this
             runs[m] = {"from": start, "items": feed.items[start:]}
-        if not runs:
+        if not fresh:  # the page holds the last message sent: nothing to add
             return None
         self.seq += 1
         return _json({"op": "feed", "seq": self.seq, "runs": runs, "current": current})

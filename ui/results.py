@@ -46,6 +46,8 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
+    if "mirror" in done:
+        parts.append(_lanes_line(done["mirror"]))
     if one_device(meta) and "mirror" in c:
         share = costs(done).get("draft"), costs(done).get("target")
         draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
@@ -95,10 +97,10 @@ def _picture(done: dict[str, RunRecord]) -> str:
     rows = []
     if slow:
         top = max(slow["alone_s"], slow["beside_s"])
-        rows.append(("one verify forward (median)", [
+        rows.append((f"one verify forward of {slow['tokens']} tokens (median at that length)", [
             ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), f"alone: {slow['alone_s'] * 1e3:.0f} ms"),
             ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
-             f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms")]))
+             f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms ({slow['factor']:.2f}×)")]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
     if top > 0:
@@ -142,26 +144,26 @@ def _scoreboard(c: dict[str, Card]) -> str:
 
 
 def _projection_line(projection: dict) -> str:
-    """Where Mirror-SD gains most over SD in the projections, said as it is: "pays off" only
-    where it passes SD there."""
-    sp = projection["speedups"]
-    speeds = ", ".join(f"{label(m)} {x:.2f}×" for m, x in sp.items() if m != "ar")
-    chosen = projection.get("settings")
-    best = f", with Mirror-SD's best settings there ({esc(chosen)})," if chosen else ""
+    """The What-if fold's row (c) of its "own settings" table, printed as that row prints it
+    (whatif.choice_row: the same figures, settings and ratio); "pays off" only where Mirror-SD
+    passes SD there."""
+    row, sp = projection["row"], projection["speedups"]
     sd, mirror = sp.get("sd"), sp.get("mirror")
-    if sd and mirror and mirror >= sd:
-        lead = "Where Mirror-SD pays off:"
-        tail = f": Mirror-SD {mirror / sd:.2f}× SD's speed"
-    else:
-        lead = "Mirror-SD in the projection:"
-        tail = (f": even there it does not pass SD ({mirror / sd:.2f}× SD's speed) with this run's "
-                f"acceptance and a draft writing one token per forward") if sd and mirror else ""
+    settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
+                         if row.get(m + "_settings"))
+    best = f", each method at the settings it would pick there ({esc(settings)})," if settings else ""
+    lead = ("Where Mirror-SD pays off:" if sd and mirror and mirror >= sd else
+            "Mirror-SD in the projection:")
     inputs = f" ({esc(projection['inputs'])})" if projection.get("inputs") else ""
+    behind = bool(sd and mirror and mirror < sd)
+    even = "even there it does not pass SD: " if behind else ""
+    why = " with this run's acceptance and a draft writing one token per forward" if behind else ""
     return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
             f'measurement</span> {lead} the same recorded steps on '
             f'<b>{esc(projection["profile"])}</b>{inputs}{best} project decode speeds over AR of '
-            f'<b>{esc(speeds)}</b>{esc(tail)} (What if fold, the second table\'s row (c): the same '
-            f'figures, and how).</p>')
+            f'<b class="msd-proj-figures">SD {row["sd"]}, Mirror-SD {row["mirror"]}</b>: {even}'
+            f'Mirror-SD <b class="msd-proj-ratio">{row["ratio"]}</b> SD\'s speed{why} (What if fold: the '
+            f'row “projection (c), its own settings”, and how).</p>')
 
 
 # ---- the cards ----------------------------------------------------------------------------
@@ -218,6 +220,17 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
             f'alone, one after another, warm. Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
             f'{render_checks(records, settings or {}, meta)}')
+
+
+def _lanes_line(rec: RunRecord) -> str:
+    """Mirror-SD's two lanes on this machine in the engine's words (Finish stats `lane_split`:
+    how they shared the cores, and in how many steps they really overlapped); '' without."""
+    split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
+    if not split:
+        return ""
+    return (f'<p class="msd-verdict-note msd-lanes-line" title="How the target\'s and the draft\'s '
+            f'lanes shared this machine, and in how many steps they ran at once"><b>Mirror-SD\'s two '
+            f'lanes here</b>: {esc(split)}.</p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------

@@ -163,6 +163,16 @@ class StepView:
         return list(self.window_branch.tokens) if self.window_branch else []
 
 
+def verdict_outcome(sv: StepView) -> str | None:
+    """The one per-step fact the step strip, the inspector and the zoomed step all read: "hit"
+    when one of the branches the draft rolled out during this step started exactly at its
+    verdict (it became the next window), "miss" when none did and the draft wrote the next
+    window serially after the verdict, None when no next window followed (the run's end)."""
+    if any(b.status == "taken" for b in sv.rollouts):
+        return "hit"
+    return "miss" if sv.fallback is not None else None
+
+
 @dataclass
 class Analysis:
     tokens: list[TokenView]

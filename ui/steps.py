@@ -1,13 +1,14 @@
 """The step strip and the narrated step: what each speculative step did, at a glance and in words.
 
-The strip is one cell per step of a speculative run, numbered from 1. A cell's colour says
-where the step's window came from, in the token legend's colours:
-  hit    (blue)   the window was a branch the draft had rolled out during the previous step,
-                  while the target was still verifying: no serial redraft after the verdict;
-  miss   (orange) no prepared branch matched the previous verdict, so the draft wrote this
-                  window after it, serially, while the target waited;
-  first  (grey)   the first window, drafted after the prompt's prefill: nothing could hit or
-                  miss yet (plain SD: every window is drafted this way, "drafted").
+The strip is one cell per step of a speculative run, numbered from 1. A Mirror-SD cell's
+colour is the step's own verdict outcome (ui/runs.verdict_outcome, the fact the inspector and
+the zoomed step state too):
+  hit    (blue)   one of the branches the draft rolled out during this step, beside the target,
+                  started exactly at its verdict: it became the next window, no serial redraft;
+  miss   (orange) no branch started there: the draft wrote the next window after the verdict,
+                  serially, while the target waited;
+  end    (grey)   no next window: the run ended at this step.
+Plain SD's cells are all "drafted": every window is written while the target waits.
 A bar under the cell gives the verdict: red when the target rejected part of the window (it
 wrote its own token there), purple when it accepted all of it (plus its bonus token).
 
@@ -21,15 +22,17 @@ import html
 import math
 import statistics
 
-from .runs import RunRecord, StepView, analyse
+from .runs import RunRecord, StepView, analyse, verdict_outcome
 
 esc = html.escape
 
-KINDS = {  # kind -> (label, definition)
-    "hit": ("hit", "The window was a branch the draft had rolled out during the previous step, "
-                   "while the target verified: no serial redraft after the verdict."),
-    "miss": ("miss", "No prepared branch matched the previous verdict: the draft wrote this "
-                     "window after it, serially, while the target waited."),
+KINDS = {  # strip kind -> (label, definition)
+    "hit": ("hit", "One of the branches the draft rolled out during this step, beside the "
+                   "target, started exactly at its verdict: it became the next window (no serial "
+                   "redraft)."),
+    "miss": ("miss", "No branch started at this step's verdict: the draft wrote the next window "
+                     "after it, serially, while the target waited."),
+    "end": ("run's end", "No next window: the run ended at this step."),
     "first": ("first window", "The first window, drafted after the prompt's prefill: nothing "
                               "could hit or miss yet."),
     "drafted": ("drafted", "Plain speculative decoding: the draft writes each window while the "
@@ -119,6 +122,13 @@ def step_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
     if sv.origin == "draft" or sv.window:
         return "drafted"
     return "plain"
+
+
+def strip_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
+    """A strip cell's kind: Mirror-SD's verdict outcome (hit, miss, end), else step_kind."""
+    if rec.method != "mirror" or sv.verify is None:
+        return step_kind(rec, sv, first)
+    return verdict_outcome(sv) or "end"
 
 
 def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
@@ -238,7 +248,7 @@ def _window_mark(verify) -> str:
 
 
 def render_strip(rec: RunRecord, selected: int | None, played: int | None = None) -> str:
-    """One button per step (numbered from 1), coloured by `step_kind`, with the verdict's bar;
+    """One button per step (numbered from 1), coloured by `strip_kind`, with the verdict's bar;
     `played`: during a replay, the steps after it are faded."""
     a = analyse(rec)
     order = sorted(a.steps)
@@ -247,7 +257,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     cells = []
     for pos, s in enumerate(order):
         sv = a.steps[s]
-        kind = step_kind(rec, sv, pos == 0)
+        kind = strip_kind(rec, sv, pos == 0)
         outcome = sv.verify.kind if sv.verify is not None else ""
         label, tip = KINDS[kind]
         tips = [f"Step {pos + 1}: {label}", tip]
@@ -275,7 +285,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
             f'title="{title}">{arrow}</button>' if s is not None else
             f'<button type="button" class="msd-step-nav" disabled>{arrow}</button>'
             for s, arrow, title in ((prev_s, "◀", "previous step"), (next_s, "▶", "next step")))
-    kinds = ["first", "hit", "miss"] if rec.method == "mirror" else ["drafted"]
+    kinds = ["hit", "miss", "end"] if rec.method == "mirror" else ["drafted"]
     key = "".join(f'<span class="msd-step-key k-{k}" title="{esc(KINDS[k][1])}">{esc(KINDS[k][0])}</span>'
                   for k in kinds)
     key += "".join(f'<span class="msd-step-key o-{o}" title="{esc(t)}">{esc(lbl)}</span>'
@@ -283,7 +293,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: where the window came from; bar: the verdict; +n: tokens committed; γn: the '
+            f'Cell: {"whether the verdict found its next window ready (hit) or not (miss)" if rec.method == "mirror" else "where the window came from"}; bar: the verdict; +n: tokens committed; γn: the '
             f'window\'s drafted tokens (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 

@@ -103,9 +103,11 @@ def render_table(result: dict) -> str:
     for key, profile in result["profiles"].items():
         proj = result["projected"][key]
         cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
-        how = ("this run's steps and settings" if profile.acceptance_from_run else
-               f"its configured γ {profile.calibration.gamma} and {profile.calibration.branch_budget} "
-               f"branches: steps expected from the run's fitted acceptance, not replayed")
+        run_gamma = result["calibration"].gamma
+        how = (f"this run's steps and settings (γ {run_gamma})" if profile.acceptance_from_run else
+               f"at the γ {profile.calibration.gamma} and {profile.calibration.branch_budget} branches "
+               f"of the inputs below (this run: γ {run_gamma}), steps expected from the run's fitted "
+               f"acceptance, not replayed; the verdict's figures are the next table's row ({key})")
         rows.append(f'<tr class="w-projection"><th scope="row" title="{esc("; ".join(profile.notes))}">'
                     f'projection ({key}): {esc(profile.name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
     return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
@@ -166,6 +168,17 @@ def settings_text(chosen: dict | None) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def choice_row(ch: dict) -> dict:
+    """One profile's row of the "own settings" table as text, the one source of the verdict's
+    projection figures: each method's speedup over AR with its settings, and Mirror-SD over SD."""
+    sd, mirror = ch.get("sd") or {}, ch.get("mirror") or {}
+    fmt = lambda x: "–" if x is None else f"{x:.2f}×"  # noqa: E731
+    return {"name": ch.get("name") or "", "sd": fmt(sd.get("speedup")), "sd_settings": settings_text(sd),
+            "mirror": fmt(mirror.get("speedup")), "mirror_settings": settings_text(mirror),
+            "ratio": fmt(ch.get("mirror_over_sd")), "speedups": {
+                m: x for m, x in (("sd", sd.get("speedup")), ("mirror", mirror.get("speedup"))) if x is not None}}
+
+
 def render_choices(result: dict) -> str:
     """Each profile with the settings it would pick among those this run can replay; what no
     profile could search, once below the table when it is the same for all."""
@@ -174,16 +187,15 @@ def render_choices(result: dict) -> str:
     shared = len(set(missing.values())) == 1
     rows = []
     for key, ch in choices.items():
-        sd, mirror = ch.get("sd") or {}, ch.get("mirror") or {}
-        ratio = ch.get("mirror_over_sd")
+        row = choice_row(ch)
         own = "" if shared else f'<td><small>{esc("; ".join(missing[key]) or "–")}</small></td>'
         mark = ' <span class="msd-proj-tag">the verdict\'s figures</span>' if key == "c" else ""
         rows.append(
-            f'<tr><th scope="row">projection ({esc(key)}), its own settings: '
-            f'{esc(ch.get("name") or "")}{mark}</th>'
-            f'<td>{_x(sd.get("speedup"))} <small>{esc(settings_text(sd))}</small></td>'
-            f'<td>{_x(mirror.get("speedup"))} <small>{esc(settings_text(mirror))}</small></td>'
-            f'<td>{_x(ratio)}</td>{own}</tr>')
+            f'<tr data-key="{esc(key)}"><th scope="row">projection ({esc(key)}), its own settings: '
+            f'{esc(row["name"])}{mark}</th>'
+            f'<td><b>{row["sd"]}</b> <small>{esc(row["sd_settings"])}</small></td>'
+            f'<td><b>{row["mirror"]}</b> <small>{esc(row["mirror_settings"])}</small></td>'
+            f'<td><b>{row["ratio"]}</b></td>{own}</tr>')
     if not rows:
         return ""
     column = "" if shared else '<th scope="col">not searched (the run cannot replay it)</th>'
@@ -394,12 +406,11 @@ def best_projection(state: dict) -> dict | None:
         return None
     result, _ = got
     ch = (result.get("choices") or {}).get("c") or {}
-    speeds = {m: (ch.get(m) or {}).get("speedup") for m in ("sd", "mirror")}
-    if speeds["mirror"] is None:
+    row = choice_row(ch)
+    if "mirror" not in row["speedups"]:
         return None
     inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s achieved), "
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
               f"acceptance and hits")
-    return {"key": "c", "profile": f"(c) {ch.get('name') or result['profiles']['c'].name}",
-            "inputs": inputs, "speedups": {m: v for m, v in speeds.items() if v is not None},
-            "settings": settings_text(ch.get("mirror"))}
+    return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
+            "inputs": inputs, "row": row, "speedups": row["speedups"]}

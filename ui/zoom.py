@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from .runs import RunRecord, StepView, analyse
+from .runs import RunRecord, StepView, analyse, verdict_outcome
 from .steps import quoted
 
 esc = html.escape
@@ -45,13 +45,20 @@ def instructive_step(rec: RunRecord | None) -> int:
 
 def zoom_step(rec: RunRecord) -> int | None:
     """The step the zoom draws: the first hit after the first step (the idea at work), else
-    the first step with branches."""
+    the first step with branches; among the steps the lanes overlapped in when there are any."""
     steps = analyse(rec).steps
-    order = [s for s in sorted(steps) if s > 0]
-    for s in order:
-        if any(b.status == "taken" for b in steps[s].rollouts):
-            return s
-    return next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
+    every = [s for s in sorted(steps) if s > 0]
+    # a step the lanes really overlapped in (its verify forward split at the early exit) first:
+    # the overlap gate may run some steps one lane after the other, with nothing to draw
+    split = {sp.step for sp in rec.spans if sp.label == "prefix"}
+    for order in ([s for s in every if s in split], every):
+        for s in order:
+            if any(b.status == "taken" for b in steps[s].rollouts):
+                return s
+        found = next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
+        if found is not None:
+            return found
+    return None
 
 
 # a bar's label at the zoom's width (about 1,100 px, labels at about 6 px a character): the
@@ -129,11 +136,12 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
     """When the next window was ready, and whether the step hit or missed."""
-    if any(b.status == "taken" for b in sv.rollouts):
+    outcome = verdict_outcome(sv)
+    if outcome == "hit":
         ends = [s.end_ns for s in spans if s.label == "branches"]
         return (max(verdict_ns, max(ends)) if ends else verdict_ns), "hit"
     ends = [s.end_ns for s in spans if s.label == "fallback"]
-    return (max(ends) if ends else verdict_ns), "miss"
+    return (max(ends) if ends else verdict_ns), outcome or "end"
 
 
 def _ms(spans, label: str) -> float:
@@ -180,5 +188,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     if outcome == "hit":
         return text + ("Hit: one branch started exactly there and was ready before the verdict, "
                        "so it became the next window with no wait.")
+    if outcome == "end":
+        return text + "The run ended at this step: no next window."
     return text + (f"Miss: no branch started there, so the draft wrote the next window after "
                    f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
