@@ -13,7 +13,6 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
-from mirror_sd.engine.events import Commit
 from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
@@ -180,10 +179,6 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         live=race_message(records, methods), state=state)
 
 
-def _tokens_so_far(rec: RunRecord | None) -> int:
-    return sum(len(e.token_ids) for e in list(rec.events) if isinstance(e, Commit)) if rec else 0
-
-
 def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:
     if job.current is None:  # loading or warming up: the message, and one timer
         timed = re.search(r"\d+ s (ago|so far)", job.message)
@@ -194,9 +189,10 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
             for m in methods if m in job.records and job.records[m].finish is not None]
     tail = f" · finished: {', '.join(done)}" if done else ""
     again = f"round {round_no} of {rounds}, " if rounds > 1 else ""
-    tokens = _tokens_so_far(job.records.get(job.current))
+    # no token count here: the pane counts the tokens it has drawn, and a count read at the
+    # poll would run ahead of or behind it
     return render_status(f"Running {label(job.current)} ({again}{i} of {len(methods)}), alone on "
-                         f"the hardware: {tokens} tokens so far{tail}. Its pane draws each step as "
+                         f"the hardware{tail}. Its pane draws each step as "
                          f"the engine commits it; the page gets a few hundred bytes per step and "
                          f"the server renders nothing while a run is timed.", "info",
                          ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
