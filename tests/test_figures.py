@@ -257,7 +257,18 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
         del records["mirror"].finish.stats["lane_split"]
     assert "Mirror-SD's two lanes here</b>: 2 cores: target 1 thread" in html
     assert "lanes overlapped in 2 of 16 steps." in html
+    assert "at once in only 2 of 16 steps here" in html  # most steps ran one lane after the other
     assert "two lanes here" not in without
+
+
+def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
+    records = tiny_records()
+    records["mirror"].finish.stats["lane_split"] = "2 GPUs: one lane each; lanes overlapped in 9 of 16 steps"
+    try:
+        html = render_verdict(records, {})
+    finally:
+        del records["mirror"].finish.stats["lane_split"]
+    assert "lanes overlapped in 9 of 16 steps." in html and "at once in only" not in html
 
 
 def test_the_zoom_draws_a_step_the_lanes_overlapped_in():

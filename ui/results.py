@@ -7,6 +7,7 @@ glossary): a total, a ratio of totals, or a median that says so.
 from __future__ import annotations
 
 import html
+import re
 
 from .figures import (ITEM, Card, Spread, cards, level_with, machine_words, one_device, verdict_parts,
                       verify_slowdown, winner)
@@ -228,9 +229,15 @@ def _lanes_line(rec: RunRecord) -> str:
     split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
     if not split:
         return ""
-    return (f'<p class="msd-verdict-note msd-lanes-line" title="How the target\'s and the draft\'s '
-            f'lanes shared this machine, and in how many steps they ran at once"><b>Mirror-SD\'s two '
-            f'lanes here</b>: {esc(split)}.</p>')
+    lead = ""
+    counts = re.search(r"lanes overlapped in (\d+) of (\d+) steps", split)
+    if counts and 2 * int(counts[1]) < int(counts[2]):  # most steps ran one lane after the other
+        lead = (f'<b class="msd-lanes-lead">Mirror-SD ran its two lanes at once in only {counts[1]} '
+                f'of {counts[2]} steps here: overlapping them measured slower on this machine, so '
+                f'the other steps ran one lane after the other, as SD does.</b> ')
+    return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
+            f'machine, and in how many steps they ran at once">{lead}<span class="msd-verdict-note">'
+            f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span></p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------
