@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from test_imports import ROOT, folder_of, module_files
+from test_imports import ROOT, folder_of, imports, module_files
 
 BENCH = "mirror_sd.bench"
 MAY_IMPORT_BENCH = ("mirror_sd.bench", "mirror_sd.report")
@@ -22,24 +22,6 @@ MAY_IMPORT_BENCH = ("mirror_sd.bench", "mirror_sd.report")
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
-
-
-def imports(name: str, path: Path):
-    """(line, module, imported name or None) for each import in the file, relative ones
-    resolved; `import a.b` gives (line, "a.b", None)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name, None, alias.asname or alias.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[:len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            for alias in node.names:
-                yield node.lineno, base, alias.name, alias.asname or alias.name
 
 
 def bench_public(root: Path = ROOT) -> set[str]:

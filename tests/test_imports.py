@@ -30,22 +30,32 @@ def module_files(root: Path = ROOT, packages=PACKAGES) -> dict[str, Path]:
     return out
 
 
-def imported_names(name: str, path: Path) -> set[str]:
-    """Every module name an import statement anywhere in the file names (relative ones
-    resolved), with `from X import Y` giving both X and X.Y."""
+def imports(name: str, path: Path):
+    """(line, module, imported name or None) for each import in the file, relative ones
+    resolved; `import a.b` gives (line, "a.b", None)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield node.lineno, alias.name, None, alias.asname or alias.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
                 parts = parts[:len(parts) - (node.level - 1)]
                 base = ".".join(parts + ([node.module] if node.module else []))
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
+            for alias in node.names:
+                yield node.lineno, base, alias.name, alias.asname or alias.name
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every module name an import statement anywhere in the file names (relative ones
+    resolved), with `from X import Y` giving both X and X.Y."""
+    names = set()
+    for _, module, imported, _ in imports(name, path):
+        names.add(module)
+        if imported is not None:
+            names.add(f"{module}.{imported}")
     return names
 
 
