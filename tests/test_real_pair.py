@@ -44,3 +44,10 @@ def test_mirror_under_the_overlap_gate_equals_generate(pair):
     the lanes one after the other give generate()'s tokens, and the stats say how the run went."""
     out = tiny.assert_equal_generate(pair, PROMPTS[0], NEW_TOKENS, methods=("mirror",), window="adaptive")
     assert "lanes overlapped in" in out["mirror"].stats["lane_split"]
+
+
+def test_the_default_windows_and_proposer_equal_generate(pair):
+    """The command line's, the benchmark's and the app's defaults (priced windows, prompt lookup
+    beside the draft model, the overlap gate) on the real pair give generate()'s tokens."""
+    from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
+    tiny.assert_equal_generate(pair, PROMPTS[2], NEW_TOKENS, window=DEFAULT_WINDOW, proposer=DEFAULT_PROPOSER)
