@@ -51,6 +51,9 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
                    help="Mirror-SD's two lanes: auto (where they share a CPU's cores, each step "
                         "overlaps them or runs them one after the other, as this pair's measured "
                         "steps favour; engine/mirror/gate.py) or always overlapped")
+    p.add_argument("--early-exit", default=d["early_exit"], choices=("on", "off"),
+                   help="Mirror-SD's early-exit channel: on (the target's exit layer proposes the "
+                        "branches' roots) or off (the draft's own guesses alone: what the exit buys)")
     p.add_argument("--exit-head", default=d["exit_head"], choices=EXIT_HEAD_CHOICES,
                    help="early-exit LM head: auto = int8 copy on CPU for large heads, cut to the shipped "
                         "frequent-token set of the tokenizer when there is one (proposals only)")
@@ -129,7 +132,8 @@ def settings_from_args(args, method: str | None = None) -> tuple[Settings, bool,
                         streams=args.streams, draft_vocab=args.draft_vocab, window=args.window,
                         window_threshold=args.window_threshold, window_min=args.window_min,
                         window_max=args.window_max, proposer=getattr(args, "proposer", DEFAULT_PROPOSER),
-                        lane_overlap=getattr(args, "lane_overlap", DEFAULTS["lane_overlap"]))
+                        lane_overlap=getattr(args, "lane_overlap", DEFAULTS["lane_overlap"]),
+                        early_exit=getattr(args, "early_exit", DEFAULTS["early_exit"]))
     settings.check(REGISTRY[method] if method else None)
     return settings, gamma_auto, budget_auto
 

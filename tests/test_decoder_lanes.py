@@ -312,3 +312,32 @@ def test_a_stopped_branch_forward_keeps_the_finished_rows():
     batch.drop_live()
     assert batch.live == [] and [r.root.token for r in batch.done] == [7]
     assert batch.done[0].cache.get_seq_length() == 6 + 1 + 1  # y, d_1, its root 7
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_without_the_early_exit_the_draft_alone_picks_the_branches(seed):
+    """early_exit off: no exit hook runs (no EarlyExit event, no prefix/exit-head split of the
+    verify forward); the branches come from the draft's own scored roots, every step reports
+    the verdict's rank among them, and the greedy tokens are still generate()'s."""
+    pair = tiny.pair_perturbed(seed)
+    p = tiny.prompt(seed, 6)
+    kw = dict(max_new_tokens=36, gamma=3, lane_overlap="always")
+    off = list(MirrorSpeculative(pair, Settings(early_exit="off", **kw)).generate(p))
+    on = list(MirrorSpeculative(pair, Settings(**kw)).generate(p))
+    ref = tiny.reference_greedy(pair.target, p, 36)
+    assert tiny.finish(off).token_ids == ref == tiny.finish(on).token_ids
+    assert not of(off, EarlyExit) and of(on, EarlyExit)
+    assert not [s for s in of(off, Span) if s.label == "exit_head"]
+    assert [s for s in of(on, Span) if s.label == "exit_head"]
+    fin = tiny.finish(off)
+    branches = [b for b in off if type(b).__name__ == "DraftBranch" and b.status != "serial" and b.step > 0]
+    assert branches and all(b.rank is not None for b in branches)
+    assert fin.stats["hit_rate"] is not None
+    assert wait_no_draft_lane() == []
+
+
+def test_early_exit_must_be_on_or_off():
+    from mirror_sd.errors import MirrorSDError
+    with pytest.raises(MirrorSDError, match="early exit must be on or off"):
+        Settings(early_exit="maybe").check("mirror")
+    Settings(early_exit="maybe").check("sd")  # SD does not read it

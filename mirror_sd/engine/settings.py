@@ -30,7 +30,7 @@ SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 DRAFTING_FIELDS = ("gamma", "streams", "draft_vocab", "window", "window_threshold", "window_min", "window_max",
                    "proposer")
 MIRROR_FIELDS = ("kappa", "exit_layer", "branch_budget", "exit_head", "exit_lens", "lane_timeout_s",
-                 "branch_extend", "lane_overlap")
+                 "branch_extend", "lane_overlap", "early_exit")
 ALL_FIELDS = SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS
 # name -> the settings it reads, for every registered method: written by registry.register
 # only (the registry imports this module, so the lookup by name needs no import back)
@@ -66,6 +66,7 @@ class Settings:
     lane_timeout_s: float = 300.0  # a draft lane silent this long is declared stalled
     branch_extend: str = "on"  # on: a branch is drafted to the window policy's length | off: gamma deep, only cut
     lane_overlap: str = "auto"  # auto: per step, as measured where the lanes share cores | always (engine/mirror/gate.py)
+    early_exit: str = "on"  # on: the target's exit layer proposes the branches' roots | off: the draft's own guesses alone
     streams: str = "off"  # draft stream heads: auto (the pair's trained file if any) | off
     draft_vocab: str = "full"  # the draft's proposal vocabulary: full | auto (the shipped file) | a file
     window: str = "fixed"  # per-step window length: fixed (gamma every step) | adaptive | priced; the CLI, benchmark and app default to windows.DEFAULT_WINDOW
@@ -143,6 +144,8 @@ class Settings:
              f"proposer must be one of {', '.join(PROPOSER_CHOICES)} (got {self.proposer!r})."),
             ("lane_overlap", self.lane_overlap in ("auto", "always"),
              f"lane overlap must be auto or always (got {self.lane_overlap!r})."),
+            ("early_exit", self.early_exit in ("on", "off"),
+             f"early exit must be on or off (got {self.early_exit!r})."),
             ("window", self.window in WINDOW_CHOICES,
              f"window must be one of {', '.join(WINDOW_CHOICES)} (got {self.window!r})."),
             ("window_threshold", 0.0 <= self.window_threshold < 1.0,

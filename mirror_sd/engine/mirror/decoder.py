@@ -114,7 +114,7 @@ class MirrorSpeculative(Decoder):
         if notice:
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
-        self._hook = self._exit_hook(target, marks)
+        self._hook = self._exit_hook(target, marks) if run.settings.early_exit == "on" else None
         policy = mirror_policy(run.settings, self.pair.eos_token_ids)
         policy.zero = False  # the lanes always hand a window over: a priced window is >= 1 token
         self._policy = policy
@@ -143,7 +143,7 @@ class MirrorSpeculative(Decoder):
         """The overlap gate's measured step costs for these settings, kept with the pair across
         runs (a step's cost depends on the pair, the machine and the drafting settings)."""
         key = (s.gamma, s.kappa, s.branch_budget, self._exit_layer, s.window, s.branch_extend, s.streams,
-               s.draft_vocab, s.exit_lens, s.exit_head, s.temperature > 0)
+               s.draft_vocab, s.exit_lens, s.exit_head, s.early_exit, s.temperature > 0)
         if not isinstance(self.pair.info, dict):
             return {}
         return self.pair.info.setdefault("lane_costs", {}).setdefault(key, {})

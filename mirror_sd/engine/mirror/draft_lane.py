@@ -222,7 +222,8 @@ class DraftWorker(threading.Thread):
         Before the early exit arrives the draft starts on its own best root; once it is here
         the budget is the best `branch_budget` roots of the scored list (the early root stays
         only if it is one of them), so a step hits exactly when the verdict's rank is below
-        the budget. Returns (batch, scored roots or None), or None when cancelled."""
+        the budget. With `early_exit` off no exit comes: the draft's own scored list is the
+        budget from the start (what the exit buys is the hit rate between the two). Returns (batch, scored roots or None), or None when cancelled."""
         s, lane = self.run_.settings, self.lane
         batch = BranchBatch(lane.model, lane.cache, lane.entries(job.n), s.gamma, s.sampling,
                             self.policy.stop if self.extend else None)
@@ -251,6 +252,9 @@ class DraftWorker(threading.Thread):
                 batch.keep(lambda root: (root.depth, root.token) in best)
                 # with the verdict already in, only its own root starts (the others would be
                 # cancelled before their first forward)
+                admit(scored, s.branch_budget, job.matches if verdict_in else lambda root: True)
+            elif scored is None and s.early_exit == "off":  # no exit: the draft's own guesses decide
+                scored = score_roots(job.window.tokens, job.window.q_rows, q_bonus, None, s.kappa)
                 admit(scored, s.branch_budget, job.matches if verdict_in else lambda root: True)
             elif not admitted and not verdict_in:  # start on the draft's own best guess
                 admit(score_roots(job.window.tokens, job.window.q_rows, q_bonus, None, s.kappa),
