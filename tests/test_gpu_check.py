@@ -56,3 +56,39 @@ def test_span_intersection():
     assert _intersection((0.0, 10.0), (5.0, 20.0)) == 5.0
     assert _intersection((0.0, 4.0), (5.0, 20.0)) == 0.0
     assert _intersection((2.0, 3.0), (0.0, 20.0)) == 1.0
+
+
+def test_dry_run_times_a_forward_per_row_count(dry_run):
+    """The forward costs section: the tiny shape on the CPU, each row count timed (positive
+    medians on the host clock), and the markdown table names it."""
+    from mirror_sd.gpu_check.costs import ROWS
+    _, out, report = dry_run
+    costs = report["forward_costs"]
+    assert costs["device"] == "cpu" and costs["clock"] == "host perf_counter_ns"
+    (shape,) = costs["shapes"]
+    assert shape["status"] == "ran" and shape["layers"] == 2
+    assert set(shape["rows"]) == {str(k) for k in ROWS}
+    assert all(r["device_ms"] > 0 and r["host_ms"] > 0 for r in shape["rows"].values())
+    assert "## Forward costs" in (out / "gpu_check.md").read_text()
+
+
+def test_forward_costs_skip_shapes_past_their_budget():
+    from mirror_sd.gpu_check.costs import forward_costs
+    costs = forward_costs("cpu", "fp32", dry_run=True, reps=1, warm=0, budget_s=-1)
+    assert [s["status"] for s in costs["shapes"]] == ["skipped"]
+    assert "time budget" in costs["shapes"][0]["reason"]
+
+
+def test_the_what_if_shapes_have_the_model_cards_sizes(tmp_path):
+    """The Qwen3 shapes timed on a GPU, built on the meta device: their parameter counts are
+    the What-if's (whatif_hardware.TARGETS/DRAFTS, the public model cards') within 1%."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from mirror_sd.gpu_check.costs import shapes
+    from mirror_sd.latency.whatif_hardware import DRAFTS, TARGETS
+    for name, what, config in shapes(None, dry_run=False):
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+        params = sum(p.numel() for p in model.parameters()) / 1e9
+        card = {**TARGETS, **DRAFTS}[what].params_b
+        assert abs(params - card) / card < 0.01, (name, params, card)

@@ -25,7 +25,8 @@ PROMPTS = ["Write a Python function that checks whether a string is a palindrome
 # configurations at bf16; a model on the CPU runs fp32 (fp16 has no fast CPU matmuls)
 PLAN = [("gpu-streams", "bf16"), ("gpu-streams", "fp16"), ("target-gpu-draft-cpu", "bf16"),
         ("draft-gpu-target-cpu", "bf16"), ("cpu", "fp32")]
-BUDGET_S = 420  # the whole check within 8 minutes, with a minute to spare for the start
+BUDGET_S = 480  # the whole check within 9 minutes, with a minute to spare for the start
+COSTS_BUDGET_S = 150  # of which the forward costs of the What-if's shapes (costs.py)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--tokens", type=int, default=None, help="new tokens per run (64; dry run 6)")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S,
                     help="configurations not started by then are skipped, with the reason")
+    ap.add_argument("--costs-budget-s", type=float, default=COSTS_BUDGET_S,
+                    help="the forward costs of the What-if's model shapes first, within this many "
+                         "seconds (0: none)")
     return ap
 
 
@@ -79,6 +83,15 @@ def _run_one(entry: dict, source: str, folders, tokens: int, settings_cls) -> No
         torch.cuda.empty_cache()
 
 
+def _forward_costs(args) -> dict:
+    """The What-if's shapes timed on this machine's GPU (the tiny shape on the CPU in a dry run)."""
+    from mirror_sd.gpu_check.costs import forward_costs
+    gpu = torch.cuda.is_available() and not args.dry_run
+    return forward_costs("cuda:0" if gpu else "cpu", "bf16" if gpu else "fp32",
+                         args.assets if args.assets.is_dir() else None, dry_run=not gpu,
+                         reps=15 if gpu else 3, warm=3 if gpu else 1, budget_s=args.costs_budget_s)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.prepare:
@@ -101,6 +114,9 @@ def main(argv=None) -> int:
                                   f"default target's architecture; draft: its first "
                                   f"{models.DRAFT_LAYERS} layers): speeds are measured, "
                                   f"acceptance is this synthetic pair's")
+    if args.costs_budget_s > 0:
+        report["forward_costs"] = _forward_costs(args)
+        write_reports(report, args.out)
     folders = None
     if source == "synthetic":
         work = Path(tempfile.mkdtemp(prefix="mirror-sd-gpu-check-"))  # large: kept out of --out

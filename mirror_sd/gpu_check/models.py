@@ -35,7 +35,8 @@ def bundled_cached() -> bool:
 
 
 def prepare(dest: Path) -> None:
-    """Copy the default target's config and tokenizer files into `dest` (small: ~10 MB)."""
+    """Copy the default target's config and tokenizer files, and the draft's config as
+    draft_config.json, into `dest` (small: ~10 MB)."""
     src = _bundled_folders()[0]
     if not (src / "config.json").is_file():
         from mirror_sd.errors import MirrorSDError
@@ -45,6 +46,9 @@ def prepare(dest: Path) -> None:
     for name in ("config.json",) + TOKENIZER_FILES:
         if (src / name).exists():
             shutil.copy(src / name, dest / name)
+    draft_config = _bundled_folders()[1] / "config.json"  # the draft's shape, for the forward costs
+    if draft_config.is_file():
+        shutil.copy(draft_config, dest / "draft_config.json")
     print(f"prepared {dest}: {sorted(p.name for p in dest.iterdir())}")
 
 

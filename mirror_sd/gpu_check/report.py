@@ -42,6 +42,9 @@ def markdown(report: dict) -> str:
             lines.append(f"| {r['configuration']} | {r['precision']} | {o['clock']} | "
                          f"{o['target_span_ms']} | {o['draft_span_ms']} | {o['back_to_back_wall_ms']} | "
                          f"{o['at_once_wall_ms']} | {o['at_once_overlap_ms']} | {o['at_once_draft_hidden']} |")
+    if report.get("forward_costs"):
+        from mirror_sd.gpu_check.costs import markdown as costs_markdown
+        lines += costs_markdown(report["forward_costs"])
     return "\n".join(lines) + "\n"
 
 
