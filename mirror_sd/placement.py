@@ -272,11 +272,18 @@ def lane_alone(pair):
     return method_threads(pair, 1)
 
 
-def lanes_share_cores(pair) -> bool:
-    """Whether Mirror-SD's two lanes split one CPU's cores (each has part of them while both
-    work), rather than each running on a device of its own."""
+def lanes_share_a_device(pair) -> bool:
+    """Whether Mirror-SD's two lanes share one device while both work: one CPU's cores (each
+    lane has part of them), or one GPU (a CUDA stream each, one Python process launching both
+    lanes' kernels: measured on an H200 with transformers' eager forwards, a target and a
+    draft forward launched at once from two threads took 206 ms against 38 ms one after the
+    other, docs/hosting.md), rather than each running on a device of its own."""
     placement = (getattr(pair, "info", None) or {}).get("placement")
-    return placement is not None and placement.both_on_cpu and cpu_cores() >= 2
+    if placement is None:
+        return False
+    if placement.both_on_cpu:
+        return cpu_cores() >= 2
+    return placement.target_device == placement.draft_device
 
 
 def lane_split(pair) -> str:

@@ -278,7 +278,7 @@ def test_steps_with_the_lanes_one_after_the_other_give_the_same_tokens(monkeypat
     p = tiny.prompt(seed, 6)
     kw = dict(max_new_tokens=40, gamma=3, temperature=temperature, seed=5)
     always = tiny.finish(list(MirrorSpeculative(pair, Settings(lane_overlap="always", **kw)).generate(p)))
-    monkeypatch.setattr(mirror_decoder, "lanes_share_cores", lambda _pair: True)
+    monkeypatch.setattr(mirror_decoder, "lanes_share_a_device", lambda _pair: True)
     decoder = MirrorSpeculative(pair, Settings(**kw))
     decoder._prepare()
     decoder._lane_costs(decoder.settings).update(overlap=50.0, serial=10.0)  # measured before: serial wins

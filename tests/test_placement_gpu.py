@@ -98,3 +98,19 @@ def test_placement_flag_sets_both_devices_and_the_old_flags_still_work(fake_gpus
         model_kwargs(_args("--placement", "draft-gpu-target-cpu"))
     fake_gpus(1)
     assert model_kwargs(_args("--placement", "draft-gpu-target-cpu"))["draft_device"] == "cuda"
+
+
+def test_the_overlap_gate_measures_wherever_both_lanes_share_one_device(fake_gpus, monkeypatch):
+    """Both lanes on one GPU (a stream each, one process launching both) or on one CPU's
+    cores: the gate measures and may run them one after the other. A lane on a device of its
+    own: always overlapped."""
+    from types import SimpleNamespace
+    fake_gpus(1)
+    monkeypatch.setattr(pl, "cpu_cores", lambda: 2)
+    share = {}
+    for name in ("cpu",) + pl.GPU_CONFIGURATIONS:
+        p = pl.resolve_placement(*pl.configuration_devices(name))
+        share[name] = pl.lanes_share_a_device(SimpleNamespace(info={"placement": p}))
+    assert share == {"cpu": True, "gpu-streams": True, "target-gpu-draft-cpu": False,
+                     "draft-gpu-target-cpu": False}
+    assert not pl.lanes_share_a_device(SimpleNamespace(info={}))  # no placement recorded

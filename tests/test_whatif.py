@@ -332,3 +332,53 @@ def test_the_draft_lanes_slowdown_beside_the_target_is_read_from_its_own_forward
     assert wi.draft_beside_factor([{"method": "mirror", "spans": spans}]) == pytest.approx(1.5)
     assert wi.draft_beside_factor([{"method": "sd", "spans": spans}]) is None
     assert wi.draft_beside_factor([{"method": "mirror", "spans": spans[:3]}]) is None  # none after
+
+
+def test_profile_c_prices_sds_windows_with_its_own_costs():
+    """A run whose priced windows decoded most steps on this machine (drafting did not pay
+    here) is not replayed step for step on an accelerator where drafting is cheap: SD's
+    windows are priced again with the profile's costs at the acceptance its drafted steps
+    showed (decode-only steps say nothing about acceptance)."""
+    hw = Accelerators(target="14B", draft="0.6B", gamma=4, launch_ms=0.0, host_ms=0.0, comm_ms=0.0)
+    cal = accelerator_calibration(hw)
+    ar = wi.RecordedSteps("ar", 4, [None] * 80, 80, 1.0)
+    windows, accepted = [0] * 60 + [4] * 5, [0] * 60 + [3] * 5
+    sd = wi.RecordedSteps("sd", 4, [None] * 65, 80, 1.0, windows=windows, accepted=accepted)
+    assert sd.drafted_alpha() == pytest.approx(15 / 20)
+    replayed = wi.project([ar, sd], wi.Profile("c", "x", cal, {}))["sd"]
+    priced = wi.project([ar, sd], wi.Profile("c", "x", cal, {}, reprice_windows=True))["sd"]
+    # replayed, the 60 decode-only steps cost a target forward for one token each
+    assert priced["windows"][0] >= 2 and not priced["replayed"] and replayed["replayed"]
+    assert priced["speedup"] > 1.3 * replayed["speedup"] and priced["speedup"] > 1.4
+    steps, k, seconds = wi.priced_sd_steps(sd, cal)
+    # the chosen window is the best of all k, decoding (k = 0) included
+    alpha = 0.75
+    rate = lambda j: ((1 - alpha ** (j + 1)) / (1 - alpha)) / (  # noqa: E731
+        j * cal.t_draft_token + lm.target_k(cal, j + 1) if j else cal.t_target_1)
+    assert all(rate(k) >= rate(j) - 1e-9 for j in range(13))
+    # with a draft as dear as the target, the profile decodes, as this machine did
+    dear = replace(cal, t_draft_token=cal.t_target_1, t_fallback_token=cal.t_target_1)
+    assert wi.priced_sd_steps(sd, dear)[1] == 0
+    # no per-step acceptance (a benchmark record keeps only the windows): replayed as before
+    assert wi.priced_sd_steps(replace(sd, accepted=[]), cal) is None
+
+
+def test_profile_c_can_take_the_forward_times_measured_on_an_h200():
+    """costs measured-h200: the forward times are the GPU check's (measured.json), linear
+    between the measured row counts; the notes and the source say so; a bad choice is refused."""
+    from mirror_sd import measured
+    from mirror_sd.latency.whatif_hardware import measured_forward
+    table = measured.values("h200_eager_forward_ms")
+    hw = Accelerators(target="14B", draft="0.6B", gamma=3, costs="measured-h200")
+    cal = accelerator_calibration(hw)
+    assert cal.t_target_1 == pytest.approx(table["14B"]["1"] / 1e3)
+    assert cal.t_target_k == pytest.approx(table["14B"]["4"] / 1e3)  # gamma + 1 rows
+    assert cal.t_draft_token == pytest.approx(table["0.6B"]["1"] / 1e3)
+    assert measured_forward("8B", 3) == pytest.approx((table["8B"]["2"] + table["8B"]["4"]) / 2e3)
+    assert measured_forward("8B", 20) == pytest.approx(table["8B"]["8"] / 1e3)
+    assert "H200" in cal.source and any("H200" in n for n in cal.notes)
+    roof = accelerator_calibration(replace(hw, costs="roofline"))
+    # launch-bound on the GPU: the draft's share of a target forward is far above the roofline's
+    assert cal.t_draft_token / cal.t_target_1 > 5 * roof.t_draft_token / roof.t_target_1
+    with pytest.raises(ValueError, match="costs must be one of"):
+        accelerator_calibration(replace(hw, costs="guess"))

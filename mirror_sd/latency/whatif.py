@@ -99,6 +99,17 @@ class RecordedSteps:
     def misses(self) -> int:
         return sum(o is False for o in self.outcomes)
 
+    def drafted_alpha(self) -> float | None:
+        """Per-token acceptance over the steps that drafted (a window of w tokens with A
+        accepted tested A + 1 tokens, or w when all were taken): decode-only steps (a priced
+        window of 0) say nothing about it. None without per-step accepted lengths."""
+        pairs = [(w, a) for w, a in zip(self.windows, self.accepted) if w > 0]
+        if not pairs or len(self.accepted) != len(self.windows):
+            return None
+        taken = sum(a for _, a in pairs)
+        tested = sum(a + (1 if a < w else 0) for w, a in pairs)
+        return min(taken / tested, 0.999) if tested else None
+
 
 def _dur(s) -> float:
     return (_get(s, "end_ns") - _get(s, "start_ns")) / 1e9
@@ -277,6 +288,9 @@ class Profile:
     # work it left at the verdict, seconds per hit / miss (None: the latency model's terms)
     mirror: lm.Calibration | None = None
     tail: tuple[float, float] | None = None
+    # SD's windows priced again with this profile's costs (priced_sd_steps): the run's
+    # decode-only steps were this machine's choice at its costs, not the profile's
+    reprice_windows: bool = False
 
     def calibration_for(self, method: str) -> lm.Calibration:
         return self.mirror if method == "mirror" and self.mirror is not None else self.calibration
@@ -452,6 +466,14 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
         tau = lm.tokens_per_step(cal, m) or 1.0
         steps = rec.tokens / tau
         hits = steps * (cal.hit_rate or 0.0) if m == "mirror" else 0.0
+    priced = priced_sd_steps(rec, cal) if m == "sd" and profile.reprice_windows else None
+    if priced is not None:
+        steps, window, busy = priced
+        decode = steps * (busy + host)
+        return {"method": m, "profile": profile.key, "projection": True, "replayed": False,
+                "steps": steps, "hits": None, "tokens": rec.tokens, "decode_s": decode,
+                "measured_decode_s": rec.decode_s, "window": window,
+                "tokens_per_s": rec.tokens / decode if decode else None}
     if m == "mirror" and replay and len(rec.windows) == rec.steps:
         busy = mirror_replay_seconds(rec, cal, profile.tail)
     elif m == "mirror":
@@ -475,6 +497,26 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
             "steps": steps, "hits": hits if m == "mirror" else None, "tokens": rec.tokens,
             "decode_s": decode, "measured_decode_s": rec.decode_s,
             "tokens_per_s": rec.tokens / decode if decode else None}
+
+
+def priced_sd_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
+    """SD as priced windows would run it under `cal`'s costs: the window k = 0..longest
+    (0: a plain decode step) with the most expected tokens per second, at the acceptance the
+    run's drafted steps showed. (steps, k, seconds per step), or None when the run recorded
+    no per-step acceptance or `cal` lacks a cost."""
+    alpha = rec.drafted_alpha()
+    draft = lm.step_terms(cal)["T_draft(gamma)"]
+    if alpha is None or draft is None or cal.t_target_1 is None:
+        return None
+    per_token = draft / cal.gamma
+    best = None
+    for k in range(longest + 1):
+        tokens = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)  # accepted drafts + the target's own
+        seconds = (k * per_token + target_k(cal, k + 1) + cal.t_accept) if k else cal.t_target_1
+        if best is None or tokens / seconds > best[0]:
+            best = (tokens / seconds, k, tokens, seconds)
+    _, k, tokens, seconds = best
+    return rec.tokens / tokens, k, seconds
 
 
 def mirror_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, tail) -> float | None:
@@ -518,7 +560,9 @@ def project(recorded: list[RecordedSteps], profile: Profile) -> dict:
                   "replayed": all(p["replayed"] for p in parts),
                   "steps": sum(p["steps"] for p in parts), "tokens": tokens, "decode_s": decode,
                   "tokens_per_s": tokens / decode if decode else None,
-                  "measured_decode_s": None if None in measured else sum(measured)}
+                  "measured_decode_s": None if None in measured else sum(measured),
+                  # SD's windows as the profile priced them (priced_sd_steps), one per run
+                  "windows": sorted({p["window"] for p in parts if p.get("window") is not None})}
     ar = out.get("ar")
     for row in out.values():
         row["speedup"] = (row["tokens_per_s"] / ar["tokens_per_s"]

@@ -18,11 +18,20 @@ the acceptance rule, scheduling) `host_ms`. Speculative streaming (the paper's d
 several tokens per forward) is `draft_tokens_per_forward`.
 
 Shapes are the public model cards' (approximate parameter counts). All numbers here feed a
-projection: nothing is measured.
+projection.
+
+With `costs` "measured-h200" the forward times are not the roofline's but those measured on
+an NVIDIA H200 for each shape (random weights, bf16, transformers' eager forward as the
+engine runs it: mirror_sd/data/measured.json "h200_eager_forward_ms", from `python -m
+mirror_sd.gpu_check`). There the kernel launches, not the weight bytes, set the time: a
+0.6B draft forward costs 0.65x of a 14B target forward, against 0.04x on the roofline. The
+acceptance and the hit rate still come from the recorded run (or tau / hit_rate).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+
+from mirror_sd import measured
 
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.latency import whatif as wi
@@ -63,6 +72,23 @@ DRAFTS = {
 }
 
 
+COSTS_CHOICES = ("roofline", "measured-h200")
+MEASURED_H200 = "h200_eager_forward_ms"  # the measured.json entry
+
+
+def measured_forward(shape: str, tokens: int) -> float:
+    """Seconds of one eager forward of What-if shape `shape` over `tokens` rows on the H200,
+    linear between the measured row counts (1, 2, 4, 8) and flat past the last: an eager
+    forward of a few rows is launch-bound, its time barely grows with them."""
+    rows = sorted((int(k), v) for k, v in measured.values(MEASURED_H200)[shape].items())
+    if tokens <= rows[0][0]:
+        return rows[0][1] / 1e3
+    for (k0, v0), (k1, v1) in zip(rows, rows[1:]):
+        if tokens <= k1:
+            return (v0 + (v1 - v0) * (tokens - k0) / (k1 - k0)) / 1e3
+    return rows[-1][1] / 1e3
+
+
 @dataclass
 class Accelerators:
     """The editable inputs of profile (c); defaults: an H100-class GPU (3.35 TB/s HBM, about
@@ -85,6 +111,7 @@ class Accelerators:
     draft_tokens_per_forward: float = 1.0  # speculative streaming: > 1
     tau: float | None = None  # tokens per step at this gamma (None: the run's acceptance)
     hit_rate: float | None = None  # Mirror-SD steps whose next window was ready (None: the run's)
+    costs: str = "roofline"  # forward times: roofline (bytes over bandwidth) | measured-h200 (COSTS_CHOICES)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -117,6 +144,8 @@ def _check(hw: Accelerators) -> None:
         raise ValueError("exit_fraction must be between 0 and 1")
     if hw.gamma < 1 or hw.branch_budget < 1:
         raise ValueError("gamma and branch_budget must be at least 1")
+    if hw.costs not in COSTS_CHOICES:
+        raise ValueError(f"costs must be one of {', '.join(COSTS_CHOICES)}")
 
 
 def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None) -> lm.Calibration:
@@ -127,9 +156,13 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
     g, bpw = hw.gamma, hw.bytes_per_weight
 
     def t_target(k):
+        if hw.costs == "measured-h200":
+            return measured_forward(hw.target, k)
         return forward_s(tgt, k, hw.target_bw_gbs, hw.target_tflops, bpw, hw.launch_ms)
 
     def t_draft(k):
+        if hw.costs == "measured-h200":
+            return measured_forward(hw.draft, k)
         return forward_s(dft, k, hw.draft_bw_gbs, hw.draft_tflops, bpw, hw.launch_ms)
 
     head_bytes = tgt.head_params * bpw
@@ -144,15 +177,18 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
     else:
         alpha = None
     hit = hw.hit_rate if hw.hit_rate is not None else (run.hit_rate if run is not None else None)
-    notes = [f"target {tgt.name} ({tgt.params_b:g}B, {tgt.layers} layers) at "
-             f"{hw.target_bw_gbs:g} GB/s: {t1 * 1e3:.2f} ms per token, verify of {g + 1} "
+    measured_h200 = hw.costs == "measured-h200"
+    where = ("measured on an NVIDIA H200 (eager transformers forward, bf16)" if measured_h200 else None)
+    notes = [f"target {tgt.name} ({tgt.params_b:g}B, {tgt.layers} layers) "
+             f"{where or f'at {hw.target_bw_gbs:g} GB/s'}: {t1 * 1e3:.2f} ms per token, verify of {g + 1} "
              f"{tk * 1e3:.2f} ms",
-             f"draft {dft.name} ({dft.params_b:g}B) at {hw.draft_bw_gbs:g} GB/s: "
+             f"draft {dft.name} ({dft.params_b:g}B) {where or f'at {hw.draft_bw_gbs:g} GB/s'}: "
              f"{per_token * 1e3:.2f} ms per drafted token"
              + (f" ({hw.draft_tokens_per_forward:g} tokens per forward)" if hw.draft_tokens_per_forward != 1 else ""),
              "SD drafts on the same draft device",
-             f"{bpw:g} bytes per weight; {hw.launch_ms:g} ms launch per forward; "
-             f"{hw.comm_ms:g} ms per message; {hw.host_ms:g} ms host per step"]
+             ("forward times as measured, each lane on a device of its own (two H200s); "
+              if measured_h200 else f"{bpw:g} bytes per weight; {hw.launch_ms:g} ms launch per forward; ")
+             + f"{hw.comm_ms:g} ms per message; {hw.host_ms:g} ms host per step"]
     return lm.Calibration(
         target_layers=tgt.layers, exit_layer=max(1, min(tgt.layers - 1, round(hw.exit_fraction * tgt.layers))),
         gamma=g, gamma_measured=g, branch_budget=hw.branch_budget, kappa=hw.kappa,
@@ -163,7 +199,9 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
         branch_forwards=1.0, branch_rows=float(rows), contention=1.0, schedule="paper",
         draft_device="separate", t_comm_ee=hw.comm_ms / 1e3, t_comm_verify=hw.comm_ms / 1e3,
         alpha_sd=alpha, alpha_mirror=alpha, hit_rate=hit,
-        source="projection: weight bytes over memory bandwidth (whatif_hardware.py)", notes=notes)
+        source=("projection: forward times measured on an NVIDIA H200 (measured.json h200_eager_forward_ms)"
+                if measured_h200 else "projection: weight bytes over memory bandwidth (whatif_hardware.py)"),
+        notes=notes)
 
 
 def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
@@ -174,7 +212,8 @@ def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
     from_run = hw.tau is None and hw.hit_rate is None and run_gamma == hw.gamma
     host = hw.host_ms / 1e3
     return Profile("c", PROFILE_NAMES["c"], cal, {m: host for m in ("ar", "sd", "mirror")},
-                   list(cal.notes) + list(hw.notes), acceptance_from_run=from_run)
+                   list(cal.notes) + list(hw.notes), acceptance_from_run=from_run,
+                   reprice_windows=hw.tau is None)
 
 
 def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,

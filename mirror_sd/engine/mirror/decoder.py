@@ -61,7 +61,7 @@ from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, E
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
 from mirror_sd.models.pair import model_vocab_size
-from mirror_sd.placement import lane_alone, lane_split, lane_sync, lanes_share_cores
+from mirror_sd.placement import lane_alone, lane_split, lane_sync, lanes_share_a_device
 from mirror_sd.proposals.draft_vocab import shipped_ids
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class MirrorSpeculative(Decoder):
         self._stalled = False
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
                                    ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT, policy=policy)
-        gate = OverlapGate(run.settings.lane_overlap, lanes_share_cores(self.pair), self._lane_costs(run.settings))
+        gate = OverlapGate(run.settings.lane_overlap, lanes_share_a_device(self.pair), self._lane_costs(run.settings))
         run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
         step, hit = 0, False

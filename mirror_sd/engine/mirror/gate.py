@@ -1,10 +1,12 @@
 """Per step: overlap Mirror-SD's two lanes, or run them one after the other.
 
 Overlapping pays where the draft's work beside the target costs the target nothing: on a
-device of its own (another GPU, the CPU beside a GPU target, a CUDA stream of its own) the
-lanes always overlap. Where the two lanes share a CPU's cores, each lane has half the cores
-while both work, and the target's verify forward on half the cores can take longer than the
-draft's whole window on all of them (docs/performance.md, "Each lane at full speed"). There,
+device of its own (another GPU, the CPU beside a GPU target) the lanes always overlap. Where
+the two lanes share a CPU's cores, each lane has half the cores while both work, and the
+target's verify forward on half the cores can take longer than the draft's whole window on
+all of them (docs/performance.md, "Each lane at full speed"); where they share one GPU, one
+Python process launches both lanes' kernels and eager forwards are launch-bound, so two at
+once can take far longer than one after the other (placement.lanes_share_a_device). There,
 under `lane_overlap` "auto", each step goes the way this pair's own measured steps favour:
 overlapped (the target on its cores, the draft racing the verdict on the others) or one lane
 after the other with every core (the target verifies, then the draft rolls the next window
