@@ -398,3 +398,28 @@ def test_empty_window_verify_is_a_plain_step():
     from mirror_sd.engine.drafting import Window
     w = Window.empty("price", "why")
     assert w.tokens == [] and w.q_probs == [] and w.stop == "price" and w.note == "why" and w.source == ""
+
+
+@pytest.mark.parametrize("method", ["sd", "mirror"])
+def test_a_pairs_runs_share_their_measured_costs(method):
+    """The costs priced windows read are kept with the pair (windows.pair_costs): after one
+    run, the next starts from the target forwards and draft tokens it measured, not from the
+    seeds; a pair without an info dict gets fresh costs; the tokens stay generate()'s."""
+    from types import SimpleNamespace
+
+    from mirror_sd.engine.windows import pair_costs
+    pair = tiny.pair_perturbed(7)
+    pair.info.pop("prices", None)
+    p = tiny.prompt(7, 6)
+    s = Settings(max_new_tokens=24, gamma=3, window="adaptive")
+    first = tiny.finish(list(METHODS[method](pair, s).generate(p)))
+    assert first.token_ids == tiny.reference_greedy(pair.target, p, 24)
+    (key,) = pair.info["prices"]
+    assert key[0] == method
+    prices = pair.info["prices"][key].snapshot()
+    assert prices.points and prices.draft.get("draft")  # measured, though the run was adaptive
+    priced = Settings(max_new_tokens=24, gamma=3, window="priced", proposer="draft")
+    assert pair_costs(pair, *key) is pair.info["prices"][key]
+    second = tiny.finish(list(METHODS[method](pair, priced).generate(p)))
+    assert second.token_ids == first.token_ids
+    assert pair_costs(SimpleNamespace(info=None), "sd").snapshot().points == []

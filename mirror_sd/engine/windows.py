@@ -67,7 +67,8 @@ class WindowPolicy:
     eos: frozenset = frozenset()
     length: int = 0  # the next window's length before the room cap (set from gamma)
     zero: bool = True  # priced: a window may be empty (a plain decode step); Mirror-SD: False
-    # priced: the run's measured costs (shared with the decoder that feeds them), the acceptance
+    # priced: the measured costs (shared with the decoder that feeds them, and with the pair's
+    # other runs: pair_costs), the acceptance
     # per position per proposer, decoded steps in a row, the gap before the next probe, and the
     # last plan's proposer and reason in words (the Verify event's `price`)
     costs: pricing.Costs = field(default_factory=pricing.Costs)
@@ -237,6 +238,18 @@ def drafting_every_step(settings):
     probe must time it (priced windows become adaptive ones, the proposer the draft model)."""
     window = "adaptive" if settings.window == "priced" else settings.window
     return replace(settings, window=window, proposer="draft")
+
+
+def pair_costs(pair, *key) -> pricing.Costs:
+    """The measured costs priced windows read, kept with the pair across runs
+    (`pair.info["prices"]`, per `key`: the method and the drafting settings that change a
+    cost): a run starts from what the runs before it on this machine measured, the warm-up's
+    (which drafts every step) included, not from the seeds. A run that never drafted could
+    otherwise never price drafting below the seeds' guess and would decode to the end."""
+    info = getattr(pair, "info", None)
+    if not isinstance(info, dict):
+        return pricing.Costs()
+    return info.setdefault("prices", {}).setdefault(key, pricing.Costs())
 
 
 def policy_for(settings, eos=(), cap: int | None = None, zero: bool = True) -> WindowPolicy:
