@@ -423,3 +423,39 @@ def test_a_pairs_runs_share_their_measured_costs(method):
     second = tiny.finish(list(METHODS[method](pair, priced).generate(p)))
     assert second.token_ids == first.token_ids
     assert pair_costs(SimpleNamespace(info=None), "sd").snapshot().points == []
+
+
+def test_a_steps_host_time_is_priced_into_each_window():
+    """Each step's time outside its forwards (measured per drafted and per decoded step) is
+    added to the window's cost: a window that beats decoding on forwards alone does not when
+    its step costs more host time than a decode step."""
+    costs = Costs()
+    for _ in range(3):
+        costs.add_verify(1, 0.030)
+        costs.add_verify(3, 0.036)
+        costs.add_draft("draft", 0.024, 2)
+    rates = {"draft": ([0.7] * 4, 1, 4)}
+    before, _ = best_window(costs.snapshot(), rates)
+    assert before.k > 0  # forwards alone: 2 tokens in about 60 ms against 1 in 30
+    for _ in range(3):
+        costs.add_host(True, 0.012)
+        costs.add_host(False, 0.002)
+    prices = costs.snapshot()
+    assert prices.host_s(True) == pytest.approx(0.012) and prices.host_s(False) == pytest.approx(0.002)
+    after, table = best_window(prices, rates)
+    decode = next(o for o in table if o.k == 0)
+    assert decode.seconds == pytest.approx(0.032)
+    two = next(o for o in table if o.k == 2)
+    assert two.seconds == pytest.approx(2 * 0.012 + 0.036 + 0.012)
+    assert after.k == 0
+
+
+def test_sd_measures_its_steps_host_time(monkeypatch):
+    """A real SD run feeds the host time of its drafted and decoded steps to the costs."""
+    pair = tiny.pair_perturbed(3)
+    pair.info.pop("prices", None)
+    s = Settings(max_new_tokens=20, gamma=3, window="adaptive")
+    list(METHODS["sd"](pair, s).generate(tiny.prompt(3, 6)))
+    (costs,) = pair.info["prices"].values()
+    prices = costs.snapshot()
+    assert 0.0 < prices.host_s(True) < 1.0

@@ -3,8 +3,12 @@
 Pure (no models, no threads of its own). A window of k drafted tokens, verified in one
 target forward over k + 1 rows, commits 1 + sum_{i=1..k} a_1 * ... * a_i tokens on average
 (a_i: the chance that position i is accepted once 1..i-1 were) and costs
-k * t_draft + t_verify(k + 1); drafting nothing (k = 0) is a plain target decode step: one
-token for t_verify(1). `best_window` picks the k with the most expected tokens per second.
+k * t_draft + t_verify(k + 1) + t_host(drafted); drafting nothing (k = 0) is a plain target
+decode step: one token for t_verify(1) + t_host(decoded). t_host is the step's time outside
+the draft's and the target's forwards (the acceptance rule over the vocabulary, sampling,
+the window's bookkeeping): measured at int8 on the default pair it is about a third of a
+target decode for a drafted step, so a window priced without it looked cheaper than it was.
+`best_window` picks the k with the most expected tokens per second.
 
 The costs are the run's own, measured while it goes (`Costs`: running medians of the last
 measurements of each verify size and of each proposer's cost per drafted token), seeded
@@ -65,6 +69,12 @@ class Costs:
         if tokens > 0:
             with self._lock:
                 self._draft.setdefault(source, RunningMedian()).add(seconds / tokens)
+
+    def add_host(self, drafted: bool, seconds: float) -> None:
+        """A step's time outside its forwards (drafted: a window was verified; else a decode)."""
+        with self._lock:
+            self._draft.setdefault("host-drafted" if drafted else "host-decoded", RunningMedian()).add(
+                max(0.0, seconds))
 
     def add_catchup(self, seconds: float, tokens: int) -> None:
         """The draft model's first forward of a window that fed `tokens` committed tokens at once
@@ -131,6 +141,10 @@ class Prices:
             return 0.0
         per = self.draft.get("catchup")
         return tokens * (per if per is not None else SEED_CATCHUP_SHARE * self.draft_s("draft"))
+
+    def host_s(self, drafted: bool) -> float:
+        """A step's time outside its forwards, measured (0 before the first measurement)."""
+        return self.draft.get("host-drafted" if drafted else "host-decoded") or 0.0
 
     def draft_s(self, source: str) -> float:
         """Seconds per drafted token of a proposer: measured, or the seed (a lookup: 0)."""
@@ -217,7 +231,7 @@ def worth_more(prices: Prices, source: str, survival: list[float], a_next: float
     a_next: the next token's acceptance once reached."""
     k = len(survival)
     tokens = 1.0 + sum(survival)
-    seconds = k * prices.draft_s(source) + prices.verify_s(k + 1)
+    seconds = k * prices.draft_s(source) + prices.verify_s(k + 1) + prices.host_s(True)
     more = tokens + (survival[-1] if survival else 1.0) * a_next
     more_s = seconds + prices.draft_s(source) + prices.verify_s(k + 2) - prices.verify_s(k + 1)
     return more / more_s > tokens / seconds
@@ -256,7 +270,7 @@ def options(prices: Prices, rates: list[float], source: str, lo: int, hi: int,
     for k in range(max(1, lo), hi + 1):
         tokens = expected_tokens(rates[:k])
         share = catchup * tokens / room if catchup and room else 0.0
-        out.append(Option(k, source, tokens, k * draft + prices.verify_s(k + 1) + share))
+        out.append(Option(k, source, tokens, k * draft + prices.verify_s(k + 1) + prices.host_s(True) + share))
     return out
 
 
@@ -265,7 +279,7 @@ def best_window(prices: Prices, by_source: dict, zero: bool = True, behind: int 
     """(the best option, every option priced). by_source: source -> (rates, lo, hi); zero:
     whether a plain decode step (k = 0) is allowed; behind: committed tokens the draft model
     lacks (its catch-up is priced into its windows, spread over `room`)."""
-    table = [Option(0, "", 1.0, prices.decode_s)] if zero else []
+    table = [Option(0, "", 1.0, prices.decode_s + prices.host_s(False))] if zero else []
     for source, (rates, lo, hi) in by_source.items():
         catchup = prices.catchup_s(behind) if source == "draft" else 0.0
         table += options(prices, rates, source, lo, hi, catchup, room)

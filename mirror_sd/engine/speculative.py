@@ -9,6 +9,8 @@ The two models never run at the same time: step time = T_draft(window) + T_targe
 """
 from __future__ import annotations
 
+import time
+
 from mirror_sd.engine.acceptance import verify
 from mirror_sd.engine.decoder import Decoder
 from mirror_sd.engine.run import Run, generator_for
@@ -48,6 +50,14 @@ def verify_window(run: Run, target: Lane, step: int, window: Window):
     return verdict, event, commit
 
 
+def _outside_forwards(run, step: int, start_ns: int) -> float:
+    """Seconds of `step` since `start_ns` outside the draft's and the target's forwards (and
+    a lookup): what priced windows add to each step as its host time (pricing.py)."""
+    inside = sum(sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and (
+        sp.lane == "draft" or sp.label in ("verify_forward", "decode")))
+    return (time.perf_counter_ns() - start_ns - inside) / 1e9
+
+
 class Speculative(Decoder):
     method = "sd"
 
@@ -66,11 +76,13 @@ class Speculative(Decoder):
         step = 0
         while not run.done and not cancel.is_set():
             yield StepStart(step, len(run.new_ids))
+            start = time.perf_counter_ns()
             window = yield from self._window(run, draft, proposer, policy, step)
             verdict, event, commit = verify_window(run, target, step, window)
             policy.observe(len(window.tokens), verdict.accepted, window.source or None, window.q_probs)
             forward = next(sp for sp in reversed(run.spans) if sp.lane == "target")  # verify or decode
             policy.costs.add_verify(int(forward.detail.split()[0]), (forward.end_ns - forward.start_ns) / 1e9)
+            policy.costs.add_host(bool(window.tokens), _outside_forwards(run, step, start))
             run.count_source(window.source, len(window.tokens), verdict.accepted, window.draft_s)
             run.steps += 1
             yield event

@@ -127,7 +127,7 @@ class WindowPolicy:
         self.note = pricing.explain(best, table, probe)
         if best.k == 0:
             return 0, "price"
-        if probe or best.rate * prices.decode_s <= 1:  # a probe, or a window Mirror-SD must draft
+        if probe or best.rate * (prices.decode_s + prices.host_s(False)) <= 1:  # a probe, or a window Mirror-SD must draft
             return best.k, "probe" if probe else "price"
         # drafting pays: the window goes on while each next token still pays (window_stop)
         cap = min(top, lookup) if best.source == "lookup" else top
