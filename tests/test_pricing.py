@@ -459,3 +459,23 @@ def test_sd_measures_its_steps_host_time(monkeypatch):
     (costs,) = pair.info["prices"].values()
     prices = costs.snapshot()
     assert 0.0 < prices.host_s(True) < 1.0
+
+
+def test_a_probe_hopes_for_what_the_pair_has_shown():
+    """Before a proposer's windows have shown their acceptance a probe hopes for PROBE_ACCEPT;
+    after, for that acceptance plus PROBE_MARGIN (never more than PROBE_ACCEPT); the acceptance
+    is kept with the pair across runs (windows.pair_acceptance)."""
+    from types import SimpleNamespace
+
+    from mirror_sd.engine.windows import shared_with_pair
+    pair = SimpleNamespace(info={})
+    policy = shared_with_pair(priced(), pair, "sd", "full", "off")
+    assert policy.hoped("draft") == pricing.PROBE_ACCEPT
+    for _ in range(8):
+        policy.observe(4, 1, "draft")  # 1 of 4 taken: about 0.5 per position reached
+    shown = policy.accepting("draft").pooled()
+    assert shown < 0.6
+    assert policy.hoped("draft") == pytest.approx(shown + pricing.PROBE_MARGIN)
+    again = shared_with_pair(priced(), pair, "sd", "full", "off")  # the pair's next run
+    assert again.accepting("draft") is policy.accepting("draft")
+    assert shared_with_pair(priced(), pair, "sd", "auto", "off").hoped("draft") == pricing.PROBE_ACCEPT

@@ -19,7 +19,7 @@ from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
 from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane, common_prefix
 from mirror_sd.engine.proposers import fill_window, plan_window, proposer_for
-from mirror_sd.engine.windows import pair_costs, policy_for
+from mirror_sd.engine.windows import policy_for, shared_with_pair
 
 
 def verify_window(run: Run, target: Lane, step: int, window: Window):
@@ -68,8 +68,7 @@ class Speculative(Decoder):
         proposer, notice = proposer_for(self.pair, s.streams, s.proposer)
         if notice:
             yield Notice(notice)
-        policy = policy_for(s, self.pair.eos_token_ids)
-        policy.costs = pair_costs(self.pair, "sd", s.draft_vocab, s.streams)
+        policy = shared_with_pair(policy_for(s, self.pair.eos_token_ids), self.pair, "sd", s.draft_vocab, s.streams)
         if len(run.committed) > 1:
             with run.span("target", "prefill", target.device, 0):
                 target.feed(run.committed[:-1], logits_to_keep=1)

@@ -166,12 +166,19 @@ class WindowPolicy:
 
         return stop
 
-    @staticmethod
-    def _hopeful(prices, sources: dict, behind: int, room: int) -> bool:
+    def _hopeful(self, prices, sources: dict, behind: int, room: int) -> bool:
         """Whether drafting could beat decoding at the acceptance a probe hopes for, the
         draft's catch-up included: else a probe could only cost (a short run, a dear draft)."""
-        hope = {s: ([pricing.PROBE_ACCEPT] * hi, 1, hi) for s, hi in sources.items()}
+        hope = {s: ([self.hoped(s)] * hi, 1, hi) for s, hi in sources.items()}
         return pricing.best_window(prices, hope, True, behind, room)[0].k > 0
+
+    def hoped(self, source: str) -> float:
+        """The acceptance a probe hopes for: PROBE_ACCEPT, or once this pair's windows from
+        `source` have shown theirs (pricing.PROBE_EVIDENCE windows), that plus PROBE_MARGIN."""
+        seen = self.acceptance.get(source)
+        if seen is None or sum(seen.reached) < pricing.PROBE_EVIDENCE:
+            return pricing.PROBE_ACCEPT
+        return min(pricing.PROBE_ACCEPT, seen.pooled() + pricing.PROBE_MARGIN)
 
     def stop(self, token: int, q: float) -> str | None:
         """Why the window ends after drafting `token` with draft probability `q`, or None."""
@@ -250,6 +257,25 @@ def pair_costs(pair, *key) -> pricing.Costs:
     if not isinstance(info, dict):
         return pricing.Costs()
     return info.setdefault("prices", {}).setdefault(key, pricing.Costs())
+
+
+def pair_acceptance(pair, *key) -> dict:
+    """The priced windows' acceptance per proposer (source -> pricing.PositionAcceptance),
+    kept with the pair across runs like `pair_costs`: a run starts from the acceptance the
+    pair's last windows showed (decayed per window, so it follows the text) rather than the
+    seeds, and a probe hopes for what this pair has shown (`_hopeful`)."""
+    info = getattr(pair, "info", None)
+    if not isinstance(info, dict):
+        return {}
+    return info.setdefault("acceptance", {}).setdefault(key, {})
+
+
+def shared_with_pair(policy: WindowPolicy, pair, *key) -> WindowPolicy:
+    """`policy` reading and feeding the pair's costs and acceptance for `key` (the method and
+    the drafting settings that change them)."""
+    policy.costs = pair_costs(pair, *key)
+    policy.acceptance = pair_acceptance(pair, *key)
+    return policy
 
 
 def policy_for(settings, eos=(), cap: int | None = None, zero: bool = True) -> WindowPolicy:

@@ -60,7 +60,7 @@ from mirror_sd.engine.proposers import draft_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
-from mirror_sd.engine.windows import pair_costs
+from mirror_sd.engine.windows import shared_with_pair
 from mirror_sd.models.pair import model_vocab_size
 from mirror_sd.placement import lane_alone, lane_split, lane_sync, lanes_share_a_device
 from mirror_sd.proposals.draft_vocab import shipped_ids
@@ -116,9 +116,8 @@ class MirrorSpeculative(Decoder):
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks) if run.settings.early_exit == "on" else None
-        policy = mirror_policy(run.settings, self.pair.eos_token_ids)
-        policy.costs = pair_costs(self.pair, "mirror", run.settings.draft_vocab, run.settings.streams,
-                                  run.settings.early_exit)
+        policy = shared_with_pair(mirror_policy(run.settings, self.pair.eos_token_ids), self.pair, "mirror",
+                                  run.settings.draft_vocab, run.settings.streams, run.settings.early_exit)
         policy.zero = False  # the lanes always hand a window over: a priced window is >= 1 token
         self._policy = policy
         window = yield from self._first_window(run, target, draft, proposer, policy)
