@@ -480,15 +480,7 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
         t_hit, t_miss = (step_seconds(cal, m, h, profile.tail) for h in (True, False))
         busy = None if t_hit is None or t_miss is None else hits * t_hit + (steps - hits) * t_miss
     elif m == "sd" and replay and rec.windows:
-        # windows vary in length (adaptive policy): the draft pays for the tokens it really
-        # drafted, the target for one verify forward per step
-        # the draft pays for the tokens it really drafted; a verify forward costs the run's
-        # mean (its cost grows far less than linearly with the rows on these kernels)
-        draft = lm.step_terms(cal)["T_draft(gamma)"]
-        fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
-            cal, (cal.gamma_measured or cal.gamma) + 1)
-        busy = (None if draft is None or fwd is None else
-                sum(rec.windows) * draft / cal.gamma + steps * (fwd + cal.t_accept))
+        busy = sd_replay_seconds(rec, cal, steps)
     else:
         t = step_seconds(cal, m)
         busy = None if t is None else steps * t
@@ -497,6 +489,23 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
             "steps": steps, "hits": hits if m == "mirror" else None, "tokens": rec.tokens,
             "decode_s": decode, "measured_decode_s": rec.decode_s,
             "tokens_per_s": rec.tokens / decode if decode else None}
+
+
+def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> float | None:
+    """SD's recorded steps under `cal`. Windows vary in length (adaptive or priced policy):
+    the draft pays for the tokens it really drafted and a verify forward costs the run's mean
+    (its cost grows far less than linearly with the rows on these kernels); a step that
+    drafted nothing (a priced window of 0) is a plain decode at T_target(1)."""
+    drafted = sum(1 for w in rec.windows if w > 0)
+    plain = max(0.0, steps - drafted)
+    draft = lm.step_terms(cal)["T_draft(gamma)"] if drafted else 0.0
+    fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
+        cal, (cal.gamma_measured or cal.gamma) + 1)
+    one = cal.t_target_1 if cal.t_target_1 is not None else fwd
+    if draft is None or fwd is None or (plain and one is None):
+        return None
+    return (sum(rec.windows) * draft / cal.gamma + drafted * fwd + plain * one
+            + steps * cal.t_accept)
 
 
 def priced_sd_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):

@@ -24,7 +24,8 @@ With `costs` "measured-h200" the forward times are not the roofline's but those 
 an NVIDIA H200 for each shape (random weights, bf16, transformers' eager forward as the
 engine runs it: mirror_sd/data/measured.json "h200_eager_forward_ms", from `python -m
 mirror_sd.gpu_check`). There the kernel launches, not the weight bytes, set the time: a
-0.6B draft forward costs 0.65x of a 14B target forward, against 0.04x on the roofline. The
+0.6B draft forward costs 0.65x of a 14B target forward, against 0.04x on the roofline
+with both on one kind of GPU (0.2x with the default inputs' slower draft device). The
 acceptance and the hit rate still come from the recorded run (or tau / hit_rate).
 """
 from __future__ import annotations
