@@ -23,7 +23,7 @@ from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
 from .results import render_cards, render_statistics, render_verdict
-from .runs import RunRecord, analyse, label, measured, method_names
+from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
 from .timeline import build_timeline
@@ -73,7 +73,7 @@ class RunInputs:
     streams: str = DEFAULTS.streams
     draft_vocab: str = DEFAULTS.draft_vocab
     proposer: str = DEFAULT_PROPOSER  # draft | lookup (engine/proposers.py)
-    repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
+    repeat: int = 3  # interleaved rounds of every method (median and range on the cards; the verdict calls a difference within them a tie)
 
     @classmethod
     def from_controls(cls, controls: dict) -> "RunInputs":
@@ -93,11 +93,11 @@ class RunInputs:
                          self.draft_device, self.draft_precision)
 
     def chosen_methods(self) -> tuple[str, ...]:
-        """The ticked methods in the registry's order; every method when none is ticked."""
+        """The ticked methods (and variants) in display order; every registry method when none
+        is ticked."""
         chosen = {str(m).strip().lower() for m in (self.methods or [])}
-        names = method_names()
-        picked = tuple(m for m in names if m in chosen or label(m).lower() in chosen)
-        return picked or names
+        picked = tuple(m for m in method_names() if m in chosen or label(m).lower() in chosen)
+        return picked or default_methods()
 
 
 def pair_spec(target, draft, precision, target_device, draft_device, draft_precision) -> PairSpec:
@@ -130,11 +130,14 @@ def pane_state_of(rec: RunRecord | None, running: bool) -> str:
     return "stopped" if rec.cancelled or rec.finish is None else "done"
 
 
-def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run") -> list[str]:
+def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run") -> list:
+    """Each pane's HTML; a variant's pane (VARIANTS) shows only when it was chosen or ran."""
     out = []
     for m in method_names():
         rec = records.get(m)
-        if rec is None:
+        if m in VARIANTS and rec is None and m not in methods:
+            out.append(gr.update(value="", visible=False))
+        elif rec is None:
             note = SKIPPED_NOTE if m not in methods else pending
             out.append(render_pane(m, None, "waiting" if m in methods and pending != "not run"
                                    else "skipped", note=note))
@@ -143,6 +146,8 @@ def panes(records: dict, methods, pane_state: str | None = None, pending: str = 
             note = (f"Stopped: the run ended at the step after Stop, {measured(rec)['tokens']} "
                     f"tokens in." if rec.cancelled else "")
             out.append(render_pane(m, rec, state, note=note))
+        if m in VARIANTS and not (rec is None and m not in methods):
+            out[-1] = gr.update(value=out[-1], visible=True)
     return out
 
 
@@ -150,7 +155,8 @@ def _inspect_target(records: dict) -> str | None:
     """The run the inspector opens on: the last drafting method that ran (Mirror-SD)."""
     drafting = [m for m in records if records[m] is not None and any(
         True for _ in analyse(records[m]).steps)]
-    return drafting[-1] if drafting else None
+    own = [m for m in drafting if m not in VARIANTS] or drafting  # a variant only when alone
+    return own[-1] if own else None
 
 
 def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, prompt: str,

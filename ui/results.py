@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import html
 import re
+from statistics import median
 
-from .figures import (ITEM, Card, Spread, cards, level_with, machine_words, one_device, verdict_parts,
-                      verify_slowdown, winner)
+from .figures import (ITEM, Card, Spread, cards, exit_bought, runs_of, level_with, machine_words, one_device, speeds,
+                      verdict_parts, verify_slowdown, winner)
 from .render import term
+from .whatif import projection_line
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
 
@@ -30,10 +32,29 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 
 # ---- the verdict ------------------------------------------------------------------------
 
-LEVERS = ("Mirror-SD needs two things this machine does not have: a draft much cheaper than "
-          "the target (the paper pairs a 14-32B target with a ~0.6B draft; here the draft "
-          "costs {draft_share} of a target forward) and lanes that do not share a device (here "
-          "both models share {machine} and one memory bus).")
+def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
+    """What Mirror-SD lacks on a machine whose lanes share one device, in the words the What-if
+    fold's figures allow: a device of its own for the draft (its "own settings" row (b)) and a
+    draft much cheaper than the target (row (c), the accelerator pair)."""
+    c = costs(done)
+    share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
+             else "a large share of a target forward")
+    lead = f"Here both models share {machine_words(meta)} and one memory bus, and the draft costs {share}."
+    over = (projection or {}).get("over_sd") or {}
+    b, acc = over.get("b"), over.get("c")
+    if b is None:
+        return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
+                f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
+    where = "(What if, “its own settings”, rows (b) and (c): projections)"
+    if b >= 1:
+        return (f"{lead} A device of its own for the draft would let Mirror-SD pass SD with this "
+                f"pair: {b:.2f}× SD projected {where}.")
+    cheap = (f"; it also needs a much cheaper draft: on the accelerator pair Mirror-SD projects "
+             f"{acc:.2f}× SD" if acc is not None and acc >= 1 else
+             f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance"
+             if acc is not None else "")
+    return (f"{lead} A device of its own for the draft is not enough with this pair: Mirror-SD "
+            f"projects {b:.2f}× SD there{cheap} {where}.")
 
 
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
@@ -44,15 +65,17 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     head, reason = verdict_parts(c, done, meta, spreads)
     if not head:
         return ""
-    parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
+    parts = [_scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
     if "mirror" in done:
         parts.append(_lanes_line(done["mirror"]))
+    bought = exit_bought(c, done, spreads)
+    if bought:
+        parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
+                     f'{esc(bought.split(":", 1)[1])}</p>')
     if one_device(meta) and "mirror" in c:
-        share = costs(done).get("draft"), costs(done).get("target")
-        draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
-        parts.append(f'<p class="msd-hardware">{esc(LEVERS.format(draft_share=draft_share, machine=machine_words(meta)))}</p>')
+        parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
     if projection:
         parts.append(_projection_line(projection))
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
@@ -97,11 +120,11 @@ def _picture(done: dict[str, RunRecord]) -> str:
     slow = verify_slowdown(done)
     rows = []
     if slow:
-        top = max(slow["alone_s"], slow["beside_s"])
-        rows.append((f"one verify forward of {slow['tokens']} tokens (median at that length)", [
-            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), f"alone: {slow['alone_s'] * 1e3:.0f} ms"),
+        top = max(slow["alone_all"][-1], slow["beside_all"][-1])
+        rows.append((_verify_title(slow), [
+            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone: " + _ms_spread(slow["alone_all"])),
             ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
-             f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms ({slow['factor']:.2f}×)")]))
+             "beside the draft: " + _ms_spread(slow["beside_all"]))]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
     if top > 0:
@@ -119,52 +142,54 @@ def _picture(done: dict[str, RunRecord]) -> str:
     return f'<div class="msd-vpic">{body}</div>' if body else ""
 
 
-def _scoreboard(c: dict[str, Card]) -> str:
-    """One tile per method: its end-to-end speed over AR's in large type (AR: its tokens per
-    second, the baseline), the same figures as the cards' "end to end" rows."""
+def _ms_spread(values: list[float]) -> str:
+    """'150 ms, median of 4 steps, 140–171 ms' (one step: no range)."""
+    mid = median(values)
+    text = f"{mid * 1e3:.0f} ms, median of {len(values)} step{'s' if len(values) != 1 else ''}"
+    return text + (f", {values[0] * 1e3:.0f}–{values[-1] * 1e3:.0f}" if len(values) > 1 else "")
+
+
+def _verify_title(slow: dict) -> str:
+    """The verify picture's title: its window and whether its steps can tell the two apart."""
+    title = f"one verify forward of {slow['tokens']} tokens"
+    if min(len(slow["alone_all"]), len(slow["beside_all"])) < 3:
+        return title + ": too few steps to tell alone from beside"
+    if slow["overlap"]:
+        return title + ": the ranges overlap, so these steps cannot tell alone from beside"
+    return title + f": beside the draft {slow['factor']:.2f}× as long"
+
+
+def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
+    """One tile per method: its own end-to-end tok/s in large type and its ratio over AR in
+    words under it (the medians over interleaved runs when there were several), the same
+    figures as the verdict's sentence and the cards' "end to end" rows."""
     if "ar" not in c or len(c) < 2:
         return ""
-    best = winner(c)
-    level = level_with(c, best)
-    badges = {m: "level" for m in level} if level else {best: "fastest"}
+    best = winner(c, spreads)
+    level = level_with(c, best, spreads)
+    badges = {m: "can't tell apart" for m in level} if level else {best: "fastest"}
+    sp = speeds(c, spreads)
     tiles = []
-    for m, x in c.items():
-        if m == "ar":
-            big, small = f"{_fmt(x.e2e_tps)} tok/s", "plain decoding: the baseline"
-        else:
-            big = "–" if x.e2e_speedup is None else f"{x.e2e_speedup:.2f}×"
-            small = f"{_fmt(x.e2e_tps)} tok/s (AR {_fmt(c['ar'].e2e_tps)} tok/s)"
+    for m in c:
+        tps, ratio = sp[m][0], sp[m][1]
+        small = ("plain decoding: the baseline" if m == "ar" else
+                 "–" if ratio is None else f"{ratio:.2f}× AR's speed")
         flag = f' <span class="msd-tile-best">{badges[m]}</span>' if m in badges else ""
         tiles.append(f'<div class="msd-tile{" best" if m in badges else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
-                     f'<div class="msd-tile-big">{big}</div><div class="msd-tile-small">{esc(small)}</div></div>')
+                     f'<div class="msd-tile-big">{_fmt(tps)} tok/s</div>'
+                     f'<div class="msd-tile-small">{esc(small)}</div></div>')
+    many = f", medians of {runs_of(spreads)} interleaved runs" if runs_of(spreads) > 1 else ", this run"
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
-            f'<div class="msd-tile-note">{term("end to end", "e2e")}, this run, '
+            f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
             f'this machine</div></div>')
 
 
 def _projection_line(projection: dict) -> str:
-    """The What-if fold's row (c) of its "own settings" table, printed as that row prints it
-    (whatif.choice_row: the same figures, settings and ratio); "pays off" only where Mirror-SD
-    passes SD there."""
-    row, sp = projection["row"], projection["speedups"]
-    sd, mirror = sp.get("sd"), sp.get("mirror")
-    settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
-                         if row.get(m + "_settings"))
-    best = f", each method at the settings it would pick there ({esc(settings)})," if settings else ""
-    lead = ("Where Mirror-SD pays off:" if sd and mirror and mirror >= sd else
-            "Mirror-SD in the projection:")
-    inputs = f" ({esc(projection['inputs'])})" if projection.get("inputs") else ""
-    behind = bool(sd and mirror and mirror < sd)
-    even = "even there it does not pass SD: " if behind else ""
-    why = " with this run's acceptance and a draft writing one token per forward" if behind else ""
-    return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
-            f'measurement</span> {lead} the same recorded steps on '
-            f'<b>{esc(projection["profile"])}</b>{inputs}{best} project decode speeds over AR of '
-            f'<b class="msd-proj-figures">SD {row["sd"]}, Mirror-SD {row["mirror"]}</b>: {even}'
-            f'Mirror-SD <b class="msd-proj-ratio">{row["ratio"]}</b> SD\'s speed{why} (What if fold: the '
-            f'row “projection (c), its own settings”, and how).</p>')
+    """The What-if fold's row (c) of its "own settings" table in one short line (the same
+    function prints it at the top of the fold)."""
+    return projection_line(projection)
 
 
 # ---- the cards ----------------------------------------------------------------------------

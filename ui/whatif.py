@@ -62,7 +62,7 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
     """(projection from mirror_sd.latency.whatif_hardware.project_all, record dicts by method) for the
     app's state {records, settings, meta}; None without a finished run."""
     records: dict[str, RunRecord] = {m: r for m, r in (state or {}).get("records", {}).items()
-                                     if r is not None and r.finish is not None}
+                                     if r is not None and r.finish is not None and m in wi.METHODS}
     if "ar" not in records or len(records) < 2:
         return None
     settings, meta = state.get("settings") or {}, state.get("meta") or {}
@@ -146,14 +146,18 @@ def render_costs(result: dict) -> str:
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
 
-def render_panel(result: dict | None, message: str = "") -> str:
+def render_panel(result: dict | None, message: str = "", hw: Accelerators | None = None) -> str:
     if result is None:
         return EMPTY if not message else (f'<div class="msd-whatif"><p>{esc(message)}</p></div>')
     lead = ("<p><b>A projection, not a measurement</b>: this run's recorded steps (accepted "
             "lengths, hits and misses) replayed through the latency model, calibrated from its "
             "own spans, on other hardware. Row (a) should match the measured row: the gap is the "
             "model's error.</p>")
-    return (f'<div class="msd-whatif">{lead}{render_table(result)}{render_choices(result)}'
+    p = projection_of(result, hw or Accelerators())
+    default = hw is None or hw == Accelerators()
+    top = projection_line(p, "the verdict's line; below: the second table, row (c)" if default else
+                          "at the inputs set below; the verdict's line uses their defaults") if p else ""
+    return (f'<div class="msd-whatif">{top}{lead}{render_table(result)}{render_choices(result)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
@@ -327,7 +331,7 @@ def update(state, profile, *values):
     if got is None:
         return render_panel(None), build_figure(None, None)
     result, by_method = got
-    return render_panel(result), build_figure(result, by_method, profile)
+    return render_panel(result, hw=hw), build_figure(result, by_method, profile)
 
 
 def input_defaults() -> dict:
@@ -395,7 +399,8 @@ def best_projection(state: dict) -> dict | None:
     """For the verdict, the one projection the What-if fold shows with the same figures: profile
     (c), the accelerator pair at the fold's default inputs, each method at the settings it would
     pick there among those this run can replay (the fold's second table, row (c)); its inputs
-    named. None without a finished run or where the projection fails (the fold says why)."""
+    named; with every profile's row of that table ("rows": (b) is the draft on a device of its
+    own). None without a finished run or where the projection fails (the fold says why)."""
     hw = Accelerators()
     try:
         got = project_state(state or {}, hw)
@@ -404,13 +409,33 @@ def best_projection(state: dict) -> dict | None:
         return None
     if got is None:
         return None
-    result, _ = got
-    ch = (result.get("choices") or {}).get("c") or {}
-    row = choice_row(ch)
+    return projection_of(got[0], hw)
+
+
+def projection_of(result: dict, hw: Accelerators) -> dict | None:
+    """The projection the verdict cites, from a What-if result at the inputs `hw`."""
+    choices = result.get("choices") or {}
+    row = choice_row(choices.get("c") or {})
     if "mirror" not in row["speedups"]:
         return None
-    inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s achieved), "
+    inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s), "
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
               f"acceptance and hits")
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
-            "inputs": inputs, "row": row, "speedups": row["speedups"]}
+            "inputs": inputs, "row": row, "speedups": row["speedups"],
+            "rows": {key: choice_row(ch) for key, ch in choices.items()},
+            "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()}}
+
+
+def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)") -> str:
+    """The projection in one short line, its inputs named, the same words in the verdict and at
+    the top of the What-if fold."""
+    row = p["row"]
+    settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
+                         if row.get(m + "_settings"))
+    return (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
+            f'<span class="msd-proj-tag">projection, not a measurement</span> '
+            f'On an accelerator pair ({esc(p["inputs"])}): <b class="msd-proj-figures">SD '
+            f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
+            f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD <span class="msd-more">({esc(where)})'
+            f'</span></p>')

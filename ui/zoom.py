@@ -44,21 +44,28 @@ def instructive_step(rec: RunRecord | None) -> int:
 
 
 def zoom_step(rec: RunRecord) -> int | None:
-    """The step the zoom draws: the first hit after the first step (the idea at work), else
-    the first step with branches; among the steps the lanes overlapped in when there are any."""
+    """The step the zoom draws, the most telling one after the first: a step with a window to
+    verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
+    target's layers split at the early exit while the draft wrote branches beside them, a hit
+    best; then one with branches, then one split at the exit. A step with nothing to draw but
+    its verdict is never picked; None when no step has more."""
     steps = analyse(rec).steps
-    every = [s for s in sorted(steps) if s > 0]
-    # a step the lanes really overlapped in (its verify forward split at the early exit) first:
-    # the overlap gate may run some steps one lane after the other, with nothing to draw
-    split = {sp.step for sp in rec.spans if sp.label == "prefix"}
-    for order in ([s for s in every if s in split], every):
-        for s in order:
-            if any(b.status == "taken" for b in steps[s].rollouts):
-                return s
-        found = next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
-        if found is not None:
-            return found
-    return None
+    labels: dict[int, set[str]] = {}
+    for sp in rec.spans:
+        labels.setdefault(sp.step, set()).add(sp.label)
+    best, best_key = None, None
+    for s in sorted(steps):
+        have = labels.get(s, set())
+        if s == 0 or not (have & set(SEGMENTS)) - {"accept"}:
+            continue
+        sv = steps[s]
+        windowed = sv.verify is None or bool(sv.verify.drafted)
+        overlapped = "prefix" in have and "branches" in have
+        hit = any(b.status == "taken" for b in sv.rollouts)
+        key = (windowed, overlapped, hit, bool(sv.rollouts), "prefix" in have)
+        if best_key is None or key > best_key:
+            best, best_key = s, key
+    return best
 
 
 # a bar's label at the zoom's width (about 1,100 px, labels at about 6 px a character): the
