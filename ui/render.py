@@ -75,7 +75,7 @@ def render_legend() -> str:
         for title, kinds in LEGEND_GROUPS)
     marks = "".join(item(cls, text, tip) for cls, (text, tip) in LEGEND_MARKS.items())
     return (f'<div class="msd-legend" role="list" aria-label="token colours">{groups}{marks}'
-            f'<span class="msd-legend-hint">hover a colour, a token or a dotted word for details</span></div>')
+            f'<span class="msd-legend-hint">hover for details</span></div>')
 
 
 def term(word: str, key: str | None = None) -> str:

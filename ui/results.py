@@ -122,9 +122,9 @@ def _picture(done: dict[str, RunRecord]) -> str:
     if slow:
         top = max(slow["alone_all"][-1], slow["beside_all"][-1])
         rows.append((_verify_title(slow), [
-            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone: " + _ms_spread(slow["alone_all"])),
+            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone " + _ms_spread(slow["alone_all"])),
             ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
-             "beside the draft: " + _ms_spread(slow["beside_all"]))]))
+             "beside " + _ms_spread(slow["beside_all"]))]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
     if top > 0:
@@ -143,10 +143,11 @@ def _picture(done: dict[str, RunRecord]) -> str:
 
 
 def _ms_spread(values: list[float]) -> str:
-    """'150 ms, median of 4 steps, 140–171 ms' (one step: no range)."""
+    """'150 ms (4 steps 140–171)': the median over the steps, their count and range."""
     mid = median(values)
-    text = f"{mid * 1e3:.0f} ms, median of {len(values)} step{'s' if len(values) != 1 else ''}"
-    return text + (f", {values[0] * 1e3:.0f}–{values[-1] * 1e3:.0f}" if len(values) > 1 else "")
+    steps = f"{len(values)} step{'s' if len(values) != 1 else ''}"
+    span = f" {values[0] * 1e3:.0f}–{values[-1] * 1e3:.0f}" if len(values) > 1 else ""
+    return f"{mid * 1e3:.0f} ms ({steps}{span})"
 
 
 def _verify_title(slow: dict) -> str:
@@ -194,23 +195,27 @@ def _projection_line(projection: dict) -> str:
 
 # ---- the cards ----------------------------------------------------------------------------
 
-def _spread(s: Spread | None, spec: str, unit: str = "") -> str:
+def _val(own: float | None, s: Spread | None, spec: str, unit: str = "") -> str:
+    """A card's figure: this run's, or over interleaved runs their median with the range
+    beside it in small type."""
     if s is None or s.n < 2:
-        return ""
-    return (f' <small class="msd-range" title="median and range over {s.n} interleaved runs">'
-            f'median {format(s.median, spec)}{unit} [{format(s.low, spec)}–{format(s.high, spec)}]</small>')
+        return f"{_fmt(own, spec)}{unit}"
+    return (f'{format(s.median, spec)}{unit} <small class="msd-range" title="median and range '
+            f'over {s.n} interleaved runs">[{format(s.low, spec)}–{format(s.high, spec)}]</small>')
 
 
 def _card_rows(c: Card, s: dict) -> list[tuple[str, str, str]]:
     """(label, value, glossary key) rows of one card."""
     x = lambda v: "–" if v is None else f"{v:.2f}×"  # noqa: E731
-    rows = [("time to first token", f"{_fmt(c.ttft_s)} s" + _spread(s.get("ttft_s"), ".2f", " s"), "ttft"),
-            ("decode speed", f"{_fmt(c.decode_tps)} tok/s" + _spread(s.get("decode_tps"), ".2f"), "decode"),
-            ("end to end", f"{_fmt(c.e2e_tps)} tok/s ({c.tokens} tokens in {c.wall_s:.2f} s)", "e2e")]
+    med = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
+    rows = [("time to first token", _val(c.ttft_s, s.get("ttft_s"), ".2f", " s"), "ttft"),
+            ("decode speed", _val(c.decode_tps, s.get("decode_tps"), ".2f", " tok/s"), "decode"),
+            ("end to end", _val(c.e2e_tps, s.get("e2e_tps"), ".2f", " tok/s")
+             + ("" if "e2e_tps" in s and s["e2e_tps"].n > 1 else f" ({c.tokens} tokens in {c.wall_s:.2f} s)"), "e2e")]
     if c.method != "ar" and c.decode_speedup is not None:
         rows.append(("over AR, decode / end to end",
-                     f"<b>{x(c.decode_speedup)}</b> / <b>{x(c.e2e_speedup)}</b>"
-                     + _spread(s.get("e2e_speedup"), ".2f", "× end to end"), "speedup"))
+                     f"<b>{x(med('decode_speedup', c.decode_speedup))}</b> / "
+                     f"<b>{x(med('e2e_speedup', c.e2e_speedup))}</b>", "speedup"))
     if c.verify_steps:
         rows.append(("verify steps", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per step "
                      f"({c.tokens} / {c.verify_steps})", "verify step"))
@@ -242,8 +247,11 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
                    f'<table>{rows}</table></div>')
+    runs = runs_of(spreads)
+    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; the other rows: "
+            f"the last run." if runs > 1 else "")
     return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
-            f'alone, one after another, warm. Hover a label for its definition.</div>'
+            f'alone, one after another, warm.{many} Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
             f'{render_checks(records, settings or {}, meta)}')
 
