@@ -10,7 +10,7 @@ import pytest
 from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.latency.whatif_costs import core_split
 from ui.figures import Spread, cards, level_with, repeat_summary, split_words, verdict, winner
-from ui.results import render_verdict
+from ui.results import render_statistics, render_verdict
 from ui.runs import label
 from ui.why import PARTS, breakdown
 from ui.zoom import bar_label, instructive_step, render_zoom
@@ -253,7 +253,7 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
         assert f"one verify forward of {slow['tokens']} tokens" in html
         for key in ("alone_all", "beside_all"):  # each with its steps behind it and their range
             n = len(slow[key])
-            assert f"median of {n} step{'s' if n != 1 else ''}" in html
+            assert f"({n} step{'s' if n != 1 else ''}" in html
         apart = min(len(slow["alone_all"]), len(slow["beside_all"])) >= 3 and not slow["overlap"]
         assert (f"beside the draft {slow['factor']:.2f}× as long" in html) == apart
         assert ("tell alone from beside" in html) == (not apart)
@@ -267,12 +267,13 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     try:
         html = render_verdict(records, {})
         without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
+        stats = render_statistics(records, {}, {})
     finally:
         del records["mirror"].finish.stats["lane_split"]
-    assert "Mirror-SD's two lanes here</b>: 2 cores: target 1 thread" in html
-    assert "lanes overlapped in 2 of 16 steps." in html
     assert "at once in only 2 of 16 steps here" in html  # most steps ran one lane after the other
-    assert "two lanes here" not in without
+    assert "(how the lanes shared the cores: Statistics)" in html
+    assert "Mirror-SD's two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
+    assert "at once in only" not in without and "two lanes" not in without
 
 
 def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():

@@ -257,7 +257,7 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         head += " Decode: " + ", ".join(decode) + "."
     lead = "The trade:" if level else "The reason:"
     reason = _reason(best, c, records, meta.get("precision"), lead)
-    notes = _first_token_note(c).strip()
+    notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
     if notes:
         reason += (ITEM if ITEM in reason else " ") + notes
     return head, reason

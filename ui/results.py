@@ -40,12 +40,14 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
              else "a large share of a target forward")
     lead = f"Here both models share {machine_words(meta)} and one memory bus, and the draft costs {share}."
-    over = (projection or {}).get("over_sd") or {}
+    own, first = ((projection or {}).get(k) or {} for k in ("over_sd", "over_sd_run_settings"))
+    over, where = ((own, "(What if, “its own settings” table, rows (b) and (c): projections)")
+                   if own.get("b") is not None else
+                   (first, "(What if, first table, rows (b) and (c): projections at this run's settings)"))
     b, acc = over.get("b"), over.get("c")
     if b is None:
         return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
-    where = "(What if, “its own settings”, rows (b) and (c): projections)"
     if b >= 1:
         return (f"{lead} A device of its own for the draft would let Mirror-SD pass SD with this "
                 f"pair: {b:.2f}× SD projected {where}.")
@@ -257,19 +259,21 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
 
 
 def _lanes_line(rec: RunRecord) -> str:
-    """Mirror-SD's two lanes on this machine in the engine's words (Finish stats `lane_split`:
-    how they shared the cores, and in how many steps they really overlapped); '' without."""
+    """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
+    overlap gate), that in one bold line; else the engine's words (Finish stats `lane_split`:
+    how they shared the cores, in how many steps they overlapped), in full in Statistics."""
     split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
     if not split:
         return ""
-    lead = ""
     counts = re.search(r"lanes overlapped in (\d+) of (\d+) steps", split)
     if counts and 2 * int(counts[1]) < int(counts[2]):  # most steps ran one lane after the other
-        lead = (f'<b class="msd-lanes-lead">Mirror-SD ran its two lanes at once in only {counts[1]} '
-                f'of {counts[2]} steps here: overlapping them measured slower on this machine, so '
-                f'the other steps ran one lane after the other, as SD does.</b> ')
+        return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
+                f'its two lanes at once in only {counts[1]} of {counts[2]} steps here: overlapping them '
+                f'measured slower on this machine, so the other steps ran one lane after the other, '
+                f'as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
+                f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
-            f'machine, and in how many steps they ran at once">{lead}<span class="msd-verdict-note">'
+            f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
             f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span></p>')
 
 
@@ -368,6 +372,9 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward (a batch of branches) beside the target took "
                      f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")
+    split = (done["mirror"].finish.stats.get("lane_split") if "mirror" in done and done["mirror"].finish else None)
+    if split:
+        lines.append(f"Mirror-SD's two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
     if ee and ee["steps"]:
         lines.append(

@@ -424,7 +424,18 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
             "inputs": inputs, "row": row, "speedups": row["speedups"],
             "rows": {key: choice_row(ch) for key, ch in choices.items()},
-            "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()}}
+            "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()},
+            "over_sd_run_settings": _over_sd(result.get("projected") or {})}
+
+
+def _over_sd(projected: dict) -> dict:
+    """Mirror-SD over SD per profile in the first table (this run's own settings)."""
+    out = {}
+    for key, proj in projected.items():
+        sd, mirror = (proj.get(m) or {} for m in ("sd", "mirror"))
+        if sd.get("speedup") and mirror.get("speedup") is not None:
+            out[key] = mirror["speedup"] / sd["speedup"]
+    return out
 
 
 def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)") -> str:
