@@ -324,3 +324,19 @@ def test_the_zoom_never_draws_an_empty_or_plain_decode_step_when_a_better_one_ex
         if not (isinstance(ev, Span) and ev.step == s and ev.label != "accept"):
             bare.add(ev, t)
     assert zoom_step(bare) != s
+
+
+def test_the_hardware_box_says_what_the_what_if_rows_b_and_c_show():
+    """The box about separate devices follows the What-if fold's figures, never a fixed claim:
+    row (b), the draft on a device of its own, below SD there says it is not enough."""
+    from ui.results import hardware_line
+    records = tiny_records()
+    meta = {"target_device": "cpu", "draft_device": "cpu"}
+    below = hardware_line(records, meta, {"over_sd": {"b": 0.95, "c": 1.41}})
+    assert "a device of its own for the draft is not enough" in below and "0.95× SD" in below
+    assert "1.41× SD" in below and "rows (b) and (c)" in below
+    above = hardware_line(records, meta, {"over_sd": {"b": 1.12, "c": 1.41}})
+    assert "would let Mirror-SD pass SD with this pair: 1.12× SD" in above and "not enough" not in above
+    no_sd = hardware_line(records, meta, {"over_sd": {"b": None, "c": 0.9},
+                                          "rows": {"b": {"speedups": {"mirror": 1.09}}}})
+    assert "Mirror-SD projects 1.09× AR" in no_sd and "even on the accelerator pair it projects 0.90× SD" in no_sd

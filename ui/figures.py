@@ -218,13 +218,18 @@ def _speed_list(c: dict[str, Card], sp: dict) -> str:
                      for m in c if sp[m][0] is not None)
 
 
+def _names(methods: list[str]) -> str:
+    """'SD and Mirror-SD', 'AR, SD and Mirror-SD'."""
+    names = [label(m) for m in methods]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _apart(names: list[str], runs: int) -> str:
     """The plain sentence for methods a run cannot separate."""
-    group = " and ".join(label(m) for m in names)
     if runs > 1:
-        return f"These {runs} runs cannot tell {group} apart (their ranges overlap)."
-    return (f"One run cannot tell {group} apart (within {LEVEL:.0%}, about one run's noise here): "
-            f"choose “3, interleaved” runs.")
+        return f"These {runs} runs cannot tell {_names(names)} apart (their ranges overlap)."
+    return (f"One run cannot tell {_names(names)} apart (within {LEVEL:.0%}, about one run's noise "
+            f"here): choose “3, interleaved” runs.")
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
@@ -390,11 +395,12 @@ def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict
     if v is None:
         return ""
     sp = speeds(c, spreads)
-    rate = {m: (records[m].finish.stats.get("hit_rate") if records[m].finish else None) for m in (base, v)}
     parts = []
-    if None not in rate.values():
-        parts.append(f"hits in {rate[base]:.0%} of steps with it against {rate[v]:.0%} without "
-                     f"(the draft's own guesses picking the branches)")
+    if None not in (c[base].hits, c[v].hits):
+        rate = lambda x: f" ({x.hits / (x.hits + x.misses):.0%})" if x.hits + x.misses else ""  # noqa: E731
+        parts.append(f"{c[base].hits} hits of {c[base].hits + c[base].misses} verdicts with it"
+                     f"{rate(c[base])} against {c[v].hits} of {c[v].hits + c[v].misses} without"
+                     f"{rate(c[v])}, the draft's own guesses picking the branches (the last run)")
     with_, without = sp[base][0], sp[v][0]
     if with_ and without:
         pair = {base: c[base], v: c[v]}

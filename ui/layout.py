@@ -81,7 +81,7 @@ def _speculation(c: dict) -> None:
         methods = gr.CheckboxGroup(choices, value=list(default_methods()),
                                    label="Methods", elem_id="methods",
                                    info="Each runs alone, one after another, on the same weights. "
-                                        "“Mirror-SD, no exit” adds a fourth run: Mirror-SD with the "
+                                        "“Mirror-SD (no exit)” adds a fourth run: Mirror-SD with the "
                                         "draft's own guesses picking the branches, so the verdict "
                                         "can say what the early exit bought.")
         gamma = gr.Slider(1, 12, value=INPUTS.gamma, step=1, label="Drafted tokens per window (γ)",

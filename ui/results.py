@@ -34,29 +34,30 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 
 def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
     """What Mirror-SD lacks on a machine whose lanes share one device, in the words the What-if
-    fold's figures allow: a device of its own for the draft (its "own settings" row (b)) and a
-    draft much cheaper than the target (row (c), the accelerator pair)."""
+    fold's figures allow (its "own settings" table): a device of its own for the draft (row
+    (b)) and a draft much cheaper than the target (row (c), the accelerator pair)."""
     c = costs(done)
     share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
              else "a large share of a target forward")
     lead = f"Here both models share {machine_words(meta)} and one memory bus, and the draft costs {share}."
-    own, first = ((projection or {}).get(k) or {} for k in ("over_sd", "over_sd_run_settings"))
-    over, where = ((own, "(What if, “its own settings” table, rows (b) and (c): projections)")
-                   if own.get("b") is not None else
-                   (first, "(What if, first table, rows (b) and (c): projections at this run's settings)"))
+    p = projection or {}
+    over = p.get("over_sd") or {}
+    b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
     b, acc = over.get("b"), over.get("c")
-    if b is None:
+    where = "(What if, “its own settings” table, rows (b) and (c): projections)"
+    cheap = ("" if acc is None else
+             f"; with a much cheaper draft, on the accelerator pair, Mirror-SD projects {acc:.2f}× SD"
+             if acc >= 1 else f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance")
+    if b is not None:
+        own = (f"a device of its own for the draft would let Mirror-SD pass SD with this pair: {b:.2f}× SD"
+               if b >= 1 else f"a device of its own for the draft is not enough with this pair: Mirror-SD "
+                              f"projects {b:.2f}× SD there")
+    elif b_mirror is not None:
+        own = f"with a device of its own for the draft Mirror-SD projects {b_mirror:.2f}× AR"
+    else:
         return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
-    if b >= 1:
-        return (f"{lead} A device of its own for the draft would let Mirror-SD pass SD with this "
-                f"pair: {b:.2f}× SD projected {where}.")
-    cheap = (f"; it also needs a much cheaper draft: on the accelerator pair Mirror-SD projects "
-             f"{acc:.2f}× SD" if acc is not None and acc >= 1 else
-             f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance"
-             if acc is not None else "")
-    return (f"{lead} A device of its own for the draft is not enough with this pair: Mirror-SD "
-            f"projects {b:.2f}× SD there{cheap} {where}.")
+    return f"{lead} By the projections, {own}{cheap} {where}."
 
 
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,

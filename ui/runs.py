@@ -34,7 +34,7 @@ class Variant:
 
 
 VARIANTS: dict[str, Variant] = {
-    "mirror-noexit": Variant("mirror", (("early_exit", "off"),), "Mirror-SD, no exit",
+    "mirror-noexit": Variant("mirror", (("early_exit", "off"),), "Mirror-SD (no exit)",
                              "Mirror-SD without its early exit: the draft's own guesses pick "
                              "the branches", "#a21caf"),
 }
