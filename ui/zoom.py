@@ -28,19 +28,20 @@ SEGMENTS = {  # span label -> (plain name, css class)
 
 def instructive_step(rec: RunRecord | None) -> int:
     """The step to open on: the first rejection or miss (whichever comes first), else the
-    first hit, else the first verified step; 0 without steps."""
+    first hit, else the first verified step; among the steps that read the early exit first
+    when the run has any (the overlap gate may run a step without it); 0 without steps."""
     if rec is None:
         return 0
     steps = analyse(rec).steps
-    order = sorted(steps)
-    telling = [s for s in order if steps[s].fallback is not None or (
-        steps[s].verify is not None and steps[s].verify.kind == "correction")]
-    if telling:
-        return telling[0]
-    hits = [s for s in order if any(b.status == "taken" for b in steps[s].rollouts)]
-    if hits:
-        return hits[0]
-    return next((s for s in order if steps[s].verify is not None), 0)
+    every = sorted(steps)
+    for order in ([s for s in every if steps[s].early_exit is not None], every):
+        telling = [s for s in order if steps[s].fallback is not None or (
+            steps[s].verify is not None and steps[s].verify.kind == "correction")]
+        hits = [s for s in order if any(b.status == "taken" for b in steps[s].rollouts)]
+        found = (telling or hits or [s for s in order if steps[s].verify is not None])
+        if found:
+            return found[0]
+    return 0
 
 
 def zoom_step(rec: RunRecord) -> int | None:
