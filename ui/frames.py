@@ -17,7 +17,7 @@ from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards, machine, repeat_summary
+from .figures import cards, machine, repeat_summary, speeds
 from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
@@ -204,14 +204,18 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
                          ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
 
 
-def done_message(records: dict[str, RunRecord], meta: dict) -> str:
+def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:
+    """The status line after a run: each method's end-to-end ratio over AR, the verdict's
+    figures (the medians over interleaved runs when there were several)."""
     c = cards({m: r for m, r in records.items() if r is not None})
-    speeds = [f"{label(m)} {x.e2e_speedup:.2f}×" for m, x in c.items()
-              if m != "ar" and x.e2e_speedup is not None]
+    spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
+    sp = speeds(c, spreads)
+    ratios = [f"{label(m)} {sp[m][1]:.2f}×" for m in c if m != "ar" and sp[m][1] is not None]
     message = "Done."
-    if speeds:
-        message = (f"Done: end to end over AR, {', '.join(speeds)} (measured on {machine()}; "
-                   f"the verdict below says why). The race below replays the runs side by side.")
+    if ratios:
+        many = f", medians of {len(rounds)} interleaved runs" if spreads else ""
+        message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many}; "
+                   f"the verdict below says why). The race below replays the last runs side by side.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

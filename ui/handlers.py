@@ -122,7 +122,7 @@ class Handlers:
         else:
             self.app.results.put(key, {"records": records, "meta": meta, "rounds": rounds,
                                        "when": time.strftime("%H:%M:%S")})
-            yield final_outputs(records, status=done_message(records, meta), **out)
+            yield final_outputs(records, status=done_message(records, meta, rounds), **out)
 
     # ---- buttons and timers -----------------------------------------------------------------
     def arm(self, request: gr.Request = None):

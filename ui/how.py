@@ -70,7 +70,8 @@ def _lane(y: int, bars, label: str) -> str:
     for x, w, cls, text in bars:
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="22" rx="3" class="{cls}"/>')
         if text:
-            out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in" text-anchor="middle">{text}</text>')
+            dark = " dark" if cls == "d-t2" else ""  # dark text on the light bar
+            out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in{dark}" text-anchor="middle">{text}</text>')
     return "".join(out)
 
 
@@ -86,8 +87,8 @@ def diagram() -> str:
                           (426, 110, "d-t2", "layers ℓₑ+1–N")], "target")
               + _lane(140, [(196, 110, "d-d", "branches"), (426, 110, "d-d", "branches")], "draft")
               + '<path d="M188 134 L 200 140" class="d-arrow"/><path d="M313 134 L 320 112" class="d-arrow"/>'
-              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (teal) the draft writes branches '
-                'beside the target; a hit at the verdict (dark) is the next window</text>')
+              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (teal) the draft writes '
+                'branches beside the target</text>')
     return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram" viewBox="0 0 560 172" role="img" aria-label="SD against '
             f'Mirror-SD on a time axis">{sd}{mirror}'
             f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg></div>')
@@ -104,9 +105,9 @@ def flow(layer: int | None = None, layers: int | None = None) -> str:
                                           f'<b>{title}</b><span>{text}</span></div>')
     cells = [
         '<div class="f-name" style="grid-area:tn">target</div>',
-        box("f-t", "t1", before, "the verify pass starts"),
-        box("f-e", "t2", "early exit", "its top guesses for the next tokens"),
-        box("f-t2", "t3", after, "the pass finishes"),
+        box("f-t f-next", "t1", before, "the verify pass starts"),
+        box("f-e f-next", "t2", "early exit", "its top guesses for the next tokens"),
+        box("f-t2 f-next", "t3", after, "the pass finishes"),
         box("f-v", "t4", "verdict", "drafted tokens kept, the target's own token"),
         '<div class="f-down" style="grid-area:a2">↓ guesses</div>',
         '<div class="f-down" style="grid-area:a4">↓</div>',

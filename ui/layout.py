@@ -211,8 +211,8 @@ def _results(c: dict) -> None:
         c["verdict"] = gr.HTML("", elem_id="verdict")
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
-            show_rejected = gr.Checkbox(True, label="show rejected draft tokens (struck through)",
-                                        elem_id="show-rejected", scale=0, min_width=300)
+            show_rejected = gr.Checkbox(True, label="show rejected drafts (struck through)",
+                                        elem_id="show-rejected", scale=0, min_width=230)
         c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
                             apply_default_css=False, elem_id="board")
         with gr.Row(equal_height=False, elem_id="panes"):

@@ -39,7 +39,8 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     c = costs(done)
     share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
              else "a large share of a target forward")
-    lead = f"Here both models share {machine_words(meta)} and one memory bus, and the draft costs {share}."
+    lead = (f"Here both models share one machine ({machine_words(meta)}) and its memory bus, and the "
+            f"draft costs {share}.")
     p = projection or {}
     over = p.get("over_sd") or {}
     b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
@@ -171,14 +172,16 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
         return ""
     best = winner(c, spreads)
     level = level_with(c, best, spreads)
-    badges = {m: "can't tell apart" for m in level} if level else {best: "fastest"}
+    badges = {m: "tie" for m in level} if level else {best: "fastest"}
     sp = speeds(c, spreads)
     tiles = []
     for m in c:
         tps, ratio = sp[m][0], sp[m][1]
         small = ("plain decoding: the baseline" if m == "ar" else
                  "–" if ratio is None else f"{ratio:.2f}× AR's speed")
-        flag = f' <span class="msd-tile-best">{badges[m]}</span>' if m in badges else ""
+        tip = ("the runs cannot tell these methods apart" if m in level else
+               "the fastest, clear of the others")
+        flag = f' <span class="msd-tile-best" title="{tip}">{badges[m]}</span>' if m in badges else ""
         tiles.append(f'<div class="msd-tile{" best" if m in badges else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'

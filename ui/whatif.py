@@ -20,7 +20,7 @@ from mirror_sd.latency import whatif as wi
 from mirror_sd.latency.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
 
 from .runs import RunRecord, label
-from .timeline import LABELS
+from .timeline import GROUP_OF, LABELS
 
 log = logging.getLogger(__name__)
 esc = html.escape
@@ -243,19 +243,29 @@ def _x(x) -> str:
     return "–" if x is None else f"<b>{x:.2f}×</b>"
 
 
+def _group(span_label: str) -> tuple[str, str]:
+    """(legend name, colour) of a projected bar: the latency timeline's six groups, the two
+    messages between the lanes as one, the host time: at most eight entries."""
+    if span_label in GROUP_OF:
+        return GROUP_OF[span_label]
+    if span_label.endswith("-> draft"):
+        return "message between the lanes", "#fbbf24"
+    return EXTRA_LABELS.get(span_label, (span_label, "#94a3b8"))
+
+
 def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
-    """One trace per span label (as the latency timeline draws them)."""
-    groups: dict[str, dict[str, list]] = {}
+    """One trace per legend group (the latency timeline's groups); each bar's hover names its
+    own span."""
+    groups: dict[tuple[str, str], dict[str, list]] = {}
     for method, bars in bars_by_method.items():
         for lane, span_label, a, b, step in bars:
-            g = groups.setdefault(span_label, {"x": [], "base": [], "y": [], "text": []})
+            g = groups.setdefault(_group(span_label), {"x": [], "base": [], "y": [], "text": []})
             g["x"].append(max(b - a, 0.0))
             g["base"].append(a)
             g["y"].append(f"{label(method)} · {lane}{suffix}")
-            g["text"].append(f"{label(method)} · {span_label}, step {step}: "
-                             f"{(b - a) * 1e3:.2f} ms{suffix}")
-    for span_label, g in groups.items():
-        name, colour = LABELS.get(span_label) or EXTRA_LABELS.get(span_label, (span_label, "#94a3b8"))
+            name = (LABELS.get(span_label) or EXTRA_LABELS.get(span_label) or (span_label,))[0]
+            g["text"].append(f"{label(method)} · {name}, step {step}: {(b - a) * 1e3:.2f} ms{suffix}")
+    for (name, colour), g in groups.items():
         fig.add_trace(go.Bar(x=g["x"], base=g["base"], y=g["y"], orientation="h", marker_color=colour,
                              name=name, legendgroup=name, showlegend=name not in seen, width=0.7,
                              hoverinfo="text", hovertext=g["text"], marker_line_width=0), row=row, col=1)
