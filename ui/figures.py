@@ -327,7 +327,7 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precis
         spec = [x for m, x in c.items() if m != best and x.tokens_per_step]
         if spec:
             x = max(spec, key=lambda k: k.tokens_per_step)
-            return (f" The reason: a verify step committed only {x.tokens_per_step:.1f} tokens on "
+            return (f" {lead} a verify step committed only {x.tokens_per_step:.1f} tokens on "
                     f"average ({label(x.method)}), too few to pay for the draft and the longer "
                     f"verify forward.")
     return ""
