@@ -5,7 +5,7 @@ the cards and each method's figures from the run's trace (decode speed: tokens a
 commit over the time after it); saves the top of the page, the full page and each fold opened
 as PNGs under --out, and the app's log.
 
-    python scripts/app_new_user_check.py [--out out/app-check] [--port 7861] [--repeat 1]
+    python scripts/app_new_user_check.py [--out out/app-check] [--port 7861] [--repeat 3]
 """
 import argparse
 import json
@@ -59,6 +59,8 @@ def shoot_folds(page, out: Path, prefix: str) -> None:
 def run_once(page, out: Path, prefix: str, repeat: int) -> dict:
     if repeat > 1:
         page.get_by_text("3, interleaved").click()
+    else:
+        page.locator("#repeat").get_by_label("1", exact=True).check()
     start = time.time()
     page.click("#run-btn")
     page.wait_for_function(DONE, timeout=3_000_000)
@@ -86,7 +88,7 @@ def main():
     ap.add_argument("--out", default="out/app-check")
     ap.add_argument("--port", type=int, default=7861)
     ap.add_argument("--prefix", default="default-run")
-    ap.add_argument("--repeat", type=int, default=1, help="3: the Repeat control's interleaved runs")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per method: 3 (the default, interleaved) or 1")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ of mirror_sd.models.tiny, no downloads)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
@@ -96,11 +97,15 @@ def test_token_text_is_escaped_and_whitespace_kept():
 def test_legend_lists_every_kind_with_a_tooltip():
     from html import escape
     html = render_legend()
-    for kind, (label, tip) in {**LEGEND, **LEGEND_MARKS}.items():
-        assert label and escape(label) in html and escape(tip) in html
-    for kind in LEGEND:
-        assert f"k-{kind}" in html
-    assert html.count("title=") == len(LEGEND) + len(LEGEND_MARKS)
+    from ui.texts import LEGEND_GROUPS
+    shown = {kind: short for _, kinds in LEGEND_GROUPS for kind, short in kinds}
+    assert set(shown) == set(LEGEND)  # every kind once, in one of the groups
+    for kind, (label, tip) in LEGEND.items():
+        assert escape(shown[kind]) in html and escape(tip) in html and f"k-{kind}" in html
+    for label, tip in LEGEND_MARKS.values():
+        assert escape(label) in html and escape(tip) in html
+    assert html.count("title=") == len(LEGEND) + len(LEGEND_MARKS) <= 8  # a short legend
+    assert html.count('class="msd-legend-group"') == len(LEGEND_GROUPS)
     assert {"accepted", "hit", "fallback", "correction", "bonus", "plain"} <= set(LEGEND)
 
 
@@ -152,7 +157,7 @@ def test_cards_speedups_and_identical_check():
     assert "0.03 s" in html and "0.10 s" in html  # time to first token, both
     assert "identical to the baseline" in html and "7 of 7" in html
     verdict = render_verdict(records, {})
-    assert "Mirror-SD won: 2.00× AR&#x27;s speed end to end and 1.79× in decode" in verdict
+    assert "Mirror-SD won, 2.00× AR&#x27;s speed." in verdict and "Mirror-SD 1.79× AR." in verdict
 
 
 def test_summary_counts_mismatches_and_never_hides_them():
@@ -226,13 +231,14 @@ def test_app_imports_without_launching():
 def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    status, ar, sd, mirror, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
+    status, ar, sd, mirror, noexit, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
     assert "Done" in status
     for pane in (ar, mirror, sd):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
     assert "k-plain" in ar
     assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "fallback", "correction", "bonus"))
-    assert (" won" in verdict or "finished level" in verdict) and "CPU cores" in verdict
+    assert (" won" in verdict or "cannot tell" in verdict) and "CPU cores" in verdict
+    assert noexit.get("visible") is False  # the variant without the early exit runs only when ticked
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
     for name in (">AR<", ">SD<", ">Mirror-SD<"):  # the three panes' titles
         assert sum(name in pane for pane in (ar, mirror, sd)) == 1
@@ -259,7 +265,7 @@ def test_cached_result_and_trace_replay(client):
 
 def test_auto_gamma_and_budget(client):
     _, final = run_app(client, auto_tune=True, gamma=1, branch_budget=1)
-    status, summary = final[0], final[8]  # the statistics fold says the settings
+    status, summary = final[0], final[9]  # the statistics fold says the settings (after four panes)
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
@@ -519,16 +525,28 @@ def test_a_method_added_to_the_registry_gets_a_pane_a_card_and_a_timeline_lane()
 def _toy_pane_card_and_lane(REGISTRY, build_demo):
     demo = build_demo(tiny=True)
     c = demo.msd_components
-    assert [p.elem_id for p in c["panes"]] == [f"pane-{m}" for m in REGISTRY]
+    from ui.runs import VARIANTS
+    assert [p.elem_id for p in c["panes"]] == [f"pane-{m}" for m in (*REGISTRY, *VARIANTS)]
     assert "pane-toy" in [p.elem_id for p in c["panes"]]
     assert ("Toy", "toy") in [tuple(x) for x in c["methods"].choices]
     frames = list(demo.msd_handlers.run(prompt="def hello ( x ) :", max_new_tokens=6,
                                         methods=["ar", "toy"], use_cache=False))
     final = frames[-1]
-    names = list(REGISTRY)
+    names = [*REGISTRY, *VARIANTS]  # the panes: the registry's methods, then the variants
     toy_pane = final[1 + names.index("toy")]
     assert 'data-state="done"' in toy_pane and ">Toy<" in toy_pane
     cards = final[1 + len(names) + 1]
     assert 'data-method="toy"' in cards and "time to first token" in cards
     timeline = final[1 + len(names) + 5]
     assert any(str(y).startswith("Toy · ") for t in timeline.data if t.type == "bar" for y in t.y)
+
+
+def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_what_the_exit_bought(client):
+    _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-noexit"], repeat=1)
+    status, ar, sd, mirror, noexit, verdict, *_ = final
+    assert "Done" in status
+    assert noexit["visible"] is True  # its pane shows when it ran
+    noexit = noexit["value"]
+    assert 'data-state="done"' in noexit and "Mirror-SD (no exit)" in noexit and "<b>16</b> tokens" in noexit
+    assert "What the early exit bought" in verdict and "tok/s with it against" in verdict
+    assert re.search(r"\d+ hits of \d+ verdicts with it.* against \d+ of \d+ without", verdict), verdict

@@ -43,6 +43,31 @@ TIMELINE_ENDS_JS = """() => {
   }
   return out;
 }"""
+# every visible text on the page (folds closed) at least 12 px, in a colour with WCAG AA
+# contrast on what is behind it (4.5:1; 3:1 for large text), opacity included: the offenders
+UNREADABLE_JS = """() => {
+  const rgba = s => { const m = s.match(/[\\d.]+/g) || []; return m.map(Number).concat([1]).slice(0, 4); };
+  const lum = c => { const f = v => { v /= 255; return v <= .03928 ? v / 12.92 : ((v + .055) / 1.055) ** 2.4; };
+    return .2126 * f(c[0]) + .7152 * f(c[1]) + .0722 * f(c[2]); };
+  const mix = (a, b, t) => a.map((v, i) => i < 3 ? v * t + b[i] * (1 - t) : 1);
+  const behind = e => { for (let x = e; x; x = x.parentElement) { const b = rgba(getComputedStyle(x).backgroundColor);
+      if (b[3] > 0) { const under = x.parentElement ? behind(x.parentElement) : [255, 255, 255, 1]; return mix(b, under, b[3]); } }
+    return [255, 255, 255, 1]; };
+  const out = [];
+  const walker = document.createTreeWalker(document.querySelector('.gradio-container'), NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const e = n.parentElement; if (!n.textContent.trim() || !e || e.closest('svg, .js-plotly-plot, footer, button:disabled')) continue;  // disabled controls: exempt (WCAG 1.4.3)
+    const r = e.getBoundingClientRect(); if (!r.width || !r.height || !e.checkVisibility({opacityProperty: true, visibilityProperty: true})) continue;
+    const st = getComputedStyle(e); const size = parseFloat(st.fontSize);
+    let alpha = 1; for (let x = e; x; x = x.parentElement) alpha *= parseFloat(getComputedStyle(x).opacity);
+    const bg = behind(e); const fg = rgba(st.color); const c = mix(fg, bg, fg[3] * alpha);
+    const [hi, lo] = [lum(c), lum(bg)].sort((a, b) => b - a); const ratio = (hi + .05) / (lo + .05);
+    const large = size >= 24 || (size >= 18.66 && parseInt(st.fontWeight) >= 700);
+    if (size < 12 || ratio < (large ? 3 : 4.5))
+      out.push(`${n.textContent.trim().slice(0, 40)} | ${size}px | ${ratio.toFixed(2)}:1 | ${e.className || e.tagName}`);
+  }
+  return [...new Set(out)].slice(0, 40);
+}"""
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
 MAX_PAGE_PX = 2800  # the default results at 1600 x 1200 with the folds closed: about two and a third screens (the verdict holds a scoreboard and a three-line reason; the text under the cards is at least 13 px)
 
@@ -140,7 +165,8 @@ def check_rendered(page, n_tokens: int | None) -> None:
         "#legend .msd-legend-item").count()
     # the verdict names the winner, in large type; a card per method with the three speeds
     verdict = page.inner_text("#verdict .msd-verdict-text")
-    assert re.search(r"\b(AR|SD|Mirror-SD)\)? (won\b|and .* finished level)", verdict), verdict
+    assert re.search(r"\b(AR|SD|Mirror-SD) won\b|cannot tell .* apart|Plain decoding \(AR\) won", verdict), verdict
+    assert re.search(r"SD \d+\.\d\d tok/s, \d+\.\d\d× AR", verdict), verdict  # each its own speed and ratio
     size = page.eval_on_selector("#verdict .msd-verdict-text", "e => parseFloat(getComputedStyle(e).fontSize)")
     assert size >= 20, size
     cards = page.evaluate(CARDS_JS)
@@ -150,6 +176,8 @@ def check_rendered(page, n_tokens: int | None) -> None:
         if m != "ar":
             assert "over AR, decode / end to end" in rows and "verify steps" in rows, rows
     assert "hits / misses" in cards["mirror"]
+    unreadable = page.evaluate(UNREADABLE_JS)
+    assert not unreadable, "\n".join(unreadable)
     assert not page.errors, page.errors
 
 
@@ -190,6 +218,15 @@ def close(text: str, value: float, digits: int = 2) -> bool:
     return any(abs(x - value) <= 1.01 * 10 ** -digits for x in found)
 
 
+def shows(text: str, value: float) -> bool:
+    """A card's figure: this run's value, or, over interleaved runs (a "[low–high]" range
+    beside the median), a range that holds this run's value (the trace is the last run)."""
+    rng = re.search(r"\[(\d+\.\d+)–(\d+\.\d+)\]", text)
+    if rng is None:
+        return close(text, value)
+    return float(rng[1]) - 0.011 <= value <= float(rng[2]) + 0.011
+
+
 def check_figures_agree(page, trace: dict) -> None:
     """Cards, panes, the bars and the timeline show the same figures, each recomputed here
     from the trace."""
@@ -197,12 +234,15 @@ def check_figures_agree(page, trace: dict) -> None:
     cards = page.evaluate(CARDS_JS)
     for m, f in want.items():
         rows, name = cards[m], LABELS[m]
-        assert close(rows["time to first token"], f["ttft"]), (m, rows, f)
-        assert close(rows["decode speed"], f["decode"]), (m, rows, f)
-        assert close(rows["end to end"], f["e2e"]) and f"{f['tokens']} tokens" in rows["end to end"], (m, rows, f)
+        assert shows(rows["time to first token"], f["ttft"]), (m, rows, f)
+        assert shows(rows["decode speed"], f["decode"]), (m, rows, f)
+        assert shows(rows["end to end"], f["e2e"]), (m, rows, f)
+        if "[" not in rows["end to end"]:  # one run: its tokens and wall time
+            assert f"{f['tokens']} tokens" in rows["end to end"], (m, rows, f)
         if m != "ar":
             x = rows["over AR, decode / end to end"]
-            assert close(x, f["decode_x"]) and close(x, f["e2e_x"]), (m, x, f)
+            if "[" not in rows["end to end"]:  # over interleaved runs: the median ratio
+                assert close(x, f["decode_x"]) and close(x, f["e2e_x"]), (m, x, f)
             assert rows["verify steps"].startswith(f"{f['verify_steps']},"), (m, rows, f)
             assert rows["rejections"].startswith(f"{f['rejections']} of"), (m, rows, f)
         pane = page.inner_text(f"#pane-{m} .msd-pane-head")

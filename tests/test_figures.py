@@ -10,7 +10,7 @@ import pytest
 from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.latency.whatif_costs import core_split
 from ui.figures import Spread, cards, level_with, repeat_summary, split_words, verdict, winner
-from ui.results import render_verdict
+from ui.results import render_statistics, render_verdict
 from ui.runs import label
 from ui.why import PARTS, breakdown
 from ui.zoom import bar_label, instructive_step, render_zoom
@@ -59,9 +59,9 @@ def test_the_verdict_names_the_winner_by_end_to_end_speed():
     text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
     assert "CPU cores, no GPU" in text
     if level_with(c, best):  # tiny runs can finish within 3% of each other
-        assert "finished level" in text and "The trade:" in text and " won" not in text
+        assert "One run cannot tell" in text and "The trade:" in text and " won" not in text
     else:
-        assert f"{label(best) if best != 'ar' else 'plain decoding (AR)'} won" in text and "The reason:" in text
+        assert f"{label(best) if best != 'ar' else 'Plain decoding (AR)'} won" in text and "The reason:" in text
 
 
 def test_the_inspector_opens_on_a_rejection_or_a_miss_and_the_zoom_draws_a_mirror_step():
@@ -85,12 +85,15 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     rounds = [cards(records) for _ in range(3)]
     for r, x in zip(rounds, (0.9, 0.8, 1.2)):
         r["sd"].e2e_speedup = x
+        r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 10.0, 10.0 * x, 9.0
     spreads = repeat_summary(rounds)
     sd = spreads["sd"]["e2e_speedup"]
     assert isinstance(sd, Spread) and sd.n == 3 and (sd.low, sd.median, sd.high) == (0.8, 0.9, 1.2)
     assert sd.includes_one
     text = verdict(rounds[0], records, {}, spreads)
-    assert "median [range]" in text and "includes 1.0×" in text
+    assert "(medians of 3 interleaved runs)" in text  # the verdict's speeds are the medians
+    # SD's range (8-12 tok/s) holds AR's 10: the verdict says plainly that they cannot be told apart
+    assert "These 3 runs cannot tell AR and SD apart" in text and " won" not in text
 
 
 def test_the_verify_slowdown_is_named_as_core_split_times_interference():
@@ -112,7 +115,11 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
         if m != "ar":
             assert f"{c[m].e2e_speedup:.2f}×" in html
     level = level_with(c, best)
-    assert (html.count(">level<") == len(level)) if level else (html.count(">fastest<") == 1)
+    assert (html.count(">tie<") == len(level)) if level else (html.count(">fastest<") == 1)
+    for m in c:  # each tile: its own tok/s, then its ratio over AR in words
+        big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
+        assert big[0] == f"{c[m].e2e_tps:.2f} tok/s", big
+        assert big[1] == ("plain decoding: the baseline" if m == "ar" else f"{c[m].e2e_speedup:.2f}× AR&#x27;s speed"), big
 
 
 def test_a_win_within_three_percent_is_called_level():
@@ -121,7 +128,9 @@ def test_a_win_within_three_percent_is_called_level():
     for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.8)):
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {})
-    assert "SD and Mirror-SD finished level" in text and " won" not in text
+    assert "One run cannot tell SD and Mirror-SD apart" in text and "“3, interleaved”" in text and " won" not in text
+    assert "SD 10.00 tok/s, 1.25× AR" in text and "Mirror-SD 9.80 tok/s, 1.23× AR" in text and "AR 8.00 tok/s;" in text
+    assert "AR 1.00×" not in text
     assert level_with(c, "sd") == ["sd", "mirror"]
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 9.0, 9.0 / 8.0  # 10% behind: a clear win
     assert "SD won" in verdict(c, records, {}) and level_with(c, "sd") == []
@@ -134,19 +143,16 @@ def test_a_zoom_bar_shows_what_fits_and_names_a_run_of_bars_once():
     assert bar_label("verdict", 3, 1.0, True) == ""  # not even its milliseconds fit
 
 
-def test_the_projection_line_says_pays_off_only_where_mirror_sd_passes_sd():
-    from ui.results import _projection_line
-    from ui.whatif import choice_row
-
-    def line(sd, mirror):
-        row = choice_row({"name": "pair", "sd": {"speedup": sd}, "mirror": {"speedup": mirror},
-                          "mirror_over_sd": mirror / sd})
-        return _projection_line({"profile": "(c) pair", "row": row, "speedups": row["speedups"]})
-    up = line(2.0, 2.5)
-    assert "Where Mirror-SD pays off" in up and "1.25×</b> SD's speed" in up
-    down = line(2.0, 1.8)
-    assert "pays off" not in down and "does not pass SD" in down and "0.90×</b> SD's speed" in down
-    assert all("projection, not a measurement" in x for x in (up, down))
+def test_the_projection_is_one_short_line_with_its_inputs_named():
+    from ui.whatif import choice_row, projection_line
+    row = choice_row({"name": "pair", "sd": {"speedup": 2.0}, "mirror": {"speedup": 1.8},
+                      "mirror_over_sd": 0.9})
+    html = projection_line({"profile": "(c) pair", "row": row, "speedups": row["speedups"],
+                            "inputs": "a Qwen3-14B target on a GPU (2680 GB/s)"})
+    text = re.sub(r"<[^>]+>", "", html)
+    assert "projection, not a measurement" in text and "a Qwen3-14B target on a GPU (2680 GB/s)" in text
+    assert "SD 2.00× AR, Mirror-SD 1.80× AR, so Mirror-SD 0.90× SD" in text
+    assert text.count("×") == 3  # three figures in the line, no more
 
 
 def test_the_zoom_names_every_kind_of_bar_it_draws_in_a_legend():
@@ -200,10 +206,13 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     assert "GB/s" in html and "target on a GPU" in html and "draft on an NPU" in html
     # the numbers as text: the verdict prints exactly the cited row's SD, Mirror-SD and ratio
     cells = re.findall(r"<td><b>([^<]+)</b>", fold)
-    said = re.search(r'msd-proj-figures">SD ([^,]+), Mirror-SD ([^<]+)</b>.*?msd-proj-ratio">([^<]+)<', html)
+    said = re.search(r'msd-proj-figures">SD (\S+) AR, Mirror-SD (\S+) AR</b>.*?msd-proj-ratio">([^<]+)<', html)
     assert list(said.groups()) == cells[:3], (said.groups(), cells)
     for settings in (x for x in re.findall(r"</b> <small>([^<]*)</small>", fold) if x):
         assert settings in html  # the settings the row names, also in the verdict
+    from ui.whatif import render_panel
+    line = re.search(r'<p class="msd-projection".*?</p>', html).group(0)
+    assert line.split("(What if")[0] in render_panel(result)  # the fold opens with the same line
     # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
     from ui.whatif import render_table
     other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
@@ -216,9 +225,9 @@ def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_fro
     for m, tps in (("ar", 10.0), ("sd", 12.0), ("mirror", 10.2)):  # SD wins; Mirror-SD 1.02x AR
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 10.0, True
     text = verdict(c, records, {})
-    assert "SD won" in text and "Mirror-SD and AR finished within 3%" in text
+    assert "SD won, 1.18× Mirror-SD's speed" in text and "One run cannot tell Mirror-SD and AR apart" in text
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.0, 1.1
-    assert "and AR finished within" not in verdict(c, records, {})
+    assert "cannot tell" not in verdict(c, records, {})
 
 
 def test_the_verdicts_verify_figures_name_their_window_and_statistic():
@@ -241,8 +250,13 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
     if slow:
         assert f"at one window length, {slow['tokens']} tokens, the median verify forward" in text
         html = render_verdict(records, {})
-        assert f"one verify forward of {slow['tokens']} tokens (median" in html
-        assert f"({slow['factor']:.2f}×)" in html
+        assert f"one verify forward of {slow['tokens']} tokens" in html
+        for key in ("alone_all", "beside_all"):  # each with its steps behind it and their range
+            n = len(slow[key])
+            assert f"({n} step{'s' if n != 1 else ''}" in html
+        apart = min(len(slow["alone_all"]), len(slow["beside_all"])) >= 3 and not slow["overlap"]
+        assert (f"beside the draft {slow['factor']:.2f}× as long" in html) == apart
+        assert ("tell alone from beside" in html) == (not apart)
 
 
 def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
@@ -253,12 +267,13 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     try:
         html = render_verdict(records, {})
         without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
+        stats = render_statistics(records, {}, {})
     finally:
         del records["mirror"].finish.stats["lane_split"]
-    assert "Mirror-SD's two lanes here</b>: 2 cores: target 1 thread" in html
-    assert "lanes overlapped in 2 of 16 steps." in html
     assert "at once in only 2 of 16 steps here" in html  # most steps ran one lane after the other
-    assert "two lanes here" not in without
+    assert "(how the lanes shared the cores: Statistics)" in html
+    assert "Mirror-SD's two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
+    assert "at once in only" not in without and "two lanes" not in without
 
 
 def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
@@ -286,3 +301,42 @@ def test_the_zoom_draws_a_step_the_lanes_overlapped_in():
     other = zoom_step(serial)
     split = {sp.step for sp in serial.spans if sp.label == "prefix"}
     assert split and other != first and other in split, (first, other, sorted(split))
+
+
+def test_the_zoom_never_draws_an_empty_or_plain_decode_step_when_a_better_one_exists():
+    """The zoom's step has a window to verify and something to draw besides its verdict; a step
+    whose lanes overlapped (split at the exit, branches beside it) wins when there is one."""
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord
+    from ui.runs import analyse
+    from ui.zoom import SEGMENTS, zoom_step
+    rec = tiny_records()["mirror"]
+    steps = analyse(rec).steps
+    labels = lambda r, s: {sp.label for sp in r.spans if sp.step == s}  # noqa: E731
+    s = zoom_step(rec)
+    assert s and (labels(rec, s) & set(SEGMENTS)) - {"accept"}
+    assert steps[s].verify is None or steps[s].verify.drafted
+    overlapped = [t for t in steps if t > 0 and {"prefix", "branches"} <= labels(rec, t)]
+    assert not overlapped or s in overlapped
+    # the same run with that step's spans gone but its verdict: another step is drawn
+    bare = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        if not (isinstance(ev, Span) and ev.step == s and ev.label != "accept"):
+            bare.add(ev, t)
+    assert zoom_step(bare) != s
+
+
+def test_the_hardware_box_says_what_the_what_if_rows_b_and_c_show():
+    """The box about separate devices follows the What-if fold's figures, never a fixed claim:
+    row (b), the draft on a device of its own, below SD there says it is not enough."""
+    from ui.results import hardware_line
+    records = tiny_records()
+    meta = {"target_device": "cpu", "draft_device": "cpu"}
+    below = hardware_line(records, meta, {"over_sd": {"b": 0.95, "c": 1.41}})
+    assert "a device of its own for the draft is not enough" in below and "0.95× SD" in below
+    assert "1.41× SD" in below and "rows (b) and (c)" in below
+    above = hardware_line(records, meta, {"over_sd": {"b": 1.12, "c": 1.41}})
+    assert "would let Mirror-SD pass SD with this pair: 1.12× SD" in above and "not enough" not in above
+    no_sd = hardware_line(records, meta, {"over_sd": {"b": None, "c": 0.9},
+                                          "rows": {"b": {"speedups": {"mirror": 1.09}}}})
+    assert "Mirror-SD projects 1.09× AR" in no_sd and "even on the accelerator pair it projects 0.90× SD" in no_sd

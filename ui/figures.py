@@ -154,13 +154,17 @@ def verify_slowdown(records: dict[str, RunRecord]) -> dict | None:
     k = contention(c).get("verify")
     if not k:
         return None
+    alone, beside = c["verify_alone_all"], c["verify_beside_all"]
     return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k,
-            "tokens": c["verify_window"] + 1}
+            "tokens": c["verify_window"] + 1, "alone_all": alone, "beside_all": beside,
+            "overlap": alone[0] <= beside[-1] and beside[0] <= alone[-1]}
 
 
-def winner(c: dict[str, Card]) -> str | None:
-    """The method with the best end-to-end speed."""
-    timed = {m: x.e2e_tps for m, x in c.items() if x.e2e_tps and x.complete}
+def winner(c: dict[str, Card], spreads: dict | None = None) -> str | None:
+    """The method with the best end-to-end speed (the median over interleaved runs, when
+    there were several)."""
+    sp = speeds(c, spreads)
+    timed = {m: sp[m][0] for m, x in c.items() if sp[m][0] and x.complete}
     return max(timed, key=timed.get) if timed else None
 
 
@@ -179,62 +183,103 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 LEVEL = 0.03
 
 
-def level_with(c: dict[str, Card], best: str | None) -> list[str]:
-    """The methods whose end-to-end speed is within LEVEL of the winner's, the winner first
-    ([] when the winner is clear)."""
+def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None) -> list[str]:
+    """The methods the run cannot tell from the winner, the winner first ([] when the winner is
+    clear): over several interleaved runs, those whose end-to-end range overlaps the winner's;
+    from one run, those within LEVEL of its end-to-end speed (about one run's noise here)."""
     if best is None or not c[best].e2e_tps:
         return []
-    near = [m for m, x in c.items() if m != best and x.e2e_tps and x.complete
-            and x.e2e_tps >= c[best].e2e_tps * (1 - LEVEL)]
+    ranges = {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
+    if best in ranges:
+        top = ranges[best]
+        near = [m for m in c if m != best and m in ranges and ranges[m].high >= top.low]
+    else:
+        near = [m for m, x in c.items() if m != best and x.e2e_tps and x.complete
+                and x.e2e_tps >= c[best].e2e_tps * (1 - LEVEL)]
     return [best] + near if near else []
+
+
+def speeds(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[float | None, float | None, float | None]]:
+    """Per method (end-to-end tok/s, end to end over AR, decode over AR): the medians over the
+    interleaved runs when there were several, else this run's."""
+    out = {}
+    for m, x in c.items():
+        s = (spreads or {}).get(m, {})
+        pick = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
+        out[m] = (pick("e2e_tps", x.e2e_tps), pick("e2e_speedup", x.e2e_speedup),
+                  pick("decode_speedup", x.decode_speedup))
+    return out
+
+
+def _speed_list(c: dict[str, Card], sp: dict) -> str:
+    """'AR 20.89 tok/s; SD 23.12 tok/s, 1.11× AR; ...': each method its own speed and ratio."""
+    ar = baseline()
+    return "; ".join(f"{label(m)} {sp[m][0]:.2f} tok/s" + ("" if m == ar else f", {_x(sp[m][1])} AR")
+                     for m in c if sp[m][0] is not None)
+
+
+def _names(methods: list[str]) -> str:
+    """'SD and Mirror-SD', 'AR, SD and Mirror-SD'."""
+    names = [label(m) for m in methods]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _apart(names: list[str], runs: int) -> str:
+    """The plain sentence for methods a run cannot separate."""
+    if runs > 1:
+        return f"These {runs} runs cannot tell {_names(names)} apart (their ranges overlap)."
+    return (f"One run cannot tell {_names(names)} apart (within {LEVEL:.0%}, about one run's noise "
+            f"here): choose “3, interleaved” runs.")
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                   spreads: dict | None = None) -> tuple[str, str]:
-    """The verdict as (who won and by how much, the reason and the range over repeats)."""
-    best = winner(c)
+    """The verdict as (who won or that the run cannot tell two apart, then each method's own
+    speed and its ratio over AR, end to end and in decode; the reason and its notes)."""
+    best = winner(c, spreads)
     if best is None:
         return "", ""
-    where = f"On this machine ({machine_words(meta)})"
     ar = baseline()
-    others = [m for m in c if m != ar and m != best and c[m].e2e_speedup is not None]
     if ar not in c or len(c) < 2:
-        return f"{where}: {label(best)} wrote {c[best].tokens} tokens at {c[best].e2e_tps:.2f} tok/s end to end.", ""
-    level = level_with(c, best)
+        return (f"On this machine ({machine_words(meta)}): {label(best)} wrote {c[best].tokens} tokens "
+                f"at {c[best].e2e_tps:.2f} tok/s end to end."), ""
+    sp, runs = speeds(c, spreads), runs_of(spreads)
+    level = level_with(c, best, spreads)
     if level:
-        names = " and ".join(label(m) for m in level)
-        head = (f"{where} {names} finished level: " + ", ".join(
-            f"{label(m)} {_x(c[m].e2e_speedup)}" for m in level) + f" AR's speed end to end, within "
-            f"{LEVEL:.0%} of each other (one run cannot tell them apart); in decode " + ", ".join(
-            f"{label(m)} {_x(c[m].decode_speedup)}" for m in c if m != ar) + ".")
+        head = _apart(level, runs)
     elif best == ar:
-        head = (f"{where} plain decoding (AR) won: no speculative method beat it end to end ("
-                + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)}" for m in c if m != ar) + ").")
+        head = "Plain decoding (AR) won: no speculative method beat it end to end."
     else:
-        head = (f"{where} {label(best)} won: {_x(c[best].e2e_speedup)} AR's speed end to end and "
-                f"{_x(c[best].decode_speedup)} in decode")
-        head += ("; " + ", ".join(f"{label(m)} {_x(c[m].e2e_speedup)} and {_x(c[m].decode_speedup)}"
-                                  for m in others) + "." if others else ".")
-    if not spreads:
-        head += _level_with_ar(c, best, level)
+        second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
+        head = f"{label(best)} won, {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed."
+    near = _near_ar(c, best, level, sp)
+    if near:
+        head += " " + _apart(near + [ar], runs)
+    many = f" (medians of {runs} interleaved runs)" if runs > 1 else ""
+    head += f" End to end on {machine_words(meta)}{many}: {_speed_list(c, sp)}."
+    decode = [f"{label(m)} {_x(sp[m][2])} AR" for m in c if m != ar and sp[m][2] is not None]
+    if decode:
+        head += " Decode: " + ", ".join(decode) + "."
     lead = "The trade:" if level else "The reason:"
     reason = _reason(best, c, records, meta.get("precision"), lead)
-    notes = (_first_token_note(c) + _range_note(spreads)).strip()
+    notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
     if notes:
         reason += (ITEM if ITEM in reason else " ") + notes
     return head, reason
 
 
-def _level_with_ar(c: dict[str, Card], best: str, level: list[str]) -> str:
-    """' X and AR finished within 3% ...' for a method other than the winner that one run cannot
-    tell from AR ('' for none)."""
-    near = [m for m, x in c.items() if m not in ("ar", best) and m not in level and x.complete
-            and x.e2e_speedup is not None and abs(x.e2e_speedup - 1) <= LEVEL]
-    if best == "ar" or not near or "ar" in level:
-        return ""
-    names = " and ".join(label(m) for m in near)
-    return (f" {names} and AR finished within {LEVEL:.0%} of each other end to end: one run cannot "
-            f"tell them apart (“3, interleaved” gives the range).")
+def runs_of(spreads: dict | None) -> int:
+    """How many interleaved runs the spreads span (1 without)."""
+    return max((x.n for s in (spreads or {}).values() for x in s.values()), default=1)
+
+
+def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict) -> list[str]:
+    """Methods other than the winner's group that end within LEVEL of AR ([] for none)."""
+    ar = baseline()
+    if best == ar or ar in level:
+        return []
+    return [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete
+            and sp[m][1] is not None and abs(sp[m][1] - 1) <= LEVEL]
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):
@@ -282,7 +327,7 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precis
         spec = [x for m, x in c.items() if m != best and x.tokens_per_step]
         if spec:
             x = max(spec, key=lambda k: k.tokens_per_step)
-            return (f" The reason: a verify step committed only {x.tokens_per_step:.1f} tokens on "
+            return (f" {lead} a verify step committed only {x.tokens_per_step:.1f} tokens on "
                     f"average ({label(x.method)}), too few to pay for the draft and the longer "
                     f"verify forward.")
     return ""
@@ -341,14 +386,30 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     return f" {lead}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
 
 
-def _range_note(spreads: dict | None) -> str:
-    if not spreads:
+def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict | None = None) -> str:
+    """What Mirror-SD's early exit bought, when its variant without the exit ran in the same
+    run: the hit rate with it against without, and the end-to-end speed ('' otherwise)."""
+    from .runs import VARIANTS
+    pairs = [(v, x.base) for v, x in VARIANTS.items() if dict(x.changes).get("early_exit") == "off"]
+    v, base = next(((v, b) for v, b in pairs if v in c and b in c), (None, None))
+    if v is None:
         return ""
-    notes = []
-    for m, s in spreads.items():
-        e2e = s.get("e2e_speedup")
-        if m != baseline() and e2e is not None and e2e.n > 1:
-            within = " (the range includes 1.0×: no clear difference from AR)" if e2e.includes_one else ""
-            notes.append(f"{label(m)} {e2e.median:.2f}× [{e2e.low:.2f}–{e2e.high:.2f}]{within}")
-    return (f" Over {max(x.n for s in spreads.values() for x in s.values())} interleaved runs, end "
-            f"to end, median [range]: " + "; ".join(notes) + ".") if notes else ""
+    sp = speeds(c, spreads)
+    parts = []
+    if None not in (c[base].hits, c[v].hits):
+        rate = lambda x: f" ({x.hits / (x.hits + x.misses):.0%})" if x.hits + x.misses else ""  # noqa: E731
+        parts.append(f"{c[base].hits} hits of {c[base].hits + c[base].misses} verdicts with it"
+                     f"{rate(c[base])} against {c[v].hits} of {c[v].hits + c[v].misses} without"
+                     f"{rate(c[v])}, the draft's own guesses picking the branches (the last run)")
+    with_, without = sp[base][0], sp[v][0]
+    if with_ and without:
+        pair = {base: c[base], v: c[v]}
+        apart = level_with(pair, winner(pair, spreads), spreads)
+        parts.append(f"{with_:.2f} tok/s with it against {without:.2f} tok/s without "
+                     f"({with_ / without:.2f}×" + ("; the runs cannot tell these two speeds apart)"
+                                                   if apart else ")"))
+    if not parts:
+        return ""
+    runs = runs_of(spreads)
+    many = f" (speeds: medians of {runs} interleaved runs)" if runs > 1 else ", this run"
+    return f"What the early exit bought{many}: " + "; ".join(parts) + "."

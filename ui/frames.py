@@ -17,13 +17,13 @@ from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards, machine, repeat_summary
+from .figures import cards, machine, repeat_summary, speeds
 from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
 from .results import render_cards, render_statistics, render_verdict
-from .runs import RunRecord, analyse, label, measured, method_names
+from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
 from .timeline import build_timeline
@@ -73,7 +73,7 @@ class RunInputs:
     streams: str = DEFAULTS.streams
     draft_vocab: str = DEFAULTS.draft_vocab
     proposer: str = DEFAULT_PROPOSER  # draft | lookup (engine/proposers.py)
-    repeat: int = 1  # interleaved rounds of every method (median and range on the cards)
+    repeat: int = 3  # interleaved rounds of every method (median and range on the cards; the verdict calls a difference within them a tie)
 
     @classmethod
     def from_controls(cls, controls: dict) -> "RunInputs":
@@ -93,11 +93,11 @@ class RunInputs:
                          self.draft_device, self.draft_precision)
 
     def chosen_methods(self) -> tuple[str, ...]:
-        """The ticked methods in the registry's order; every method when none is ticked."""
+        """The ticked methods (and variants) in display order; every registry method when none
+        is ticked."""
         chosen = {str(m).strip().lower() for m in (self.methods or [])}
-        names = method_names()
-        picked = tuple(m for m in names if m in chosen or label(m).lower() in chosen)
-        return picked or names
+        picked = tuple(m for m in method_names() if m in chosen or label(m).lower() in chosen)
+        return picked or default_methods()
 
 
 def pair_spec(target, draft, precision, target_device, draft_device, draft_precision) -> PairSpec:
@@ -130,11 +130,14 @@ def pane_state_of(rec: RunRecord | None, running: bool) -> str:
     return "stopped" if rec.cancelled or rec.finish is None else "done"
 
 
-def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run") -> list[str]:
+def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run") -> list:
+    """Each pane's HTML; a variant's pane (VARIANTS) shows only when it was chosen or ran."""
     out = []
     for m in method_names():
         rec = records.get(m)
-        if rec is None:
+        if m in VARIANTS and rec is None and m not in methods:
+            out.append(gr.update(value="", visible=False))
+        elif rec is None:
             note = SKIPPED_NOTE if m not in methods else pending
             out.append(render_pane(m, None, "waiting" if m in methods and pending != "not run"
                                    else "skipped", note=note))
@@ -143,6 +146,8 @@ def panes(records: dict, methods, pane_state: str | None = None, pending: str = 
             note = (f"Stopped: the run ended at the step after Stop, {measured(rec)['tokens']} "
                     f"tokens in." if rec.cancelled else "")
             out.append(render_pane(m, rec, state, note=note))
+        if m in VARIANTS and not (rec is None and m not in methods):
+            out[-1] = gr.update(value=out[-1], visible=True)
     return out
 
 
@@ -150,7 +155,8 @@ def _inspect_target(records: dict) -> str | None:
     """The run the inspector opens on: the last drafting method that ran (Mirror-SD)."""
     drafting = [m for m in records if records[m] is not None and any(
         True for _ in analyse(records[m]).steps)]
-    return drafting[-1] if drafting else None
+    own = [m for m in drafting if m not in VARIANTS] or drafting  # a variant only when alone
+    return own[-1] if own else None
 
 
 def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, prompt: str,
@@ -198,14 +204,18 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
                          ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
 
 
-def done_message(records: dict[str, RunRecord], meta: dict) -> str:
+def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:
+    """The status line after a run: each method's end-to-end ratio over AR, the verdict's
+    figures (the medians over interleaved runs when there were several)."""
     c = cards({m: r for m, r in records.items() if r is not None})
-    speeds = [f"{label(m)} {x.e2e_speedup:.2f}×" for m, x in c.items()
-              if m != "ar" and x.e2e_speedup is not None]
+    spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
+    sp = speeds(c, spreads)
+    ratios = [f"{label(m)} {sp[m][1]:.2f}×" for m in c if m != "ar" and sp[m][1] is not None]
     message = "Done."
-    if speeds:
-        message = (f"Done: end to end over AR, {', '.join(speeds)} (measured on {machine()}; "
-                   f"the verdict below says why). The race below replays the runs side by side.")
+    if ratios:
+        many = f", medians of {len(rounds)} interleaved runs" if spreads else ""
+        message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many}; "
+                   f"the verdict below says why). The race below replays the last runs side by side.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

@@ -11,6 +11,7 @@ from the full records come with the last frame, after every timed run.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 import time
 
 import gradio as gr
@@ -26,7 +27,7 @@ from .live import LivePush, race_message
 from .paircheck import render_pair_check
 from .preparing import Preparer
 from .render import render_status
-from .runs import analyse, label
+from .runs import analyse, label, variant_of
 from .session import Job, RunRequest, target_layers
 from .state import AppState
 from .texts import DEFAULT_EXAMPLE, EXAMPLES
@@ -121,7 +122,7 @@ class Handlers:
         else:
             self.app.results.put(key, {"records": records, "meta": meta, "rounds": rounds,
                                        "when": time.strftime("%H:%M:%S")})
-            yield final_outputs(records, status=done_message(records, meta), **out)
+            yield final_outputs(records, status=done_message(records, meta, rounds), **out)
 
     # ---- buttons and timers -----------------------------------------------------------------
     def arm(self, request: gr.Request = None):
@@ -219,7 +220,8 @@ def _problem(inputs: RunInputs) -> str | None:
     try:
         settings = inputs.settings()
         for m in inputs.chosen_methods():
-            settings.check(m)
+            base, changes = variant_of(m)
+            replace(settings, **changes).check(base)
     except (MirrorSDError, TypeError, ValueError) as e:
         return str(e)
     return None

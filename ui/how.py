@@ -70,7 +70,8 @@ def _lane(y: int, bars, label: str) -> str:
     for x, w, cls, text in bars:
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="22" rx="3" class="{cls}"/>')
         if text:
-            out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in" text-anchor="middle">{text}</text>')
+            dark = " dark" if cls == "d-t2" else ""  # dark text on the light bar
+            out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in{dark}" text-anchor="middle">{text}</text>')
     return "".join(out)
 
 
@@ -86,18 +87,51 @@ def diagram() -> str:
                           (426, 110, "d-t2", "layers ℓₑ+1–N")], "target")
               + _lane(140, [(196, 110, "d-d", "branches"), (426, 110, "d-d", "branches")], "draft")
               + '<path d="M188 134 L 200 140" class="d-arrow"/><path d="M313 134 L 320 112" class="d-arrow"/>'
-              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (teal) the draft writes branches '
-                'beside the target; a hit at the verdict (dark) is the next window</text>')
-    return (f'<svg class="msd-diagram" viewBox="0 0 560 172" role="img" aria-label="SD against '
+              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (teal) the draft writes '
+                'branches beside the target</text>')
+    return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram" viewBox="0 0 560 172" role="img" aria-label="SD against '
             f'Mirror-SD on a time axis">{sd}{mirror}'
-            f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg>')
+            f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg></div>')
+
+
+def flow(layer: int | None = None, layers: int | None = None) -> str:
+    """The algorithm of one Mirror-SD step as a plain diagram (HTML and CSS): the target's lane
+    (layers before the early exit, the exit, the layers after it, the verdict) beside the
+    draft's lane (branches from the exit's top guesses, written while the target finishes),
+    and the verdict's two outcomes: a hit reuses a branch, a miss falls back to drafting."""
+    before = f"layers 1–{layer}" if layer else "layers 1–ℓₑ"
+    after = f"layers {layer + 1}–{layers}" if layer and layers else "layers ℓₑ+1–N"
+    box = lambda cls, area, title, text: (f'<div class="f-box {cls}" style="grid-area:{area}">'  # noqa: E731
+                                          f'<b>{title}</b><span>{text}</span></div>')
+    cells = [
+        '<div class="f-name" style="grid-area:tn">target</div>',
+        box("f-t f-next", "t1", before, "the verify pass starts"),
+        box("f-e f-next", "t2", "early exit", "its top guesses for the next tokens"),
+        box("f-t2 f-next", "t3", after, "the pass finishes"),
+        box("f-v", "t4", "verdict", "drafted tokens kept, the target's own token"),
+        '<div class="f-down" style="grid-area:a2">↓ guesses</div>',
+        '<div class="f-down" style="grid-area:a4">↓</div>',
+        '<div class="f-name" style="grid-area:dn">draft</div>',
+        box("f-d", "d3", "branches, beside the target", "next windows grown from the exit's top "
+                                                       "guesses, all at once (the branch budget)"),
+        box("f-hit", "o1", "hit → reuse", "a branch starts with the verdict's token: it is the next "
+                                         "window, already written"),
+        box("f-miss", "o2", "miss → fall back", "no branch matches: the draft writes the next window "
+                                               "now, the target waits (as in SD)"),
+    ]
+    return ('<div class="msd-flow" role="img" aria-label="One Mirror-SD step: the target lane '
+            'beside the draft lane, the verdict reusing a branch or falling back">'
+            + "".join(cells) + '</div>')
 
 
 def render_how(records: dict[str, RunRecord], meta: dict) -> str:
     """The section for the run on screen; the general text before any run."""
     parts = [f"<p>{INTRO}</p>"]
     if not records or "mirror" in records:
-        parts.append(f"<p>{MIRROR}</p>{diagram()}")
+        meta = meta or {}
+        parts.append(f"<p>{MIRROR}</p><h4>One step of Mirror-SD</h4>"
+                     f"{flow(meta.get('exit_layer'), meta.get('target_layers'))}"
+                     f"<h4>On a time axis, against SD (not to scale)</h4>{diagram()}")
     if records:
         parts.append(_this_run(records, meta))
     if (meta or {}).get("cross"):

@@ -73,7 +73,8 @@ def _last_committed(sv: StepView, tokens) -> str:
 def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
     ee, v = sv.early_exit, sv.verify
     if ee is None:
-        return '<p class="msd-muted">No early exit in this step (plain speculative decoding has none).</p>'
+        return ('<p class="msd-muted">No early exit in this step (plain SD reads none; Mirror-SD skips it in a '
+                'step whose lanes ran one after the other, and in its variant without the exit).</p>')
     window = sv.window
     A, c = (v.accepted, v.token) if v else (None, None)
     rows = []

@@ -26,7 +26,7 @@ from .live import BOARD_JS, BOARD_TEMPLATE, TIMELINE_TEMPLATE
 from .pairbox import PairBox
 from .paircheck import render_pair_check
 from .render import render_legend, render_pane, render_status
-from .runs import label, method_names
+from .runs import VARIANTS, default_methods, label, method_names
 from .pair_report import build_pair_report_tab
 from .state import AppState
 from .steps import PICK_JS
@@ -78,9 +78,12 @@ def _speculation(c: dict) -> None:
     """Methods and the speculation settings."""
     choices = [(label(m), m) for m in method_names()]
     with gr.Accordion("Methods and speculation", open=False):
-        methods = gr.CheckboxGroup(choices, value=[v for _, v in choices],
+        methods = gr.CheckboxGroup(choices, value=list(default_methods()),
                                    label="Methods", elem_id="methods",
-                                   info="Each runs alone, one after another, on the same weights.")
+                                   info="Each runs alone, one after another, on the same weights. "
+                                        "“Mirror-SD (no exit)” adds a fourth run: Mirror-SD with the "
+                                        "draft's own guesses picking the branches, so the verdict "
+                                        "can say what the early exit bought.")
         gamma = gr.Slider(1, 12, value=INPUTS.gamma, step=1, label="Drafted tokens per window (γ)",
                           info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
         kappa = gr.Slider(1, 32, value=INPUTS.kappa, step=1, label="Early-exit guesses per position (κ)",
@@ -192,8 +195,9 @@ def _prompt_row(c: dict) -> None:
             with gr.Row():
                 run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", interactive=False)
-            repeat = gr.Radio([("1", 1), ("3, interleaved", 3)], value=1, label="Runs per method",
-                              elem_id="repeat", info="3: median and range on the cards.")
+            repeat = gr.Radio([("1", 1), ("3, interleaved", 3)], value=INPUTS.repeat, label="Runs per method",
+                              elem_id="repeat", info="3: median and range on the cards, and the "
+                              "verdict says when the ranges cannot tell two methods apart.")
     c.update(prompt=prompt, example=example, run_btn=run_btn, stop_btn=stop_btn, repeat=repeat)
     with gr.Row(equal_height=False, elem_id="settings-row"):
         for section in (_speculation, _sampling, _pair, _traces):
@@ -207,13 +211,14 @@ def _results(c: dict) -> None:
         c["verdict"] = gr.HTML("", elem_id="verdict")
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
-            show_rejected = gr.Checkbox(True, label="show rejected draft tokens (struck through)",
-                                        elem_id="show-rejected", scale=0, min_width=300)
+            show_rejected = gr.Checkbox(True, label="show rejected drafts (struck through)",
+                                        elem_id="show-rejected", scale=0, min_width=230)
         c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
                             apply_default_css=False, elem_id="board")
         with gr.Row(equal_height=False, elem_id="panes"):
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
-                                  elem_id=f"pane-{m}", min_width=300) for m in method_names()]
+                                  elem_id=f"pane-{m}", min_width=300, visible=m not in VARIANTS)
+                          for m in method_names()]
         gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
                 elem_id="board-timeline")
         c["zoom"] = gr.HTML("", elem_id="zoom")

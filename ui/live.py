@@ -25,7 +25,7 @@ from pathlib import Path
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                                      StepStart, Verify)
 
-from .runs import RunRecord, colour, label, method_names
+from .runs import VARIANTS, RunRecord, colour, label, method_names
 
 # the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
 # this one has no ${value} in it, so the JSON messages never touch what the script drew
@@ -139,7 +139,7 @@ class LiveFeed:
 
 def _heads(methods) -> list[dict]:
     return [{"m": m, "label": label(m), "colour": colour(m), "on": m in methods}
-            for m in method_names()]
+            for m in method_names() if m not in VARIANTS or m in methods]
 
 
 OVERLAP_S = 2.0  # each message repeats the items of the messages sent in this many seconds

@@ -11,7 +11,7 @@ import unicodedata
 from mirror_sd.engine.events import Verify
 
 from .runs import RunRecord, analyse, colour, label, live_stats
-from .texts import GLOSSARY, LEGEND, LEGEND_MARKS
+from .texts import GLOSSARY, LEGEND, LEGEND_GROUPS, LEGEND_MARKS
 
 esc = html.escape
 KEEP = {"\n", "\t", "\r"}
@@ -64,13 +64,18 @@ def token_spans(rec: RunRecord) -> str:
 
 
 def render_legend() -> str:
-    items = "".join(
-        f'<span class="msd-legend-item" title="{esc(tip)}"><span class="msd-tok k-{kind}">'
-        f'{esc(label)}</span></span>' for kind, (label, tip) in LEGEND.items())
-    marks = "".join(f'<span class="msd-legend-item" title="{esc(tip)}"><span class="{cls}">'
-                    f'{esc(label)}</span></span>' for cls, (label, tip) in LEGEND_MARKS.items())
-    return (f'<div class="msd-legend" role="list" aria-label="token colours">{items}{marks}'
-            f'<span class="msd-legend-hint">hover a colour, a token or a dotted word for details</span></div>')
+    """The token colours in two groups (drafted and kept; written by the target), then the
+    whitespace mark: each colour once, named."""
+    item = lambda cls, text, tip: (f'<span class="msd-legend-item" title="{esc(tip)}"><span class="{cls}">'  # noqa: E731
+                                   f'{esc(text)}</span></span>')
+    groups = "".join(
+        f'<span class="msd-legend-group" role="group" aria-label="{esc(title)}">'
+        f'<span class="msd-legend-title">{esc(title)}:</span>'
+        + "".join(item(f"msd-tok k-{kind}", short, LEGEND[kind][1]) for kind, short in kinds) + "</span>"
+        for title, kinds in LEGEND_GROUPS)
+    marks = "".join(item(cls, text, tip) for cls, (text, tip) in LEGEND_MARKS.items())
+    return (f'<div class="msd-legend" role="list" aria-label="token colours">{groups}{marks}'
+            f'<span class="msd-legend-hint">hover for details</span></div>')
 
 
 def term(word: str, key: str | None = None) -> str:

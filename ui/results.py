@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import html
 import re
+from statistics import median
 
-from .figures import (ITEM, Card, Spread, cards, level_with, machine_words, one_device, verdict_parts,
-                      verify_slowdown, winner)
+from .figures import (ITEM, Card, Spread, cards, exit_bought, runs_of, level_with, machine_words, one_device, speeds,
+                      verdict_parts, verify_slowdown, winner)
 from .render import term
+from .whatif import projection_line
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
 
@@ -30,10 +32,33 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 
 # ---- the verdict ------------------------------------------------------------------------
 
-LEVERS = ("Mirror-SD needs two things this machine does not have: a draft much cheaper than "
-          "the target (the paper pairs a 14-32B target with a ~0.6B draft; here the draft "
-          "costs {draft_share} of a target forward) and lanes that do not share a device (here "
-          "both models share {machine} and one memory bus).")
+def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
+    """What Mirror-SD lacks on a machine whose lanes share one device, in the words the What-if
+    fold's figures allow (its "own settings" table): a device of its own for the draft (row
+    (b)) and a draft much cheaper than the target (row (c), the accelerator pair)."""
+    c = costs(done)
+    share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
+             else "a large share of a target forward")
+    lead = (f"Here both models share one machine ({machine_words(meta)}) and its memory bus, and the "
+            f"draft costs {share}.")
+    p = projection or {}
+    over = p.get("over_sd") or {}
+    b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
+    b, acc = over.get("b"), over.get("c")
+    where = "(What if, “its own settings” table, rows (b) and (c): projections)"
+    cheap = ("" if acc is None else
+             f"; with a much cheaper draft, on the accelerator pair, Mirror-SD projects {acc:.2f}× SD"
+             if acc >= 1 else f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance")
+    if b is not None:
+        own = (f"a device of its own for the draft would let Mirror-SD pass SD with this pair: {b:.2f}× SD"
+               if b >= 1 else f"a device of its own for the draft is not enough with this pair: Mirror-SD "
+                              f"projects {b:.2f}× SD there")
+    elif b_mirror is not None:
+        own = f"with a device of its own for the draft Mirror-SD projects {b_mirror:.2f}× AR"
+    else:
+        return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
+                f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
+    return f"{lead} By the projections, {own}{cheap} {where}."
 
 
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
@@ -44,15 +69,17 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     head, reason = verdict_parts(c, done, meta, spreads)
     if not head:
         return ""
-    parts = [_scoreboard(c), f'<p class="msd-verdict-text">{esc(head)}</p>']
+    parts = [_scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
     if "mirror" in done:
         parts.append(_lanes_line(done["mirror"]))
+    bought = exit_bought(c, done, spreads)
+    if bought:
+        parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
+                     f'{esc(bought.split(":", 1)[1])}</p>')
     if one_device(meta) and "mirror" in c:
-        share = costs(done).get("draft"), costs(done).get("target")
-        draft_share = f"{share[0] / share[1]:.0%}" if all(share) else "a large share"
-        parts.append(f'<p class="msd-hardware">{esc(LEVERS.format(draft_share=draft_share, machine=machine_words(meta)))}</p>')
+        parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
     if projection:
         parts.append(_projection_line(projection))
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
@@ -97,11 +124,11 @@ def _picture(done: dict[str, RunRecord]) -> str:
     slow = verify_slowdown(done)
     rows = []
     if slow:
-        top = max(slow["alone_s"], slow["beside_s"])
-        rows.append((f"one verify forward of {slow['tokens']} tokens (median at that length)", [
-            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), f"alone: {slow['alone_s'] * 1e3:.0f} ms"),
+        top = max(slow["alone_all"][-1], slow["beside_all"][-1])
+        rows.append((_verify_title(slow), [
+            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone " + _ms_spread(slow["alone_all"])),
             ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
-             f"beside the draft: {slow['beside_s'] * 1e3:.0f} ms ({slow['factor']:.2f}×)")]))
+             "beside " + _ms_spread(slow["beside_all"]))]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
     if top > 0:
@@ -119,73 +146,82 @@ def _picture(done: dict[str, RunRecord]) -> str:
     return f'<div class="msd-vpic">{body}</div>' if body else ""
 
 
-def _scoreboard(c: dict[str, Card]) -> str:
-    """One tile per method: its end-to-end speed over AR's in large type (AR: its tokens per
-    second, the baseline), the same figures as the cards' "end to end" rows."""
+def _ms_spread(values: list[float]) -> str:
+    """'150 ms (4 steps 140–171)': the median over the steps, their count and range."""
+    mid = median(values)
+    steps = f"{len(values)} step{'s' if len(values) != 1 else ''}"
+    span = f" {values[0] * 1e3:.0f}–{values[-1] * 1e3:.0f}" if len(values) > 1 else ""
+    return f"{mid * 1e3:.0f} ms ({steps}{span})"
+
+
+def _verify_title(slow: dict) -> str:
+    """The verify picture's title: its window and whether its steps can tell the two apart."""
+    title = f"one verify forward of {slow['tokens']} tokens"
+    if min(len(slow["alone_all"]), len(slow["beside_all"])) < 3:
+        return title + ": too few steps to tell alone from beside"
+    if slow["overlap"]:
+        return title + ": the ranges overlap, so these steps cannot tell alone from beside"
+    return title + f": beside the draft {slow['factor']:.2f}× as long"
+
+
+def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
+    """One tile per method: its own end-to-end tok/s in large type and its ratio over AR in
+    words under it (the medians over interleaved runs when there were several), the same
+    figures as the verdict's sentence and the cards' "end to end" rows."""
     if "ar" not in c or len(c) < 2:
         return ""
-    best = winner(c)
-    level = level_with(c, best)
-    badges = {m: "level" for m in level} if level else {best: "fastest"}
+    best = winner(c, spreads)
+    level = level_with(c, best, spreads)
+    badges = {m: "tie" for m in level} if level else {best: "fastest"}
+    sp = speeds(c, spreads)
     tiles = []
-    for m, x in c.items():
-        if m == "ar":
-            big, small = f"{_fmt(x.e2e_tps)} tok/s", "plain decoding: the baseline"
-        else:
-            big = "–" if x.e2e_speedup is None else f"{x.e2e_speedup:.2f}×"
-            small = f"{_fmt(x.e2e_tps)} tok/s (AR {_fmt(c['ar'].e2e_tps)} tok/s)"
-        flag = f' <span class="msd-tile-best">{badges[m]}</span>' if m in badges else ""
+    for m in c:
+        tps, ratio = sp[m][0], sp[m][1]
+        small = ("plain decoding: the baseline" if m == "ar" else
+                 "–" if ratio is None else f"{ratio:.2f}× AR's speed")
+        tip = ("the runs cannot tell these methods apart" if m in level else
+               "the fastest, clear of the others")
+        flag = f' <span class="msd-tile-best" title="{tip}">{badges[m]}</span>' if m in badges else ""
         tiles.append(f'<div class="msd-tile{" best" if m in badges else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
-                     f'<div class="msd-tile-big">{big}</div><div class="msd-tile-small">{esc(small)}</div></div>')
+                     f'<div class="msd-tile-big">{_fmt(tps)} tok/s</div>'
+                     f'<div class="msd-tile-small">{esc(small)}</div></div>')
+    many = f", medians of {runs_of(spreads)} interleaved runs" if runs_of(spreads) > 1 else ", this run"
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
-            f'<div class="msd-tile-note">{term("end to end", "e2e")}, this run, '
+            f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
             f'this machine</div></div>')
 
 
 def _projection_line(projection: dict) -> str:
-    """The What-if fold's row (c) of its "own settings" table, printed as that row prints it
-    (whatif.choice_row: the same figures, settings and ratio); "pays off" only where Mirror-SD
-    passes SD there."""
-    row, sp = projection["row"], projection["speedups"]
-    sd, mirror = sp.get("sd"), sp.get("mirror")
-    settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
-                         if row.get(m + "_settings"))
-    best = f", each method at the settings it would pick there ({esc(settings)})," if settings else ""
-    lead = ("Where Mirror-SD pays off:" if sd and mirror and mirror >= sd else
-            "Mirror-SD in the projection:")
-    inputs = f" ({esc(projection['inputs'])})" if projection.get("inputs") else ""
-    behind = bool(sd and mirror and mirror < sd)
-    even = "even there it does not pass SD: " if behind else ""
-    why = " with this run's acceptance and a draft writing one token per forward" if behind else ""
-    return (f'<p class="msd-projection"><span class="msd-proj-tag">projection, not a '
-            f'measurement</span> {lead} the same recorded steps on '
-            f'<b>{esc(projection["profile"])}</b>{inputs}{best} project decode speeds over AR of '
-            f'<b class="msd-proj-figures">SD {row["sd"]}, Mirror-SD {row["mirror"]}</b>: {even}'
-            f'Mirror-SD <b class="msd-proj-ratio">{row["ratio"]}</b> SD\'s speed{why} (What if fold: the '
-            f'row “projection (c), its own settings”, and how).</p>')
+    """The What-if fold's row (c) of its "own settings" table in one short line (the same
+    function prints it at the top of the fold)."""
+    return projection_line(projection)
 
 
 # ---- the cards ----------------------------------------------------------------------------
 
-def _spread(s: Spread | None, spec: str, unit: str = "") -> str:
+def _val(own: float | None, s: Spread | None, spec: str, unit: str = "") -> str:
+    """A card's figure: this run's, or over interleaved runs their median with the range
+    beside it in small type."""
     if s is None or s.n < 2:
-        return ""
-    return (f' <small class="msd-range" title="median and range over {s.n} interleaved runs">'
-            f'median {format(s.median, spec)}{unit} [{format(s.low, spec)}–{format(s.high, spec)}]</small>')
+        return f"{_fmt(own, spec)}{unit}"
+    return (f'{format(s.median, spec)}{unit} <small class="msd-range" title="median and range '
+            f'over {s.n} interleaved runs">[{format(s.low, spec)}–{format(s.high, spec)}]</small>')
 
 
 def _card_rows(c: Card, s: dict) -> list[tuple[str, str, str]]:
     """(label, value, glossary key) rows of one card."""
     x = lambda v: "–" if v is None else f"{v:.2f}×"  # noqa: E731
-    rows = [("time to first token", f"{_fmt(c.ttft_s)} s" + _spread(s.get("ttft_s"), ".2f", " s"), "ttft"),
-            ("decode speed", f"{_fmt(c.decode_tps)} tok/s" + _spread(s.get("decode_tps"), ".2f"), "decode"),
-            ("end to end", f"{_fmt(c.e2e_tps)} tok/s ({c.tokens} tokens in {c.wall_s:.2f} s)", "e2e")]
+    med = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
+    rows = [("time to first token", _val(c.ttft_s, s.get("ttft_s"), ".2f", " s"), "ttft"),
+            ("decode speed", _val(c.decode_tps, s.get("decode_tps"), ".2f", " tok/s"), "decode"),
+            ("end to end", _val(c.e2e_tps, s.get("e2e_tps"), ".2f", " tok/s")
+             + ("" if "e2e_tps" in s and s["e2e_tps"].n > 1 else f" ({c.tokens} tokens in {c.wall_s:.2f} s)"), "e2e")]
     if c.method != "ar" and c.decode_speedup is not None:
         rows.append(("over AR, decode / end to end",
-                     f"<b>{x(c.decode_speedup)}</b> / <b>{x(c.e2e_speedup)}</b>"
-                     + _spread(s.get("e2e_speedup"), ".2f", "× end to end"), "speedup"))
+                     f"<b>{x(med('decode_speedup', c.decode_speedup))}</b> / "
+                     f"<b>{x(med('e2e_speedup', c.e2e_speedup))}</b>", "speedup"))
     if c.verify_steps:
         rows.append(("verify steps", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per step "
                      f"({c.tokens} / {c.verify_steps})", "verify step"))
@@ -217,26 +253,31 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
                    f'<table>{rows}</table></div>')
+    runs = runs_of(spreads)
+    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; the other rows: "
+            f"the last run." if runs > 1 else "")
     return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
-            f'alone, one after another, warm. Hover a label for its definition.</div>'
+            f'alone, one after another, warm.{many} Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
             f'{render_checks(records, settings or {}, meta)}')
 
 
 def _lanes_line(rec: RunRecord) -> str:
-    """Mirror-SD's two lanes on this machine in the engine's words (Finish stats `lane_split`:
-    how they shared the cores, and in how many steps they really overlapped); '' without."""
+    """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
+    overlap gate), that in one bold line; else the engine's words (Finish stats `lane_split`:
+    how they shared the cores, in how many steps they overlapped), in full in Statistics."""
     split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
     if not split:
         return ""
-    lead = ""
     counts = re.search(r"lanes overlapped in (\d+) of (\d+) steps", split)
     if counts and 2 * int(counts[1]) < int(counts[2]):  # most steps ran one lane after the other
-        lead = (f'<b class="msd-lanes-lead">Mirror-SD ran its two lanes at once in only {counts[1]} '
-                f'of {counts[2]} steps here: overlapping them measured slower on this machine, so '
-                f'the other steps ran one lane after the other, as SD does.</b> ')
+        return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
+                f'its two lanes at once in only {counts[1]} of {counts[2]} steps here: overlapping them '
+                f'measured slower on this machine, so the other steps ran one lane after the other, '
+                f'as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
+                f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
-            f'machine, and in how many steps they ran at once">{lead}<span class="msd-verdict-note">'
+            f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
             f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span></p>')
 
 
@@ -335,6 +376,9 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward (a batch of branches) beside the target took "
                      f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")
+    split = (done["mirror"].finish.stats.get("lane_split") if "mirror" in done and done["mirror"].finish else None)
+    if split:
+        lines.append(f"Mirror-SD's two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
     if ee and ee["steps"]:
         lines.append(

@@ -22,32 +22,66 @@ from mirror_sd.engine.registry import REGISTRY
 UNKNOWN_COLOUR = "#888888"  # a method a trace names that this registry does not know
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A registry method with some settings changed, run as a method of its own (its own pane,
+    card and timeline lanes), off unless ticked: what one setting buys, measured in one run."""
+    base: str  # the registry method it runs
+    changes: tuple[tuple[str, str], ...]  # Settings fields and the values it runs with
+    label: str
+    title: str
+    colour: str
+
+
+VARIANTS: dict[str, Variant] = {
+    "mirror-noexit": Variant("mirror", (("early_exit", "off"),), "Mirror-SD (no exit)",
+                             "Mirror-SD without its early exit: the draft's own guesses pick "
+                             "the branches", "#a21caf"),
+}
+
+
 # The methods come from the engine's registry, read at call time so that a method registered
 # after import (a test's toy method) shows everywhere: panes, legends, timeline lanes, cards.
 def method_names() -> tuple[str, ...]:
-    """The registry's methods in display order (its dict order: each adds to the one before)."""
+    """The registry's methods in display order (its dict order: each adds to the one before),
+    then the variants of those methods (VARIANTS)."""
+    return tuple(REGISTRY) + tuple(v for v, x in VARIANTS.items() if x.base in REGISTRY)
+
+
+def default_methods() -> tuple[str, ...]:
+    """What a run runs unless told otherwise: every registry method, no variant."""
     return tuple(REGISTRY)
+
+
+def variant_of(method: str) -> tuple[str, dict[str, str]]:
+    """(registry method, setting changes) of a method or variant name."""
+    v = VARIANTS.get(method)
+    return (v.base, dict(v.changes)) if v is not None else (method, {})
+
+
+def _entry(method: str):
+    return REGISTRY.get(method) or VARIANTS.get(method)
 
 
 def label(method: str) -> str:
     """The method's short display name ("AR", "SD", "Mirror-SD"); a trace's unknown name as is."""
-    entry = REGISTRY.get(method)
+    entry = _entry(method)
     return entry.label if entry is not None else method
 
 
 def colour(method: str) -> str:
-    entry = REGISTRY.get(method)
+    entry = _entry(method)
     return entry.colour if entry is not None else UNKNOWN_COLOUR
 
 
 def title(method: str) -> str:
-    entry = REGISTRY.get(method)
+    entry = _entry(method)
     return entry.title if entry is not None else method
 
 
 def drafts(method: str) -> bool:
     """Whether the method uses the draft model (it has windows to verify)."""
-    entry = REGISTRY.get(method)
+    entry = REGISTRY.get(variant_of(method)[0])
     return bool(entry is not None and entry.drafts)
 
 

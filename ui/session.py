@@ -22,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from mirror_sd.engine.collect import collect
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, Verify
@@ -32,7 +32,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
 from .paircheck import cross_meta, ensure_check, output_coverage
-from .runs import RunRecord, timed_origin
+from .runs import RunRecord, timed_origin, variant_of
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
@@ -296,7 +296,8 @@ class Job(threading.Thread):
 
     def _run(self) -> None:
         req = self.request
-        path = RunPath(req.methods, req.settings, gamma_auto=req.auto, budget_auto=req.auto)
+        engine = tuple(dict.fromkeys(variant_of(m)[0] for m in req.methods))  # a variant runs its base
+        path = RunPath(engine, req.settings, gamma_auto=req.auto, budget_auto=req.auto)
         if not self.pairs.loaded(req.spec):
             self.message = "Loading the models (first run with this pair; they stay loaded)"
         loaded = self.pairs.get(req.spec, self._progress)
@@ -306,7 +307,7 @@ class Job(threading.Thread):
         # method that never reads it
         prompt_ids = path.prompt_ids(loaded.pair, parse_prompt(req.prompt))
         self.meta["prompt_tokens"] = len(prompt_ids)
-        if any(REGISTRY[m].early_exit for m in req.methods):
+        if any(REGISTRY[m].early_exit for m in engine):
             from mirror_sd.engine.mirror.exit_layer import default_exit_layer
             self.meta["exit_layer"] = req.settings.exit_layer or default_exit_layer(loaded.pair)
         self.fraction = None
@@ -335,13 +336,13 @@ class Job(threading.Thread):
         return run
 
     def _run_methods(self, loaded: LoadedPair, run: PreparedRun) -> None:
-        for method in run.methods:
+        for method in self.request.methods:
             if self.cancel.is_set():
                 break
             self.current = method
             self.message = f"Running {method}"
             rec = self._timed_run(run, method)
-            if REGISTRY[method].baseline and self.meta.get("cross") and rec.finish is not None:
+            if REGISTRY[variant_of(method)[0]].baseline and self.meta.get("cross") and rec.finish is not None:
                 self.meta["cross"] = {**self.meta["cross"], "ar_tokens": len(rec.finish.token_ids),
                                       "ar_coverage": output_coverage(run.pair, rec.finish.token_ids)}
             if rec.errors:  # the same settings would fail the next method too
@@ -372,7 +373,10 @@ class Job(threading.Thread):
             if time.monotonic() - self.last_poll > self.HEARTBEAT_S:
                 self.cancel.set()
 
-        events = run.events(method, cancel=self.cancel)
+        base, changes = variant_of(method)
+        events = (run.events(method, cancel=self.cancel) if not changes else  # a variant: its settings
+                  REGISTRY[base].decoder(run.pair, replace(run.settings, **changes)).generate(
+                      run.prompt_ids, cancel=self.cancel))
         rec.t0_ns = time.perf_counter_ns()
         self.records[method] = rec
         collect(events, method, on_event)

@@ -11,10 +11,10 @@ LEGEND = {
     "accepted": ("accepted draft",
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own."),
-    "hit": ("accepted, window prepared in advance (hit)",
+    "hit": ("accepted, from a hit (window ready early)",
             "Accepted, from a window the draft wrote while the target was still verifying the "
             "previous one (Mirror-SD's branch matched the verdict: a hit)."),
-    "fallback": ("accepted, window drafted after a miss",
+    "fallback": ("accepted, after a miss (window redrafted)",
                  "Accepted, from a window the draft had to write after the verdict because no "
                  "prepared branch matched it (a miss: the target waited for it)."),
     "correction": ("target's token after a rejection",
@@ -23,9 +23,14 @@ LEGEND = {
     "bonus": ("bonus token",
               "The target accepted the whole window and added one more token of its own for "
               "free, from the same forward pass."),
-    "plain": ("target only",
+    "plain": ("target only (AR)",
               "Written by the target alone, one forward pass per token (the AR baseline)."),
 }
+# the legend's groups: (title, ((kind, its short name in the group), ...))
+LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a hit (ready early)"),
+                                    ("fallback", "after a miss (redrafted)"))),
+                 ("the target's own token", (("correction", "after a rejection"), ("bonus", "bonus token"),
+                                             ("plain", "alone (AR)"))))
 # marks that are not a kind: css class -> (label, tooltip)
 LEGEND_MARKS = {
     "msd-tok k-accepted ws": ("␣ whitespace",

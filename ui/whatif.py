@@ -20,7 +20,7 @@ from mirror_sd.latency import whatif as wi
 from mirror_sd.latency.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
 
 from .runs import RunRecord, label
-from .timeline import LABELS
+from .timeline import GROUP_OF, LABELS
 
 log = logging.getLogger(__name__)
 esc = html.escape
@@ -62,7 +62,7 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
     """(projection from mirror_sd.latency.whatif_hardware.project_all, record dicts by method) for the
     app's state {records, settings, meta}; None without a finished run."""
     records: dict[str, RunRecord] = {m: r for m, r in (state or {}).get("records", {}).items()
-                                     if r is not None and r.finish is not None}
+                                     if r is not None and r.finish is not None and m in wi.METHODS}
     if "ar" not in records or len(records) < 2:
         return None
     settings, meta = state.get("settings") or {}, state.get("meta") or {}
@@ -146,14 +146,18 @@ def render_costs(result: dict) -> str:
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
 
-def render_panel(result: dict | None, message: str = "") -> str:
+def render_panel(result: dict | None, message: str = "", hw: Accelerators | None = None) -> str:
     if result is None:
         return EMPTY if not message else (f'<div class="msd-whatif"><p>{esc(message)}</p></div>')
     lead = ("<p><b>A projection, not a measurement</b>: this run's recorded steps (accepted "
             "lengths, hits and misses) replayed through the latency model, calibrated from its "
             "own spans, on other hardware. Row (a) should match the measured row: the gap is the "
             "model's error.</p>")
-    return (f'<div class="msd-whatif">{lead}{render_table(result)}{render_choices(result)}'
+    p = projection_of(result, hw or Accelerators())
+    default = hw is None or hw == Accelerators()
+    top = projection_line(p, "the verdict's line; below: the second table, row (c)" if default else
+                          "at the inputs set below; the verdict's line uses their defaults") if p else ""
+    return (f'<div class="msd-whatif">{top}{lead}{render_table(result)}{render_choices(result)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
@@ -239,19 +243,29 @@ def _x(x) -> str:
     return "–" if x is None else f"<b>{x:.2f}×</b>"
 
 
+def _group(span_label: str) -> tuple[str, str]:
+    """(legend name, colour) of a projected bar: the latency timeline's six groups, the two
+    messages between the lanes as one, the host time: at most eight entries."""
+    if span_label in GROUP_OF:
+        return GROUP_OF[span_label]
+    if span_label.endswith("-> draft"):
+        return "message between the lanes", "#fbbf24"
+    return EXTRA_LABELS.get(span_label, (span_label, "#94a3b8"))
+
+
 def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
-    """One trace per span label (as the latency timeline draws them)."""
-    groups: dict[str, dict[str, list]] = {}
+    """One trace per legend group (the latency timeline's groups); each bar's hover names its
+    own span."""
+    groups: dict[tuple[str, str], dict[str, list]] = {}
     for method, bars in bars_by_method.items():
         for lane, span_label, a, b, step in bars:
-            g = groups.setdefault(span_label, {"x": [], "base": [], "y": [], "text": []})
+            g = groups.setdefault(_group(span_label), {"x": [], "base": [], "y": [], "text": []})
             g["x"].append(max(b - a, 0.0))
             g["base"].append(a)
             g["y"].append(f"{label(method)} · {lane}{suffix}")
-            g["text"].append(f"{label(method)} · {span_label}, step {step}: "
-                             f"{(b - a) * 1e3:.2f} ms{suffix}")
-    for span_label, g in groups.items():
-        name, colour = LABELS.get(span_label) or EXTRA_LABELS.get(span_label, (span_label, "#94a3b8"))
+            name = (LABELS.get(span_label) or EXTRA_LABELS.get(span_label) or (span_label,))[0]
+            g["text"].append(f"{label(method)} · {name}, step {step}: {(b - a) * 1e3:.2f} ms{suffix}")
+    for (name, colour), g in groups.items():
         fig.add_trace(go.Bar(x=g["x"], base=g["base"], y=g["y"], orientation="h", marker_color=colour,
                              name=name, legendgroup=name, showlegend=name not in seen, width=0.7,
                              hoverinfo="text", hovertext=g["text"], marker_line_width=0), row=row, col=1)
@@ -327,7 +341,7 @@ def update(state, profile, *values):
     if got is None:
         return render_panel(None), build_figure(None, None)
     result, by_method = got
-    return render_panel(result), build_figure(result, by_method, profile)
+    return render_panel(result, hw=hw), build_figure(result, by_method, profile)
 
 
 def input_defaults() -> dict:
@@ -395,7 +409,8 @@ def best_projection(state: dict) -> dict | None:
     """For the verdict, the one projection the What-if fold shows with the same figures: profile
     (c), the accelerator pair at the fold's default inputs, each method at the settings it would
     pick there among those this run can replay (the fold's second table, row (c)); its inputs
-    named. None without a finished run or where the projection fails (the fold says why)."""
+    named; with every profile's row of that table ("rows": (b) is the draft on a device of its
+    own). None without a finished run or where the projection fails (the fold says why)."""
     hw = Accelerators()
     try:
         got = project_state(state or {}, hw)
@@ -404,13 +419,44 @@ def best_projection(state: dict) -> dict | None:
         return None
     if got is None:
         return None
-    result, _ = got
-    ch = (result.get("choices") or {}).get("c") or {}
-    row = choice_row(ch)
+    return projection_of(got[0], hw)
+
+
+def projection_of(result: dict, hw: Accelerators) -> dict | None:
+    """The projection the verdict cites, from a What-if result at the inputs `hw`."""
+    choices = result.get("choices") or {}
+    row = choice_row(choices.get("c") or {})
     if "mirror" not in row["speedups"]:
         return None
-    inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s achieved), "
+    inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s), "
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
               f"acceptance and hits")
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
-            "inputs": inputs, "row": row, "speedups": row["speedups"]}
+            "inputs": inputs, "row": row, "speedups": row["speedups"],
+            "rows": {key: choice_row(ch) for key, ch in choices.items()},
+            "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()},
+            "over_sd_run_settings": _over_sd(result.get("projected") or {})}
+
+
+def _over_sd(projected: dict) -> dict:
+    """Mirror-SD over SD per profile in the first table (this run's own settings)."""
+    out = {}
+    for key, proj in projected.items():
+        sd, mirror = (proj.get(m) or {} for m in ("sd", "mirror"))
+        if sd.get("speedup") and mirror.get("speedup") is not None:
+            out[key] = mirror["speedup"] / sd["speedup"]
+    return out
+
+
+def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)") -> str:
+    """The projection in one short line, its inputs named, the same words in the verdict and at
+    the top of the What-if fold."""
+    row = p["row"]
+    settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
+                         if row.get(m + "_settings"))
+    return (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
+            f'<span class="msd-proj-tag">projection, not a measurement</span> '
+            f'On an accelerator pair ({esc(p["inputs"])}): <b class="msd-proj-figures">SD '
+            f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
+            f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD <span class="msd-more">({esc(where)})'
+            f'</span></p>')

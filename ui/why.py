@@ -140,9 +140,9 @@ def costs(records: dict[str, RunRecord]) -> dict:
         out["target"] = median(d)
     window = _common_window(sd, mirror)
     if d := _verify_forwards(sd, window):
-        out["verify_alone"] = median(d)
+        out["verify_alone"], out["verify_alone_all"] = median(d), sorted(d)
     if d := _verify_forwards(mirror, window):
-        out["verify_beside"] = median(d)
+        out["verify_beside"], out["verify_beside_all"] = median(d), sorted(d)
     out["verify_window"] = window
     if d := _per_drafted_token(sd, "draft") or _per_drafted_token(mirror, "fallback"):
         out["draft"] = median(d)

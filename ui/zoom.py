@@ -28,37 +28,45 @@ SEGMENTS = {  # span label -> (plain name, css class)
 
 def instructive_step(rec: RunRecord | None) -> int:
     """The step to open on: the first rejection or miss (whichever comes first), else the
-    first hit, else the first verified step; 0 without steps."""
+    first hit, else the first verified step; among the steps that read the early exit first
+    when the run has any (the overlap gate may run a step without it); 0 without steps."""
     if rec is None:
         return 0
     steps = analyse(rec).steps
-    order = sorted(steps)
-    telling = [s for s in order if steps[s].fallback is not None or (
-        steps[s].verify is not None and steps[s].verify.kind == "correction")]
-    if telling:
-        return telling[0]
-    hits = [s for s in order if any(b.status == "taken" for b in steps[s].rollouts)]
-    if hits:
-        return hits[0]
-    return next((s for s in order if steps[s].verify is not None), 0)
+    every = sorted(steps)
+    for order in ([s for s in every if steps[s].early_exit is not None], every):
+        telling = [s for s in order if steps[s].fallback is not None or (
+            steps[s].verify is not None and steps[s].verify.kind == "correction")]
+        hits = [s for s in order if any(b.status == "taken" for b in steps[s].rollouts)]
+        found = (telling or hits or [s for s in order if steps[s].verify is not None])
+        if found:
+            return found[0]
+    return 0
 
 
 def zoom_step(rec: RunRecord) -> int | None:
-    """The step the zoom draws: the first hit after the first step (the idea at work), else
-    the first step with branches; among the steps the lanes overlapped in when there are any."""
+    """The step the zoom draws, the most telling one after the first: a step with a window to
+    verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
+    target's layers split at the early exit while the draft wrote branches beside them, a hit
+    best; then one with branches, then one split at the exit. A step with nothing to draw but
+    its verdict is never picked; None when no step has more."""
     steps = analyse(rec).steps
-    every = [s for s in sorted(steps) if s > 0]
-    # a step the lanes really overlapped in (its verify forward split at the early exit) first:
-    # the overlap gate may run some steps one lane after the other, with nothing to draw
-    split = {sp.step for sp in rec.spans if sp.label == "prefix"}
-    for order in ([s for s in every if s in split], every):
-        for s in order:
-            if any(b.status == "taken" for b in steps[s].rollouts):
-                return s
-        found = next((s for s in order if steps[s].rollouts or steps[s].fallback), None)
-        if found is not None:
-            return found
-    return None
+    labels: dict[int, set[str]] = {}
+    for sp in rec.spans:
+        labels.setdefault(sp.step, set()).add(sp.label)
+    best, best_key = None, None
+    for s in sorted(steps):
+        have = labels.get(s, set())
+        if s == 0 or not (have & set(SEGMENTS)) - {"accept"}:
+            continue
+        sv = steps[s]
+        windowed = sv.verify is None or bool(sv.verify.drafted)
+        overlapped = "prefix" in have and "branches" in have
+        hit = any(b.status == "taken" for b in sv.rollouts)
+        key = (windowed, overlapped, hit, bool(sv.rollouts), "prefix" in have)
+        if best_key is None or key > best_key:
+            best, best_key = s, key
+    return best
 
 
 # a bar's label at the zoom's width (about 1,100 px, labels at about 6 px a character): the

@@ -96,7 +96,7 @@ def _sync() -> None:
 for _method in (  # in teaching order: each adds to the one before
     Method("ar", Autoregressive, "AR", "Autoregressive (target only)", "#64748b", SAMPLING_FIELDS,
            modelled=True, baseline=True),
-    Method("sd", Speculative, "SD", "Speculative decoding (draft, then verify)", "#16a34a",
+    Method("sd", Speculative, "SD", "Speculative decoding (draft, then verify)", "#15803d",
            SAMPLING_FIELDS + DRAFTING_FIELDS, modelled=True),
     Method("mirror", MirrorSpeculative, "Mirror-SD", "Mirror-SD", "#2563eb",
            SAMPLING_FIELDS + DRAFTING_FIELDS + MIRROR_FIELDS, early_exit=True, modelled=True),
