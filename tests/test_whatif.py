@@ -298,6 +298,9 @@ def test_inputs_map_onto_the_accelerators():
     hw = panel.accelerators_from(["32B", "0.5B", 1000, 100, 5, 4, 0.25, 4.5, 0.8, 2])
     assert (hw.target, hw.draft, hw.target_bw_gbs, hw.gamma, hw.exit_fraction, hw.tau, hw.hit_rate,
             hw.draft_tokens_per_forward) == ("32B", "0.5B", 1000.0, 5, 0.25, 4.5, 0.8, 2.0)
+    assert hw.costs == "roofline" and d["costs"] == "roofline"
+    hw = panel.accelerators_from(["14B", "0.6B", 0, 0, 4, 8, 0.5, 0, 0, 1, "measured-h200"])
+    assert hw.costs == "measured-h200" and "H200" in accelerator_calibration(hw).source
 
 
 def test_a_hits_draft_work_is_split_at_its_verdict():

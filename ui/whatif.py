@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mirror_sd.latency import whatif as wi
-from mirror_sd.latency.whatif_hardware import DRAFTS, TARGETS, Accelerators, project_all
+from mirror_sd.latency.whatif_hardware import COSTS_CHOICES, DRAFTS, TARGETS, Accelerators, project_all
 
 from .runs import RunRecord, label
 from .timeline import GROUP_OF, LABELS
@@ -36,7 +36,7 @@ PROFILE_CHOICES = [("(a) this machine, as measured", "a"),
                    ("(c) accelerator pair", "c")]
 # the editable inputs of profile (c), in the order the layout passes them
 INPUTS = ("target", "draft", "target_bw_gbs", "draft_bw_gbs", "gamma", "kappa", "exit_fraction",
-          "tau", "hit_rate", "draft_tokens_per_forward")
+          "tau", "hit_rate", "draft_tokens_per_forward", "costs")
 EMPTY = ('<div class="msd-whatif"><p><b>What if (projection)</b>: appears when a run has '
          'finished or a trace is loaded: the run replayed on other hardware, a projection.</p></div>')
 
@@ -47,6 +47,7 @@ def accelerators_from(values) -> Accelerators:
     hw = Accelerators()
     hw.target = str(d.get("target") or hw.target)
     hw.draft = str(d.get("draft") or hw.draft)
+    hw.costs = str(d.get("costs") or hw.costs)
     for name in ("target_bw_gbs", "draft_bw_gbs", "exit_fraction", "draft_tokens_per_forward"):
         if d.get(name):
             setattr(hw, name, float(d[name]))
@@ -401,8 +402,14 @@ def build_panel() -> Panel:
                                      label="Mirror-SD hit rate (0 = the run's)")
                 per_forward = gr.Number(d["draft_tokens_per_forward"], minimum=1,
                                         label="draft tokens per forward (speculative streaming)")
+            with gr.Row():
+                costs = gr.Radio(list(COSTS_CHOICES), value=d["costs"], label="forward times",
+                                 info="roofline: weight bytes over the bandwidths above; measured-h200: "
+                                      "the engine's own (eager) forwards timed on an NVIDIA H200 by the "
+                                      "GPU check, each lane on a device of its own (the bandwidths are "
+                                      "then unused)")
     return Panel(table, figure, profile, [target, draft, target_bw, draft_bw, gamma, kappa,
-                                          exit_fraction, tau, hit_rate, per_forward])
+                                          exit_fraction, tau, hit_rate, per_forward, costs])
 
 
 def best_projection(state: dict) -> dict | None:
