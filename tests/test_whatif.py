@@ -401,3 +401,21 @@ def test_an_sd_run_that_decoded_every_step_replays_at_decode_cost():
     with_draft = replace(cal, t_draft_token=0.01)
     got = wi.project([ar, mixed], wi.Profile("a", "x", with_draft, {}))["sd"]["decode_s"]
     assert got == pytest.approx(8 * 0.03 + 2 * 0.04 + 8 * 0.01 + 10 * 0.001)
+
+
+def test_profile_c_prices_mirrors_windows_with_its_own_costs_at_the_runs_hit_rate():
+    """Mirror-SD's windows, priced on this machine (short here), are priced again with the
+    accelerator's costs: a longer window where drafting is cheap, each step a hit at the run's
+    hit rate; faster than replaying the short windows."""
+    hw = Accelerators(target="14B", draft="0.6B", gamma=2, launch_ms=0.0, host_ms=0.0, comm_ms=0.0)
+    cal = accelerator_calibration(hw)
+    ar = wi.RecordedSteps("ar", 2, [None] * 60, 60, 1.0)
+    outcomes = [True, False] * 15
+    mirror = wi.RecordedSteps("mirror", 2, outcomes, 60, 1.0, windows=[1] * 30, accepted=[1] * 27 + [0] * 3)
+    replayed = wi.project([ar, mirror], wi.Profile("c", "x", cal, {}))["mirror"]
+    priced = wi.project([ar, mirror], wi.Profile("c", "x", cal, {}, reprice_windows=True))["mirror"]
+    assert priced["windows"][0] > 1 and priced["speedup"] > replayed["speedup"]
+    steps, k, seconds, hit = wi.priced_steps(mirror, cal)
+    assert hit == pytest.approx(0.5) and k == priced["windows"][0]
+    hw_hits = accelerator_profile(replace(hw, hit_rate=0.9), cal, 2)
+    assert not hw_hits.reprice_windows  # a hit rate set by hand: nothing of the run to reprice

@@ -466,12 +466,12 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
         tau = lm.tokens_per_step(cal, m) or 1.0
         steps = rec.tokens / tau
         hits = steps * (cal.hit_rate or 0.0) if m == "mirror" else 0.0
-    priced = priced_sd_steps(rec, cal) if m == "sd" and profile.reprice_windows else None
+    priced = priced_steps(rec, cal) if m in ("sd", "mirror") and profile.reprice_windows else None
     if priced is not None:
-        steps, window, busy = priced
+        steps, window, busy, hit = priced
         decode = steps * (busy + host)
         return {"method": m, "profile": profile.key, "projection": True, "replayed": False,
-                "steps": steps, "hits": None, "tokens": rec.tokens, "decode_s": decode,
+                "steps": steps, "hits": None if hit is None else steps * hit, "tokens": rec.tokens, "decode_s": decode,
                 "measured_decode_s": rec.decode_s, "window": window,
                 "tokens_per_s": rec.tokens / decode if decode else None}
     if m == "mirror" and replay and len(rec.windows) == rec.steps:
@@ -513,19 +513,39 @@ def priced_sd_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
     (0: a plain decode step) with the most expected tokens per second, at the acceptance the
     run's drafted steps showed. (steps, k, seconds per step), or None when the run recorded
     no per-step acceptance or `cal` lacks a cost."""
+    got = priced_steps(rec, cal, longest)
+    return None if got is None else got[:3]
+
+
+def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
+    """SD or Mirror-SD as priced windows would run it under `cal`'s costs, at the acceptance
+    the run's drafted steps showed: the window k with the most expected tokens per second
+    (SD: k = 0..longest, 0 a plain decode; Mirror-SD: 1..longest, each step a hit at the
+    run's hit rate, which is kept whatever k: a stated assumption). (steps, k, seconds per
+    step, hit rate or None), or None when the run recorded no per-step acceptance or `cal`
+    lacks a cost."""
     alpha = rec.drafted_alpha()
     draft = lm.step_terms(cal)["T_draft(gamma)"]
     if alpha is None or draft is None or cal.t_target_1 is None:
         return None
-    per_token = draft / cal.gamma
+    hit = (rec.hits / rec.steps if rec.steps else None) if rec.method == "mirror" else None
+    if rec.method == "mirror" and hit is None:
+        return None
     best = None
-    for k in range(longest + 1):
+    for k in range(0 if rec.method == "sd" else 1, longest + 1):
         tokens = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)  # accepted drafts + the target's own
-        seconds = (k * per_token + target_k(cal, k + 1) + cal.t_accept) if k else cal.t_target_1
+        if rec.method == "mirror":
+            at = replace(cal, gamma=k, gamma_measured=cal.gamma_measured or cal.gamma)
+            times = [step_seconds(at, "mirror", h) for h in (True, False)]
+            if None in times:
+                return None
+            seconds = hit * times[0] + (1.0 - hit) * times[1]
+        else:
+            seconds = (k * draft / cal.gamma + target_k(cal, k + 1) + cal.t_accept) if k else cal.t_target_1
         if best is None or tokens / seconds > best[0]:
             best = (tokens / seconds, k, tokens, seconds)
     _, k, tokens, seconds = best
-    return rec.tokens / tokens, k, seconds
+    return rec.tokens / tokens, k, seconds, hit
 
 
 def mirror_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, tail) -> float | None:

@@ -214,7 +214,7 @@ def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
     host = hw.host_ms / 1e3
     return Profile("c", PROFILE_NAMES["c"], cal, {m: host for m in ("ar", "sd", "mirror")},
                    list(cal.notes) + list(hw.notes), acceptance_from_run=from_run,
-                   reprice_windows=hw.tau is None)
+                   reprice_windows=hw.tau is None and hw.hit_rate is None)
 
 
 def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,
