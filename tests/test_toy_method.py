@@ -45,7 +45,8 @@ def test_the_app_gives_the_toy_a_pane_a_card_a_verdict_and_a_lane():
         frames = list(demo.msd_handlers.run(prompt="def hello ( x ) :", max_new_tokens=6,
                                             methods=["ar", NAME], use_cache=False))
     final = frames[-1]
-    out = dict(zip(RESULT_OUTPUTS, final[1 + len(names):]))
+    from ui.runs import VARIANTS
+    out = dict(zip(RESULT_OUTPUTS, final[1 + len(names) + len(VARIANTS):]))  # status, panes, results
     pane = final[1 + names.index(NAME)]
     assert 'data-state="done"' in pane and ">Toy<" in pane
     assert f'data-method="{NAME}"' in out["cards"] and "time to first token" in out["cards"]

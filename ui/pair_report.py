@@ -102,13 +102,16 @@ def run_report(pairs, out_root, target, drafts_text, precision, per_category, ma
     """The report for the tab: (report dict, folder of its files). Raises MirrorSDError."""
     from mirror_sd.questions import load_questions, per_category as first_k
     from mirror_sd.engine.settings import Settings
-    from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
+    from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW, drafting_every_step
     from mirror_sd.report.render import write_report
     from mirror_sd.report.run import run_pair_report
 
     target = (target or "").strip() or "default"
     drafts = parse_drafts(drafts_text)
-    settings = Settings(max_new_tokens=int(max_new_tokens), window=DEFAULT_WINDOW, proposer=DEFAULT_PROPOSER)
+    # the report judges the draft model: it drafts every step (priced windows may decode
+    # throughout on a pair whose costs the earlier runs measured, leaving no acceptance to report)
+    settings = drafting_every_step(Settings(max_new_tokens=int(max_new_tokens), window=DEFAULT_WINDOW,
+                                            proposer=DEFAULT_PROPOSER))
     settings.check()
     questions = first_k(load_questions(), int(per_category))
     verdicts = _checks(pairs, target, drafts, precision)
