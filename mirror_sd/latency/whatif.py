@@ -495,10 +495,12 @@ def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> 
     """SD's recorded steps under `cal`. Windows vary in length (adaptive or priced policy):
     the draft pays for the tokens it really drafted and a verify forward costs the run's mean
     (its cost grows far less than linearly with the rows on these kernels); a step that
-    drafted nothing (a priced window of 0) is a plain decode at T_target(1)."""
+    drafted nothing (a priced window of 0) is a plain decode at T_target(1); a run with no
+    draft-model span drafted by prompt lookup only, priced at no draft cost."""
     drafted = sum(1 for w in rec.windows if w > 0)
     plain = max(0.0, steps - drafted)
-    draft = lm.step_terms(cal)["T_draft(gamma)"] if drafted else 0.0
+    # no draft-model span at all: every window came from a prompt lookup (no model, ~0.2 ms)
+    draft = (lm.step_terms(cal)["T_draft(gamma)"] or 0.0) if drafted else 0.0
     fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
         cal, (cal.gamma_measured or cal.gamma) + 1)
     one = cal.t_target_1 if cal.t_target_1 is not None else fwd
