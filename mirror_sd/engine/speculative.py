@@ -53,8 +53,12 @@ def verify_window(run: Run, target: Lane, step: int, window: Window):
 def _outside_forwards(run, step: int, start_ns: int) -> float:
     """Seconds of `step` since `start_ns` outside the draft's and the target's forwards (and
     a lookup): what priced windows add to each step as its host time (pricing.py)."""
-    inside = sum(sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and (
-        sp.lane == "draft" or sp.label in ("verify_forward", "decode")))
+    inside = 0
+    for sp in reversed(run.spans):  # the step's spans are the newest: stop at the step before
+        if sp.step != step:
+            break
+        if sp.lane == "draft" or sp.label in ("verify_forward", "decode"):
+            inside += sp.end_ns - sp.start_ns
     return (time.perf_counter_ns() - start_ns - inside) / 1e9
 
 

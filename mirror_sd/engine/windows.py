@@ -247,16 +247,25 @@ def drafting_every_step(settings):
     return replace(settings, window=window, proposer="draft")
 
 
+def _kept_with_pair(pair, slot: str, key: tuple, make):
+    """`pair.info[slot][key]`, made by `make()` the first time; a fresh one for a pair
+    without an info dict."""
+    info = getattr(pair, "info", None)
+    if not isinstance(info, dict):
+        return make()
+    kept = info.setdefault(slot, {})
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
+
+
 def pair_costs(pair, *key) -> pricing.Costs:
     """The measured costs priced windows read, kept with the pair across runs
     (`pair.info["prices"]`, per `key`: the method and the drafting settings that change a
     cost): a run starts from what the runs before it on this machine measured, the warm-up's
     (which drafts every step) included, not from the seeds. A run that never drafted could
     otherwise never price drafting below the seeds' guess and would decode to the end."""
-    info = getattr(pair, "info", None)
-    if not isinstance(info, dict):
-        return pricing.Costs()
-    return info.setdefault("prices", {}).setdefault(key, pricing.Costs())
+    return _kept_with_pair(pair, "prices", key, pricing.Costs)
 
 
 def pair_acceptance(pair, *key) -> dict:
@@ -264,10 +273,7 @@ def pair_acceptance(pair, *key) -> dict:
     kept with the pair across runs like `pair_costs`: a run starts from the acceptance the
     pair's last windows showed (decayed per window, so it follows the text) rather than the
     seeds, and a probe hopes for what this pair has shown (`_hopeful`)."""
-    info = getattr(pair, "info", None)
-    if not isinstance(info, dict):
-        return {}
-    return info.setdefault("acceptance", {}).setdefault(key, {})
+    return _kept_with_pair(pair, "acceptance", key, dict)
 
 
 def shared_with_pair(policy: WindowPolicy, pair, *key) -> WindowPolicy:
