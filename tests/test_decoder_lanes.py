@@ -268,6 +268,58 @@ def test_the_overlap_gate_follows_the_measured_step_times():
         assert all(gate.overlap() for _ in range(20)) and gate.memory == {}
 
 
+def test_only_steps_of_the_favoured_mode_price_the_windows():
+    """A verify forward on half the cores beside the draft costs far more than one with every
+    core: where the lanes share a device, only the mode most steps run in feeds the window
+    policy's costs (before both are measured: the steps one lane after the other)."""
+    from mirror_sd.engine.mirror.gate import OverlapGate
+    memory = {}
+    gate = OverlapGate("auto", True, memory)
+    assert gate.prices_from(False) and not gate.prices_from(True)  # nothing measured yet
+    gate.record(True, 120.0, 4)
+    gate.record(False, 80.0, 4)  # one after the other wins
+    assert gate.prices_from(False) and not gate.prices_from(True)
+    for _ in range(4):
+        gate.record(True, 20.0, 4)  # overlapping wins now
+    assert gate.prices_from(True) and not gate.prices_from(False)
+    for gate in (OverlapGate("auto", False, {}), OverlapGate("always", True, {})):
+        assert gate.prices_from(True) and gate.prices_from(False)
+
+
+def test_priced_mirror_windows_read_serial_verifies_host_time_and_calibration(monkeypatch):
+    """With the lanes sharing cores and one lane after the other favoured, a priced run's
+    verify costs come from its serial steps only (the overlapped ones, every PROBE_EVERY-th,
+    would price longer windows out), and the policy learns the step's host time and how far
+    to trust a drafted token of each draft probability, as plain SD's does; output unchanged."""
+    from mirror_sd.engine.windows import pair_costs
+    seed = 3
+    pair = tiny.pair_perturbed(seed)
+    p = tiny.prompt(seed, 6)
+    monkeypatch.setattr(mirror_decoder, "lanes_share_a_device", lambda _pair: True)
+    decoder = MirrorSpeculative(pair, Settings(max_new_tokens=40, gamma=3, window="priced"))
+    decoder._prepare()
+    decoder._lane_costs(decoder.settings).update(overlap=50.0, serial=10.0)  # serial wins
+    recorded = []
+    original = mirror_decoder.MirrorSpeculative._price
+
+    def price(run, policy, step, rows, window, waited, record=True, start_ns=None):
+        recorded.append((step, record))
+        return original(run, policy, step, rows, window, waited, record, start_ns)
+
+    monkeypatch.setattr(mirror_decoder.MirrorSpeculative, "_price", staticmethod(price))
+    events = list(decoder.generate(p))
+    fin = tiny.finish(events)
+    assert fin.token_ids == tiny.reference_greedy(pair.target, p, 40)
+    overlapped = {e.step for e in of(events, EarlyExit)}
+    assert overlapped, "the gate tries overlapping every PROBE_EVERY steps"
+    assert all(record == (step not in overlapped) for step, record in recorded)
+    policy = decoder._policy
+    assert policy.costs is pair_costs(pair, "mirror", "full", "off", "on")
+    prices = policy.costs.snapshot()
+    assert prices.draft.get("host-drafted") is not None
+    assert sum(policy.calibrated("draft").seen) > 0
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_steps_with_the_lanes_one_after_the_other_give_the_same_tokens(monkeypatch, temperature):
     """Where the lanes share cores and overlapping measured slower, steps run the lanes one

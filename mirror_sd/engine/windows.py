@@ -210,13 +210,14 @@ class WindowPolicy:
             return min(self.length + GROW, self.max_len)
         return max(self.length - SHRINK, self.min_len)
 
-    def plan_after(self, drafted: int, accepted: int, room: int) -> tuple[int, str]:
+    def plan_after(self, drafted: int, accepted: int, room: int, source: str | None = None,
+                   q_probs: list[float] | None = None) -> tuple[int, str]:
         """What `plan(room)` will say once `observe(drafted, accepted)` has run, without
         running it: Mirror-SD's branch rooted at depth `accepted` is the window after exactly
         that verdict, so it can be drafted to its own length before the verdict is known."""
         after = replace(self, acceptance={s: a.copy() for s, a in self.acceptance.items()},
                         calibration={s: c.copy() for s, c in self.calibration.items()})
-        after.observe(drafted, accepted)
+        after.observe(drafted, accepted, source, q_probs)
         return after.plan(room)
 
     def observe(self, drafted: int, accepted: int, source: str | None = None,

@@ -174,7 +174,8 @@ class MirrorSpeculative(Decoder):
         waited = (time.perf_counter_ns() - waited) / 1e9  # the target lane waits for the next window
         if not run.done and error is None:
             gate.record(True, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
-            self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, waited)
+            self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, waited,
+                        gate.prices_from(True), start)
         if job.proposals:
             yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
                             lens=self._head.lens is not None)
@@ -211,7 +212,8 @@ class MirrorSpeculative(Decoder):
                 error = e
             else:
                 gate.record(False, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
-                self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted)
+                self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted,
+                            gate.prices_from(False), start)
         yield from self._after_verdict(run, job, verify_event, commit, error)
         if run.done or error is not None:
             return None, False
@@ -249,17 +251,24 @@ class MirrorSpeculative(Decoder):
         yield from run.new_spans()
 
     @staticmethod
-    def _price(run, policy, step: int, rows: int, window, waited: float) -> None:
+    def _price(run, policy, step: int, rows: int, window, waited: float, record: bool = True,
+               start_ns: int | None = None) -> None:
         """The step's costs for priced windows (windows.py): the target's verify forward over
-        `rows` rows (prefix, exit head and suffix), and the draft time the target waited for
-        the next window (hidden behind a hit: near 0), per token of it; the window carries the
-        policy's reason for its length."""
+        `rows` rows (prefix, exit head and suffix), the draft time the target waited for the
+        next window (hidden behind a hit: near 0), per token of it, and the step's host time
+        (from `start_ns` to now, less those two: the acceptance rule, the hand-off's
+        bookkeeping), where `record` (the gate's `prices_from`: a step of the mode the run
+        mostly steps in); the window carries the policy's reason for its length."""
+        window.note = policy.note
+        if not record:
+            return
         forward = [sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and sp.lane == "target"
                    and sp.label in ("verify_forward", "prefix", "exit_head", "suffix")]
         if forward:
             policy.costs.add_verify(rows, sum(forward) / 1e9)
         policy.costs.add_draft(window.source or "draft", waited, len(window.tokens))
-        window.note = policy.note
+        if start_ns is not None:
+            policy.costs.add_host(True, (time.perf_counter_ns() - start_ns) / 1e9 - sum(forward) / 1e9 - waited)
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the

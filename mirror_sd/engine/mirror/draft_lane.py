@@ -177,7 +177,7 @@ class DraftWorker(threading.Thread):
         """A step whose lanes ran one after the other (gate.py), on the target lane's thread
         after the verdict: the next window rolled out from (A, c) as plain SD does."""
         s, (A, c) = self.run_.settings, job.verdict
-        self.policy.observe(len(job.window.tokens), A)
+        self.policy.observe(len(job.window.tokens), A, job.window.source or None, job.window.q_probs)
         self.held_bonus = None
         committed = self.run_.committed[:job.n] + job.window.tokens[:A] + [c]
         with self._span("draft", job.step) as note:
@@ -275,7 +275,8 @@ class DraftWorker(threading.Thread):
         if not self.extend:
             return s.gamma
         room = s.max_new_tokens - (job.n - len(self.run_.prompt_ids)) - (depth + 1)
-        return self.policy.plan_after(len(job.window.tokens), depth, room)[0]
+        return self.policy.plan_after(len(job.window.tokens), depth, room, job.window.source or None,
+                                      job.window.q_probs)[0]
 
     def _next_window(self, job: StepJob, batch: BranchBatch):
         """The window verified next step; returns the branch taken (a hit) or None (a miss)."""
@@ -283,7 +284,7 @@ class DraftWorker(threading.Thread):
         A, c = job.verdict
         prefix = self.run_.committed[:job.n]
         policy, room = self.policy, self.run_.room  # the verdict's tokens are committed by now
-        policy.observe(len(job.window.tokens), A)
+        policy.observe(len(job.window.tokens), A, job.window.source or None, job.window.q_probs)
         taken = batch.done[0] if batch.done else None
         if taken is not None:  # a hit: the branch is the next window, its cache the draft's
             window = taken.window()
