@@ -188,7 +188,7 @@ def test_priced_room_zero_floor_and_plan_after():
     assert policy.plan(3) == (2, "room")
     mirror = priced(zero=False)
     teach(mirror, draft=0.5)
-    assert mirror.plan(100)[0] == 1  # Mirror-SD's lanes always hand over a window
+    assert mirror.plan(100)[0] == 1  # a policy that may not decode drafts at least one token
     before = [a.rates(6) for a in policy.acceptance.values()]
     after = policy.plan_after(6, 0, 100)
     assert [a.rates(6) for a in policy.acceptance.values()] == before  # reading it changes nothing
@@ -279,7 +279,7 @@ def check_priced_events(events, method):
     for v in verifies:
         assert v.price, "a priced window says why it has its length"
         if not v.drafted:
-            assert method == "sd" and v.kind == "plain" and v.stop == "price"
+            assert v.kind == "plain" and v.stop == "price"
             assert "decoded instead" in v.price
             assert commits[v.step].sources == ["plain"]
     decodes = [sp for sp in events if isinstance(sp, Span) and sp.label == "decode"]
@@ -310,8 +310,9 @@ def test_priced_greedy_equals_generate(method, proposer, fixed_prices):
                     kinds[(n > 0, source, stop)] += 1
     seen = {k[2] for k in kinds}
     assert "price" in seen, kinds
-    if method == "sd":  # plain decode steps and the probes that leave them happened
-        assert (False, "", "price") in kinds and "probe" in seen, kinds
+    # plain decode steps and the probes that leave them happened (Mirror-SD too: its step then
+    # decodes with the lanes one after the other)
+    assert (False, "", "price") in kinds and "probe" in seen, kinds
     if proposer == "lookup":
         assert any(src == "lookup" for _, src, _ in kinds), kinds
 
@@ -339,10 +340,11 @@ V = 12
 SEED = 6
 
 
+@pytest.mark.parametrize("method", ["sd", "mirror"])
 @pytest.mark.parametrize("proposer,draft_cost", [("draft", 0.45), ("lookup", 0.6)])
-def test_priced_sampling_follows_the_target(proposer, draft_cost, fixed_prices):
-    """Sampled SD under priced windows, decode steps and (lookup) one-hot proposals among
-    them: the 1st and 2nd tokens follow the target's own distribution."""
+def test_priced_sampling_follows_the_target(method, proposer, draft_cost, fixed_prices):
+    """Sampled SD and Mirror-SD under priced windows, decode steps and (lookup) one-hot
+    proposals among them: the 1st and 2nd tokens follow the target's own distribution."""
     fixed_prices(draft_cost)
     pair = tiny.pair_perturbed(SEED, scale=0.2, vocab_size=V, initializer_range=0.3)
     prompt = tiny.prompt(SEED, 6, vocab=V)
@@ -353,7 +355,7 @@ def test_priced_sampling_follows_the_target(proposer, draft_cost, fixed_prices):
     for seed in range(runs):
         s = Settings(max_new_tokens=2, temperature=1.0, gamma=2, window="priced", window_threshold=0.0,
                      window_max=3, proposer=proposer, seed=seed)
-        events = list(METHODS["sd"](pair, s).generate(prompt))
+        events = list(METHODS[method](pair, s).generate(prompt))
         tokens = tiny.finish(events).token_ids
         first[tokens[0]] += 1
         second[tokens[1]] += 1
@@ -364,13 +366,14 @@ def test_priced_sampling_follows_the_target(proposer, draft_cost, fixed_prices):
         assert stat < CHI2_CRIT_001[dof], (name, counts, [round(runs * q, 1) for q in probs], stat)
 
 
-def test_decode_steps_sample_from_the_target(fixed_prices):
+@pytest.mark.parametrize("method", ["sd", "mirror"])
+def test_decode_steps_sample_from_the_target(method, fixed_prices):
     """Every step decodes (a draft that never pays, no probe within two tokens): the tokens
     are the target's own samples."""
     fixed_prices(5.0)
     pair = tiny.pair_perturbed(SEED, scale=0.2, vocab_size=V, initializer_range=0.3)
     prompt = tiny.prompt(SEED, 4, vocab=V)
-    tiny.assert_first_two_follow_the_target(METHODS["sd"], pair, prompt, V, 300, 1.0, window="priced")
+    tiny.assert_first_two_follow_the_target(METHODS[method], pair, prompt, V, 300, 1.0, window="priced")
 
 
 # ---------------------------------------------------------------- the page

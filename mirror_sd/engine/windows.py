@@ -22,8 +22,8 @@ window's expected tokens per second, each drafted token trusted as far as tokens
 probability have been accepted in this run (pricing.Calibration, pricing.worth_more), and ends
 at a drafted end-of-sequence token (`window_stop`); Mirror-SD's batched branches, drafted
 before the verdict, stop at the draft's confidence threshold as under `adaptive` (`stop`) and
-are then cut by `window_stop`. Mirror-SD's lanes always hand a window over, so its priced
-windows are at least one token long (`zero` False).
+are then cut by `window_stop`. Mirror-SD's priced windows may be empty too: its step then
+decodes with the lanes one after the other (nothing to race).
 
 Lossless by construction: the length depends only on the draft's own tokens and
 probabilities and on the verdicts of earlier steps, never on the target's distributions for
@@ -66,7 +66,7 @@ class WindowPolicy:
     max_len: int = 12
     eos: frozenset = frozenset()
     length: int = 0  # the next window's length before the room cap (set from gamma)
-    zero: bool = True  # priced: a window may be empty (a plain decode step); Mirror-SD: False
+    zero: bool = True  # priced: a window may be empty (a plain decode step)
     # priced: the measured costs (shared with the decoder that feeds them, and with the pair's
     # other runs: pair_costs), the acceptance
     # per position per proposer, decoded steps in a row, the gap before the next probe, and the

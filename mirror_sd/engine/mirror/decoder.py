@@ -20,9 +20,11 @@ policy's next length after that verdict, known before the verdict arrives, and i
 the policy stops a serial rollout; what a taken branch still lacks when the verdict comes, the
 lane drafts then (draft_lane.py). Under the adaptive policy a hit's window grows to
 window_max like SD's. Settings.branch_extend = off keeps branches gamma deep (a taken branch
-is only cut: windows at most gamma). Priced windows are priced with the verify forwards and
-the draft time the target waits for the next window (near 0 on a hit), at least one token
-long. The length never depends on the target's distributions
+is only cut: windows at most gamma). Priced windows are priced with the verify forwards, the
+draft time the target waits for the next window (near 0 on a hit) and the step's host time,
+from the steps of the mode the run mostly steps in (gate.prices_from); a priced window may be
+empty where drafting would not pay: that step is a plain target decode, the lanes one after
+the other (nothing to race). The length never depends on the target's distributions
 for the window it is verified against, so the acceptance rule stays lossless. The proposals
 only choose what is precomputed; every committed token is verified against the target's
 final layer, so the output is the target's own.
@@ -56,7 +58,7 @@ from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_poli
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.mirror.gate import OverlapGate
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
-from mirror_sd.engine.proposers import draft_window, proposer_for
+from mirror_sd.engine.proposers import fill_window, plan_window, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
@@ -118,7 +120,6 @@ class MirrorSpeculative(Decoder):
         self._hook = self._exit_hook(target, marks) if run.settings.early_exit == "on" else None
         policy = shared_with_pair(mirror_policy(run.settings, self.pair.eos_token_ids), self.pair, "mirror",
                                   run.settings.draft_vocab, run.settings.streams, run.settings.early_exit)
-        policy.zero = False  # the lanes always hand a window over: a priced window is >= 1 token
         self._policy = policy
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
@@ -130,7 +131,8 @@ class MirrorSpeculative(Decoder):
         self._worker.start()
         step, hit = 0, False
         while not run.done and not cancel.is_set() and window is not None:
-            overlap = gate.overlap()
+            # an empty window (priced: drafting would not pay) is a plain decode: nothing to race
+            overlap = bool(window.tokens) and gate.overlap()
             step_fn = self._step if overlap else self._serial_step
             window, hit = yield from step_fn(run, target, step, window, hit, marks, gate)
             run.info["lane_split"] = f"{lane_split(self.pair)}; {gate.describe()}"
@@ -211,7 +213,8 @@ class MirrorSpeculative(Decoder):
                 log.exception("draft lane failed")
                 error = e
             else:
-                gate.record(False, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
+                if window.tokens:  # a decode step is no choice of mode: the gate compares drafted steps
+                    gate.record(False, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
                 self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted,
                             gate.prices_from(False), start)
         yield from self._after_verdict(run, job, verify_event, commit, error)
@@ -268,7 +271,7 @@ class MirrorSpeculative(Decoder):
             policy.costs.add_verify(rows, sum(forward) / 1e9)
         policy.costs.add_draft(window.source or "draft", waited, len(window.tokens))
         if start_ns is not None:
-            policy.costs.add_host(True, (time.perf_counter_ns() - start_ns) / 1e9 - sum(forward) / 1e9 - waited)
+            policy.costs.add_host(rows > 1, (time.perf_counter_ns() - start_ns) / 1e9 - sum(forward) / 1e9 - waited)
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the
@@ -297,9 +300,12 @@ class MirrorSpeculative(Decoder):
             if len(run.committed) > 1:
                 with run.span("target", "prefill", target.device, 0):
                     target.feed(run.committed[:-1], logits_to_keep=1)
+            plan = plan_window(proposer, policy, run.committed, run.room, draft)
+            if plan.length == 0:  # priced: drafting would not pay yet, the first step decodes
+                return fill_window(proposer, plan, policy, draft, run.committed, s.sampling, None)
             with run.span("draft", "prefill+draft", draft.device, 0) as note:
-                window = draft_window(proposer, policy, draft, run.committed, run.room, s.sampling,
-                                      generator_for(s.seed, 0, "draft"))
+                window = fill_window(proposer, plan, policy, draft, run.committed, s.sampling,
+                                     generator_for(s.seed, 0, "draft"))
                 note["detail"] = proposer.describe(len(window.tokens))
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window

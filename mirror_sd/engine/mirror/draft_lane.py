@@ -31,7 +31,7 @@ from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.branches import BranchBatch
-from mirror_sd.engine.proposers import SERIAL, Proposer, draft_window
+from mirror_sd.engine.proposers import SERIAL, Proposer, fill_window, plan_window
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, EXIT_WEIGHT, Root, rank_of, score_roots
 from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.windows import WindowPolicy, policy_for
@@ -176,18 +176,30 @@ class DraftWorker(threading.Thread):
     def finish_serial(self, job: StepJob) -> None:
         """A step whose lanes ran one after the other (gate.py), on the target lane's thread
         after the verdict: the next window rolled out from (A, c) as plain SD does."""
-        s, (A, c) = self.run_.settings, job.verdict
+        A, c = job.verdict
         self.policy.observe(len(job.window.tokens), A, job.window.source or None, job.window.q_probs)
         self.held_bonus = None
         committed = self.run_.committed[:job.n] + job.window.tokens[:A] + [c]
-        with self._span("draft", job.step) as note:
-            # the random stream of a branch rooted at (A, c): a seeded run samples the same
-            # window whichever way its step ran
-            job.next_window = draft_window(self.proposer, self.policy, self.lane, committed, self.run_.room,
-                                           s.sampling, generator_for(s.seed, job.step, "branch", A, c))
-            note["detail"] = f"{self.proposer.describe(len(job.next_window.tokens))}, after the verdict"
-        job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
-                                        job.next_window.q_probs, "serial", None))
+        job.next_window = self._roll_out(job, committed, "draft", ", after the verdict")
+        if job.next_window.tokens:
+            job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
+                                            job.next_window.q_probs, "serial", None))
+
+    def _roll_out(self, job: StepJob, committed: list[int], label: str, detail: str = ""):
+        """The next window after `committed` as the policy plans it, rolled out serially (a
+        span `label` on this lane), or empty with no span where the plan drafts nothing (a
+        priced window that would not pay: the next step decodes). The random stream is that
+        of a branch rooted at the verdict (A, c): a seeded run samples the same window whether
+        a branch was precomputed or not (hits change speed only)."""
+        s, (A, c) = self.run_.settings, job.verdict
+        plan = plan_window(self.proposer, self.policy, committed, self.run_.room, self.lane)
+        if plan.length == 0:
+            return fill_window(self.proposer, plan, self.policy, self.lane, committed, s.sampling, None)
+        with self._span(label, job.step) as note:
+            window = fill_window(self.proposer, plan, self.policy, self.lane, committed, s.sampling,
+                                 generator_for(s.seed, job.step, "branch", A, c))
+            note["detail"] = f"{self.proposer.describe(len(window.tokens))}{detail}"
+        return window
 
     def _extend(self, job: StepJob):
         """Extend the cache by d_gamma: the draft's view of the bonus position (its q row).
@@ -275,12 +287,14 @@ class DraftWorker(threading.Thread):
         if not self.extend:
             return s.gamma
         room = s.max_new_tokens - (job.n - len(self.run_.prompt_ids)) - (depth + 1)
-        return self.policy.plan_after(len(job.window.tokens), depth, room, job.window.source or None,
-                                      job.window.q_probs)[0]
+        # at least one token: a priced plan of none (the step after would decode) still races
+        # (the hit's window is then cut to none)
+        return max(1, self.policy.plan_after(len(job.window.tokens), depth, room, job.window.source or None,
+                                             job.window.q_probs)[0])
 
     def _next_window(self, job: StepJob, batch: BranchBatch):
         """The window verified next step; returns the branch taken (a hit) or None (a miss)."""
-        s, lane = self.run_.settings, self.lane
+        lane = self.lane
         A, c = job.verdict
         prefix = self.run_.committed[:job.n]
         policy, room = self.policy, self.run_.room  # the verdict's tokens are committed by now
@@ -298,12 +312,7 @@ class DraftWorker(threading.Thread):
                 self.held_bonus = (ids, taken.q_rows[n])
             job.next_window = window.cut(n, stop)
         else:  # a miss: roll out from c serially, as plain SD would
-            with self._span("fallback", job.step) as note:
-                # the same random stream as a branch rooted at (A, c): a seeded run samples the
-                # same window whether the branch was precomputed or not (hits change speed only)
-                job.next_window = draft_window(self.proposer, policy, lane, prefix + job.window.tokens[:A] + [c],
-                                               room, s.sampling, generator_for(s.seed, job.step, "branch", A, c))
-                note["detail"] = self.proposer.describe(len(job.next_window.tokens))
+            job.next_window = self._roll_out(job, prefix + job.window.tokens[:A] + [c], "fallback")
         job.hit = taken is not None
         return taken
 
@@ -324,6 +333,6 @@ class DraftWorker(threading.Thread):
             job.branches.append(DraftBranch(job.step, root.depth, root.token, score, tokens,
                                             [float(q[t]) for q, t in zip(row.q_rows, tokens)], status,
                                             rank))
-        if taken is None:
+        if taken is None and job.next_window.tokens:
             job.branches.append(DraftBranch(job.step, A, c, 0.0, job.next_window.tokens,
                                             job.next_window.q_probs, "serial", job.rank))
