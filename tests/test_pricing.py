@@ -482,3 +482,18 @@ def test_a_probe_hopes_for_what_the_pair_has_shown():
     again = shared_with_pair(priced(), pair, "sd", "full", "off")  # the pair's next run
     assert again.accepting("draft") is policy.accepting("draft")
     assert shared_with_pair(priced(), pair, "sd", "auto", "off").hoped("draft") == pricing.PROBE_ACCEPT
+
+
+def test_a_decode_is_priced_at_what_the_pairs_decodes_cost():
+    """One running figure for a plain decode on the pair: AR's steps feed it, and a priced run
+    that has not decoded yet reads it (rather than a guess from its verify forwards)."""
+    from mirror_sd.engine.windows import pair_costs, pair_decode
+    pair = tiny.pair_perturbed(2)
+    pair.info = {}
+    events = tiny.run(METHODS["ar"], pair, tiny.prompt(2, 5), max_new_tokens=8)
+    decodes = [sp.end_ns - sp.start_ns for sp in events if isinstance(sp, Span) and sp.label == "decode"]
+    assert len(decodes) == 7 and len(pair_decode(pair).values) == 7
+    for key in (("sd", "full", "off"), ("mirror", "full", "off", "on")):
+        prices = pair_costs(pair, *key).snapshot()
+        assert prices.points[0] == (1, pytest.approx(sorted(decodes)[3] / 1e9))
+        assert prices.decode_s == prices.points[0][1]

@@ -20,6 +20,7 @@ class Window:
     note: str = ""  # the priced policy's reason in words (windows.py, pricing.explain)
     draft_s: float = 0.0  # measured time to draft it (the decoder sets it; per-proposer figures)
     first_s: float = 0.0  # serial rollout: its first forward (the catch-up with the committed text)
+    behind: int = 0  # committed tokens the draft model lacked before drafting it (its catch-up's length)
 
     def cut(self, n: int, stop: str) -> "Window":
         """The first n drafted tokens, stopped for `stop`."""

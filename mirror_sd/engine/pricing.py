@@ -63,6 +63,14 @@ class Costs:
         self._draft: dict[str, RunningMedian] = {}
         self._lock = threading.Lock()
 
+    def share_decode(self, decode: RunningMedian) -> None:
+        """Read and feed the plain decode's cost (rows 1) from `decode`: one figure for every
+        method on this pair (AR's steps measure it too), so a run that has not decoded yet
+        prices decoding with what a decode costs here rather than a guess from its verifies
+        (a 2-row verify at int8 costs about 1.3 decodes, not the seeded 1.1)."""
+        with self._lock:
+            self._verify[1] = decode
+
     def add_verify(self, rows: int, seconds: float) -> None:
         with self._lock:
             self._verify.setdefault(int(rows), RunningMedian()).add(seconds)
@@ -88,7 +96,7 @@ class Costs:
     def snapshot(self) -> "Prices":
         """The current estimates: every verify size, every proposer (seeds where unmeasured)."""
         with self._lock:
-            points = {r: m.value() for r, m in self._verify.items()}
+            points = {r: m.value() for r, m in self._verify.items() if m.values}  # a shared decode may be empty
             draft = {s: m.value() for s, m in self._draft.items()}
         return Prices(sorted(points.items()), draft)
 

@@ -201,11 +201,28 @@ def fill_window(proposer: Proposer, plan: Plan, policy: WindowPolicy, lane: Lane
     if plan.source == "lookup":
         window = lookup_window(plan.match[:plan.length], proposer.vocab_size, policy.window_stop())
     else:
+        behind = len(committed) - common_prefix(lane.ids, committed)
         window = proposer.window(lane, committed, plan.length, sampling, generator, policy.window_stop())
+        window.behind = behind
     if len(window.tokens) == plan.length and window.stop in ("gamma", "match"):
         window.stop = plan.reason
     window.source, window.note = plan.source, plan.note
     return window
+
+
+def price_draft(costs, window: Window, seconds: float) -> None:
+    """Feed priced windows' costs (pricing.Costs) with a window that took `seconds` to draft:
+    its cost per drafted token; where the draft model first caught up with more than two
+    committed tokens (a prefill: the prompt, or the tokens decoded while it did not draft),
+    only the forwards after that one, and the catch-up per token apart (priced by its length
+    when the policy plans: pricing.Prices.catchup_s)."""
+    lookup = window.source == "lookup"
+    if lookup or window.behind <= 2:
+        costs.add_draft(window.source, seconds, len(window.tokens))
+    elif window.first_s and len(window.tokens) > 1:
+        costs.add_draft(window.source, seconds - window.first_s, len(window.tokens) - 1)
+    if not lookup and window.first_s:
+        costs.add_catchup(window.first_s, window.behind)
 
 
 def draft_window(proposer: Proposer, policy: WindowPolicy, lane: Lane, committed: list[int], room: int,

@@ -17,8 +17,8 @@ from mirror_sd.engine.run import Run, generator_for
 from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch, Notice, StepStart, Verify
 from mirror_sd.engine.cross import lane_for
-from mirror_sd.engine.lanes import Lane, common_prefix
-from mirror_sd.engine.proposers import fill_window, plan_window, proposer_for
+from mirror_sd.engine.lanes import Lane
+from mirror_sd.engine.proposers import fill_window, plan_window, price_draft, proposer_for
 from mirror_sd.engine.windows import policy_for, shared_with_pair
 
 
@@ -103,18 +103,12 @@ class Speculative(Decoder):
         if plan.length == 0:
             return fill_window(proposer, plan, policy, draft, run.committed, s.sampling, None)
         lookup = plan.source == "lookup"
-        behind = len(run.committed) - common_prefix(draft.ids, run.committed)
         with run.span("draft", "lookup" if lookup else "draft", None if lookup else draft.device, step) as note:
             window = fill_window(proposer, plan, policy, draft, run.committed, s.sampling,
                                  generator_for(s.seed, step, "draft"))
             note["detail"] = proposer.describe(len(window.tokens), window.source)
         span = run.spans[-1]
         window.draft_s = (span.end_ns - span.start_ns) / 1e9
-        if lookup or behind <= 2:
-            policy.costs.add_draft(window.source, window.draft_s, len(window.tokens))
-        elif window.first_s and len(window.tokens) > 1:  # the forwards after the catch-up
-            policy.costs.add_draft(window.source, window.draft_s - window.first_s, len(window.tokens) - 1)
-        if not lookup and window.first_s:
-            policy.costs.add_catchup(window.first_s, behind)
+        price_draft(policy.costs, window, window.draft_s)
         yield DraftBranch(step, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window

@@ -266,7 +266,16 @@ def pair_costs(pair, *key) -> pricing.Costs:
     cost): a run starts from what the runs before it on this machine measured, the warm-up's
     (which drafts every step) included, not from the seeds. A run that never drafted could
     otherwise never price drafting below the seeds' guess and would decode to the end."""
-    return _kept_with_pair(pair, "prices", key, pricing.Costs)
+    costs = _kept_with_pair(pair, "prices", key, pricing.Costs)
+    costs.share_decode(pair_decode(pair))
+    return costs
+
+
+def pair_decode(pair) -> pricing.RunningMedian:
+    """The target's plain decode step on this pair (seconds), one running median for every
+    method: AR's steps (autoregressive.plain_step) and SD's and Mirror-SD's decode steps feed
+    it, priced windows read it (`pair_costs`)."""
+    return _kept_with_pair(pair, "decode", (), pricing.RunningMedian)
 
 
 def pair_acceptance(pair, *key) -> dict:

@@ -58,7 +58,7 @@ from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_poli
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
 from mirror_sd.engine.mirror.gate import OverlapGate
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
-from mirror_sd.engine.proposers import fill_window, plan_window, proposer_for
+from mirror_sd.engine.proposers import fill_window, plan_window, price_draft, proposer_for
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
@@ -266,10 +266,10 @@ class MirrorSpeculative(Decoder):
         if not record:
             return
         forward = [sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and sp.lane == "target"
-                   and sp.label in ("verify_forward", "prefix", "exit_head", "suffix")]
+                   and sp.label in ("verify_forward", "decode", "prefix", "exit_head", "suffix")]
         if forward:
             policy.costs.add_verify(rows, sum(forward) / 1e9)
-        policy.costs.add_draft(window.source or "draft", waited, len(window.tokens))
+        price_draft(policy.costs, window, waited)
         if start_ns is not None:
             policy.costs.add_host(rows > 1, (time.perf_counter_ns() - start_ns) / 1e9 - sum(forward) / 1e9 - waited)
 

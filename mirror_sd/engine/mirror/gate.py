@@ -13,21 +13,25 @@ after the other with every core (the target verifies, then the draft rolls the n
 out from the verdict, as plain SD does). The measure is a step's wall time per verified row
 (window + 1), smoothed, kept with the pair across runs (`pair.info["lane_costs"]`, per drafting
 settings), and the
-mode that lost is tried again every `PROBE_EVERY` steps so that its figure stays current.
+mode that lost is tried again after `PROBE_EVERY` steps so that its figure stays current; each
+try that loses again doubles the gap (up to `PROBE_MAX`, kept with the pair too), since a try
+costs a step of the slower mode.
 Both modes verify the same windows with the same acceptance rule: output is unchanged.
 """
 from __future__ import annotations
 
 OVERLAP_CHOICES = ("auto", "always")
-PROBE_EVERY = 8  # steps between two tries of the mode that measured slower
+PROBE_EVERY = 8  # steps between two tries of the mode that measured slower (at first)
+PROBE_MAX = 64  # the longest gap: each try that loses again doubles it
 SMOOTHING = 0.3  # weight of the newest step in a mode's running figure
 
 
 class OverlapGate:
     def __init__(self, choice: str, shared_cores: bool, memory: dict):
         self.auto = choice == "auto" and shared_cores
-        self.memory = memory  # {"overlap": ms per row, "serial": ms per row}
+        self.memory = memory  # {"overlap": ms per row, "serial": ms per row, "gap": steps between tries}
         self.since_probe = 0
+        self._trying = None  # during a try of the slower mode: the mode that was best before it
         self.counts = {"overlap": 0, "serial": 0}
 
     def overlap(self) -> bool:
@@ -41,8 +45,9 @@ class OverlapGate:
             return False
         best = m["overlap"] <= m["serial"]
         self.since_probe += 1
-        if self.since_probe >= PROBE_EVERY:
+        if self.since_probe >= m.get("gap", PROBE_EVERY):
             self.since_probe = 0
+            self._trying = best  # the mode that was best before the try
             return not best
         return best
 
@@ -69,8 +74,14 @@ class OverlapGate:
         if not self.auto or rows < 1:
             return
         per_row = wall_ms / rows
-        old = self.memory.get(key)
-        self.memory[key] = per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * per_row
+        m = self.memory
+        old = m.get(key)
+        m[key] = per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * per_row
+        tried = self._trying is not None and overlapped != self._trying
+        if tried and "overlap" in m and "serial" in m:  # a try of the slower mode
+            lost = per_row > m["overlap" if self._trying else "serial"]  # the try alone, against the best
+            m["gap"] = min(2 * m.get("gap", PROBE_EVERY), PROBE_MAX) if lost else PROBE_EVERY
+            self._trying = None
 
     def describe(self) -> str:
         n = self.counts
