@@ -42,7 +42,9 @@ function build(heads) {
     const name = mk('span', 'msd-name', h.label); name.style.color = h.colour;
     run.badge = mk('span', 'msd-badge'); run.stat = mk('span', 'msd-stat');
     run.clock = mk('span', 'msd-clock');
-    head.append(name, run.badge, run.stat, run.clock);
+    head.append(name, run.badge);
+    if (h.tag) head.append(mk('span', 'msd-badge s-variant', h.tag));  // a variant: what it changes
+    head.append(run.stat, run.clock);
     run.stepBox = mk('div', 'msd-bstep'); run.pre = mk('pre', 'msd-tokens');
     run.note = mk('div', 'msd-note');
     pane.append(head, run.stepBox, run.pre, run.note);

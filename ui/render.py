@@ -10,7 +10,8 @@ import unicodedata
 
 from mirror_sd.engine.events import Verify
 
-from .runs import RunRecord, analyse, colour, label, live_stats
+from .runs import RunRecord, analyse, colour, label, live_stats, tag
+from .runs import title as method_title
 from .texts import GLOSSARY, LEGEND, LEGEND_GROUPS, LEGEND_MARKS
 
 esc = html.escape
@@ -100,6 +101,8 @@ def render_pane(method: str, rec: RunRecord | None, state: str, now_ns: int | No
     stats = live_stats(rec, now_ns) if rec is not None else None
     head = [f'<span class="msd-name" style="color:{esc(colour(method))}">{esc(name)}</span>',
             f'<span class="msd-badge s-{esc(state)}">{esc(PANE_STATES.get(state, state))}</span>']
+    if tag(method):  # a variant: what it changes, e.g. the early exit off
+        head.append(f'<span class="msd-badge s-variant" title="{esc(method_title(method))}">{esc(tag(method))}</span>')
     if stats is not None:
         head.append(f'<span class="msd-stat"><b>{stats["tokens"]}</b> tokens in '
                     f'<b>{stats["elapsed_s"]:.1f}</b> s</span>')

@@ -91,7 +91,7 @@ T_draft + T_target.
 
 # task -> prompt. A prompt with "User:" / "Assistant:" lines is a multi-turn chat.
 EXAMPLES = {
-    "Code": "Write a Python function that checks whether a string is a palindrome.",
+    "Code": "Write a Python function that checks whether a string is a palindrome. Reply with the code only.",
     "Math": ("A train travels 120 km in 1.5 hours and then 80 km in 1 hour. What is its "
              "average speed over the whole trip? Reason step by step."),
     "Summarization": (

@@ -148,7 +148,7 @@ def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
     if outcome == "hit":
         ends = [s.end_ns for s in spans if s.label == "branches"]
         return (max(verdict_ns, max(ends)) if ends else verdict_ns), "hit"
-    ends = [s.end_ns for s in spans if s.label == "fallback"]
+    ends = [s.end_ns for s in spans if s.label == ("draft" if outcome == "turn" else "fallback")]
     return (max(ends) if ends else verdict_ns), outcome or "end"
 
 
@@ -198,5 +198,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
                        "so it became the next window with no wait.")
     if outcome == "end":
         return text + "The run ended at this step: no next window."
+    if outcome == "turn":
+        return text + "The lanes ran in turn here: the draft wrote the next window after the verdict."
     return text + (f"Miss: no branch started there, so the draft wrote the next window after "
                    f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
