@@ -24,8 +24,10 @@ LANES = {
     "draft_waits": "#0e7490",   # the draft while the target waits for it (SD's windows, a miss)
     "draft_beside": "#22d3ee",  # the draft beside the target (Mirror-SD's branches)
     "draft_reads": "#a5f3fc",   # the draft reading its last drafted token, beside the target
+    "message": "#f9a8d4",       # projected: a message between the lanes (the exit's guesses, the verdict)
+    "host": "#e2e8f0",          # projected: host time per step, outside the lanes
 }
-DARK_TEXT = {"target_after", "draft_beside", "draft_reads", "first_token"}  # light bars: dark labels
+DARK_TEXT = {"target_after", "draft_beside", "draft_reads", "first_token", "message", "host"}  # light bars: dark labels
 
 
 def hue_family(hex_colour: str) -> str:
