@@ -75,7 +75,8 @@ def render_legend() -> str:
         + "".join(item(f"msd-tok k-{kind}", short, LEGEND[kind][1]) for kind, short in kinds) + "</span>"
         for title, kinds in LEGEND_GROUPS)
     marks = "".join(item(cls, text, tip) for cls, (text, tip) in LEGEND_MARKS.items())
-    return (f'<div class="msd-legend" role="list" aria-label="token colours">{groups}{marks}'
+    return (f'<div class="msd-legend" role="list" aria-label="token colours">'
+            f'<b class="msd-legend-lead">Text colours:</b>{groups}{marks}'
             f'<span class="msd-legend-hint">hover for details</span></div>')
 
 
