@@ -155,7 +155,8 @@ def _gated_record(raced: bool):
     events += [StepStart(1, 2, [4, 5]),
                Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
                Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], "", hit=False),
-               Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0}, [1, 3, 4, 5, 6], "")]
+               Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0, "hits": 0,
+                       "fallbacks": int(raced), "hit_rate": 0.0 if raced else None}, [1, 3, 4, 5, 6], "")]
     rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
     for i, ev in enumerate(events):
         rec.add(ev, i * 10**8)
@@ -182,6 +183,12 @@ def test_a_step_whose_lanes_ran_in_turn_is_neither_a_hit_nor_a_miss():
     assert "the lanes in turn" in narrate(rec, 0) and "miss" not in narrate(rec, 0)
     assert narrate(rec, 1).startswith("Step 2: The window was drafted after the previous verdict, the lanes in turn")
     assert "Lanes in turn" in render_inspector(rec, 0) and "Miss:" not in render_inspector(rec, 0)
+    # the card counts it apart: no hit, no miss, one step with the lanes in turn
+    from ui.figures import card
+    from ui.results import _card_rows
+    c = card(rec)
+    assert (c.hits, c.misses, c.in_turn) == (0, 0, 1)
+    assert ("hits / misses", "0 / 0 · lanes in turn: 1", "hit") in _card_rows(c, {})
 
 
 def test_a_step_that_raced_the_verdict_and_lost_is_a_miss():
