@@ -293,7 +293,7 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
     ("tokens per target forward (τ)", "mean_accepted", ".2f", "tau"),
     ("drafted tokens accepted", "acceptance_rate", ".0%", None),
     ("hits / (hits + misses)", "hit_rate", ".0%", "hit"),
-    ("misses (no branch raced to the verdict matched it)", "fallbacks", "d", "fallback"),
+    ("misses (branches raced the verdict, none matched)", "fallbacks", "d", "fallback"),
     ("draft time beside the target (all of the run)", "draft_hidden_fraction", ".0%", None),
     ("draft proposal vocabulary (token ids)", "draft_vocab", "vocab", None),
 ]
