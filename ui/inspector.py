@@ -144,6 +144,29 @@ def _status(status: str) -> str:
     return f'<span class="msd-status-chip st-{esc(status)}" title="{esc(tip)}">{esc(label)}</span>'
 
 
+OUTCOME_NOTES = {
+    "hit": "Hit: the taken branch (blue) is the next window, drafted while the target was still verifying.",
+    "miss": "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it).",
+    "turn": "Lanes in turn: overlapping the two lanes measured slower on this machine, so this step ran them one after the other; the draft wrote the next window after the verdict (grey), as plain SD does. Neither a hit nor a miss."}
+
+
+def _branch_notes(rec: RunRecord, sv: StepView) -> str:
+    """Under the branch table: what the verdict made of the branches, and where they came from."""
+    outcome = verdict_outcome(sv)
+    note = f'<p class="msd-muted">{OUTCOME_NOTES[outcome]}</p>' if outcome is not None else ""
+    if sv.rollouts and exit_off(rec.method):
+        note += ('<p class="msd-muted">Where the branches come from: the early exit is off in this '
+                 'run, so the draft ranks the roots by its own probabilities alone and rolls out the '
+                 'best ones (the branch budget).</p>')
+    elif sv.rollouts:
+        note += ('<p class="msd-muted">Where the branches come from: before the early exit is '
+                 'read, the draft starts one branch on its own best guess of the verdict; once '
+                 'the early exit arrives, its best-ranked roots get the branch budget, and that '
+                 'first branch is dropped when the exit ranks it lower. So a step can show one '
+                 'branch more than the budget: the one begun early and dropped.</p>')
+    return note
+
+
 def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
     v = sv.verify
     window = sv.window
@@ -182,23 +205,7 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
         rows.append(_branch_row(rec, label, "b-turn", 1 + b.depth, b.root_token, b.tokens, width))
     head = "<th>yₙ</th>" + "".join(f"<th>+{i}</th>" for i in range(1, width))
     ranked_by = "the draft's" if exit_off(rec.method) else "the draft's and the early exit's"
-    note = ""
-    outcome = verdict_outcome(sv)
-    notes = {"hit": "Hit: the taken branch (blue) is the next window, drafted while the target was still verifying.",
-             "miss": "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it).",
-             "turn": "Lanes in turn: overlapping the two lanes measured slower on this machine, so this step ran them one after the other; the draft wrote the next window after the verdict (grey), as plain SD does. Neither a hit nor a miss."}
-    if outcome is not None:
-        note = f'<p class="msd-muted">{notes[outcome]}</p>'
-    if sv.rollouts and exit_off(rec.method):
-        note += ('<p class="msd-muted">Where the branches come from: the early exit is off in this '
-                 'run, so the draft ranks the roots by its own probabilities alone and rolls out the '
-                 'best ones (the branch budget).</p>')
-    elif sv.rollouts:
-        note += ('<p class="msd-muted">Where the branches come from: before the early exit is '
-                 'read, the draft starts one branch on its own best guess of the verdict; once '
-                 'the early exit arrives, its best-ranked roots get the branch budget, and that '
-                 'first branch is dropped when the exit ranks it lower. So a step can show one '
-                 'branch more than the budget: the one begun early and dropped.</p>')
+    note = _branch_notes(rec, sv)
     return (f'<p class="msd-muted">Column yₙ is the last committed token, column +k the k-th '
             f'token after it. A rollout starts at its {root} (j, v), drawn with a dashed '
             f'outline in column +(j+1): the guess that the target keeps d₁…d_j and then writes v. '
