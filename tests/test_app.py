@@ -548,5 +548,6 @@ def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_
     assert noexit["visible"] is True  # its pane shows when it ran
     noexit = noexit["value"]
     assert 'data-state="done"' in noexit and "Mirror-SD (no exit)" in noexit and "<b>16</b> tokens" in noexit
+    assert ">early exit off</span>" in noexit and ">early exit off</span>" not in mirror  # says the exit is off
     assert "What the early exit bought" in verdict and "tok/s with it against" in verdict
     assert re.search(r"\d+ hits of \d+ verdicts with it.* against \d+ of \d+ without", verdict), verdict

@@ -181,6 +181,26 @@ def check_rendered(page, n_tokens: int | None) -> None:
     assert not page.errors, page.errors
 
 
+# the zoomed step's labels at the page's width: the marks' labels (verdict, next window ready)
+# apart, and every bar label whole inside its bar
+ZOOM_LABELS_JS = """() => {
+  const marks = [...document.querySelectorAll('#zoom .msd-zmark span')].map(e => e.getBoundingClientRect());
+  const apart = marks.every((a, i) => marks.slice(i + 1).every(b =>
+    a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top));
+  const cut = [...document.querySelectorAll('#zoom .msd-zbar span')].filter(e => e.offsetWidth && e.textContent)
+    .filter(e => e.getBoundingClientRect().right > e.parentElement.getBoundingClientRect().right + 1)
+    .map(e => e.textContent);
+  return {marks: marks.length, apart, cut};
+}"""
+
+
+def check_zoom_labels(page, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 1200})
+    page.wait_for_timeout(300)
+    found = page.evaluate(ZOOM_LABELS_JS)
+    assert found["marks"] == 2 and found["apart"] and not found["cut"], (width, found)
+
+
 def read_trace_from_page(page) -> dict:
     """The run's trace, downloaded through the page's own link."""
     import json
@@ -287,8 +307,14 @@ def open_inspector(page) -> None:
     if not page.locator(HEAD).is_visible():
         page.get_by_text("Step inspector: what happened").first.click()
     page.wait_for_selector(HEAD, timeout=30_000)
-    for part in ("table.msd-ee", "table.msd-tree", "table.msd-verify"):
+    for part in ("table.msd-tree", "table.msd-verify"):
         assert page.locator(f"#inspector {part}").count() == 1, part
+    # the early exit's table: the inspector opens on a step that read it, unless no step did
+    # (every step's lanes ran in turn: the overlap gate's choice on a short run)
+    assert page.locator("#inspector table.msd-ee").count() == 1 or (
+        "No early exit in this step" in page.inner_text("#inspector")
+        and "k-hit" not in page.inner_html("#inspector .msd-strip-cells")
+        and "k-miss" not in page.inner_html("#inspector .msd-strip-cells"))
     assert page.locator("#inspector .msd-narration").count() == 1
     assert page.locator("#inspector details.msd-all-steps tr[data-step]").count() >= 1
 
@@ -456,6 +482,8 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         assert small >= 13, small  # the text under the cards is readable
         page.screenshot(path=str(OUT / "tiny-page.png"), full_page=True)
         check_page_height(page)
+        for width in (400, 1600):
+            check_zoom_labels(page, width)
         trace = read_trace_from_page(page)
         check_figures_agree(page, trace)
         check_rejections_struck_through(page, trace)

@@ -4,6 +4,7 @@ median and range over repeated runs."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,19 @@ def test_a_zoom_bar_shows_what_fits_and_names_a_run_of_bars_once():
     assert bar_label("draft: writes branches", 45, 40.0, False) == "45 ms"  # named on the first
     assert bar_label("early exit: top guesses to the draft", 14, 5.0, True) == "14 ms"  # too narrow
     assert bar_label("verdict", 3, 1.0, True) == ""  # not even its milliseconds fit
+
+
+def test_the_zoom_s_bars_carry_labels_that_fit_a_phone_s_width_too():
+    from ui.zoom import CHAR_PCT_NARROW
+    assert bar_label("draft: writes branches", 45, 40.0, True, CHAR_PCT_NARROW) == "45 ms"  # the name would not fit
+    html = render_zoom(tiny_records()["mirror"], {"target_layers": 4, "exit_layer": 2})
+    bars = re.findall(r'width:([\d.]+)%[^>]*><span class="zl-wide">([^<]*)</span><span class="zl-narrow">([^<]*)</span>', html)
+    assert bars and len(bars) == html.count('class="msd-zbar ')
+    for width, wide, narrow in bars:
+        assert len(narrow) <= len(wide) and len(narrow) * CHAR_PCT_NARROW <= float(width)
+    css = (Path(__file__).resolve().parent.parent / "ui" / "panes.css").read_text(encoding="utf-8")
+    phone = css[css.index("@media (max-width: 640px) {\n  .msd-zbar .zl-wide"):]
+    assert ".msd-zbar .zl-wide { display: none; }" in phone and ".msd-zmark.z-ready { bottom: -32px; }" in phone
 
 
 def test_the_projection_is_one_short_line_with_its_inputs_named():

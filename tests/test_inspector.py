@@ -97,3 +97,32 @@ def test_tiny_early_exit_probabilities_read_below_one_percent_not_zero():
     faint = RunRecord("mirror", events, rec.times_ns, rec.t0_ns, rec.token_texts, rec.id_texts)
     html = render_inspector(faint, 1)
     assert "<small>&lt;1%</small>" in html and "<small>0%</small>" not in html
+
+
+def test_the_variant_without_the_early_exit_says_its_exit_is_off():
+    """Mirror-SD (no exit): the inspector shows no exit layer, no exit guesses and no exit
+    ranking, but that the exit is off and the draft's own guesses picked the branches."""
+    import dataclasses
+    import time
+
+    from mirror_sd.engine.registry import METHODS
+    from mirror_sd.engine.settings import Settings
+    from mirror_sd.models.tiny import tiny_pair
+    from ui.runs import RunRecord, analyse, variant_of
+    from ui.session import TokenTexts
+    from ui_records import PROMPT
+    pair = tiny_pair()
+    base, changes = variant_of("mirror-noexit")
+    rec = RunRecord("mirror-noexit")
+    texts = TokenTexts(pair, rec)
+    rec.t0_ns = time.perf_counter_ns()
+    settings = dataclasses.replace(Settings(max_new_tokens=16, gamma=4, kappa=4), **changes)
+    for ev in METHODS[base](pair, settings).generate(pair.encode_prompt(PROMPT)):
+        texts.on_event(ev)
+        rec.add(ev, time.perf_counter_ns() - rec.t0_ns)
+    steps = analyse(rec).steps
+    step = next(s for s in sorted(steps) if steps[s].rollouts)
+    text = re.sub(r"<[^>]+>", "", render_inspector(rec, step))
+    assert "Early exit: off in Mirror-SD (no exit)" in text
+    assert "the early exit is off in this run" in text and "once the early exit arrives" not in text
+    assert "After layer" not in text and "early exit's estimate" not in text

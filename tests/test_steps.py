@@ -35,7 +35,8 @@ def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
     for pos, s in enumerate(order):
         sv = a.steps[s]
         hit = any(b.status == "taken" for b in sv.rollouts)
-        want = "k-hit" if hit else "k-miss" if sv.fallback is not None else "k-end"
+        want = ("k-hit" if hit else "k-miss" if sv.fallback is not None else
+                "k-turn" if sv.in_turn is not None else "k-end")
         assert want in cells[pos][0], (pos, cells[pos][0])
     for (cls, *_), s in zip(cells, order):
         v = a.steps[s].verify
@@ -52,7 +53,7 @@ def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
     a = analyse(rec)
     order = sorted(a.steps)
     cells = {int(s): cls for cls, s, *_ in _cells(render_strip(rec, selected=order[0]))}
-    table = dict(re.findall(r'<tr data-step="(\d+)" data-run="mirror">(?:<td>.*?</td>){4}<td>(\w+|–)</td>',
+    table = dict(re.findall(r'<tr data-step="(\d+)" data-run="mirror">(?:<td>.*?</td>){4}<td>([\w ]+|–)</td>',
                             all_steps(rec)))
     step = zoom_step(rec)
     caption = re.search(r'<p class="msd-zcaption">(.*?)</p>', render_zoom(rec, {"branch_budget": 2})).group(1)
@@ -60,7 +61,7 @@ def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
     assert f"k-{said}" in cells[step], (said, cells[step])
     for s in (s for s in order if str(s) in table):
         kind = re.search(r"k-(\w+)", cells[s]).group(1)
-        assert table[str(s)] == (kind if kind != "end" else "–"), (s, kind, table[str(s)])
+        assert table[str(s)] == {"end": "–", "turn": "lanes in turn"}.get(kind, kind), (s, kind, table[str(s)])
 
 
 def test_plain_sd_cells_are_drafted_windows():
@@ -127,3 +128,86 @@ def test_replay_step_follows_time():
 
 def test_the_click_script_selects_through_the_inspector():
     assert "trigger('select'" in PICK_JS and "data-step" in PICK_JS and "pane-" in PICK_JS
+
+
+def _gated_record(raced: bool):
+    """Two steps after the first window. After step 0's verdict the draft writes the next
+    window serially: in a step whose lanes ran in turn (`raced` False: no early exit, no
+    branch, its root never ranked), or after a miss (`raced`: the exit's guesses and a
+    branch raced the verdict and lost)."""
+    events = [
+        Span("target", "prefill", T0, T0 + 10**8, 0),
+        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
+        StepStart(0, 0, [1, 2]),
+    ]
+    if raced:
+        events += [EarlyExit(0, 2, [0, 1, 2], [[1, 7], [8, 3], [6, 5]], [[-0.1, -2.0]] * 3),
+                   Span("draft", "branches", T0 + 2 * 10**8, T0 + 3 * 10**8, 0)]
+    events += [Verify(0, [1, 2], 1, [0.8, 0.1], [0.9, 0.4], 3, "correction"),
+               Commit(0, [1, 3], ["accepted", "correction"], "", hit=False)]
+    if raced:
+        events += [DraftBranch(0, 1, 7, 0.4, [4, 5], [0.8, 0.8], "cancelled", rank=0),
+                   DraftBranch(0, 1, 3, 0.0, [4, 5], [0.8, 0.8], "serial", rank=-1),
+                   Span("draft", "fallback", T0 + 4 * 10**8, T0 + 5 * 10**8, 0)]
+    else:
+        events += [DraftBranch(0, 1, 3, 0.0, [4, 5], [0.8, 0.8], "serial", None),
+                   Span("draft", "draft", T0 + 4 * 10**8, T0 + 5 * 10**8, 0)]
+    events += [StepStart(1, 2, [4, 5]),
+               Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
+               Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], "", hit=False),
+               Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0, "hits": 0,
+                       "fallbacks": int(raced), "hit_rate": 0.0 if raced else None}, [1, 3, 4, 5, 6], "")]
+    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
+    for i, ev in enumerate(events):
+        rec.add(ev, i * 10**8)
+    return rec
+
+
+def test_a_step_whose_lanes_ran_in_turn_is_neither_a_hit_nor_a_miss():
+    from ui.inspector import render_inspector
+    from ui.live import LiveFeed
+    from ui.render import token_spans
+    from ui.runs import verdict_outcome
+    rec = _gated_record(raced=False)
+    a = analyse(rec)
+    assert verdict_outcome(a.steps[0]) == "turn" and a.steps[0].fallback is None
+    # its window's tokens are plain accepted drafts (green), never "after a miss" (orange)
+    assert [t.kind for t in a.tokens] == ["accepted", "correction", "accepted", "accepted", "bonus"]
+    assert "k-fallback" not in token_spans(rec)
+    feed = LiveFeed("mirror")
+    kinds = [k for item in feed.pull(rec) if item["k"] == "c" for _, k in item["x"]]
+    assert kinds == [t.kind for t in a.tokens]  # the live board colours them alike
+    cells = _cells(render_strip(rec, selected=0))
+    assert "k-turn" in cells[0][0] and "k-miss" not in cells[0][0]
+    assert "lanes in turn" in render_strip(rec, selected=0)  # named in the strip's key
+    assert "the lanes in turn" in narrate(rec, 0) and "miss" not in narrate(rec, 0)
+    assert narrate(rec, 1).startswith("Step 2: The window was drafted after the previous verdict, the lanes in turn")
+    assert "Lanes in turn" in render_inspector(rec, 0) and "Miss:" not in render_inspector(rec, 0)
+    # the card counts it apart: no hit, no miss, one step with the lanes in turn
+    from ui.figures import card
+    from ui.results import _card_rows
+    c = card(rec)
+    assert (c.hits, c.misses, c.in_turn) == (0, 0, 1)
+    assert ("hits / misses", "0 / 0 · lanes in turn: 1", "hit") in _card_rows(c, {})
+
+
+def test_a_step_that_raced_the_verdict_and_lost_is_a_miss():
+    from ui.live import LiveFeed
+    from ui.runs import verdict_outcome
+    rec = _gated_record(raced=True)
+    a = analyse(rec)
+    assert verdict_outcome(a.steps[0]) == "miss" and a.steps[0].in_turn is None
+    assert [t.kind for t in a.tokens][2:4] == ["fallback", "fallback"]
+    kinds = [k for item in LiveFeed("mirror").pull(rec) if item["k"] == "c" for _, k in item["x"]]
+    assert kinds == [t.kind for t in a.tokens]
+    assert "k-miss" in _cells(render_strip(rec, selected=0))[0][0]
+
+
+def test_the_steps_hits_and_misses_are_the_engine_s_own_counts():
+    """What the strip and the panes call a hit or a miss is what the statistics count: a step
+    whose lanes ran in turn is neither."""
+    from ui.runs import verdict_outcome
+    rec = tiny_records()["mirror"]
+    outcomes = [verdict_outcome(sv) for sv in analyse(rec).steps.values()]
+    stats = rec.finish.stats
+    assert outcomes.count("hit") == stats["hits"] and outcomes.count("miss") == stats["fallbacks"]

@@ -68,11 +68,12 @@ def test_lanes_and_colours_follow_the_legend():
     assert {"Mirror-SD · target", "Mirror-SD · draft", "SD · draft"} <= set(lanes_for(records))
     fig = build_timeline(records)
     colours = {t.name: t.marker.color for t in fig.data if t.type == "bar"}
-    # the serial redraft after a miss is the token legend's fallback orange, and no other
-    # bar shares it; the legend has one entry per group, each its own colour
-    assert GROUP_OF["fallback"][1] == "#f59e0b"
-    shared = [n for n, c in colours.items() if c == GROUP_OF["fallback"][1]]
-    assert shared in ([], [GROUP_OF["fallback"][0]])
+    # bars in lane colours, never a token colour: the serial redraft after a miss is drafting
+    # the target waits for, like SD's windows; the legend has one entry per group, each its own colour
+    from ui.palette import LANES, TOKENS
+    assert GROUP_OF["fallback"] == GROUP_OF["draft"] and GROUP_OF["fallback"][1] == LANES["draft_waits"]
+    assert not set(colours.values()) & set(TOKENS.values())
+    assert set(colours.values()) <= set(LANES.values())
     assert len({c for c, _ in GROUPS.values()}) == len(GROUPS) <= 6
     legend = [t.name for t in fig.data if t.type == "bar" and t.showlegend is not False]
     assert len(legend) == len(set(legend)) <= len(GROUPS)

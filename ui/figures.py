@@ -22,7 +22,7 @@ from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
-from .runs import RunRecord, label, measured
+from .runs import RunRecord, analyse, label, measured, verdict_outcome
 from .why import breakdown, contention, costs
 
 
@@ -46,6 +46,7 @@ class Card:
     complete: bool
     decode_speedup: float | None = None  # over AR's decode speed
     e2e_speedup: float | None = None  # over AR's end-to-end speed
+    in_turn: int = 0  # Mirror-SD: steps whose lanes ran one after the other (neither hit nor miss)
 
     @property
     def tokens_per_step(self) -> float | None:
@@ -65,7 +66,8 @@ def card(rec: RunRecord) -> Card | None:
     windows = (min(lengths), int(median(lengths)) if len(lengths) % 2 else median(lengths),
                max(lengths)) if lengths else None
     parts = breakdown(rec) if rec.spans else None
-    has_branches = "hits" in stats and (stats.get("hits") or stats.get("fallbacks")
+    in_turn = sum(verdict_outcome(sv) == "turn" for sv in analyse(rec).steps.values())
+    has_branches = "hits" in stats and (stats.get("hits") or stats.get("fallbacks") or in_turn
                                         or stats.get("hit_rate") is not None)
     return Card(
         method=rec.method, tokens=int(m["tokens"]), wall_s=float(m["wall_s"]),
@@ -78,7 +80,7 @@ def card(rec: RunRecord) -> Card | None:
         misses=int(stats.get("fallbacks") or 0) if has_branches else None,
         draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
-        complete=rec.complete)
+        complete=rec.complete, in_turn=in_turn)
 
 
 def cards(records: dict[str, RunRecord]) -> dict[str, Card]:

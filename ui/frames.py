@@ -40,7 +40,7 @@ EXIT_LAYER_INFO = ("The target layer after which Mirror-SD peeks at its likely n
 RESULT_OUTPUTS = ("verdict", "cards", "zoom", "how", "statistics", "timeline", "step",
                   "inspector", "live", "trace", "state")
 SKIPPED_NOTE = "Not ticked under “Methods”."
-DEFAULT_TOKENS = 48  # the default run of all three at int8 stays within about 30 s here
+DEFAULT_TOKENS = 64  # room for the default example's whole answer (58 tokens with its end); the default run stays within about 35 s here
 # the run's inputs that are settings of engine/settings.py (same names, converted to its types)
 SETTING_INPUTS = ("max_new_tokens", "temperature", "top_p", "seed", "gamma", "kappa", "exit_layer",
                   "branch_budget", "streams", "draft_vocab", "proposer")

@@ -70,7 +70,7 @@ def _lane(y: int, bars, label: str) -> str:
     for x, w, cls, text in bars:
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="22" rx="3" class="{cls}"/>')
         if text:
-            dark = " dark" if cls == "d-t2" else ""  # dark text on the light bar
+            dark = " dark" if cls in ("d-t2", "d-d") else ""  # dark text on the light bars
             out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in{dark}" text-anchor="middle">{text}</text>')
     return "".join(out)
 
@@ -80,14 +80,14 @@ def diagram() -> str:
     writing branches beside the target's second half (not to scale)."""
     sd = (_lane(22, [(90, 150, "d-t", "target verifies window 1"), (400, 150, "d-t", "verifies window 2")],
                 "target")
-          + _lane(50, [(240, 160, "d-d", "draft writes window 2")], "draft")
+          + _lane(50, [(240, 160, "d-dw", "draft writes window 2")], "draft")
           + '<text x="0" y="12" class="d-note">SD: the models take turns, the target waits while the draft writes</text>')
     mirror = (_lane(112, [(90, 90, "d-t", "layers 1–ℓₑ"), (180, 16, "d-e", ""), (196, 110, "d-t2", "layers ℓₑ+1–N"),
                           (306, 14, "d-v", ""), (320, 90, "d-t", "layers 1–ℓₑ"), (410, 16, "d-e", ""),
                           (426, 110, "d-t2", "layers ℓₑ+1–N")], "target")
               + _lane(140, [(196, 110, "d-d", "branches"), (426, 110, "d-d", "branches")], "draft")
               + '<path d="M188 134 L 200 140" class="d-arrow"/><path d="M313 134 L 320 112" class="d-arrow"/>'
-              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (teal) the draft writes '
+              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (pink) the draft writes '
                 'branches beside the target</text>')
     return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram" viewBox="0 0 560 172" role="img" aria-label="SD against '
             f'Mirror-SD on a time axis">{sd}{mirror}'

@@ -18,7 +18,7 @@ import math
 import gradio as gr
 
 from . import texts
-from .runs import RunRecord, StepView, analyse, drafts, label, verdict_outcome
+from .runs import RunRecord, StepView, analyse, drafts, exit_off, label, verdict_outcome
 from .steps import narrate, render_strip, step_kind, visible, window_note
 
 esc = html.escape
@@ -26,12 +26,16 @@ ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothi
            "drafted": "drafted serially while the target waited",
            "hit": "a branch prepared during the previous step (a hit)",
            "miss": "redrafted serially after the previous verdict found no prepared branch (a miss)",
+           "turn": "drafted after the previous verdict, the lanes in turn (neither a hit nor a miss)",
            "plain": "no draft (a plain target step)"}
 STATUS = {"taken": ("taken", "Reused as the next window: a hit."),
           "cancelled": ("cancelled", "Dropped: the verdict landed elsewhere (or the early exit "
                                      "ranked this root below the branch budget)."),
           "serial": ("serial redraft", "No prepared branch matched the verdict: the draft wrote "
-                                       "this window after it, one token per forward (a miss).")}
+                                       "this window after it, one token per forward (a miss)."),
+          "turn": ("after the verdict", "The lanes ran one after the other in this step: the "
+                                        "draft wrote this window after the verdict, as plain SD "
+                                        "does (neither a hit nor a miss).")}
 SCORE_TIP = ("The scorer's estimate that the verdict lands on this root (j, v): "
              "P(the target keeps d₁…d_j and rejects d_{j+1}) × P(it then writes v). The first "
              "factor multiplies the draft's probabilities of its own tokens (its guess that each "
@@ -72,6 +76,9 @@ def _last_committed(sv: StepView, tokens) -> str:
 
 def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
     ee, v = sv.early_exit, sv.verify
+    if exit_off(rec.method):
+        return (f'<p class="msd-muted"><b>Early exit: off</b> in {esc(label(rec.method))}: the target '
+                f'gives no guesses part-way through; the draft\'s own guesses pick the branches.</p>')
     if ee is None:
         return ('<p class="msd-muted">No early exit in this step (plain SD reads none; Mirror-SD skips it in a '
                 'step whose lanes ran one after the other, and in its variant without the exit).</p>')
@@ -137,6 +144,29 @@ def _status(status: str) -> str:
     return f'<span class="msd-status-chip st-{esc(status)}" title="{esc(tip)}">{esc(label)}</span>'
 
 
+OUTCOME_NOTES = {
+    "hit": "Hit: the taken branch (blue) is the next window, drafted while the target was still verifying.",
+    "miss": "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it).",
+    "turn": "Lanes in turn: overlapping the two lanes measured slower on this machine, so this step ran them one after the other; the draft wrote the next window after the verdict (grey), as plain SD does. Neither a hit nor a miss."}
+
+
+def _branch_notes(rec: RunRecord, sv: StepView) -> str:
+    """Under the branch table: what the verdict made of the branches, and where they came from."""
+    outcome = verdict_outcome(sv)
+    note = f'<p class="msd-muted">{OUTCOME_NOTES[outcome]}</p>' if outcome is not None else ""
+    if sv.rollouts and exit_off(rec.method):
+        note += ('<p class="msd-muted">Where the branches come from: the early exit is off in this '
+                 'run, so the draft ranks the roots by its own probabilities alone and rolls out the '
+                 'best ones (the branch budget).</p>')
+    elif sv.rollouts:
+        note += ('<p class="msd-muted">Where the branches come from: before the early exit is '
+                 'read, the draft starts one branch on its own best guess of the verdict; once '
+                 'the early exit arrives, its best-ranked roots get the branch budget, and that '
+                 'first branch is dropped when the exit ranks it lower. So a step can show one '
+                 'branch more than the budget: the one begun early and dropped.</p>')
+    return note
+
+
 def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
     v = sv.verify
     window = sv.window
@@ -169,21 +199,17 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
                 if b.rank is not None and b.rank >= 0 else "")
         label = f'{_status("serial")} from the verdict{rank}'
         rows.append(_branch_row(rec, label, "b-serial", 1 + b.depth, b.root_token, b.tokens, width))
+    elif sv.in_turn is not None:
+        b = sv.in_turn
+        label = f'{_status("turn")} from the verdict, the lanes in turn'
+        rows.append(_branch_row(rec, label, "b-turn", 1 + b.depth, b.root_token, b.tokens, width))
     head = "<th>yₙ</th>" + "".join(f"<th>+{i}</th>" for i in range(1, width))
-    note = ""
-    outcome = verdict_outcome(sv)
-    if outcome is not None:
-        note = (f'<p class="msd-muted">{"Hit: the taken branch (blue) is the next window, drafted while the target was still verifying." if outcome == "hit" else "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it)."}</p>')
-    if sv.rollouts:
-        note += ('<p class="msd-muted">Where the branches come from: before the early exit is '
-                 'read, the draft starts one branch on its own best guess of the verdict; once '
-                 'the early exit arrives, its best-ranked roots get the branch budget, and that '
-                 'first branch is dropped when the exit ranks it lower. So a step can show one '
-                 'branch more than the budget: the one begun early and dropped.</p>')
+    ranked_by = "the draft's" if exit_off(rec.method) else "the draft's and the early exit's"
+    note = _branch_notes(rec, sv)
     return (f'<p class="msd-muted">Column yₙ is the last committed token, column +k the k-th '
             f'token after it. A rollout starts at its {root} (j, v), drawn with a dashed '
             f'outline in column +(j+1): the guess that the target keeps d₁…d_j and then writes v. '
-            f'Branches are ranked by {score}: the draft\'s and the early exit\'s estimate that the '
+            f'Branches are ranked by {score}: {ranked_by} estimate that the '
             f'verdict lands on that root (no. 1 = most likely, rolled out first).</p>'
             f'<div class="msd-scroll"><table class="msd-table msd-tree"><thead><tr><th></th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}')
@@ -295,7 +321,7 @@ def all_steps(rec: RunRecord) -> str:
             continue
         rejected = (_chip(rec, v.drafted[v.accepted], "is-rejected")
                     if v.kind == "correction" and v.accepted < len(v.drafted) else "–")
-        outcome = verdict_outcome(sv) or "–"
+        outcome = {"turn": "lanes in turn"}.get(verdict_outcome(sv) or "–", verdict_outcome(sv) or "–")
         ms = _step_ms(rec, s)
         rows.append(f'<tr data-step="{s}" data-run="{esc(rec.method)}"><td>{pos + 1}</td>'
                     f'<td>{len(v.drafted)}</td><td>{v.accepted}</td><td>{rejected}</td>'

@@ -42,7 +42,9 @@ function build(heads) {
     const name = mk('span', 'msd-name', h.label); name.style.color = h.colour;
     run.badge = mk('span', 'msd-badge'); run.stat = mk('span', 'msd-stat');
     run.clock = mk('span', 'msd-clock');
-    head.append(name, run.badge, run.stat, run.clock);
+    head.append(name, run.badge);
+    if (h.tag) head.append(mk('span', 'msd-badge s-variant', h.tag));  // a variant: what it changes
+    head.append(run.stat, run.clock);
     run.stepBox = mk('div', 'msd-bstep'); run.pre = mk('pre', 'msd-tokens');
     run.note = mk('div', 'msd-note');
     pane.append(head, run.stepBox, run.pre, run.note);
@@ -55,8 +57,8 @@ function build(heads) {
   if (tl) { const cur = mk('div', 'msd-btl-cursor'); tl.append(cur); B.cursor = cur;
             B.axisLabel = mk('div', 'msd-btl-axis'); tl.append(B.axisLabel); axis(1000); }
   if (tl) { const key = mk('div', 'msd-btl-key');
-    key.innerHTML = '<span><i style="background:#1d4ed8"></i>target</span><span><i style="background:#0d9488"></i>early exit</span>' +
-      '<span><i style="background:#16a34a"></i>draft</span><span><i style="background:#f59e0b"></i>draft after a miss (the target waits)</span><span><i class="msd-btl-fkey"></i>finish</span><span><i class="msd-btl-ckey"></i>now</span>' +
+    key.innerHTML = '<b>bars:</b><span><i style="background:#334155"></i>target (<i style="background:#94a3b8"></i>after the early exit)</span><span><i style="background:#be185d"></i>early exit</span>' +
+      '<span><i style="background:#22d3ee"></i>draft beside the target</span><span><i style="background:#0e7490"></i>draft, the target waits</span><span><i class="msd-btl-fkey"></i>finish</span><span><i class="msd-btl-ckey"></i>now</span>' +
       '<span class="msd-btl-long">time from each run\'s own start (the runs took turns on the hardware, each warm)</span>';
     tl.append(key); }
 }

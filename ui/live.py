@@ -25,7 +25,7 @@ from pathlib import Path
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                                      StepStart, Verify)
 
-from .runs import VARIANTS, RunRecord, colour, label, method_names
+from .runs import VARIANTS, RunRecord, colour, drafted_in_turn, label, method_names, tag
 
 # the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
 # this one has no ${value} in it, so the JSON messages never touch what the script drew
@@ -63,6 +63,7 @@ class LiveFeed:
         self.origin = "none"  # where the next window comes from (as runs.analyse)
         self.step_origin: dict[int, str] = {}
         self.verified: dict[int, Verify] = {}
+        self.raced: set[int] = set()  # Mirror-SD steps with an early exit or branches
 
     def pull(self, rec: RunRecord) -> list[dict]:
         """Items for the events that arrived since the last pull."""
@@ -86,6 +87,7 @@ class LiveFeed:
         if isinstance(ev, DraftBranch):
             return self._branch(rec, ev)
         if isinstance(ev, EarlyExit):
+            self.raced.add(ev.step)
             return {"k": "x", "s": ev.step, "l": ev.layer,
                     "g": [[self._text(rec, t) for t in row[:GUESSES]] for row in ev.token_ids[:POSITIONS]]}
         if isinstance(ev, Verify):
@@ -114,9 +116,12 @@ class LiveFeed:
             elif ev.step not in self.verified:
                 self.step_origin[ev.step] = "draft"  # plain SD: drafted inside its step
                 return {"k": "w", "s": ev.step, "d": texts}
+            elif drafted_in_turn(ev, ev.step in self.raced):
+                self.origin = "turn"  # the lanes in turn: neither a hit nor a miss
             else:
                 self.origin = "fallback"  # a miss: the next window drafted after the verdict
             return None
+        self.raced.add(ev.step)
         if ev.status == "taken":
             self.origin = "hit"
         return {"k": "b", "s": ev.step, "r": self._text(rec, ev.root_token), "d": texts,
@@ -138,7 +143,7 @@ class LiveFeed:
 
 
 def _heads(methods) -> list[dict]:
-    return [{"m": m, "label": label(m), "colour": colour(m), "on": m in methods}
+    return [{"m": m, "label": label(m), "colour": colour(m), "on": m in methods, "tag": tag(m)}
             for m in method_names() if m not in VARIANTS or m in methods]
 
 

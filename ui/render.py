@@ -10,7 +10,8 @@ import unicodedata
 
 from mirror_sd.engine.events import Verify
 
-from .runs import RunRecord, analyse, colour, label, live_stats
+from .runs import RunRecord, analyse, colour, label, live_stats, tag
+from .runs import title as method_title
 from .texts import GLOSSARY, LEGEND, LEGEND_GROUPS, LEGEND_MARKS
 
 esc = html.escape
@@ -74,7 +75,8 @@ def render_legend() -> str:
         + "".join(item(f"msd-tok k-{kind}", short, LEGEND[kind][1]) for kind, short in kinds) + "</span>"
         for title, kinds in LEGEND_GROUPS)
     marks = "".join(item(cls, text, tip) for cls, (text, tip) in LEGEND_MARKS.items())
-    return (f'<div class="msd-legend" role="list" aria-label="token colours">{groups}{marks}'
+    return (f'<div class="msd-legend" role="list" aria-label="token colours">'
+            f'<b class="msd-legend-lead">Text colours:</b>{groups}{marks}'
             f'<span class="msd-legend-hint">hover for details</span></div>')
 
 
@@ -100,6 +102,8 @@ def render_pane(method: str, rec: RunRecord | None, state: str, now_ns: int | No
     stats = live_stats(rec, now_ns) if rec is not None else None
     head = [f'<span class="msd-name" style="color:{esc(colour(method))}">{esc(name)}</span>',
             f'<span class="msd-badge s-{esc(state)}">{esc(PANE_STATES.get(state, state))}</span>']
+    if tag(method):  # a variant: what it changes, e.g. the early exit off
+        head.append(f'<span class="msd-badge s-variant" title="{esc(method_title(method))}">{esc(tag(method))}</span>')
     if stats is not None:
         head.append(f'<span class="msd-stat"><b>{stats["tokens"]}</b> tokens in '
                     f'<b>{stats["elapsed_s"]:.1f}</b> s</span>')

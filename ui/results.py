@@ -230,7 +230,8 @@ def _card_rows(c: Card, s: dict) -> list[tuple[str, str, str]]:
         rows.append(("drafted tokens per window", f"{lo} / {mid:g} / {hi} (min / median / max)", "window"))
         rows.append(("rejections", f"{c.rejections} of {c.verify_steps} steps", "rejection"))
     if c.hits is not None:
-        rows.append(("hits / misses", f"{c.hits} / {c.misses}", "hit"))
+        turn = f" · lanes in turn: {c.in_turn}" if c.in_turn else ""  # the steps neither hit nor missed
+        rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
                      f"{c.draft_hidden_s:.2f} s (after the first token)", "exposed"))
@@ -292,7 +293,7 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
     ("tokens per target forward (τ)", "mean_accepted", ".2f", "tau"),
     ("drafted tokens accepted", "acceptance_rate", ".0%", None),
     ("hits / (hits + misses)", "hit_rate", ".0%", "hit"),
-    ("misses (window drafted after the verdict)", "fallbacks", "d", "fallback"),
+    ("misses (branches raced the verdict, none matched)", "fallbacks", "d", "fallback"),
     ("draft time beside the target (all of the run)", "draft_hidden_fraction", ".0%", None),
     ("draft proposal vocabulary (token ids)", "draft_vocab", "vocab", None),
 ]

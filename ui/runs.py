@@ -5,8 +5,9 @@ models: the arrival time of each event (relative to the run's start), the text o
 committed token, and the text of every other token id that appears (drafts, early-exit
 candidates). `analyse()` turns it into per-token colours and per-step views; it is pure.
 
-Token kinds (the legend): accepted (drafted, verified), hit (accepted from a window that was
-a reused branch), fallback (accepted from a window drafted serially after a miss),
+Token kinds (the legend): accepted (drafted, verified; also a Mirror-SD window drafted after
+the verdict in a step whose lanes ran in turn, neither hit nor miss), hit (accepted from a
+window that was a reused branch), fallback (accepted from a window drafted serially after a miss),
 correction (the target's token where it rejected a draft), bonus (the target's token after
 a fully accepted window), plain (the target alone: the AR baseline, or a plain step).
 """
@@ -31,12 +32,13 @@ class Variant:
     label: str
     title: str
     colour: str
+    tag: str = ""  # what differs, in two or three words, on its pane
 
 
 VARIANTS: dict[str, Variant] = {
     "mirror-noexit": Variant("mirror", (("early_exit", "off"),), "Mirror-SD (no exit)",
                              "Mirror-SD without its early exit: the draft's own guesses pick "
-                             "the branches", "#a21caf"),
+                             "the branches", "#a21caf", "early exit off"),
 }
 
 
@@ -59,6 +61,12 @@ def variant_of(method: str) -> tuple[str, dict[str, str]]:
     return (v.base, dict(v.changes)) if v is not None else (method, {})
 
 
+def exit_off(method: str) -> bool:
+    """Whether the method runs Mirror-SD with its early exit off (a variant: the draft's own
+    guesses pick the branches), so no exit layer, exit guesses or exit ranking apply to it."""
+    return variant_of(method)[1].get("early_exit") == "off"
+
+
 def _entry(method: str):
     return REGISTRY.get(method) or VARIANTS.get(method)
 
@@ -67,6 +75,12 @@ def label(method: str) -> str:
     """The method's short display name ("AR", "SD", "Mirror-SD"); a trace's unknown name as is."""
     entry = _entry(method)
     return entry.label if entry is not None else method
+
+
+def tag(method: str) -> str:
+    """A variant's few words on what differs ("early exit off"); '' for a registry method."""
+    v = VARIANTS.get(method)
+    return v.tag if v is not None else ""
 
 
 def colour(method: str) -> str:
@@ -181,12 +195,13 @@ class StepView:
     step: int
     committed: int  # tokens committed before the step
     t_ns: int = 0
-    origin: str = "none"  # where this step's window came from: draft | hit | fallback | none
+    origin: str = "none"  # where this step's window came from: draft | hit | fallback | turn | none
     window_branch: DraftBranch | None = None  # the rollout that is this step's window
     early_exit: EarlyExit | None = None
     verify: Verify | None = None
     rollouts: list[DraftBranch] = field(default_factory=list)  # speculated during the step
     fallback: DraftBranch | None = None  # serial rollout after a miss: next step's window
+    in_turn: DraftBranch | None = None  # next step's window, the lanes in turn (no race, no miss)
     commit: Commit | None = None
     commit_tokens: list[int] = field(default_factory=list)  # indices into Analysis.tokens
 
@@ -197,14 +212,27 @@ class StepView:
         return list(self.window_branch.tokens) if self.window_branch else []
 
 
+def drafted_in_turn(branch: DraftBranch, raced: bool) -> bool:
+    """Whether a serial rollout after a Mirror-SD verdict came from a step whose lanes ran one
+    after the other (the overlap gate's choice, engine/mirror/gate.py): nothing raced the
+    verdict (`raced`: the step had an early exit or branches), and its root was never ranked.
+    Such a step is neither a hit nor a miss: the draft wrote the window after the verdict, as
+    plain SD does."""
+    return branch.rank is None and not raced
+
+
 def verdict_outcome(sv: StepView) -> str | None:
     """The one per-step fact the step strip, the inspector and the zoomed step all read: "hit"
     when one of the branches the draft rolled out during this step started exactly at its
     verdict (it became the next window), "miss" when none did and the draft wrote the next
-    window serially after the verdict, None when no next window followed (the run's end)."""
+    window serially after the verdict, "turn" when the lanes ran one after the other (no
+    branch raced the verdict: the draft wrote the next window after it, as SD does), None when
+    no next window followed (the run's end)."""
     if any(b.status == "taken" for b in sv.rollouts):
         return "hit"
-    return "miss" if sv.fallback is not None else None
+    if sv.fallback is not None:
+        return "miss"
+    return "turn" if sv.in_turn is not None else None
 
 
 @dataclass
@@ -229,6 +257,9 @@ def analyse(rec: RunRecord) -> Analysis:
                     origin, window_branch = "draft", ev
                 elif sv.verify is None:  # drafted inside its own step (plain SD)
                     sv.origin, sv.window_branch = "draft", ev
+                elif drafted_in_turn(ev, bool(sv.rollouts) or sv.early_exit is not None):
+                    sv.in_turn = ev  # the lanes in turn: drafted after the verdict, no race
+                    origin, window_branch = "turn", ev
                 else:  # after the verdict: a miss, rolled out serially for the next step
                     sv.fallback = ev
                     origin, window_branch = "fallback", ev

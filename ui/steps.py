@@ -7,6 +7,8 @@ the zoomed step state too):
                   started exactly at its verdict: it became the next window, no serial redraft;
   miss   (orange) no branch started there: the draft wrote the next window after the verdict,
                   serially, while the target waited;
+  turn   (grey)   the lanes ran one after the other (the overlap gate's choice): no branch raced
+                  the verdict, the draft wrote the next window after it as plain SD does;
   end    (grey)   no next window: the run ended at this step.
 Plain SD's cells are all "drafted": every window is written while the target waits.
 A bar under the cell gives the verdict: red when the target rejected part of the window (it
@@ -22,7 +24,7 @@ import html
 import math
 import statistics
 
-from .runs import RunRecord, StepView, analyse, verdict_outcome
+from .runs import RunRecord, StepView, analyse, variant_of, verdict_outcome
 
 esc = html.escape
 
@@ -32,6 +34,10 @@ KINDS = {  # strip kind -> (label, definition)
                    "redraft)."),
     "miss": ("miss", "No branch started at this step's verdict: the draft wrote the next window "
                      "after it, serially, while the target waited."),
+    "turn": ("lanes in turn", "The lanes ran one after the other in this step (overlapping them "
+                              "measured slower here): the target verified, then the draft wrote "
+                              "the next window from the verdict, as plain SD does. Neither a hit "
+                              "nor a miss."),
     "end": ("run's end", "No next window: the run ended at this step."),
     "first": ("first window", "The first window, drafted after the prompt's prefill: nothing "
                               "could hit or miss yet."),
@@ -112,13 +118,20 @@ def quoted(rec: RunRecord, token_id: int) -> str:
     return f"‘{visible(text)}’" if text is not None else f"token #{token_id}"
 
 
+def _mirror(rec: RunRecord) -> bool:
+    """Mirror-SD or one of its variants (a step can hit or miss)."""
+    return variant_of(rec.method)[0] == "mirror"
+
+
 def step_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
     if first and sv.window:
-        return "first" if rec.method == "mirror" else "drafted"
+        return "first" if _mirror(rec) else "drafted"
     if sv.origin == "hit":
         return "hit"
     if sv.origin == "fallback":
         return "miss"
+    if sv.origin == "turn":
+        return "turn"
     if sv.origin == "draft" or sv.window:
         return "drafted"
     return "plain"
@@ -126,7 +139,7 @@ def step_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
 
 def strip_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
     """A strip cell's kind: Mirror-SD's verdict outcome (hit, miss, end), else step_kind."""
-    if rec.method != "mirror" or sv.verify is None:
+    if not _mirror(rec) or sv.verify is None:
         return step_kind(rec, sv, first)
     return verdict_outcome(sv) or "end"
 
@@ -169,6 +182,9 @@ def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> st
     if kind == "miss" and previous is not None:
         return (f"the window was redrafted after a miss (the target waited "
                 f"{_fmt_s(_seconds(rec, previous, 'fallback'))})")
+    if kind == "turn" and previous is not None:
+        return (f"the window was drafted after the previous verdict, the lanes in turn (the "
+                f"target waited {_fmt_s(_seconds(rec, previous, 'draft'))})")
     if kind == "first":
         return "the first window was drafted after the prompt's prefill"
     if kind == "drafted":
@@ -199,7 +215,7 @@ def _verdict(rec: RunRecord, sv: StepView) -> str:
 def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> str:
     if last:
         return "and the run ended here"
-    if rec.method != "mirror" or sv.verify is None:
+    if not _mirror(rec) or sv.verify is None:
         return ""
     taken = next((b for b in sv.rollouts if b.status == "taken"), None)
     if taken is not None:
@@ -212,6 +228,9 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     if sv.fallback is not None:
         return (f"so no branch matched and the next window was redrafted serially "
                 f"({_fmt_s(_seconds(rec, sv.step, 'fallback'))})")
+    if sv.in_turn is not None:
+        return (f"then, the lanes in turn, the draft wrote the next window from the verdict "
+                f"({_fmt_s(_seconds(rec, sv.step, 'draft'))})")
     return ""
 
 
@@ -285,7 +304,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
             f'title="{title}">{arrow}</button>' if s is not None else
             f'<button type="button" class="msd-step-nav" disabled>{arrow}</button>'
             for s, arrow, title in ((prev_s, "◀", "previous step"), (next_s, "▶", "next step")))
-    kinds = ["hit", "miss", "end"] if rec.method == "mirror" else ["drafted"]
+    kinds = ["hit", "miss", "turn", "end"] if _mirror(rec) else ["drafted"]
     key = "".join(f'<span class="msd-step-key k-{k}" title="{esc(KINDS[k][1])}">{esc(KINDS[k][0])}</span>'
                   for k in kinds)
     key += "".join(f'<span class="msd-step-key o-{o}" title="{esc(t)}">{esc(lbl)}</span>'
@@ -293,7 +312,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: {"whether the verdict found its next window ready (hit) or not (miss)" if rec.method == "mirror" else "where the window came from"}; bar: the verdict; +n: tokens committed; γn: the '
+            f'Cell: {"whether the verdict found its next window ready (hit), not (miss), or the lanes ran in turn" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; γn: the '
             f'window\'s drafted tokens (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 

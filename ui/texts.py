@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from mirror_sd.models.precision import draft_precisions, target_precisions
 
-# kind -> (label, tooltip). Order = legend order. Colours: green = a drafted token the target
-# accepted (in every pane that drafts), red = the target's own token after a rejection, purple =
-# the bonus token, none = the target alone. Mirror-SD's accepted tokens also carry an underline
-# saying where their window came from (blue: ready early, a hit; amber dashes: after a miss).
+# kind -> (label, tooltip). Order = legend order. Colours (ui/palette.py TOKENS, hue families no
+# bar on the page uses): green = a drafted token the target accepted, blue = accepted from a
+# window ready early (Mirror-SD's hit), amber = accepted from a window redrafted after a miss,
+# red = the target's own token after a rejection, purple = the bonus token, none = the target alone.
 LEGEND = {
     "accepted": ("accepted draft",
                  "The draft model proposed this token and the target agreed: it cost no "
-                 "target forward of its own."),
+                 "target forward of its own. In Mirror-SD: from a window drafted after the "
+                 "verdict in a step whose lanes ran in turn (neither a hit nor a miss)."),
     "hit": ("accepted, from a hit (window ready early)",
             "Accepted, from a window the draft wrote while the target was still verifying the "
             "previous one (Mirror-SD's branch matched the verdict: a hit)."),
@@ -91,7 +92,7 @@ T_draft + T_target.
 
 # task -> prompt. A prompt with "User:" / "Assistant:" lines is a multi-turn chat.
 EXAMPLES = {
-    "Code": "Write a Python function that checks whether a string is a palindrome.",
+    "Code": "Write a Python function that checks whether a string is a palindrome. Reply with the code only.",
     "Math": ("A train travels 120 km in 1.5 hours and then 80 km in 1 hour. What is its "
              "average speed over the whole trip? Reason step by step."),
     "Summarization": (

@@ -2,8 +2,8 @@
 
 Top: one lane per (run, model lane) — the AR baseline's target, each speculative run's
 target / draft / verify lanes — with bars coloured by what ran, in six groups (GROUPS: the
-target, its layers after the early exit, the early exit, the draft, the draft after a miss,
-the verdict; each bar's hover names its own span). Overlap between a run's target and
+target, its layers after the early exit, the early exit, the draft beside the target, the
+draft while the target waits, the verdict; each bar's hover names its own span). Overlap between a run's target and
 draft lanes is the draft time Mirror-SD hides. Bottom: tokens committed over time, per run.
 
 Each run is drawn from its own start (t = 0: the engine's timed start, never later than its
@@ -16,33 +16,34 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import LANES
 from .runs import RunRecord, analyse, colour, label, method_names
 
-# span label -> (legend name, colour). Target work in blues (its early-exit head in teal),
-# draft work in greens, the draft's serial redraft after a miss in the orange that the token
-# legend uses for "window redrafted after a miss", the acceptance rule in dark grey.
+# span label -> (legend name, colour), in the lane colours of ui/palette.py (hue families the
+# token colours never use): the target in greys, its early exit pink, the draft cyan, dark while
+# the target waits for it and light while it works beside the target.
 LABELS = {
-    "prefill": ("target prefill (prompt)", "#94a3b8"),
-    "decode": ("target decode (1 token)", "#64748b"),
-    "verify_forward": ("target verify forward", "#2563eb"),
-    "prefix": ("target: layers before the early exit", "#1d4ed8"),
-    "exit_head": ("early exit: its guesses go to the draft", "#0d9488"),
-    "suffix": ("target: layers after the early exit", "#60a5fa"),
-    "draft": ("draft window (serial)", "#16a34a"),
-    "prefill+draft": ("draft: prompt and first window", "#86efac"),
-    "extend": ("draft: reads its last drafted token", "#4ade80"),
-    "branches": ("draft branch rollouts (batched)", "#15803d"),
-    "fallback": ("draft: next window after a miss (target waits)", "#f59e0b"),
-    "accept": ("verdict (acceptance rule)", "#334155"),
+    "prefill": ("target prefill (prompt)", LANES["first_token"]),
+    "decode": ("target decode (1 token)", LANES["ar_target"]),
+    "verify_forward": ("target verify forward", LANES["target"]),
+    "prefix": ("target: layers before the early exit", LANES["target"]),
+    "exit_head": ("early exit: its guesses go to the draft", LANES["exit"]),
+    "suffix": ("target: layers after the early exit", LANES["target_after"]),
+    "draft": ("draft window (the target waits)", LANES["draft_waits"]),
+    "prefill+draft": ("draft: prompt and first window", LANES["draft_waits"]),
+    "extend": ("draft: reads its last drafted token", LANES["draft_beside"]),
+    "branches": ("draft branch rollouts (batched)", LANES["draft_beside"]),
+    "fallback": ("draft: next window after a miss (target waits)", LANES["draft_waits"]),
+    "accept": ("verdict (acceptance rule)", LANES["verdict"]),
 }
 # the legend: the span labels in six groups, one colour each, so that it stays short and its
 # colours tell apart; a bar's hover still names its own span
-GROUPS = {"target": ("#1d4ed8", ("prefill", "decode", "verify_forward", "prefix")),
-          "target after the early exit": ("#60a5fa", ("suffix",)),
-          "early exit (its guesses go to the draft)": ("#0d9488", ("exit_head",)),
-          "draft": ("#16a34a", ("draft", "prefill+draft", "extend", "branches")),
-          "draft after a miss (the target waits)": ("#f59e0b", ("fallback",)),
-          "verdict": ("#334155", ("accept",))}
+GROUPS = {"target": (LANES["target"], ("prefill", "decode", "verify_forward", "prefix")),
+          "target after the early exit": (LANES["target_after"], ("suffix",)),
+          "early exit (its guesses go to the draft)": (LANES["exit"], ("exit_head",)),
+          "draft beside the target": (LANES["draft_beside"], ("extend", "branches")),
+          "draft, the target waits": (LANES["draft_waits"], ("draft", "prefill+draft", "fallback")),
+          "verdict": (LANES["verdict"], ("accept",))}
 GROUP_OF = {span: (name, c) for name, (c, spans) in GROUPS.items() for span in spans}
 LANE_ORDER = ["target", "draft", "verify", "transfer"]
 AXIS_TITLE = "seconds from each run's own start (set-up and warm-up before it are not drawn)"

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from mirror_sd.latency import whatif as wi
 from mirror_sd.latency.whatif_hardware import COSTS_CHOICES, DRAFTS, TARGETS, Accelerators, project_all
 
+from .palette import LANES as PALETTE
 from .runs import RunRecord, label
 from .timeline import GROUP_OF, LABELS
 
@@ -28,9 +29,9 @@ TITLE = "What if (projection)"
 TIMELINE_TOKENS = 16  # each run is drawn for the decode steps that commit its first this many tokens
 LANES = ("target", "draft", "verify", "transfer", "host")  # top to bottom within a method
 # projected bars that no measured span has: label -> (legend name, colour)
-EXTRA_LABELS = {"host": ("host time per step (outside the lanes)", "#cbd5e1"),
-                "early exit -> draft": ("message: early-exit ids to the draft", "#fbbf24"),
-                "verdict -> draft": ("message: verdict to the draft", "#c084fc")}
+EXTRA_LABELS = {"host": ("host time per step (outside the lanes)", PALETTE["host"]),
+                "early exit -> draft": ("message: early-exit ids to the draft", PALETTE["message"]),
+                "verdict -> draft": ("message: verdict to the draft", PALETTE["message"])}
 PROFILE_CHOICES = [("(a) this machine, as measured", "a"),
                    ("(b) draft on a device of its own", "b"),
                    ("(c) accelerator pair", "c")]
@@ -250,7 +251,7 @@ def _group(span_label: str) -> tuple[str, str]:
     if span_label in GROUP_OF:
         return GROUP_OF[span_label]
     if span_label.endswith("-> draft"):
-        return "message between the lanes", "#fbbf24"
+        return "message between the lanes", PALETTE["message"]
     return EXTRA_LABELS.get(span_label, (span_label, "#94a3b8"))
 
 

@@ -69,27 +69,31 @@ def zoom_step(rec: RunRecord) -> int | None:
     return best
 
 
-# a bar's label at the zoom's width (about 1,100 px, labels at about 6 px a character): the
-# share of the width one character takes, in percent
+# a bar's label at the zoom's width, labels at about 6.5 px a character: the share of the width
+# one character takes, in percent, on a wide page (a track of about 1,100 px) and on a phone's
+# (about 280 px at 400 px); the page shows the one for its width (panes.css)
 CHAR_PCT = 0.6
+CHAR_PCT_NARROW = 2.4
 
 
-def bar_label(name: str, ms: float, width_pct: float, first: bool) -> str:
+def bar_label(name: str, ms: float, width_pct: float, first: bool, char_pct: float = CHAR_PCT) -> str:
     """What fits on a bar: the name and its milliseconds, the milliseconds alone (the name
     only on the first of a run of same-named bars, or when it does not fit), or nothing; the
     whole name is always in the bar's tooltip."""
     full, short = f"{name} · {ms:.0f} ms", f"{ms:.0f} ms"
-    if first and len(full) * CHAR_PCT <= width_pct:
+    if first and len(full) * char_pct <= width_pct:
         return full
-    return short if len(short) * CHAR_PCT <= width_pct else ""
+    return short if len(short) * char_pct <= width_pct else ""
 
 
 def _bar(span, t0: int, scale: float, name: str, cls: str, first: bool = True) -> str:
     left, width = (span.start_ns - t0) * scale, max((span.end_ns - span.start_ns) * scale, 0.3)
     ms = (span.end_ns - span.start_ns) / 1e6
+    wide, narrow = (bar_label(name, ms, width, first, pct) for pct in (CHAR_PCT, CHAR_PCT_NARROW))
     return (f'<div class="msd-zbar {cls}" style="left:{left:.2f}%;width:{width:.2f}%" '
             f'title="{esc(name)}: {(span.start_ns - t0) / 1e6:.0f} → {(span.end_ns - t0) / 1e6:.0f} ms '
-            f'({ms:.0f} ms)"><span>{esc(bar_label(name, ms, width, first))}</span></div>')
+            f'({ms:.0f} ms)"><span class="zl-wide">{esc(wide)}</span>'
+            f'<span class="zl-narrow">{esc(narrow)}</span></div>')
 
 
 def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
@@ -148,7 +152,7 @@ def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
     if outcome == "hit":
         ends = [s.end_ns for s in spans if s.label == "branches"]
         return (max(verdict_ns, max(ends)) if ends else verdict_ns), "hit"
-    ends = [s.end_ns for s in spans if s.label == "fallback"]
+    ends = [s.end_ns for s in spans if s.label == ("draft" if outcome == "turn" else "fallback")]
     return (max(ends) if ends else verdict_ns), outcome or "end"
 
 
@@ -198,5 +202,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
                        "so it became the next window with no wait.")
     if outcome == "end":
         return text + "The run ended at this step: no next window."
+    if outcome == "turn":
+        return text + "The lanes ran in turn here: the draft wrote the next window after the verdict."
     return text + (f"Miss: no branch started there, so the draft wrote the next window after "
                    f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")

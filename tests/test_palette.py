@@ -1,0 +1,74 @@
+"""One colour, one meaning: the token colours and the lane colours (ui/palette.py) are hue
+families apart, each key gives each meaning its own colour, and the page's CSS and scripts
+draw with these same colours."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ui.palette import LANES, TOKENS, hue_family
+from ui.timeline import GROUPS
+
+UI = Path(__file__).resolve().parent.parent / "ui"
+CSS = re.sub(r"/\*.*?\*/", "", "".join((UI / f).read_text(encoding="utf-8")
+                                        for f in ("style.css", "panes.css", "live.css")), flags=re.S)
+
+
+def _hex(rgb: str) -> str:
+    r, g, b = (int(float(x)) for x in rgb.split(",")[:3])
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _backgrounds(selector: str) -> set[str]:
+    """Every background colour the CSS gives a rule whose selector list names `selector`."""
+    out = set()
+    for sel, body in re.findall(r"([^{}]+)\{([^{}]*)\}", CSS):
+        if selector in [s.strip() for s in sel.split(",")]:
+            for value in re.findall(r"background:\s*([^;]+);", body):
+                m = re.match(r"rgba?\(([^)]*)\)", value.strip())
+                out.add(_hex(m.group(1)) if m else value.strip().lower())
+    return out
+
+
+def test_token_colours_and_lane_colours_are_different_hue_families():
+    tokens = {hue_family(c) for c in TOKENS.values()}
+    lanes = {hue_family(c) for c in LANES.values()}
+    assert len(tokens) == len(TOKENS)  # each token kind a family of its own
+    assert not tokens & lanes, tokens & lanes
+
+
+def test_each_key_gives_each_meaning_its_own_colour():
+    assert len(set(TOKENS.values())) == len(TOKENS)
+    assert len(set(LANES.values())) == len(LANES)
+    assert len({c for c, _ in GROUPS.values()}) == len(GROUPS)
+    assert {c for c, _ in GROUPS.values()} <= set(LANES.values())
+
+
+def test_the_css_draws_tokens_and_bars_in_the_palette_s_colours():
+    for kind, colour in TOKENS.items():
+        assert _backgrounds(f".msd-tok.k-{kind}") == {colour}, kind
+    bars = {".b-verify": "target", ".b-target": "ar_target", ".b-first_token": "first_token",
+            ".b-draft_exposed": "draft_waits", ".b-draft_hidden": "draft_beside",
+            ".z-prefix": "target", ".z-exit": "exit", ".z-suffix": "target_after",
+            ".z-accept": "verdict", ".z-extend": "draft_reads", ".z-branches": "draft_beside",
+            ".z-fallback": "draft_waits", ".msd-btl-bar.n-exit_head": "exit",
+            ".msd-btl-bar.n-branches": "draft_beside", ".msd-btl-bar.n-fallback": "draft_waits",
+            ".msd-btl-bar.n-suffix": "target_after"}
+    for selector, meaning in bars.items():
+        assert LANES[meaning] in _backgrounds(selector), selector
+    # no bar anywhere is drawn in a token colour's family
+    lane_rules = [sel for sel, _ in re.findall(r"([^{}]+)\{([^{}]*)\}", CSS)
+                  if re.search(r"\.b-(first_token|prefill|target|verify|draft_\w+)\b|\.z-|msd-btl-bar|msd-vbar", sel)]
+    token_families = {hue_family(c) for c in TOKENS.values()}
+    for sel in lane_rules:
+        for selector in sel.split(","):
+            for colour in _backgrounds(selector.strip()):
+                if colour.startswith("#"):
+                    assert hue_family(colour) not in token_families, (selector, colour)
+
+
+def test_the_live_timeline_s_key_uses_lane_colours_only():
+    js = (UI / "live.js").read_text(encoding="utf-8")
+    key = js[js.index("key.innerHTML"):js.index("tl.append(key)")]
+    colours = set(re.findall(r"background:(#[0-9a-f]{6})", key))
+    assert colours and colours <= set(LANES.values()), colours
