@@ -216,6 +216,16 @@ def client(app_url):
     return Client(app_url, verbose=False)
 
 
+@pytest.fixture()
+def drafting_pays(monkeypatch):
+    """Priced windows as on a machine where a draft forward costs 15% of a target decode: the
+    tiny models' own timings (a draft as dear as its target) would price every window out and
+    both speculative methods would decode every step. The app runs in this process."""
+    from mirror_sd.engine.pricing import Costs, Prices
+    prices = Prices([(1, 1.0), (2, 1.05), (9, 1.4)], {"draft": 0.15, "lookup": 0.0, "catchup": 0.0})
+    monkeypatch.setattr(Costs, "snapshot", lambda self: prices)
+
+
 def run_app(client, **kw):
     job = client.submit(api_name="/run", **{"prompt": "def hello ( x ) :", "max_new_tokens": 16,
                                             "use_cache": False, **kw})
@@ -228,7 +238,7 @@ def test_app_imports_without_launching():
     assert app.demo is not None and not getattr(app.demo, "is_running", False)
 
 
-def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client):
+def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
     status, ar, sd, mirror, noexit, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
@@ -541,7 +551,8 @@ def _toy_pane_card_and_lane(REGISTRY, build_demo):
     assert any(str(y).startswith("Toy · ") for t in timeline.data if t.type == "bar" for y in t.y)
 
 
-def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_what_the_exit_bought(client):
+def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_what_the_exit_bought(client,
+                                                                                                   drafting_pays):
     _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-noexit"], repeat=1)
     status, ar, sd, mirror, noexit, verdict, *_ = final
     assert "Done" in status
