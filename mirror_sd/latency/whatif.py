@@ -343,15 +343,16 @@ def mirror_tail(recorded: list[RecordedSteps]) -> tuple[float, float]:
 
 def mirror_as_run(records, pooled: lm.Calibration, **kw) -> lm.Calibration | None:
     """Mirror-SD's costs from its own spans: the target lane as it ran beside the draft (its
-    contention inside), the fallback per token; missing terms from `pooled`."""
+    contention inside), the fallback per token; missing terms from `pooled` (a run whose
+    priced windows decoded every step verified nothing: its target lane is the pooled one)."""
     mine = [r for r in records if base_method(r["method"]) == "mirror" and not r.get("error")]
     if not mine:
         return None
     cal = calibrate_machine(mine, **kw)
-    if cal.t_target_k is None:
+    if cal.t_target_k is None and pooled.t_target_k is None:
         return None
-    fill = {k: getattr(pooled, k) for k in ("t_fallback_token", "t_draft_token", "t_extend",
-                                           "t_branch_1") if getattr(cal, k) is None}
+    fill = {k: getattr(pooled, k) for k in ("t_target_1", "t_target_k", "t_fallback_token", "t_draft_token",
+                                           "t_extend", "t_branch_1") if getattr(cal, k) is None}
     return replace(cal, notes=[], **fill)
 
 
@@ -522,8 +523,8 @@ def priced_sd_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
 def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
     """SD or Mirror-SD as priced windows would run it under `cal`'s costs, at the acceptance
     the run's drafted steps showed: the window k with the most expected tokens per second
-    (SD: k = 0..longest, 0 a plain decode; Mirror-SD: 1..longest, each step a hit at the
-    run's hit rate, which is kept whatever k: a stated assumption). (steps, k, seconds per
+    (k = 0..longest, 0 a plain decode; Mirror-SD's drafted steps each a hit at the run's hit
+    rate, which is kept whatever k: a stated assumption). (steps, k, seconds per
     step, hit rate or None), or None when the run recorded no per-step acceptance or `cal`
     lacks a cost."""
     alpha = rec.drafted_alpha()
@@ -534,9 +535,9 @@ def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
     if rec.method == "mirror" and hit is None:
         return None
     best = None
-    for k in range(0 if rec.method == "sd" else 1, longest + 1):
+    for k in range(0, longest + 1):
         tokens = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)  # accepted drafts + the target's own
-        if rec.method == "mirror":
+        if rec.method == "mirror" and k:
             at = replace(cal, gamma=k, gamma_measured=cal.gamma_measured or cal.gamma)
             times = [step_seconds(at, "mirror", h) for h in (True, False)]
             if None in times:
@@ -552,14 +553,18 @@ def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
 
 def mirror_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, tail) -> float | None:
     """Mirror-SD's replayed steps, each priced at the window it handed over (adaptive windows
-    vary: a miss's serial fallback and a hit's rollout cost per drafted token)."""
+    vary: a miss's serial fallback and a hit's rollout cost per drafted token); a step that
+    drafted nothing (a priced window of 0) is a plain decode at T_target(1)."""
     at = replace(cal, gamma_measured=cal.gamma_measured or cal.gamma)
     cost: dict = {}
     total = 0.0
     for outcome, window in zip(rec.outcomes, rec.windows):
-        key = (bool(outcome), max(1, window))
+        key = (bool(outcome), window)
         if key not in cost:
-            cost[key] = step_seconds(replace(at, gamma=key[1]), "mirror", key[0], tail)
+            if window == 0:
+                cost[key] = None if cal.t_target_1 is None else cal.t_target_1 + cal.t_accept
+            else:
+                cost[key] = step_seconds(replace(at, gamma=window), "mirror", key[0], tail)
         if cost[key] is None:
             return None
         total += cost[key]

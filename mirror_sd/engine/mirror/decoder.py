@@ -307,6 +307,8 @@ class MirrorSpeculative(Decoder):
                 window = fill_window(proposer, plan, policy, draft, run.committed, s.sampling,
                                      generator_for(s.seed, 0, "draft"))
                 note["detail"] = proposer.describe(len(window.tokens))
+        span = run.spans[-1]  # priced as SD prices its windows (a warm-up measures the draft here)
+        price_draft(policy.costs, window, (span.end_ns - span.start_ns) / 1e9)
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window
 
