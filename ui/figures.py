@@ -134,7 +134,8 @@ def spread(values: list[float | None]) -> Spread | None:
 
 def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]]:
     """Per method, median and range over the rounds of: time to first token, decode and end-to-end
-    speed, and both speedups over AR (each round's speedup against that round's AR)."""
+    speed, and both speedups over AR (each round's speedup against that round's AR). The page's
+    ratios divide the median speeds instead (`speeds`), so that they match the speeds shown."""
     keys = ("ttft_s", "decode_tps", "e2e_tps", "decode_speedup", "e2e_speedup")
     methods = [m for m in rounds[0]] if rounds else []
     out = {}
@@ -200,15 +201,18 @@ def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None
 
 
 def speeds(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[float | None, float | None, float | None]]:
-    """Per method (end-to-end tok/s, end to end over AR, decode over AR): the medians over the
-    interleaved runs when there were several, else this run's."""
-    out = {}
-    for m, x in c.items():
+    """Per method (end-to-end tok/s, end to end over AR, decode over AR): the medians of the
+    speeds over the interleaved runs when there were several, else this run's; each ratio is
+    that speed divided by AR's same figure, so a ratio always equals the two speeds shown
+    (the median of per-round ratios can differ from it)."""
+    def pick(m: str, key: str, own):
         s = (spreads or {}).get(m, {})
-        pick = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
-        out[m] = (pick("e2e_tps", x.e2e_tps), pick("e2e_speedup", x.e2e_speedup),
-                  pick("decode_speedup", x.decode_speedup))
-    return out
+        return s[key].median if key in s and s[key].n > 1 else own
+
+    tps = {m: (pick(m, "e2e_tps", x.e2e_tps), pick(m, "decode_tps", x.decode_tps)) for m, x in c.items()}
+    base = tps.get(baseline())
+    return {m: (e2e, _ratio(e2e, base[0]) if base else None, _ratio(dec, base[1]) if base else None)
+            for m, (e2e, dec) in tps.items()}
 
 
 def _speed_list(c: dict[str, Card], sp: dict) -> str:

@@ -210,18 +210,18 @@ def _val(own: float | None, s: Spread | None, spec: str, unit: str = "") -> str:
             f'over {s.n} interleaved runs">[{format(s.low, spec)}–{format(s.high, spec)}]</small>')
 
 
-def _card_rows(c: Card, s: dict) -> list[tuple[str, str, str]]:
-    """(label, value, glossary key) rows of one card."""
+def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str, str, str]]:
+    """(label, value, glossary key) rows of one card; `ratios`: (end to end, decode) over AR as
+    `speeds` gives them (the speeds shown divided by AR's), else this run's."""
     x = lambda v: "–" if v is None else f"{v:.2f}×"  # noqa: E731
-    med = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
+    e2e_x, decode_x = ratios or (c.e2e_speedup, c.decode_speedup)
     rows = [("time to first token", _val(c.ttft_s, s.get("ttft_s"), ".2f", " s"), "ttft"),
             ("decode speed", _val(c.decode_tps, s.get("decode_tps"), ".2f", " tok/s"), "decode"),
             ("end to end", _val(c.e2e_tps, s.get("e2e_tps"), ".2f", " tok/s")
              + ("" if "e2e_tps" in s and s["e2e_tps"].n > 1 else f" ({c.tokens} tokens in {c.wall_s:.2f} s)"), "e2e")]
-    if c.method != "ar" and c.decode_speedup is not None:
+    if c.method != "ar" and decode_x is not None:
         rows.append(("over AR, decode / end to end",
-                     f"<b>{x(med('decode_speedup', c.decode_speedup))}</b> / "
-                     f"<b>{x(med('e2e_speedup', c.e2e_speedup))}</b>", "speedup"))
+                     f"<b>{x(decode_x)}</b> / <b>{x(e2e_x)}</b>", "speedup"))
     if c.verify_steps:
         rows.append(("verify steps", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per step "
                      f"({c.tokens} / {c.verify_steps})", "verify step"))
@@ -244,18 +244,20 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
     c = cards(finished(records))
     if not c:
         return ""
+    sp = speeds(c, spreads)
     out = []
     for m, card in c.items():
         rows = "".join(f'<tr><th>{term(name, key)}</th><td>{value}</td></tr>'
-                       for name, value, key in _card_rows(card, (spreads or {}).get(m, {})))
+                       for name, value, key in _card_rows(card, (spreads or {}).get(m, {}),
+                                                          (sp[m][1], sp[m][2])))
         state = "" if card.complete else ' <span class="msd-badge s-stopped">stopped</span>'
         out.append(f'<div class="msd-card m-{esc(m)}" data-method="{esc(m)}">'
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
                    f'<table>{rows}</table></div>')
     runs = runs_of(spreads)
-    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; the other rows: "
-            f"the last run." if runs > 1 else "")
+    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
+            f"medians divided by AR's; the other rows: the last run." if runs > 1 else "")
     return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
             f'alone, one after another, warm.{many} Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
