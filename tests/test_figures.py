@@ -259,31 +259,59 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
         assert ("tell alone from beside" in html) == (not apart)
 
 
+def _serial_after(rec, keep: int):
+    """A copy of `rec` whose draft spans after its first `keep` verify steps run after the
+    target's (the lanes one after the other there), as the overlap gate's serial steps do."""
+    from dataclasses import replace as dc_replace
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord
+    ends: dict = {}
+    for s in rec.spans:
+        if s.lane != "draft":
+            ends[s.step] = max(ends.get(s.step, 0), s.end_ns)
+    moved = [dc_replace(e, start_ns=ends[e.step] + 1, end_ns=ends[e.step] + 2)
+             if isinstance(e, Span) and e.lane == "draft" and e.step >= keep and e.step in ends else e
+             for e in rec.events]
+    return RunRecord(rec.method, moved, list(rec.times_ns), rec.t0_ns, list(rec.token_texts), dict(rec.id_texts))
+
+
 def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
-    records = tiny_records()
-    split = ("2 cores: target 1 thread and draft 1 while both work; a lane working alone 2; "
-             "lanes overlapped in 2 of 16 steps")
-    records["mirror"].finish.stats["lane_split"] = split
+    """The lanes-at-once count is read from the spans; its denominator is the card's verify
+    steps, on the verdict's line and in Statistics alike (the engine's own count is replaced)."""
+    from ui.why import lanes_at_once
+    records = dict(tiny_records())
+    records["mirror"] = rec = _serial_after(records["mirror"], 2)
+    steps = cards(records)["mirror"].verify_steps
+    at_once, n = lanes_at_once(rec)
+    assert n == steps and at_once <= 2 and 2 * at_once < steps
+    rec.finish.stats["lane_split"] = ("2 cores: target 1 thread and draft 1 while both work; a lane working "
+                                      f"alone 2; lanes overlapped in {at_once} of {steps - 1} steps")
     try:
         html = render_verdict(records, {})
         without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
         stats = render_statistics(records, {}, {})
     finally:
-        del records["mirror"].finish.stats["lane_split"]
-    assert "at once in only 2 of 16 steps here" in html  # most steps ran one lane after the other
+        del rec.finish.stats["lane_split"]
+    assert f"at once in only {at_once} of its {steps} verify steps here" in html
     assert "(how the lanes shared the cores: Statistics)" in html
     assert "Mirror-SD's two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
+    assert f"both lanes at once in {at_once} of its {steps} verify steps" in stats
+    assert f"of {steps - 1} steps" not in stats + html  # one count: never the engine's other one
     assert "at once in only" not in without and "two lanes" not in without
 
 
 def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
+    from ui.why import lanes_at_once
     records = tiny_records()
-    records["mirror"].finish.stats["lane_split"] = "2 GPUs: one lane each; lanes overlapped in 9 of 16 steps"
+    at_once, steps = lanes_at_once(records["mirror"])
+    assert 2 * at_once >= steps  # the tiny pair's lanes overlap in most steps
+    records["mirror"].finish.stats["lane_split"] = f"2 GPUs: one lane each; lanes overlapped in 9 of {steps - 1} steps"
     try:
         html = render_verdict(records, {})
     finally:
         del records["mirror"].finish.stats["lane_split"]
-    assert "lanes overlapped in 9 of 16 steps." in html and "at once in only" not in html
+    assert f"both lanes at once in {at_once} of its {steps} verify steps." in html
+    assert "at once in only" not in html
 
 
 def test_the_zoom_draws_a_step_the_lanes_overlapped_in():

@@ -15,7 +15,7 @@ from .figures import (ITEM, Card, Spread, cards, exit_bought, runs_of, level_wit
 from .render import term
 from .whatif import projection_line
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
-from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
+from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
 esc = html.escape
 
@@ -264,19 +264,34 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
             f'{render_checks(records, settings or {}, meta)}')
 
 
+OVERLAP_COUNT = re.compile(r"lanes overlapped in \d+ of \d+ steps")
+
+
+def lane_words(rec: RunRecord) -> tuple[str, int, int]:
+    """(how Mirror-SD's lanes shared the machine, in the engine's words (Finish stats
+    `lane_split`) with its step count replaced by the spans' own; steps with both lanes at
+    once; verify steps): one count, whose denominator is the cards' verify steps."""
+    split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
+    at_once, steps = lanes_at_once(rec)
+    if split and steps:
+        count = f"both lanes at once in {at_once} of its {steps} verify steps"
+        split = OVERLAP_COUNT.sub(count, split) if OVERLAP_COUNT.search(split) else f"{split}; {count}"
+        split = split.replace("(measured: ", "(the step timings that chose: ")
+    return split, at_once, steps
+
+
 def _lanes_line(rec: RunRecord) -> str:
     """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
-    overlap gate), that in one bold line; else the engine's words (Finish stats `lane_split`:
-    how they shared the cores, in how many steps they overlapped), in full in Statistics."""
-    split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
+    overlap gate), that in one bold line; else the engine's words (`lane_words`: how they shared
+    the cores, in how many verify steps both worked at once), in full in Statistics."""
+    split, at_once, steps = lane_words(rec)
     if not split:
         return ""
-    counts = re.search(r"lanes overlapped in (\d+) of (\d+) steps", split)
-    if counts and 2 * int(counts[1]) < int(counts[2]):  # most steps ran one lane after the other
+    if steps and 2 * at_once < steps:  # most steps ran one lane after the other
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
-                f'its two lanes at once in only {counts[1]} of {counts[2]} steps here: overlapping them '
-                f'measured slower on this machine, so the other steps ran one lane after the other, '
-                f'as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
+                f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
+                f'them measured slower on this machine, so the other steps ran one lane after the '
+                f'other, as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
                 f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
@@ -378,7 +393,7 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward (a batch of branches) beside the target took "
                      f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")
-    split = (done["mirror"].finish.stats.get("lane_split") if "mirror" in done and done["mirror"].finish else None)
+    split = lane_words(done["mirror"])[0] if "mirror" in done and done["mirror"].finish else ""
     if split:
         lines.append(f"Mirror-SD's two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
