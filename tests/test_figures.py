@@ -162,7 +162,7 @@ def test_the_zoom_names_every_kind_of_bar_it_draws_in_a_legend():
         assert f'class="{cls}"' in legend, cls
 
 
-def test_a_first_token_gap_between_sd_and_mirror_sd_is_called_noise():
+def test_a_first_token_gap_from_one_run_points_to_the_decode_speeds_without_calling_it_noise():
     records = tiny_records()
     c = cards(records)
     c["sd"].ttft_s, c["mirror"].ttft_s = 0.5, 0.5
@@ -170,6 +170,31 @@ def test_a_first_token_gap_between_sd_and_mirror_sd_is_called_noise():
     c["mirror"].ttft_s = 1.0  # twice SD's for the same prompt and first window
     text = verdict(c, records, {})
     assert "Mirror-SD's time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
+    assert "no range to tell that gap from noise" in text and "is this run's noise" not in text
+
+
+def test_the_reason_names_its_cause_from_the_runs_own_windows_and_steps():
+    """The verdict's reason line: the largest difference between SD's and Mirror-SD's time,
+    in words, with the windows, tokens per verify step and verify steps the cards show."""
+    from ui.figures import cause_words
+    records = tiny_records()
+    c = cards(records)
+    sd, mirror = c["sd"], c["mirror"]
+    sd.windows, sd.verify_steps, sd.tokens = (2, 2, 4), 16, 48
+    mirror.windows, mirror.verify_steps, mirror.tokens = (1, 1, 1), 25, 48
+    parts = {"sd": {"draft_exposed": 0.76}, "mirror": {"draft_exposed": 0.87}}
+    text = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
+    assert text.startswith("Mirror-SD drafted 1 token per window against SD's 2–4 tokens (median 2)")
+    assert "1.9 tokens per verify step against SD's 3.0" in text
+    assert "needed 25 verify steps to SD's 16" in text and "more target forwards" in text
+    assert text.count(".") <= 4 and "Also" not in text  # the minor wait is left to Statistics
+    # the same windows: the rejections are the cause
+    mirror.windows, mirror.rejections, sd.rejections = (2, 2, 4), 9, 1
+    assert "rejected Mirror-SD's drafts in 9 of its 25 steps" in cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
+    # Mirror-SD faster: fewer steps, less waiting
+    mirror.verify_steps, parts["mirror"]["draft_exposed"] = 12, 0.1
+    faster = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.07})
+    assert "fewer target forwards" in faster and "waited 0.10 s for Mirror-SD's draft against 0.76 s" in faster
 
 
 def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verifying():
@@ -179,6 +204,11 @@ def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verif
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
     assert "SD won" in text and "Net: Mirror-SD" in text
+    from ui.figures import verdict_parts
+    from ui.results import _short_reason
+    html = _short_reason(verdict_parts(c, records, {"target_device": "cpu", "draft_device": "cpu"})[1])
+    reason = re.search(r'<p class="msd-verdict-why"><b>The reason:</b> (.*?) <span', html)[1]
+    assert "Net:" not in reason and ("Mirror-SD" in reason or "alike" in reason)  # the cause, not the net
     parts = {m: breakdown(records[m]) for m in ("sd", "mirror")}
     saved = parts["sd"]["draft_exposed"] - parts["mirror"]["draft_exposed"]
     lost = parts["mirror"]["verify"] - parts["sd"]["verify"]
@@ -244,8 +274,8 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
     for m in ("sd", "mirror"):
         steps = c[m].verify_steps - 1
         mean = breakdown(records[m])["verify"] / steps * 1e3
-        assert f"{steps} steps ({mean:.0f} ms a step, mean)" in text or \
-            f"{steps} ({mean:.0f} ms a step, mean)" in text, (m, text)
+        assert f"{steps} of its {steps + 1} verify steps ({mean:.0f} ms a step, mean)" in text or \
+            f"{steps} of its {steps + 1} ({mean:.0f} ms a step, mean)" in text, (m, text)
     slow = verify_slowdown(records)
     if slow:
         assert f"at one window length, {slow['tokens']} tokens, the median verify forward" in text

@@ -287,7 +287,8 @@ def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict) -> list[
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):
-# times further apart than this are the run's noise, and the decode speed is the steadier figure
+# from one run (no range), times further apart than this are worth a note pointing to the
+# decode speed, the steadier figure
 FIRST_TOKEN_SPREAD = 1.3
 FIRST_TOKEN_GAP_S = 0.1  # and at least this far apart: a few milliseconds are not worth a word
 
@@ -309,9 +310,9 @@ def _first_token_note(c: dict[str, Card]) -> str:
         return ""
     return (f" Note: {label(slow)}'s time to first token ({ttft[slow]:.2f} s) was "
             f"{ttft[slow] / ttft[fast]:.1f}× {label(fast)}'s ({ttft[fast]:.2f} s) for the same work "
-            f"(the prompt and the first window): that gap is this run's noise, so compare their "
-            f"decode speeds ({label(sd)} {_x(c[sd].decode_speedup)}, {label(mirror)} "
-            f"{_x(c[mirror].decode_speedup)} AR's), or run 3 interleaved runs per method.")
+            f"(the prompt and the first window); one run gives no range to tell that gap from noise, "
+            f"so compare their decode speeds ({label(sd)} {_x(c[sd].decode_speedup)}, {label(mirror)} "
+            f"{_x(c[mirror].decode_speedup)} AR's), or choose “3, interleaved” runs.")
 
 
 def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None,
@@ -369,8 +370,10 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
     mean = {m: verify[m] / after[m] * 1e3 if after[m] else None for m in verify}
     per = {m: f" ({mean[m]:.0f} ms a step, mean)" if mean[m] else "" for m in mean}
-    verifying = (f"Verifying, after the first token: Mirror-SD {verify['mirror']:.2f} s in "
-                 f"{after['mirror']} steps{per['mirror']}, SD {verify['sd']:.2f} s in {after['sd']}{per['sd']}")
+    verifying = (f"Verifying, after the first token (each run's first verify step falls inside it): "
+                 f"Mirror-SD {verify['mirror']:.2f} s in {after['mirror']} of its {mirror.verify_steps} "
+                 f"verify steps{per['mirror']}, SD {verify['sd']:.2f} s in {after['sd']} of its "
+                 f"{sd.verify_steps}{per['sd']}")
     if mean["sd"] and mean["mirror"]:
         verifying += f": {mean['mirror'] / mean['sd']:.2f}× per step, mean over all windows"
     if slow:
@@ -387,7 +390,64 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
                f"waited {-saved:.2f} s longer for the draft")
     verifying_net = f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying"
     net = f"Net: Mirror-SD {waiting} and {verifying_net}."
-    return f" {lead}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
+    cause = cause_words(sd, mirror, parts, {m: verify[m] / after[m] if after[m] else None for m in verify})
+    return f" {lead}{ITEM}{cause}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
+
+
+def _window_words(x: Card) -> str:
+    """'1 token per window', '2–4 tokens per window (median 2)'."""
+    lo, mid, hi = x.windows
+    if lo == hi:
+        return f"{lo} token{'s' if lo != 1 else ''} per window"
+    return f"{lo}–{hi} tokens per window (median {mid:g})"
+
+
+def cause_words(sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
+    """Why Mirror-SD ended faster or slower than SD, in one or two plain sentences from the
+    runs' own figures: the time each difference accounts for (more or fewer verify steps at
+    SD's mean cost a step; a dearer or cheaper verify step; waiting for the draft; the first
+    token), the largest named first, with what caused it (window lengths, rejections)."""
+    effects = {"ttft": (mirror.ttft_s or 0.0) - (sd.ttft_s or 0.0),
+               "wait": (parts["mirror"].get("draft_exposed") or 0.0) - (parts["sd"].get("draft_exposed") or 0.0)}
+    if mean_s["sd"] and mean_s["mirror"]:
+        after_m, after_s = max(0, mirror.verify_steps - 1), max(0, sd.verify_steps - 1)
+        effects["steps"] = (after_m - after_s) * mean_s["sd"]
+        effects["per_step"] = after_m * (mean_s["mirror"] - mean_s["sd"])
+    lost = sum(effects.values()) >= 0  # Mirror-SD slower than SD over these parts
+    sign = 1 if lost else -1
+    ranked = sorted((k for k, v in effects.items() if sign * v > 0), key=lambda k: -sign * effects[k])
+    if not ranked:
+        return "Mirror-SD and SD spent their time alike."
+    words = [_effect_words(k, lost, sd, mirror, parts, mean_s) for k in ranked[:2]]
+    total = sign * effects[ranked[0]] + (sign * effects[ranked[1]] if len(ranked) > 1 else 0.0)
+    if len(words) > 1 and sign * effects[ranked[1]] < 0.25 * total:
+        words = words[:1]  # a minor second cause is for the Statistics fold
+    first = words[0][:1].upper() + words[0][1:]
+    return f"{first}." + (f" Also, {words[1]}." if len(words) > 1 else "")
+
+
+def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
+    if key == "steps":
+        more = "more" if lost else "fewer"
+        if sd.windows and mirror.windows and mirror.windows[1] != sd.windows[1]:
+            why = f"Mirror-SD drafted {_window_words(mirror)} against SD's {_window_words(sd).replace(' per window', '')}"
+        else:
+            why = (f"the target rejected Mirror-SD's drafts in {mirror.rejections} of its {mirror.verify_steps} "
+                   f"steps against SD's in {sd.rejections} of {sd.verify_steps}")
+        return (f"{why}, so it committed {mirror.tokens_per_step:.1f} tokens per verify step against SD's "
+                f"{sd.tokens_per_step:.1f} and needed {mirror.verify_steps} verify steps to SD's "
+                f"{sd.verify_steps} for its {mirror.tokens} tokens: {more} target forwards")
+    if key == "per_step":
+        return (f"each of Mirror-SD's verify steps took {'longer' if lost else 'less time'}: "
+                f"{mean_s['mirror'] * 1e3:.0f} ms against SD's {mean_s['sd'] * 1e3:.0f} ms (mean)")
+    if key == "wait":
+        m, s = (parts[x].get("draft_exposed") or 0.0 for x in ("mirror", "sd"))
+        hidden = mirror.draft_hidden_s or 0.0
+        return (f"the target waited {m:.2f} s for Mirror-SD's draft against {s:.2f} s for SD's"
+                + (f" (Mirror-SD hid {hidden:.2f} s of drafting beside the target)" if hidden and not lost else ""))
+    return (f"Mirror-SD's time to first token was {'longer' if lost else 'shorter'}: "
+            f"{mirror.ttft_s:.2f} s against SD's {sd.ttft_s:.2f} s, for the same work (the prompt and the "
+            f"first window)")
 
 
 def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict | None = None) -> str:

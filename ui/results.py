@@ -86,14 +86,14 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
 
 
 def _short_reason(reason: str) -> str:
-    """The reason in one line (its net, when it has one), notes on a second; every item of it,
-    with its arithmetic, in the Statistics fold (`reason_items`)."""
+    """The reason in one line (its plain cause, the first item), notes on a second; every item of
+    it, with its arithmetic, in the Statistics fold (`reason_items`)."""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
     if not items:
         return f'<p class="msd-verdict-why">{esc(lead)}</p>'
-    net = next((x for x in items if x.startswith("Net:")), items[0])
     notes = [x for x in items if x.startswith(("Note:", "Over "))]
-    line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(net)} <span class="msd-more">'
+    cause = items[0]  # the plain cause first (figures.cause_words); the arithmetic after it
+    line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(cause)} <span class="msd-more">'
             f'(the arithmetic: Statistics)</span></p>')
     return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
 
