@@ -96,6 +96,36 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     assert "These 3 runs cannot tell AR and SD apart" in text and " won" not in text
 
 
+def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
+    """Over interleaved runs the median of per-round ratios differs from the ratio of the
+    median speeds; the tiles, the verdict, the cards and the status line all show the latter,
+    so a ratio can be checked against the two speeds beside it."""
+    from ui.frames import done_message
+    from ui.results import render_cards
+    records = tiny_records()
+    rounds = [cards(records) for _ in range(3)]
+    for r, (ar, sd, mirror) in zip(rounds, ((20.0, 18.0, 17.0), (17.0, 18.5, 17.9), (22.0, 19.0, 18.5))):
+        for m, tps in (("ar", ar), ("sd", sd), ("mirror", mirror)):
+            r[m].e2e_tps, r[m].decode_tps = tps, tps * 1.2
+            r[m].e2e_speedup, r[m].decode_speedup = tps / ar, tps / ar
+    spreads = repeat_summary(rounds)
+    med = {m: spreads[m]["e2e_tps"].median for m in ("ar", "sd", "mirror")}
+    assert spreads["sd"]["e2e_speedup"].median != pytest.approx(med["sd"] / med["ar"], abs=0.005)  # they differ here
+    html = render_verdict(records, {}, None, spreads)
+    cards_html = render_cards(records, {}, spreads)
+    status = done_message(records, {}, rounds)
+    for m in ("sd", "mirror"):
+        ratio = f"{med[m] / med['ar']:.2f}×"
+        tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
+        assert tile == (f"{med[m]:.2f} tok/s", f"{ratio} AR&#x27;s speed")
+        assert f"{label(m)} {med[m]:.2f} tok/s, {ratio} AR" in html  # the verdict's sentence
+        assert f"{label(m)} {ratio}" in status
+        decode = spreads[m]["decode_tps"].median / spreads["ar"]["decode_tps"].median
+        row = re.search(rf'data-method="{m}".*?over AR, decode / end to end.*?<td><b>([^<]*)</b> / <b>([^<]*)</b>',
+                        cards_html).groups()
+        assert row == (f"{decode:.2f}×", ratio)
+
+
 def test_the_verify_slowdown_is_named_as_core_split_times_interference():
     split = core_split("int8", 5)
     text = split_words(2.0 * split, "int8", 5)
