@@ -269,7 +269,7 @@ def test_auto_gamma_and_budget(client):
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
-    assert f"γ</abbr>={auto['gamma']} " in summary and f"branch budget {auto['branch_budget']}" in summary
+    assert f"window setting</abbr> {auto['gamma']} tokens" in summary and f"branch budget {auto['branch_budget']}" in summary
     assert data["settings"]["gamma"] == auto["gamma"]
 
 

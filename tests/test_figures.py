@@ -276,7 +276,7 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
     from ui.whatif import render_table
     other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
-    assert "this run: γ 4" in other and "the verdict&#x27;s figures are the next table" in other
+    assert "this run: 4" in other and "the verdict&#x27;s figures are the next table" in other
 
 
 def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():

@@ -306,7 +306,7 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
     ("time to first token (s)", "prefill_s", ".2f", "ttft"),
     ("decode speed (tokens / s after the first token)", "decode_tokens_per_s", ".2f", "decode"),
     ("target forwards", "target_forwards", "d", None),
-    ("tokens per target forward (τ)", "mean_accepted", ".2f", "tau"),
+    ("tokens per target forward", "mean_accepted", ".2f", "tau"),
     ("drafted tokens accepted", "acceptance_rate", ".0%", None),
     ("hits / (hits + misses)", "hit_rate", ".0%", "hit"),
     ("misses (window drafted after the verdict)", "fallbacks", "d", "fallback"),
@@ -450,10 +450,13 @@ def render_checks(records: dict[str, RunRecord], settings: dict, meta: dict) -> 
     return f'<ul class="msd-checks">{checks}{_fairness(meta, list(done))}</ul>'
 
 
+SETTING_WORDS = (("window setting", "gamma"), ("early-exit guesses", "kappa"), ("exit layer", "exit layer"))
+
+
 def _with_terms(text: str) -> str:
-    """The settings line with its symbols defined on hover."""
-    for symbol, key in (("γ=", "gamma"), ("κ=", "kappa"), ("exit layer ℓₑ=", "exit layer")):
-        text = text.replace(symbol, term(symbol[:-1], key) + "=", 1)
+    """The settings line with its words defined on hover (the glossary names their symbols)."""
+    for words, key in SETTING_WORDS:
+        text = text.replace(f"{words} ", term(words, key) + " ", 1)
     return text
 
 
@@ -487,15 +490,15 @@ def _settings_line(settings: dict, meta: dict) -> str:
                      + (f", draft {dp}" if dp and dp not in ("same", meta["precision"]) else ""))
     if settings:
         t = float(settings.get("temperature", 0.0))
-        parts.append(f"γ={settings.get('gamma')} κ={settings.get('kappa')} "
-                     f"exit layer ℓₑ={meta.get('exit_layer', settings.get('exit_layer'))} "
+        parts.append(f"window setting {settings.get('gamma')} tokens · early-exit guesses {settings.get('kappa')} "
+                     f"per position · exit layer {meta.get('exit_layer', settings.get('exit_layer'))} · "
                      f"branch budget {settings.get('branch_budget')}")
         auto = meta.get("auto")
         if auto:
             sp = auto.get("projected_speedup")
-            parts.append(f"γ and budget chosen automatically (projected {sp:.2f}× by the latency "
+            parts.append(f"window and branch budget chosen automatically (projected {sp:.2f}× by the latency "
                          f"model from a {auto.get('probe_s', 0):.1f} s probe: a projection)"
-                         if sp is not None else "γ and budget chosen automatically")
+                         if sp is not None else "window and branch budget chosen automatically")
         parts.append("greedy" if t == 0 else
                      f"temperature {t:g}, top-p {settings.get('top_p')}, seed {settings.get('seed')}")
         parts.append(f"max {settings.get('max_new_tokens')} new tokens")
