@@ -286,7 +286,7 @@ def test_stop_cancels_within_a_step(client):
     job = client.submit(api_name="/run", prompt="def hello ( x ) :", max_new_tokens=512,
                         use_cache=False)
     deadline = time.time() + 60
-    while time.time() < deadline and not any("Running" in str(u[0]) for u in job.outputs()):
+    while time.time() < deadline and not any(" running, " in str(u[0]) for u in job.outputs()):
         time.sleep(0.1)
     client.predict(api_name="/stop")
     for _ in job:
