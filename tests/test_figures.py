@@ -214,9 +214,9 @@ def test_the_reason_names_its_cause_from_the_runs_own_windows_and_steps():
     mirror.windows, mirror.verify_steps, mirror.tokens = (1, 1, 1), 25, 48
     parts = {"sd": {"draft_exposed": 0.76}, "mirror": {"draft_exposed": 0.87}}
     text = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
-    assert text.startswith("Mirror-SD drafted 1 token per window against SD's 2–4 tokens (median 2)")
-    assert "1.9 tokens per verify step against SD's 3.0" in text
-    assert "needed 25 verify steps to SD's 16" in text and "more target forwards" in text
+    assert text.startswith("Mirror-SD's windows were shorter (1 drafted token against SD's 2–4, median 2)")
+    assert "1.9 tokens per verify step against 3.0" in text
+    assert "so 25 verify steps (target forwards) against SD's 16" in text
     assert text.count(".") <= 4 and "Also" not in text  # the minor wait is left to Statistics
     # the same windows: the rejections are the cause
     mirror.windows, mirror.rejections, sd.rejections = (2, 2, 4), 9, 1
@@ -224,7 +224,7 @@ def test_the_reason_names_its_cause_from_the_runs_own_windows_and_steps():
     # Mirror-SD faster: fewer steps, less waiting
     mirror.verify_steps, parts["mirror"]["draft_exposed"] = 12, 0.1
     faster = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.07})
-    assert "fewer target forwards" in faster and "waited 0.10 s for Mirror-SD's draft against 0.76 s" in faster
+    assert "so 12 verify steps (target forwards) against SD's 16" in faster and "waited 0.10 s for Mirror-SD's draft against 0.76 s" in faster
 
 
 def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verifying():

@@ -395,11 +395,9 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
 
 
 def _window_words(x: Card) -> str:
-    """'1 token per window', '2–4 tokens per window (median 2)'."""
+    """'1', '2–4, median 2': drafted tokens per window."""
     lo, mid, hi = x.windows
-    if lo == hi:
-        return f"{lo} token{'s' if lo != 1 else ''} per window"
-    return f"{lo}–{hi} tokens per window (median {mid:g})"
+    return f"{lo}" if lo == hi else f"{lo}–{hi}, median {mid:g}"
 
 
 def cause_words(sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
@@ -428,15 +426,16 @@ def cause_words(sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
 
 def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
     if key == "steps":
-        more = "more" if lost else "fewer"
         if sd.windows and mirror.windows and mirror.windows[1] != sd.windows[1]:
-            why = f"Mirror-SD drafted {_window_words(mirror)} against SD's {_window_words(sd).replace(' per window', '')}"
+            shorter = "shorter" if mirror.windows[1] < sd.windows[1] else "longer"
+            own = _window_words(mirror)
+            why = (f"Mirror-SD's windows were {shorter} ({own} drafted token{'' if own == '1' else 's'} "
+                   f"against SD's {_window_words(sd)})")
         else:
             why = (f"the target rejected Mirror-SD's drafts in {mirror.rejections} of its {mirror.verify_steps} "
                    f"steps against SD's in {sd.rejections} of {sd.verify_steps}")
-        return (f"{why}, so it committed {mirror.tokens_per_step:.1f} tokens per verify step against SD's "
-                f"{sd.tokens_per_step:.1f} and needed {mirror.verify_steps} verify steps to SD's "
-                f"{sd.verify_steps} for its {mirror.tokens} tokens: {more} target forwards")
+        return (f"{why}: {mirror.tokens_per_step:.1f} tokens per verify step against {sd.tokens_per_step:.1f}, "
+                f"so {mirror.verify_steps} verify steps (target forwards) against SD's {sd.verify_steps}")
     if key == "per_step":
         return (f"each of Mirror-SD's verify steps took {'longer' if lost else 'less time'}: "
                 f"{mean_s['mirror'] * 1e3:.0f} ms against SD's {mean_s['sd'] * 1e3:.0f} ms (mean)")
