@@ -237,8 +237,9 @@ def _folds(c: dict) -> None:
                       elem_id="inspector-fold"):
         with gr.Row():
             drafting = [(label(m), m) for m in method_names() if m != "ar"]
-            c["which"] = gr.Radio(drafting, value=drafting[-1][1] if drafting else None,
-                                  label="run", scale=1)
+            own = [m for _, m in drafting if m not in VARIANTS] or [m for _, m in drafting]
+            # the run the inspector opens on after a run (frames._inspect_target): Mirror-SD, not a variant
+            c["which"] = gr.Radio(drafting, value=own[-1] if own else None, label="run", scale=1)
             c["step"] = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
                                   elem_id="step-slider", scale=4)
         c["inspector"] = gr.HTML(render_inspector(None, 0), elem_id="inspector", js_on_load=PICK_JS)

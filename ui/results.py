@@ -92,7 +92,9 @@ def _short_reason(reason: str) -> str:
     if not items:
         return f'<p class="msd-verdict-why">{esc(lead)}</p>'
     notes = [x for x in items if x.startswith(("Note:", "Over "))]
-    cause = items[0]  # the plain cause first (figures.cause_words); the arithmetic after it
+    # the plain cause first (figures.cause_words): its main sentence here, a second one and the
+    # arithmetic in Statistics
+    cause = items[0].split(" Also, ")[0]
     line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(cause)} <span class="msd-more">'
             f'(the arithmetic: Statistics)</span></p>')
     return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
