@@ -202,8 +202,9 @@ function raceTick(now) {
   const clock = B.speed === Infinity ? Infinity : (now - r.start) * B.speed;
   for (const m of B.order) { const run = B.runs[m]; if (run.on) advance(run, clock); }
   if (B.cursor) B.cursor.style.setProperty('--a', Math.min(clock, r.end));
-  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ': t = ' +
-         secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ' (each run from its own start, at its measured pace)');
+  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ' of the timed runs' +
+         (B.rounds > 1 ? ' (round ' + B.rounds + ' of ' + B.rounds + ')' : '') + ': t = ' +
+         secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ', each from its own start at its measured pace');
   if (clock < r.end) return true;
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
