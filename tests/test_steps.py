@@ -5,7 +5,7 @@ import re
 
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
 from ui.runs import RunRecord, analyse
-from ui.steps import PICK_JS, narrate, render_strip, replay_step, step_kind
+from ui.steps import PICK_JS, lanes_in_turn, narrate, render_strip, replay_step, step_kind
 from ui_records import tiny_records
 
 T0 = 1_000_000_000
@@ -35,12 +35,16 @@ def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
     for pos, s in enumerate(order):
         sv = a.steps[s]
         hit = any(b.status == "taken" for b in sv.rollouts)
-        want = "k-hit" if hit else "k-miss" if sv.fallback is not None else "k-end"
+        want = ("k-hit" if hit else ("k-turn" if lanes_in_turn(rec, s) else "k-miss") if sv.fallback is not None
+                else "k-end")
         assert want in cells[pos][0], (pos, cells[pos][0])
     for (cls, *_), s in zip(cells, order):
         v = a.steps[s].verify
         assert f"o-{v.kind}" in cls
-    assert {"k-hit", "k-miss"} & {c.split()[0] for c, *_ in cells}  # the run has either
+    assert {"k-hit", "k-miss", "k-turn"} & {c.split()[0] for c, *_ in cells}  # the run has one
+    kinds = [c.split()[0] for c, *_ in cells]
+    stats = rec.finish.stats  # the cards' hits / misses: the strip shows as many of each
+    assert (kinds.count("k-hit"), kinds.count("k-miss")) == (stats["hits"], stats["fallbacks"])
 
 
 def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
@@ -170,4 +174,6 @@ def test_a_step_whose_lanes_ran_in_turn_is_told_so_with_the_time_the_target_wait
     assert "drafted after the previous verdict, the lanes one after the other (the target waited 70 ms)" in second
     assert "miss" not in second
     assert "that step ran its lanes one after the other" in render_inspector(rec, 1)
-    assert ">lanes in turn<" in all_steps(rec)
+    assert ">in turn<" in all_steps(rec)
+    cells = _cells(render_strip(rec, selected=0))
+    assert "k-turn" in cells[0][0] and ">lanes in turn<" in render_strip(rec, selected=0)  # not a miss

@@ -305,7 +305,7 @@ def all_steps(rec: RunRecord) -> str:
                     if v.kind == "correction" and v.accepted < len(v.drafted) else "–")
         outcome = verdict_outcome(sv) or "–"
         if outcome == "miss" and lanes_in_turn(rec, s):
-            outcome = "lanes in turn"
+            outcome = "in turn"  # the strip's "lanes in turn": neither a hit nor a miss
         ms = _step_ms(rec, s)
         rows.append(f'<tr data-step="{s}" data-run="{esc(rec.method)}"><td>{pos + 1}</td>'
                     f'<td>{len(v.drafted)}</td><td>{v.accepted}</td><td>{rejected}</td>'

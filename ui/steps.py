@@ -33,6 +33,10 @@ KINDS = {  # strip kind -> (label, definition)
     "miss": ("miss", "No branch started at this step's verdict: the draft wrote the next window "
                      "after it, serially, while the target waited."),
     "end": ("run's end", "No next window: the run ended at this step."),
+    "turn": ("lanes in turn", "This step ran the two lanes one after the other (measured faster here "
+                              "than overlapped): no branches beside the target, so neither a hit nor a "
+                              "miss; the draft wrote the next window after the verdict while the target "
+                              "waited, as SD does."),
     "first": ("first window", "The first window, drafted after the prompt's prefill: nothing "
                               "could hit or miss yet."),
     "drafted": ("drafted", "Plain speculative decoding: the draft writes each window while the "
@@ -125,10 +129,13 @@ def step_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
 
 
 def strip_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
-    """A strip cell's kind: Mirror-SD's verdict outcome (hit, miss, end), else step_kind."""
+    """A strip cell's kind: Mirror-SD's verdict outcome (hit, miss, end; "turn" for a step whose
+    lanes ran one after the other, which the engine counts neither a hit nor a miss), else
+    step_kind."""
     if rec.method != "mirror" or sv.verify is None:
         return step_kind(rec, sv, first)
-    return verdict_outcome(sv) or "end"
+    outcome = verdict_outcome(sv) or "end"
+    return "turn" if outcome == "miss" and lanes_in_turn(rec, sv.step) else outcome
 
 
 def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
@@ -308,6 +315,8 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
             f'<button type="button" class="msd-step-nav" disabled>{arrow}</button>'
             for s, arrow, title in ((prev_s, "◀", "previous step"), (next_s, "▶", "next step")))
     kinds = ["hit", "miss", "end"] if rec.method == "mirror" else ["drafted"]
+    if rec.method == "mirror" and any(lanes_in_turn(rec, s) for s in order):
+        kinds.insert(2, "turn")
     key = "".join(f'<span class="msd-step-key k-{k}" title="{esc(KINDS[k][1])}">{esc(KINDS[k][0])}</span>'
                   for k in kinds)
     key += "".join(f'<span class="msd-step-key o-{o}" title="{esc(t)}">{esc(lbl)}</span>'
