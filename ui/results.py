@@ -100,7 +100,7 @@ def _short_reason(reason: str) -> str:
     return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
 
 
-def reason_items(records: dict[str, RunRecord], meta: dict) -> str:
+def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1) -> str:
     """The verdict's reason in full, one item per line (the Statistics fold)."""
     done = finished(records)
     head, reason = verdict_parts(cards(done), done, meta)
@@ -108,7 +108,8 @@ def reason_items(records: dict[str, RunRecord], meta: dict) -> str:
         return ""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
     lines = [f"<b>{esc(lead)}</b> {esc(items[0])}" if items else esc(lead)] + [esc(x) for x in items[1:]]
-    return ('<div class="msd-sub">The verdict\'s arithmetic</div><ul class="msd-verdict-why">'
+    which = f" (the last of {runs} interleaved runs, as the cards' other rows)" if runs > 1 else ""
+    return (f'<div class="msd-sub">The verdict\'s arithmetic{which}</div><ul class="msd-verdict-why">'
             + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
 
@@ -377,7 +378,7 @@ def render_breakdown(done: dict[str, RunRecord]) -> str:
             f'{"".join(rows)}<div class="msd-bk-key">{key}</div></div>')
 
 
-def render_lanes(done: dict[str, RunRecord]) -> str:
+def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     """The measured per-forward costs, the lanes' contention and the early exit's share."""
     c, lines = costs(done), []
     k = contention(c)
@@ -408,12 +409,13 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
             f"started from one of its guesses and {ee['hits_from_draft']} from the draft's own")
     if not lines:
         return ""
-    return ('<div class="msd-sub">Measured on this run (medians over the steps after the '
-            'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
+    which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
+    return (f'<div class="msd-sub">Measured on {which} (medians over the steps after the '
+            f'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
 
 def render_statistics(records: dict[str, RunRecord], settings: dict | None = None,
-                      meta: dict | None = None) -> str:
+                      meta: dict | None = None, runs: int = 1) -> str:
     """The fold under the results: checks, where the time went, measured costs, every figure."""
     settings, meta = settings or {}, meta or {}
     done = finished(records)
@@ -425,12 +427,13 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
         f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
             f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
         for name, key, spec, tip in METRICS)
-    table = ('<table class="msd-table"><thead><tr><th>all runs, totals</th>'
+    which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
+    table = (f'<table class="msd-table"><thead><tr><th>{which}, totals</th>'
              + "".join(f"<th>{esc(label(m))}</th>" for m in order)
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)
     cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
-    return (f'<div class="msd-summary">{reason_items(records, meta)}{cross}{render_lanes(done)}{table}'
+    return (f'<div class="msd-summary">{reason_items(records, meta, runs)}{cross}{render_lanes(done, runs)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
 
 
