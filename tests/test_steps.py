@@ -177,3 +177,23 @@ def test_a_step_whose_lanes_ran_in_turn_is_told_so_with_the_time_the_target_wait
     assert ">in turn<" in all_steps(rec)
     cells = _cells(render_strip(rec, selected=0))
     assert "k-turn" in cells[0][0] and ">lanes in turn<" in render_strip(rec, selected=0)  # not a miss
+
+
+def test_the_zoom_says_instead_of_a_new_window_only_when_the_hit_saved_time():
+    """A hit whose branch finished after the verdict: the caption compares that wait with the
+    run's own redraft time (the inspector's figure), never claiming a saving it did not make."""
+    from statistics import median
+
+    from ui.steps import redraft_s
+    from ui.zoom import render_zoom
+    rec = tiny_records(48)["mirror"]
+    html = render_zoom(rec, {})
+    wait = re.search(r"finished it (\d+) ms after the verdict, so the target waited that long, ([^.]*)\.", html)
+    if wait is None:
+        return  # this run's zoomed step was not a late hit
+    steps = analyse(rec).steps
+    redrafts = [redraft_s(rec, s) * 1e3 for s in steps if steps[s].fallback is not None]
+    if redrafts and median(redrafts) <= int(wait[1]):
+        assert wait[2].startswith("longer than a window drafted after the verdict took in this run")
+    else:
+        assert wait[2] == "instead of a whole new window"
