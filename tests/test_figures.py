@@ -428,3 +428,17 @@ def test_the_hardware_box_says_what_the_what_if_rows_b_and_c_show():
     no_sd = hardware_line(records, meta, {"over_sd": {"b": None, "c": 0.9},
                                           "rows": {"b": {"speedups": {"mirror": 1.09}}}})
     assert "Mirror-SD projects 1.09× AR" in no_sd and "even on the accelerator pair it projects 0.90× SD" in no_sd
+
+
+def test_statistics_leads_its_reason_as_the_verdict_does():
+    """Over interleaved runs whose ranges overlap the verdict says "The trade:"; the Statistics
+    fold's arithmetic uses the same lead (the same spreads), and names the run it is."""
+    records = tiny_records()
+    rounds = [cards(records) for _ in range(3)]
+    for r, x in zip(rounds, (1.05, 0.98, 1.2)):  # SD first by its median, its range overlapping AR's
+        r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 10.0, 10.0 * x, 9.9 * x
+    spreads = repeat_summary(rounds)
+    verdict_html = render_verdict(records, {}, None, spreads)
+    stats = render_statistics(records, {}, {}, 3, spreads)
+    assert "<b>The trade:</b>" in verdict_html and "<b>The trade:</b>" in stats
+    assert "the last of 3 interleaved runs" in stats

@@ -178,7 +178,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(records.get("mirror"), dict(meta, branch_budget=settings.get("branch_budget"))),
         how=render_how(records, meta),
-        statistics=render_statistics(records, settings, meta, len(rounds or []) or 1),
+        statistics=render_statistics(records, settings, meta, len(rounds or []) or 1, spreads),
         timeline=build_timeline(records),
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),

@@ -100,10 +100,11 @@ def _short_reason(reason: str) -> str:
     return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
 
 
-def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1) -> str:
-    """The verdict's reason in full, one item per line (the Statistics fold)."""
+def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, spreads: dict | None = None) -> str:
+    """The verdict's reason in full, one item per line (the Statistics fold), with the
+    verdict's own lead (`spreads` as the verdict had them)."""
     done = finished(records)
-    head, reason = verdict_parts(cards(done), done, meta)
+    head, reason = verdict_parts(cards(done), done, meta, spreads)
     if not reason:
         return ""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
@@ -415,7 +416,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
 
 
 def render_statistics(records: dict[str, RunRecord], settings: dict | None = None,
-                      meta: dict | None = None, runs: int = 1) -> str:
+                      meta: dict | None = None, runs: int = 1, spreads: dict | None = None) -> str:
     """The fold under the results: checks, where the time went, measured costs, every figure."""
     settings, meta = settings or {}, meta or {}
     done = finished(records)
@@ -433,7 +434,7 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)
     cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
-    return (f'<div class="msd-summary">{reason_items(records, meta, runs)}{cross}{render_lanes(done, runs)}{table}'
+    return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
 
 
