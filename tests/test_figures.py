@@ -442,3 +442,19 @@ def test_statistics_leads_its_reason_as_the_verdict_does():
     stats = render_statistics(records, {}, {}, 3, spreads)
     assert "<b>The trade:</b>" in verdict_html and "<b>The trade:</b>" in stats
     assert "the last of 3 interleaved runs" in stats
+
+
+def test_mirror_sd_s_card_says_its_hits_and_misses_even_when_none():
+    """Every step with its lanes in turn: 0 hits, 0 misses, still on Mirror-SD's card (its
+    strip shows as many); SD's card has no such row."""
+    from ui.figures import card
+    records = tiny_records()
+    stats = records["mirror"].finish.stats
+    saved = {k: stats[k] for k in ("hits", "fallbacks", "hit_rate")}
+    stats.update(hits=0, fallbacks=0, hit_rate=None)
+    try:
+        c = card(records["mirror"])
+    finally:
+        stats.update(saved)
+    assert (c.hits, c.misses) == (0, 0)
+    assert card(records["sd"]).hits is None

@@ -22,7 +22,7 @@ from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
-from .runs import RunRecord, label, measured
+from .runs import RunRecord, label, measured, variant_of
 from .why import breakdown, contention, costs
 
 
@@ -65,8 +65,10 @@ def card(rec: RunRecord) -> Card | None:
     windows = (min(lengths), int(median(lengths)) if len(lengths) % 2 else median(lengths),
                max(lengths)) if lengths else None
     parts = breakdown(rec) if rec.spans else None
+    # Mirror-SD always says its hits and misses, 0 / 0 when every step ran its lanes in turn
     has_branches = "hits" in stats and (stats.get("hits") or stats.get("fallbacks")
-                                        or stats.get("hit_rate") is not None)
+                                        or stats.get("hit_rate") is not None
+                                        or variant_of(rec.method)[0] in having(early_exit=True))
     return Card(
         method=rec.method, tokens=int(m["tokens"]), wall_s=float(m["wall_s"]),
         ttft_s=m.get("prefill_s"), decode_s=m.get("decode_s"),
