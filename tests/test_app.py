@@ -279,7 +279,7 @@ def test_auto_gamma_and_budget(client):
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
-    assert f"γ</abbr>={auto['gamma']} " in summary and f"branch budget {auto['branch_budget']}" in summary
+    assert f"window setting</abbr> {auto['gamma']} tokens" in summary and f"branch budget {auto['branch_budget']}" in summary
     assert data["settings"]["gamma"] == auto["gamma"]
 
 
@@ -296,7 +296,7 @@ def test_stop_cancels_within_a_step(client):
     job = client.submit(api_name="/run", prompt="def hello ( x ) :", max_new_tokens=512,
                         use_cache=False)
     deadline = time.time() + 60
-    while time.time() < deadline and not any("Running" in str(u[0]) for u in job.outputs()):
+    while time.time() < deadline and not any(" running, " in str(u[0]) for u in job.outputs()):
         time.sleep(0.1)
     client.predict(api_name="/stop")
     for _ in job:
@@ -562,3 +562,30 @@ def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_
     assert ">early exit off</span>" in noexit and ">early exit off</span>" not in mirror  # says the exit is off
     assert "What the early exit bought" in verdict and "tok/s with it against" in verdict
     assert re.search(r"\d+ hits of \d+ verdicts with it.* against \d+ of \d+ without", verdict), verdict
+
+
+def test_the_running_status_says_the_round_the_method_and_one_timer():
+    """'Round 1 of 3: SD running, 2 s so far.': no doubled counts or timers; while loading, the
+    loader's own timer when it has one, else one."""
+    import time
+    from types import SimpleNamespace
+
+    from ui.frames import live_status
+    from ui.session import PairCache
+    methods = ("ar", "sd", "mirror")
+    job = SimpleNamespace(current="sd", message="", records={}, fraction=None)
+    text = live_status(job, methods, time.monotonic() - 2.2, 1, 3)
+    assert "Round 1 of 3: SD running, 2 s so far." in text and "of 3," not in text
+    assert "take turns, each timed alone" in text
+    one = live_status(job, methods, time.monotonic(), 1, 1)
+    assert "SD running, 0 s so far." in one and "Round" not in one
+    job = SimpleNamespace(current=None, records={}, fraction=0.1,
+                          message="Loading the models: waiting for the CPU kernels to compile (3 s so far, once per machine)")
+    assert live_status(job, methods, time.monotonic() - 9, 1, 3).count("so far") == 1
+    job.message = "Loading the models: the target"
+    assert live_status(job, methods, time.monotonic() - 9, 1, 3).count("so far") == 1
+    pairs = PairCache.tiny()
+    pairs.loading = {"message": job.message.replace("the target", "compiling (4 s so far)"), "since": time.monotonic() - 7}
+    assert pairs.describe().count("so far") == 1
+    pairs.loading["message"] = "Loading the models: the target"
+    assert pairs.describe().count("so far") == 1 and "7 s so far" in pairs.describe()

@@ -97,6 +97,36 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     assert "These 3 runs cannot tell AR and SD apart" in text and " won" not in text
 
 
+def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
+    """Over interleaved runs the median of per-round ratios differs from the ratio of the
+    median speeds; the tiles, the verdict, the cards and the status line all show the latter,
+    so a ratio can be checked against the two speeds beside it."""
+    from ui.frames import done_message
+    from ui.results import render_cards
+    records = tiny_records()
+    rounds = [cards(records) for _ in range(3)]
+    for r, (ar, sd, mirror) in zip(rounds, ((20.0, 18.0, 17.0), (17.0, 18.5, 17.9), (22.0, 19.0, 18.5))):
+        for m, tps in (("ar", ar), ("sd", sd), ("mirror", mirror)):
+            r[m].e2e_tps, r[m].decode_tps = tps, tps * 1.2
+            r[m].e2e_speedup, r[m].decode_speedup = tps / ar, tps / ar
+    spreads = repeat_summary(rounds)
+    med = {m: spreads[m]["e2e_tps"].median for m in ("ar", "sd", "mirror")}
+    assert spreads["sd"]["e2e_speedup"].median != pytest.approx(med["sd"] / med["ar"], abs=0.005)  # they differ here
+    html = render_verdict(records, {}, None, spreads)
+    cards_html = render_cards(records, {}, spreads)
+    status = done_message(records, {}, rounds)
+    for m in ("sd", "mirror"):
+        ratio = f"{med[m] / med['ar']:.2f}×"
+        tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
+        assert tile == (f"{med[m]:.2f} tok/s", f"{ratio} AR&#x27;s speed")
+        assert f"{label(m)} {med[m]:.2f} tok/s, {ratio} AR" in html  # the verdict's sentence
+        assert f"{label(m)} {ratio}" in status
+        decode = spreads[m]["decode_tps"].median / spreads["ar"]["decode_tps"].median
+        row = re.search(rf'data-method="{m}".*?over AR, decode / end to end.*?<td><b>([^<]*)</b> / <b>([^<]*)</b>',
+                        cards_html).groups()
+        assert row == (f"{decode:.2f}×", ratio)
+
+
 def test_the_verify_slowdown_is_named_as_core_split_times_interference():
     split = core_split("int8", 5)
     text = split_words(2.0 * split, "int8", 5)
@@ -176,7 +206,7 @@ def test_the_zoom_names_every_kind_of_bar_it_draws_in_a_legend():
         assert f'class="{cls}"' in legend, cls
 
 
-def test_a_first_token_gap_between_sd_and_mirror_sd_is_called_noise():
+def test_a_first_token_gap_from_one_run_points_to_the_decode_speeds_without_calling_it_noise():
     records = tiny_records()
     c = cards(records)
     c["sd"].ttft_s, c["mirror"].ttft_s = 0.5, 0.5
@@ -184,6 +214,31 @@ def test_a_first_token_gap_between_sd_and_mirror_sd_is_called_noise():
     c["mirror"].ttft_s = 1.0  # twice SD's for the same prompt and first window
     text = verdict(c, records, {})
     assert "Mirror-SD's time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
+    assert "no range to tell that gap from noise" in text and "is this run's noise" not in text
+
+
+def test_the_reason_names_its_cause_from_the_runs_own_windows_and_steps():
+    """The verdict's reason line: the largest difference between SD's and Mirror-SD's time,
+    in words, with the windows, tokens per verify step and verify steps the cards show."""
+    from ui.figures import cause_words
+    records = tiny_records()
+    c = cards(records)
+    sd, mirror = c["sd"], c["mirror"]
+    sd.windows, sd.verify_steps, sd.tokens = (2, 2, 4), 16, 48
+    mirror.windows, mirror.verify_steps, mirror.tokens = (1, 1, 1), 25, 48
+    parts = {"sd": {"draft_exposed": 0.76}, "mirror": {"draft_exposed": 0.87}}
+    text = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
+    assert text.startswith("Mirror-SD's windows were shorter (1 drafted token against SD's 2–4, median 2)")
+    assert "1.9 tokens per verify step against 3.0" in text
+    assert "so 25 verify steps (target forwards) against SD's 16" in text
+    assert text.count(".") <= 4 and "Also" not in text  # the minor wait is left to Statistics
+    # the same windows: the rejections are the cause
+    mirror.windows, mirror.rejections, sd.rejections = (2, 2, 4), 9, 1
+    assert "rejected Mirror-SD's drafts in 9 of its 25 steps" in cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
+    # Mirror-SD faster: fewer steps, less waiting
+    mirror.verify_steps, parts["mirror"]["draft_exposed"] = 12, 0.1
+    faster = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.07})
+    assert "so 12 verify steps (target forwards) against SD's 16" in faster and "waited 0.10 s for Mirror-SD's draft against 0.76 s" in faster
 
 
 def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verifying():
@@ -193,6 +248,11 @@ def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verif
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
     assert "SD won" in text and "Net: Mirror-SD" in text
+    from ui.figures import verdict_parts
+    from ui.results import _short_reason
+    html = _short_reason(verdict_parts(c, records, {"target_device": "cpu", "draft_device": "cpu"})[1])
+    reason = re.search(r'<p class="msd-verdict-why"><b>The reason:</b> (.*?) <span', html)[1]
+    assert "Net:" not in reason and ("Mirror-SD" in reason or "alike" in reason)  # the cause, not the net
     parts = {m: breakdown(records[m]) for m in ("sd", "mirror")}
     saved = parts["sd"]["draft_exposed"] - parts["mirror"]["draft_exposed"]
     lost = parts["mirror"]["verify"] - parts["sd"]["verify"]
@@ -230,7 +290,7 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
     from ui.whatif import render_table
     other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
-    assert "this run: γ 4" in other and "the verdict&#x27;s figures are the next table" in other
+    assert "this run: 4" in other and "the verdict&#x27;s figures are the next table" in other
 
 
 def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():
@@ -258,8 +318,8 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
     for m in ("sd", "mirror"):
         steps = c[m].verify_steps - 1
         mean = breakdown(records[m])["verify"] / steps * 1e3
-        assert f"{steps} steps ({mean:.0f} ms a step, mean)" in text or \
-            f"{steps} ({mean:.0f} ms a step, mean)" in text, (m, text)
+        assert f"{steps} of its {steps + 1} verify steps ({mean:.0f} ms a step, mean)" in text or \
+            f"{steps} of its {steps + 1} ({mean:.0f} ms a step, mean)" in text, (m, text)
     slow = verify_slowdown(records)
     if slow:
         assert f"at one window length, {slow['tokens']} tokens, the median verify forward" in text
@@ -273,31 +333,59 @@ def test_the_verdicts_verify_figures_name_their_window_and_statistic():
         assert ("tell alone from beside" in html) == (not apart)
 
 
+def _serial_after(rec, keep: int):
+    """A copy of `rec` whose draft spans after its first `keep` verify steps run after the
+    target's (the lanes one after the other there), as the overlap gate's serial steps do."""
+    from dataclasses import replace as dc_replace
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord
+    ends: dict = {}
+    for s in rec.spans:
+        if s.lane != "draft":
+            ends[s.step] = max(ends.get(s.step, 0), s.end_ns)
+    moved = [dc_replace(e, start_ns=ends[e.step] + 1, end_ns=ends[e.step] + 2)
+             if isinstance(e, Span) and e.lane == "draft" and e.step >= keep and e.step in ends else e
+             for e in rec.events]
+    return RunRecord(rec.method, moved, list(rec.times_ns), rec.t0_ns, list(rec.token_texts), dict(rec.id_texts))
+
+
 def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
-    records = tiny_records()
-    split = ("2 cores: target 1 thread and draft 1 while both work; a lane working alone 2; "
-             "lanes overlapped in 2 of 16 steps")
-    records["mirror"].finish.stats["lane_split"] = split
+    """The lanes-at-once count is read from the spans; its denominator is the card's verify
+    steps, on the verdict's line and in Statistics alike (the engine's own count is replaced)."""
+    from ui.why import lanes_at_once
+    records = dict(tiny_records())
+    records["mirror"] = rec = _serial_after(records["mirror"], 2)
+    steps = cards(records)["mirror"].verify_steps
+    at_once, n = lanes_at_once(rec)
+    assert n == steps and at_once <= 2 and 2 * at_once < steps
+    rec.finish.stats["lane_split"] = ("2 cores: target 1 thread and draft 1 while both work; a lane working "
+                                      f"alone 2; lanes overlapped in {at_once} of {steps - 1} steps")
     try:
         html = render_verdict(records, {})
         without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
         stats = render_statistics(records, {}, {})
     finally:
-        del records["mirror"].finish.stats["lane_split"]
-    assert "at once in only 2 of 16 steps here" in html  # most steps ran one lane after the other
+        del rec.finish.stats["lane_split"]
+    assert f"at once in only {at_once} of its {steps} verify steps here" in html
     assert "(how the lanes shared the cores: Statistics)" in html
     assert "Mirror-SD's two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
+    assert f"both lanes at once in {at_once} of its {steps} verify steps" in stats
+    assert f"of {steps - 1} steps" not in stats + html  # one count: never the engine's other one
     assert "at once in only" not in without and "two lanes" not in without
 
 
 def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
+    from ui.why import lanes_at_once
     records = tiny_records()
-    records["mirror"].finish.stats["lane_split"] = "2 GPUs: one lane each; lanes overlapped in 9 of 16 steps"
+    at_once, steps = lanes_at_once(records["mirror"])
+    assert 2 * at_once >= steps  # the tiny pair's lanes overlap in most steps
+    records["mirror"].finish.stats["lane_split"] = f"2 GPUs: one lane each; lanes overlapped in 9 of {steps - 1} steps"
     try:
         html = render_verdict(records, {})
     finally:
         del records["mirror"].finish.stats["lane_split"]
-    assert "lanes overlapped in 9 of 16 steps." in html and "at once in only" not in html
+    assert f"both lanes at once in {at_once} of its {steps} verify steps." in html
+    assert "at once in only" not in html
 
 
 def test_the_zoom_draws_a_step_the_lanes_overlapped_in():
@@ -354,3 +442,33 @@ def test_the_hardware_box_says_what_the_what_if_rows_b_and_c_show():
     no_sd = hardware_line(records, meta, {"over_sd": {"b": None, "c": 0.9},
                                           "rows": {"b": {"speedups": {"mirror": 1.09}}}})
     assert "Mirror-SD projects 1.09× AR" in no_sd and "even on the accelerator pair it projects 0.90× SD" in no_sd
+
+
+def test_statistics_leads_its_reason_as_the_verdict_does():
+    """Over interleaved runs whose ranges overlap the verdict says "The trade:"; the Statistics
+    fold's arithmetic uses the same lead (the same spreads), and names the run it is."""
+    records = tiny_records()
+    rounds = [cards(records) for _ in range(3)]
+    for r, x in zip(rounds, (1.05, 0.98, 1.2)):  # SD first by its median, its range overlapping AR's
+        r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 10.0, 10.0 * x, 9.9 * x
+    spreads = repeat_summary(rounds)
+    verdict_html = render_verdict(records, {}, None, spreads)
+    stats = render_statistics(records, {}, {}, 3, spreads)
+    assert "<b>The trade:</b>" in verdict_html and "<b>The trade:</b>" in stats
+    assert "the last of 3 interleaved runs" in stats
+
+
+def test_mirror_sd_s_card_says_its_hits_and_misses_even_when_none():
+    """Every step with its lanes in turn: 0 hits, 0 misses, still on Mirror-SD's card (its
+    strip shows as many); SD's card has no such row."""
+    from ui.figures import card
+    records = tiny_records()
+    stats = records["mirror"].finish.stats
+    saved = {k: stats[k] for k in ("hits", "fallbacks", "hit_rate")}
+    stats.update(hits=0, fallbacks=0, hit_rate=None)
+    try:
+        c = card(records["mirror"])
+    finally:
+        stats.update(saved)
+    assert (c.hits, c.misses) == (0, 0)
+    assert card(records["sd"]).hits is None

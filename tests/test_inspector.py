@@ -31,13 +31,15 @@ def test_steps_are_numbered_from_one_and_the_first_window_is_no_miss():
     assert f"<b>Step {len(order)}</b> of {len(order)}" in last
 
 
-def test_columns_are_labelled_from_y_n_and_scores_and_roots_are_explained():
+def test_columns_are_labelled_in_words_and_scores_and_roots_are_explained():
     rec = tiny_records()["mirror"]
     a = analyse(rec)
     step = next(s for s in sorted(a.steps) if a.steps[s].rollouts)
     html = render_inspector(rec, step)
-    assert "<th>yₙ</th><th>+1</th>" in html
-    assert "Column yₙ is the last committed token" in html
+    assert "<th>last</th><th>+1</th>" in html
+    assert "Column “last” is the last committed token" in html
+    shown = re.sub(r'title="[^"]*"', "", html)  # hover titles may name the glossary's symbols
+    assert not re.search("[γκτℓₙ]", shown)  # none on the page itself: plain words
     assert re.search(r'<abbr class="msd-term" title="[^"]*P\(the target keeps[^"]*">score</abbr>', html)
     assert 'class="msd-term" title="A branch' in html or ">root<" in html
 

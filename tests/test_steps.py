@@ -41,7 +41,10 @@ def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
     for (cls, *_), s in zip(cells, order):
         v = a.steps[s].verify
         assert f"o-{v.kind}" in cls
-    assert {"k-hit", "k-miss"} & {c.split()[0] for c, *_ in cells}  # the run has either
+    assert {"k-hit", "k-miss", "k-turn"} & {c.split()[0] for c, *_ in cells}  # the run has one
+    kinds = [c.split()[0] for c, *_ in cells]
+    stats = rec.finish.stats  # the cards' hits / misses: the strip shows as many of each
+    assert (kinds.count("k-hit"), kinds.count("k-miss")) == (stats["hits"], stats["fallbacks"])
 
 
 def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
@@ -101,7 +104,7 @@ def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window
     assert first.startswith("Step 1: The first window")
     assert "miss" not in first.split(";")[0]
     assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
-    assert "built 1 branch in 0.30 s while layers 3+ ran (0.40 s)" in first
+    assert "built 1 branch in 300 ms while layers 3+ ran (400 ms)" in first  # the zoom's unit
     assert "kept 1 of 2 and wrote ‘w3’" in first
     assert "matched branch no. 1, whose window was ready when the verdict came" in first
     assert second.startswith("Step 2: The window was a branch prepared during the previous step (a hit)")
@@ -211,3 +214,67 @@ def test_the_steps_hits_and_misses_are_the_engine_s_own_counts():
     outcomes = [verdict_outcome(sv) for sv in analyse(rec).steps.values()]
     stats = rec.finish.stats
     assert outcomes.count("hit") == stats["hits"] and outcomes.count("miss") == stats["fallbacks"]
+def test_the_zoom_and_the_narration_give_one_step_s_wait_in_the_same_words():
+    """The time from the verdict to the next window, for the step the zoom draws: the same
+    number in the same unit in the zoom's caption and in the inspector's narration."""
+    from ui.zoom import render_zoom, zoom_step
+    rec = tiny_records(48)["mirror"]
+    step = zoom_step(rec)
+    caption = re.search(r"finished it (\d+ ms) after the verdict|(before the verdict)", render_zoom(rec, {}))
+    told = narrate(rec, step)
+    if caption and caption[1]:
+        assert f"whose window was ready {caption[1]} after the verdict" in told
+    elif caption:
+        assert "ready when the verdict came" in told
+    assert not re.search(r"\d\.\d+ s after the verdict", told)  # under a second: milliseconds, as the zoom
+
+
+def test_a_step_whose_lanes_ran_in_turn_is_told_so_with_the_time_the_target_waited():
+    """A Mirror-SD step the overlap gate ran one lane after the other drafts the next window
+    in a plain "draft" span after its verdict: the next step says so, with that span's time
+    (never a miss's "0 ms" from a span it does not have)."""
+    from ui.inspector import all_steps, render_inspector
+    events = [
+        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
+        StepStart(0, 0, [1, 2]),
+        Span("target", "verify_forward", T0 + 10**8, T0 + 2 * 10**8, 0),
+        Verify(0, [1, 2], 1, [0.8, 0.1], [0.9, 0.4], 3, "correction"),
+        Commit(0, [1, 3], ["accepted", "correction"], ""),
+        Span("draft", "draft", T0 + 2 * 10**8, T0 + 2 * 10**8 + 70 * 10**6, 0),
+        DraftBranch(0, 1, 3, 0.0, [4, 5], [0.8, 0.8], "serial"),
+        StepStart(1, 2, [4, 5]),
+        Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
+        Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], ""),
+        Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0}, [1, 3, 4, 5, 6], ""),
+    ]
+    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
+    for i, ev in enumerate(events):
+        rec.add(ev, i * 10**8)
+    assert "then, the lanes in turn, the draft wrote the next window from the verdict (70 ms)" in narrate(rec, 0)
+    second = narrate(rec, 1)
+    assert "drafted after the previous verdict, the lanes in turn (the target waited 70 ms)" in second
+    assert "miss" not in second
+    assert "the lanes in turn (neither a hit nor a miss)" in render_inspector(rec, 1)
+    assert ">lanes in turn<" in all_steps(rec)
+    cells = _cells(render_strip(rec, selected=0))
+    assert "k-turn" in cells[0][0] and ">lanes in turn<" in render_strip(rec, selected=0)  # not a miss
+
+
+def test_the_zoom_says_instead_of_a_new_window_only_when_the_hit_saved_time():
+    """A hit whose branch finished after the verdict: the caption compares that wait with the
+    run's own redraft time (the inspector's figure), never claiming a saving it did not make."""
+    from statistics import median
+
+    from ui.steps import redraft_s
+    from ui.zoom import render_zoom
+    rec = tiny_records(48)["mirror"]
+    html = render_zoom(rec, {})
+    wait = re.search(r"finished it (\d+) ms after the verdict, so the target waited that long, ([^.]*)\.", html)
+    if wait is None:
+        return  # this run's zoomed step was not a late hit
+    steps = analyse(rec).steps
+    redrafts = [redraft_s(rec, s) * 1e3 for s in steps if steps[s].fallback is not None]
+    if redrafts and median(redrafts) <= int(wait[1]):
+        assert wait[2].startswith("longer than a window drafted after the verdict took in this run")
+    else:
+        assert wait[2] == "instead of a whole new window"

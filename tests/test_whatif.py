@@ -263,6 +263,24 @@ def test_every_label_in_the_panel_says_projection(runs):
     assert any("(projection)" in y for y in lanes) and any("(projection)" not in y for y in lanes)
 
 
+def test_row_a_is_labelled_the_models_estimate_and_the_measured_row_names_its_run(runs):
+    """Two "this machine" rows must not read as two measurements: row (a) is the latency
+    model's estimate (its gap from the measured row named as the model's error), and over
+    interleaved runs the measured row says it is the last run (the one replayed)."""
+    state = dict(state_of(runs[0]), rounds=[{}, {}, {}])
+    html, _ = panel.update(state, "c", *panel.input_defaults().values())
+    row_a = html.split("projection (a): ")[1].split("</tr>")[0]
+    assert row_a.startswith("this machine, the latency model&#x27;s estimate (not a measurement)")
+    assert "a check of the model, whose gap from the measured row is its error" in row_a
+    result = panel.project_state(state)[0]
+    gaps = {m: result["projected"]["a"][m]["ratio"] for m in wi.METHODS if result["projected"]["a"][m].get("ratio")}
+    worst = max(gaps, key=lambda m: abs(gaps[m] - 1))
+    if abs(gaps[worst] - 1) >= 0.05:
+        assert f"decode time is {gaps[worst]:.2f}× its measured one" in row_a
+    assert "measured on this machine (the last of the 3 runs" in html
+    assert "the last of the" not in panel.update(state_of(runs[0]), "c", *panel.input_defaults().values())[0]
+
+
 def test_panel_renders_for_a_loaded_trace(runs):
     data = export_trace(runs[1], "print the sum", state_of(runs[1])["settings"],
                         state_of(runs[1])["meta"])

@@ -22,7 +22,7 @@ from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
-from .runs import RunRecord, analyse, label, measured, verdict_outcome
+from .runs import RunRecord, analyse, label, measured, variant_of, verdict_outcome
 from .why import breakdown, contention, costs
 
 
@@ -67,8 +67,10 @@ def card(rec: RunRecord) -> Card | None:
                max(lengths)) if lengths else None
     parts = breakdown(rec) if rec.spans else None
     in_turn = sum(verdict_outcome(sv) == "turn" for sv in analyse(rec).steps.values())
+    # Mirror-SD always says its hits and misses, 0 / 0 when every step ran its lanes in turn
     has_branches = "hits" in stats and (stats.get("hits") or stats.get("fallbacks") or in_turn
-                                        or stats.get("hit_rate") is not None)
+                                        or stats.get("hit_rate") is not None
+                                        or variant_of(rec.method)[0] in having(early_exit=True))
     return Card(
         method=rec.method, tokens=int(m["tokens"]), wall_s=float(m["wall_s"]),
         ttft_s=m.get("prefill_s"), decode_s=m.get("decode_s"),
@@ -136,7 +138,8 @@ def spread(values: list[float | None]) -> Spread | None:
 
 def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]]:
     """Per method, median and range over the rounds of: time to first token, decode and end-to-end
-    speed, and both speedups over AR (each round's speedup against that round's AR)."""
+    speed, and both speedups over AR (each round's speedup against that round's AR). The page's
+    ratios divide the median speeds instead (`speeds`), so that they match the speeds shown."""
     keys = ("ttft_s", "decode_tps", "e2e_tps", "decode_speedup", "e2e_speedup")
     methods = [m for m in rounds[0]] if rounds else []
     out = {}
@@ -202,15 +205,18 @@ def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None
 
 
 def speeds(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[float | None, float | None, float | None]]:
-    """Per method (end-to-end tok/s, end to end over AR, decode over AR): the medians over the
-    interleaved runs when there were several, else this run's."""
-    out = {}
-    for m, x in c.items():
+    """Per method (end-to-end tok/s, end to end over AR, decode over AR): the medians of the
+    speeds over the interleaved runs when there were several, else this run's; each ratio is
+    that speed divided by AR's same figure, so a ratio always equals the two speeds shown
+    (the median of per-round ratios can differ from it)."""
+    def pick(m: str, key: str, own):
         s = (spreads or {}).get(m, {})
-        pick = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
-        out[m] = (pick("e2e_tps", x.e2e_tps), pick("e2e_speedup", x.e2e_speedup),
-                  pick("decode_speedup", x.decode_speedup))
-    return out
+        return s[key].median if key in s and s[key].n > 1 else own
+
+    tps = {m: (pick(m, "e2e_tps", x.e2e_tps), pick(m, "decode_tps", x.decode_tps)) for m, x in c.items()}
+    base = tps.get(baseline())
+    return {m: (e2e, _ratio(e2e, base[0]) if base else None, _ratio(dec, base[1]) if base else None)
+            for m, (e2e, dec) in tps.items()}
 
 
 def _speed_list(c: dict[str, Card], sp: dict) -> str:
@@ -285,7 +291,8 @@ def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict) -> list[
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):
-# times further apart than this are the run's noise, and the decode speed is the steadier figure
+# from one run (no range), times further apart than this are worth a note pointing to the
+# decode speed, the steadier figure
 FIRST_TOKEN_SPREAD = 1.3
 FIRST_TOKEN_GAP_S = 0.1  # and at least this far apart: a few milliseconds are not worth a word
 
@@ -307,9 +314,9 @@ def _first_token_note(c: dict[str, Card]) -> str:
         return ""
     return (f" Note: {label(slow)}'s time to first token ({ttft[slow]:.2f} s) was "
             f"{ttft[slow] / ttft[fast]:.1f}× {label(fast)}'s ({ttft[fast]:.2f} s) for the same work "
-            f"(the prompt and the first window): that gap is this run's noise, so compare their "
-            f"decode speeds ({label(sd)} {_x(c[sd].decode_speedup)}, {label(mirror)} "
-            f"{_x(c[mirror].decode_speedup)} AR's), or run 3 interleaved runs per method.")
+            f"(the prompt and the first window); one run gives no range to tell that gap from noise, "
+            f"so compare their decode speeds ({label(sd)} {_x(c[sd].decode_speedup)}, {label(mirror)} "
+            f"{_x(c[mirror].decode_speedup)} AR's), or choose “3, interleaved” runs.")
 
 
 def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None,
@@ -367,8 +374,10 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
     mean = {m: verify[m] / after[m] * 1e3 if after[m] else None for m in verify}
     per = {m: f" ({mean[m]:.0f} ms a step, mean)" if mean[m] else "" for m in mean}
-    verifying = (f"Verifying, after the first token: Mirror-SD {verify['mirror']:.2f} s in "
-                 f"{after['mirror']} steps{per['mirror']}, SD {verify['sd']:.2f} s in {after['sd']}{per['sd']}")
+    verifying = (f"Verifying, after the first token (each run's first verify step falls inside it): "
+                 f"Mirror-SD {verify['mirror']:.2f} s in {after['mirror']} of its {mirror.verify_steps} "
+                 f"verify steps{per['mirror']}, SD {verify['sd']:.2f} s in {after['sd']} of its "
+                 f"{sd.verify_steps}{per['sd']}")
     if mean["sd"] and mean["mirror"]:
         verifying += f": {mean['mirror'] / mean['sd']:.2f}× per step, mean over all windows"
     if slow:
@@ -385,7 +394,63 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
                f"waited {-saved:.2f} s longer for the draft")
     verifying_net = f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying"
     net = f"Net: Mirror-SD {waiting} and {verifying_net}."
-    return f" {lead}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
+    cause = cause_words(sd, mirror, parts, {m: verify[m] / after[m] if after[m] else None for m in verify})
+    return f" {lead}{ITEM}{cause}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
+
+
+def _window_words(x: Card) -> str:
+    """'1', '2–4, median 2': drafted tokens per window."""
+    lo, mid, hi = x.windows
+    return f"{lo}" if lo == hi else f"{lo}–{hi}, median {mid:g}"
+
+
+def cause_words(sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
+    """Why Mirror-SD ended faster or slower than SD, in one or two plain sentences from the
+    runs' own figures: the time each difference accounts for (more or fewer verify steps at
+    SD's mean cost a step; a dearer or cheaper verify step; waiting for the draft; the first
+    token), the largest named first, with what caused it (window lengths, rejections)."""
+    effects = {"ttft": (mirror.ttft_s or 0.0) - (sd.ttft_s or 0.0),
+               "wait": (parts["mirror"].get("draft_exposed") or 0.0) - (parts["sd"].get("draft_exposed") or 0.0)}
+    if mean_s["sd"] and mean_s["mirror"]:
+        after_m, after_s = max(0, mirror.verify_steps - 1), max(0, sd.verify_steps - 1)
+        effects["steps"] = (after_m - after_s) * mean_s["sd"]
+        effects["per_step"] = after_m * (mean_s["mirror"] - mean_s["sd"])
+    lost = sum(effects.values()) >= 0  # Mirror-SD slower than SD over these parts
+    sign = 1 if lost else -1
+    ranked = sorted((k for k, v in effects.items() if sign * v > 0), key=lambda k: -sign * effects[k])
+    if not ranked:
+        return "Mirror-SD and SD spent their time alike."
+    words = [_effect_words(k, lost, sd, mirror, parts, mean_s) for k in ranked[:2]]
+    total = sign * effects[ranked[0]] + (sign * effects[ranked[1]] if len(ranked) > 1 else 0.0)
+    if len(words) > 1 and sign * effects[ranked[1]] < 0.25 * total:
+        words = words[:1]  # a minor second cause is for the Statistics fold
+    first = words[0][:1].upper() + words[0][1:]
+    return f"{first}." + (f" Also, {words[1]}." if len(words) > 1 else "")
+
+
+def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
+    if key == "steps":
+        if sd.windows and mirror.windows and mirror.windows[1] != sd.windows[1]:
+            shorter = "shorter" if mirror.windows[1] < sd.windows[1] else "longer"
+            own = _window_words(mirror)
+            why = (f"Mirror-SD's windows were {shorter} ({own} drafted token{'' if own == '1' else 's'} "
+                   f"against SD's {_window_words(sd)})")
+        else:
+            why = (f"the target rejected Mirror-SD's drafts in {mirror.rejections} of its {mirror.verify_steps} "
+                   f"steps against SD's in {sd.rejections} of {sd.verify_steps}")
+        return (f"{why}: {mirror.tokens_per_step:.1f} tokens per verify step against {sd.tokens_per_step:.1f}, "
+                f"so {mirror.verify_steps} verify steps (target forwards) against SD's {sd.verify_steps}")
+    if key == "per_step":
+        return (f"each of Mirror-SD's verify steps took {'longer' if lost else 'less time'}: "
+                f"{mean_s['mirror'] * 1e3:.0f} ms against SD's {mean_s['sd'] * 1e3:.0f} ms (mean)")
+    if key == "wait":
+        m, s = (parts[x].get("draft_exposed") or 0.0 for x in ("mirror", "sd"))
+        hidden = mirror.draft_hidden_s or 0.0
+        return (f"the target waited {m:.2f} s for Mirror-SD's draft against {s:.2f} s for SD's"
+                + (f" (Mirror-SD hid {hidden:.2f} s of drafting beside the target)" if hidden and not lost else ""))
+    return (f"Mirror-SD's time to first token was {'longer' if lost else 'shorter'}: "
+            f"{mirror.ttft_s:.2f} s against SD's {sd.ttft_s:.2f} s, for the same work (the prompt and the "
+            f"first window)")
 
 
 def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict | None = None) -> str:

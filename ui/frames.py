@@ -178,7 +178,8 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(records.get("mirror"), dict(meta, branch_budget=settings.get("branch_budget"))),
         how=render_how(records, meta),
-        statistics=render_statistics(records, settings, meta), timeline=build_timeline(records),
+        statistics=render_statistics(records, settings, meta, len(rounds or []) or 1, spreads),
+        timeline=build_timeline(records),
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),
         trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,
@@ -186,22 +187,24 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
 
 
 def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:
+    """The status line while a run is under way, one timer in it: 'Round 1 of 3: SD running,
+    2 s so far. ...' (the time since Run was pressed)."""
+    so_far = f"{time.monotonic() - t_start:.0f} s so far"
     if job.current is None:  # loading or warming up: the message, and one timer
         timed = re.search(r"\d+ s (ago|so far)", job.message)
-        elapsed = "" if timed else f" · {time.monotonic() - t_start:.0f} s"
-        return render_status(f"{job.message}{elapsed}", "info", job.fraction)
+        return render_status(job.message if timed else f"{job.message}, {so_far}", "info", job.fraction)
     i = methods.index(job.current) + 1
     done = [f"{label(m)} {measured(job.records[m])['wall_s']:.1f} s"
             for m in methods if m in job.records and job.records[m].finish is not None]
-    tail = f" · finished: {', '.join(done)}" if done else ""
-    again = f"round {round_no} of {rounds}, " if rounds > 1 else ""
+    again = f"Round {round_no} of {rounds}: " if rounds > 1 else ""
+    name = label(job.current)
+    turns = (f" The methods take turns, each timed alone on the hardware; done{' this round' if rounds > 1 else ''}: "
+             f"{', '.join(done)}." if done else
+             " The methods take turns, each timed alone on the hardware." if len(methods) > 1 else "")
     # no token count here: the pane counts the tokens it has drawn, and a count read at the
     # poll would run ahead of or behind it
-    return render_status(f"Running {label(job.current)} ({again}{i} of {len(methods)}), alone on "
-                         f"the hardware{tail}. Its pane draws each step as "
-                         f"the engine commits it; the page gets a few hundred bytes per step and "
-                         f"the server renders nothing while a run is timed.", "info",
-                         ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
+    return render_status(f"{again}{name if again else name[:1].upper() + name[1:]} running, {so_far}.{turns}",
+                         "info", ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
 
 
 def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:
@@ -213,7 +216,8 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
     ratios = [f"{label(m)} {sp[m][1]:.2f}×" for m in c if m != "ar" and sp[m][1] is not None]
     message = "Done."
     if ratios:
-        many = f", medians of {len(rounds)} interleaved runs" if spreads else ""
+        many = (f"; each method's median speed over {len(rounds)} interleaved runs divided by AR's"
+                if spreads else "")
         message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many}; "
                    f"the verdict below says why). The race below replays the last runs side by side.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):

@@ -19,7 +19,7 @@ import gradio as gr
 
 from . import texts
 from .runs import RunRecord, StepView, analyse, drafts, exit_off, label, verdict_outcome
-from .steps import narrate, render_strip, step_kind, visible, window_note
+from .steps import lanes_in_turn, narrate, render_strip, step_kind, visible, window_note
 
 esc = html.escape
 ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
@@ -27,6 +27,7 @@ ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothi
            "hit": "a branch prepared during the previous step (a hit)",
            "miss": "redrafted serially after the previous verdict found no prepared branch (a miss)",
            "turn": "drafted after the previous verdict, the lanes in turn (neither a hit nor a miss)",
+           "in turn": "drafted after the previous verdict: that step ran its lanes one after the other",
            "plain": "no draft (a plain target step)"}
 STATUS = {"taken": ("taken", "Reused as the next window: a hit."),
           "cancelled": ("cancelled", "Dropped: the verdict landed elsewhere (or the early exit "
@@ -71,7 +72,7 @@ def _percent(p: float) -> str:
 def _last_committed(sv: StepView, tokens) -> str:
     if sv.committed == 0:
         return "end of prompt"
-    return visible(tokens[sv.committed - 1].text) if sv.committed - 1 < len(tokens) else "yₙ"
+    return visible(tokens[sv.committed - 1].text) if sv.committed - 1 < len(tokens) else "last"
 
 
 def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
@@ -114,18 +115,19 @@ def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
         elif not rooted and (sv.rollouts or sv.fallback):
             how = "; no rollout was rooted there, so the next window is drafted after the verdict"
         found = (f'<p class="msd-muted">The target\'s own token at row {A} '
-                 f'{"<b>was</b>" if inside else "<b>was not</b>"} among the early-exit '
-                 f'top-{len(ee.token_ids[A])}{how}.</p>')
+                 f'{"<b>was</b>" if inside else "<b>was not</b>"} among the early exit\'s top '
+                 f'{len(ee.token_ids[A])} guesses{how}.</p>')
     lens = f" read through the {_term('exit lens', 'exit lens')}," if ee.lens else ""
     return (f'<p class="msd-muted">After layer {ee.layer} (the {_term("exit layer", "exit layer")}),{lens} '
             f'the target\'s final norm and LM head give its early guesses. Row j guesses the token '
-            f'after yₙ, d₁…d_j; the percentages are the early exit\'s probabilities. '
+            f'after the last committed token and the first j drafted ones; the percentages are the '
+            f'early exit\'s probabilities. '
             f'<span class="msd-chip is-draft">outlined</span> = the drafted token, '
             f'<span class="msd-chip k-accepted">green</span> = accepted, '
             f'<span class="msd-chip k-correction">red</span> / <span class="msd-chip k-bonus">purple</span> '
             f'= the full target\'s own token after a rejection / as its bonus.</p>'
             f'<table class="msd-table msd-ee"><thead><tr><th>j</th><th>after</th>'
-            f'<th>drafted next</th><th>early-exit top-κ (probability)</th><th>verdict</th></tr></thead>'
+            f'<th>drafted next</th><th>the early exit\'s top guesses (probability)</th><th>verdict</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{found}')
 
 
@@ -167,7 +169,7 @@ def _branch_notes(rec: RunRecord, sv: StepView) -> str:
     return note
 
 
-def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
+def _branches(rec: RunRecord, sv: StepView, last: str, kind: str, origin: str | None = None) -> str:
     v = sv.verify
     window = sv.window
     gamma = len(window)
@@ -180,7 +182,7 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
         state = "" if A is None else "k-accepted" if i < A else "is-rejected" if i == A else "is-unchecked"
         wcells.append(f"<td>{_chip(rec, t, state)}</td>")
     wcells += ['<td></td>'] * (width - len(wcells))
-    rows = [f'<tr class="b-window b-{kind}"><th>window ({esc(ORIGINS.get(kind, kind))})</th>'
+    rows = [f'<tr class="b-window b-{kind}"><th>window ({esc(ORIGINS.get(origin or kind, kind))})</th>'
             f'{"".join(wcells)}</tr>']
     if v is not None:
         cells = ['<td></td>'] * (1 + A) + [f"<td>{_chip(rec, v.token, _target_cls(v.kind))}</td>"]
@@ -203,12 +205,13 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str) -> str:
         b = sv.in_turn
         label = f'{_status("turn")} from the verdict, the lanes in turn'
         rows.append(_branch_row(rec, label, "b-turn", 1 + b.depth, b.root_token, b.tokens, width))
-    head = "<th>yₙ</th>" + "".join(f"<th>+{i}</th>" for i in range(1, width))
+    head = "<th>last</th>" + "".join(f"<th>+{i}</th>" for i in range(1, width))
     ranked_by = "the draft's" if exit_off(rec.method) else "the draft's and the early exit's"
     note = _branch_notes(rec, sv)
-    return (f'<p class="msd-muted">Column yₙ is the last committed token, column +k the k-th '
+    return (f'<p class="msd-muted">Column “last” is the last committed token, column +k the k-th '
             f'token after it. A rollout starts at its {root} (j, v), drawn with a dashed '
-            f'outline in column +(j+1): the guess that the target keeps d₁…d_j and then writes v. '
+            f'outline in column +(j+1): the guess that the target keeps the first j drafted tokens '
+            f'and then writes v. '
             f'Branches are ranked by {score}: {ranked_by} estimate that the '
             f'verdict lands on that root (no. 1 = most likely, rolled out first).</p>'
             f'<div class="msd-scroll"><table class="msd-table msd-tree"><thead><tr><th></th>{head}'
@@ -234,7 +237,7 @@ def _verification(rec: RunRecord, sv: StepView, greedy: bool) -> str:
                       f'{_chip(rec, v.token, "k-correction")}')
         else:
             result = '<span class="msd-muted">not checked (after a rejection)</span>'
-        rows.append(f"<tr><td>d{_sub(i + 1)}</td><td>{_chip(rec, t)}</td><td>{q:.3f}</td>"
+        rows.append(f"<tr><td>{i + 1}</td><td>{_chip(rec, t)}</td><td>{q:.3f}</td>"
                     f"<td>{p:.3f}</td>{rule}<td>{result}</td></tr>")
     if v.kind == "bonus":
         blank = "<td></td>" * (3 if greedy else 4)
@@ -250,7 +253,7 @@ def _verification(rec: RunRecord, sv: StepView, greedy: bool) -> str:
                 "the target samples from normalize(max(0, p − q)).")
         ratio = "<th>min(1, p/q)</th>"
     return (f'<p class="msd-muted">{rule}</p><table class="msd-table msd-verify"><thead><tr>'
-            f'<th>i</th><th>token</th><th>q (draft)</th><th>p (target)</th>{ratio}'
+            f'<th>drafted no.</th><th>token</th><th>q (draft)</th><th>p (target)</th>{ratio}'
             f'<th>result</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
@@ -284,6 +287,7 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     sv = a.steps[step]
     pos = steps.index(step)
     kind = step_kind(rec, sv, pos == 0)
+    origin = "in turn" if kind == "miss" and pos > 0 and lanes_in_turn(rec, steps[pos - 1]) else kind
     last = _last_committed(sv, a.tokens)
     v = sv.verify
     verdict = ""
@@ -294,13 +298,13 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
-            f'{esc(ORIGINS.get(kind, kind))}{_window(v)}{verdict} · committed '
+            f'{esc(ORIGINS.get(origin, kind))}{_window(v)}{verdict} · committed '
             f'<code>{esc(committed)}</code></div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
     return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'
             f'<p class="msd-narration">{replay}{esc(narrate(rec, step))}</p>{head}'
             f'<h4>1 · Early exit: the target\'s guesses part-way through</h4>{_early_exit(rec, sv, last)}'
-            f'<h4>2 · Draft branches</h4>{_branches(rec, sv, last, kind)}'
+            f'<h4>2 · Draft branches</h4>{_branches(rec, sv, last, kind, origin)}'
             f'<h4>3 · Verification (p = target, q = draft)</h4>{_verification(rec, sv, greedy)}'
             f'{all_steps(rec)}</div>')
 

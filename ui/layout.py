@@ -238,8 +238,8 @@ def _folds(c: dict) -> None:
         with gr.Row():
             drafting = [(label(m), m) for m in method_names() if m != "ar"]
             own = [m for _, m in drafting if m not in VARIANTS] or [m for _, m in drafting]
-            c["which"] = gr.Radio(drafting, value=own[-1] if own else None,  # the run it opens on
-                                  label="run", scale=1)
+            # the run the inspector opens on after a run (frames._inspect_target): Mirror-SD, not a variant
+            c["which"] = gr.Radio(drafting, value=own[-1] if own else None, label="run", scale=1)
             c["step"] = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
                                   elem_id="step-slider", scale=4)
         c["inspector"] = gr.HTML(render_inspector(None, 0), elem_id="inspector", js_on_load=PICK_JS)

@@ -204,12 +204,14 @@ function raceTick(now) {
   const clock = B.speed === Infinity ? Infinity : (now - r.start) * B.speed;
   for (const m of B.order) { const run = B.runs[m]; if (run.on) advance(run, clock); }
   if (B.cursor) B.cursor.style.setProperty('--a', Math.min(clock, r.end));
-  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ': t = ' +
-         secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ' (each run from its own start, at its measured pace)');
+  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ' of the timed runs' +
+         (B.rounds > 1 ? ' (round ' + B.rounds + ' of ' + B.rounds + ')' : '') + ': t = ' +
+         secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ', each from its own start at its measured pace');
   if (clock < r.end) return true;
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
-  header('Race over: ' + order.join(', then ') + ' finished. The panes below show each run in full (click a token for its step).');
+  const last = B.rounds > 1 ? ' (round ' + B.rounds + ' of ' + B.rounds + ')' : '';
+  header('Race over' + last + ': ' + order.join(', then ') + ' finished. Below: each run in full (click a token for its step).');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
 }
@@ -247,10 +249,11 @@ function handle(msg) {
   if (!msg || msg.seq === B.seq) return;
   B.seq = msg.seq;
   if (msg.op === 'start') {
-    build(msg.runs); B.mode = 'live'; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
+    build(msg.runs); B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
     board().classList.add('is-on');
-    header('Live: each pane draws its run step by step as the engine commits tokens (the runs take turns on the hardware' +
-           (msg.round && msg.round[1] > 1 ? '; round ' + msg.round[0] + ' of ' + msg.round[1] : '') + ').');
+    header((msg.round && msg.round[1] > 1 ? 'Round ' + msg.round[0] + ' of ' + msg.round[1] + ', live: ' : 'Live: ') +
+           'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ' +
+           'They race side by side, at their measured pace, when the last run ends.');
     kick();
   } else if (msg.op === 'feed') {
     if (B.mode !== 'live') return;

@@ -38,8 +38,7 @@ class Preparer(threading.Thread):
         """What it is doing, in a line; '' once done without error."""
         if self.done.is_set():
             return f"The background preparation failed: {self.error}" if self.error else ""
-        return self.pairs.describe() or (f"{self.message} · {time.monotonic() - self.since:.0f} s "
-                                         f"so far")
+        return self.pairs.describe() or f"{self.message}, {time.monotonic() - self.since:.0f} s so far"
 
     def run(self) -> None:
         try:

@@ -15,7 +15,7 @@ from .figures import (ITEM, Card, Spread, cards, exit_bought, runs_of, level_wit
 from .render import term
 from .whatif import projection_line
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
-from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share
+from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
 esc = html.escape
 
@@ -86,27 +86,31 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
 
 
 def _short_reason(reason: str) -> str:
-    """The reason in one line (its net, when it has one), notes on a second; every item of it,
-    with its arithmetic, in the Statistics fold (`reason_items`)."""
+    """The reason in one line (its plain cause, the first item), notes on a second; every item of
+    it, with its arithmetic, in the Statistics fold (`reason_items`)."""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
     if not items:
         return f'<p class="msd-verdict-why">{esc(lead)}</p>'
-    net = next((x for x in items if x.startswith("Net:")), items[0])
     notes = [x for x in items if x.startswith(("Note:", "Over "))]
-    line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(net)} <span class="msd-more">'
+    # the plain cause first (figures.cause_words): its main sentence here, a second one and the
+    # arithmetic in Statistics
+    cause = items[0].split(" Also, ")[0]
+    line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(cause)} <span class="msd-more">'
             f'(the arithmetic: Statistics)</span></p>')
     return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
 
 
-def reason_items(records: dict[str, RunRecord], meta: dict) -> str:
-    """The verdict's reason in full, one item per line (the Statistics fold)."""
+def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, spreads: dict | None = None) -> str:
+    """The verdict's reason in full, one item per line (the Statistics fold), with the
+    verdict's own lead (`spreads` as the verdict had them)."""
     done = finished(records)
-    head, reason = verdict_parts(cards(done), done, meta)
+    head, reason = verdict_parts(cards(done), done, meta, spreads)
     if not reason:
         return ""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
     lines = [f"<b>{esc(lead)}</b> {esc(items[0])}" if items else esc(lead)] + [esc(x) for x in items[1:]]
-    return ('<div class="msd-sub">The verdict\'s arithmetic</div><ul class="msd-verdict-why">'
+    which = f" (the last of {runs} interleaved runs, as the cards' other rows)" if runs > 1 else ""
+    return (f'<div class="msd-sub">The verdict\'s arithmetic{which}</div><ul class="msd-verdict-why">'
             + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
 
@@ -210,18 +214,18 @@ def _val(own: float | None, s: Spread | None, spec: str, unit: str = "") -> str:
             f'over {s.n} interleaved runs">[{format(s.low, spec)}–{format(s.high, spec)}]</small>')
 
 
-def _card_rows(c: Card, s: dict) -> list[tuple[str, str, str]]:
-    """(label, value, glossary key) rows of one card."""
+def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str, str, str]]:
+    """(label, value, glossary key) rows of one card; `ratios`: (end to end, decode) over AR as
+    `speeds` gives them (the speeds shown divided by AR's), else this run's."""
     x = lambda v: "–" if v is None else f"{v:.2f}×"  # noqa: E731
-    med = lambda key, own: s[key].median if key in s and s[key].n > 1 else own  # noqa: E731
+    e2e_x, decode_x = ratios or (c.e2e_speedup, c.decode_speedup)
     rows = [("time to first token", _val(c.ttft_s, s.get("ttft_s"), ".2f", " s"), "ttft"),
             ("decode speed", _val(c.decode_tps, s.get("decode_tps"), ".2f", " tok/s"), "decode"),
             ("end to end", _val(c.e2e_tps, s.get("e2e_tps"), ".2f", " tok/s")
              + ("" if "e2e_tps" in s and s["e2e_tps"].n > 1 else f" ({c.tokens} tokens in {c.wall_s:.2f} s)"), "e2e")]
-    if c.method != "ar" and c.decode_speedup is not None:
+    if c.method != "ar" and decode_x is not None:
         rows.append(("over AR, decode / end to end",
-                     f"<b>{x(med('decode_speedup', c.decode_speedup))}</b> / "
-                     f"<b>{x(med('e2e_speedup', c.e2e_speedup))}</b>", "speedup"))
+                     f"<b>{x(decode_x)}</b> / <b>{x(e2e_x)}</b>", "speedup"))
     if c.verify_steps:
         rows.append(("verify steps", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per step "
                      f"({c.tokens} / {c.verify_steps})", "verify step"))
@@ -245,37 +249,54 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
     c = cards(finished(records))
     if not c:
         return ""
+    sp = speeds(c, spreads)
     out = []
     for m, card in c.items():
         rows = "".join(f'<tr><th>{term(name, key)}</th><td>{value}</td></tr>'
-                       for name, value, key in _card_rows(card, (spreads or {}).get(m, {})))
+                       for name, value, key in _card_rows(card, (spreads or {}).get(m, {}),
+                                                          (sp[m][1], sp[m][2])))
         state = "" if card.complete else ' <span class="msd-badge s-stopped">stopped</span>'
         out.append(f'<div class="msd-card m-{esc(m)}" data-method="{esc(m)}">'
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
                    f'<table>{rows}</table></div>')
     runs = runs_of(spreads)
-    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; the other rows: "
-            f"the last run." if runs > 1 else "")
+    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
+            f"medians divided by AR's; the other rows: the last run." if runs > 1 else "")
     return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
             f'alone, one after another, warm.{many} Hover a label for its definition.</div>'
             f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
             f'{render_checks(records, settings or {}, meta)}')
 
 
+OVERLAP_COUNT = re.compile(r"lanes overlapped in \d+ of \d+ steps")
+
+
+def lane_words(rec: RunRecord) -> tuple[str, int, int]:
+    """(how Mirror-SD's lanes shared the machine, in the engine's words (Finish stats
+    `lane_split`) with its step count replaced by the spans' own; steps with both lanes at
+    once; verify steps): one count, whose denominator is the cards' verify steps."""
+    split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
+    at_once, steps = lanes_at_once(rec)
+    if split and steps:
+        count = f"both lanes at once in {at_once} of its {steps} verify steps"
+        split = OVERLAP_COUNT.sub(count, split) if OVERLAP_COUNT.search(split) else f"{split}; {count}"
+        split = split.replace("(measured: ", "(the step timings that chose: ")
+    return split, at_once, steps
+
+
 def _lanes_line(rec: RunRecord) -> str:
     """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
-    overlap gate), that in one bold line; else the engine's words (Finish stats `lane_split`:
-    how they shared the cores, in how many steps they overlapped), in full in Statistics."""
-    split = str((rec.finish.stats if rec.finish else {}).get("lane_split") or "")
+    overlap gate), that in one bold line; else the engine's words (`lane_words`: how they shared
+    the cores, in how many verify steps both worked at once), in full in Statistics."""
+    split, at_once, steps = lane_words(rec)
     if not split:
         return ""
-    counts = re.search(r"lanes overlapped in (\d+) of (\d+) steps", split)
-    if counts and 2 * int(counts[1]) < int(counts[2]):  # most steps ran one lane after the other
+    if steps and 2 * at_once < steps:  # most steps ran one lane after the other
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
-                f'its two lanes at once in only {counts[1]} of {counts[2]} steps here: overlapping them '
-                f'measured slower on this machine, so the other steps ran one lane after the other, '
-                f'as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
+                f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
+                f'them measured slower on this machine, so the other steps ran one lane after the '
+                f'other, as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
                 f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
@@ -290,7 +311,7 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
     ("time to first token (s)", "prefill_s", ".2f", "ttft"),
     ("decode speed (tokens / s after the first token)", "decode_tokens_per_s", ".2f", "decode"),
     ("target forwards", "target_forwards", "d", None),
-    ("tokens per target forward (τ)", "mean_accepted", ".2f", "tau"),
+    ("tokens per target forward", "mean_accepted", ".2f", "tau"),
     ("drafted tokens accepted", "acceptance_rate", ".0%", None),
     ("hits / (hits + misses)", "hit_rate", ".0%", "hit"),
     ("misses (branches raced the verdict, none matched)", "fallbacks", "d", "fallback"),
@@ -359,7 +380,7 @@ def render_breakdown(done: dict[str, RunRecord]) -> str:
             f'{"".join(rows)}<div class="msd-bk-key">{key}</div></div>')
 
 
-def render_lanes(done: dict[str, RunRecord]) -> str:
+def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     """The measured per-forward costs, the lanes' contention and the early exit's share."""
     c, lines = costs(done), []
     k = contention(c)
@@ -377,7 +398,7 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward (a batch of branches) beside the target took "
                      f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")
-    split = (done["mirror"].finish.stats.get("lane_split") if "mirror" in done and done["mirror"].finish else None)
+    split = lane_words(done["mirror"])[0] if "mirror" in done and done["mirror"].finish else ""
     if split:
         lines.append(f"Mirror-SD's two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
@@ -390,12 +411,13 @@ def render_lanes(done: dict[str, RunRecord]) -> str:
             f"started from one of its guesses and {ee['hits_from_draft']} from the draft's own")
     if not lines:
         return ""
-    return ('<div class="msd-sub">Measured on this run (medians over the steps after the '
-            'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
+    which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
+    return (f'<div class="msd-sub">Measured on {which} (medians over the steps after the '
+            f'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
 
 def render_statistics(records: dict[str, RunRecord], settings: dict | None = None,
-                      meta: dict | None = None) -> str:
+                      meta: dict | None = None, runs: int = 1, spreads: dict | None = None) -> str:
     """The fold under the results: checks, where the time went, measured costs, every figure."""
     settings, meta = settings or {}, meta or {}
     done = finished(records)
@@ -407,12 +429,13 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
         f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
             f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
         for name, key, spec, tip in METRICS)
-    table = ('<table class="msd-table"><thead><tr><th>all runs, totals</th>'
+    which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
+    table = (f'<table class="msd-table"><thead><tr><th>{which}, totals</th>'
              + "".join(f"<th>{esc(label(m))}</th>" for m in order)
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)
     cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
-    return (f'<div class="msd-summary">{reason_items(records, meta)}{cross}{render_lanes(done)}{table}'
+    return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
 
 
@@ -434,10 +457,13 @@ def render_checks(records: dict[str, RunRecord], settings: dict, meta: dict) -> 
     return f'<ul class="msd-checks">{checks}{_fairness(meta, list(done))}</ul>'
 
 
+SETTING_WORDS = (("window setting", "gamma"), ("early-exit guesses", "kappa"), ("exit layer", "exit layer"))
+
+
 def _with_terms(text: str) -> str:
-    """The settings line with its symbols defined on hover."""
-    for symbol, key in (("γ=", "gamma"), ("κ=", "kappa"), ("exit layer ℓₑ=", "exit layer")):
-        text = text.replace(symbol, term(symbol[:-1], key) + "=", 1)
+    """The settings line with its words defined on hover (the glossary names their symbols)."""
+    for words, key in SETTING_WORDS:
+        text = text.replace(f"{words} ", term(words, key) + " ", 1)
     return text
 
 
@@ -471,15 +497,15 @@ def _settings_line(settings: dict, meta: dict) -> str:
                      + (f", draft {dp}" if dp and dp not in ("same", meta["precision"]) else ""))
     if settings:
         t = float(settings.get("temperature", 0.0))
-        parts.append(f"γ={settings.get('gamma')} κ={settings.get('kappa')} "
-                     f"exit layer ℓₑ={meta.get('exit_layer', settings.get('exit_layer'))} "
+        parts.append(f"window setting {settings.get('gamma')} tokens · early-exit guesses {settings.get('kappa')} "
+                     f"per position · exit layer {meta.get('exit_layer', settings.get('exit_layer'))} · "
                      f"branch budget {settings.get('branch_budget')}")
         auto = meta.get("auto")
         if auto:
             sp = auto.get("projected_speedup")
-            parts.append(f"γ and budget chosen automatically (projected {sp:.2f}× by the latency "
+            parts.append(f"window and branch budget chosen automatically (projected {sp:.2f}× by the latency "
                          f"model from a {auto.get('probe_s', 0):.1f} s probe: a projection)"
-                         if sp is not None else "γ and budget chosen automatically")
+                         if sp is not None else "window and branch budget chosen automatically")
         parts.append("greedy" if t == 0 else
                      f"temperature {t:g}, top-p {settings.get('top_p')}, seed {settings.get('seed')}")
         parts.append(f"max {settings.get('max_new_tokens')} new tokens")

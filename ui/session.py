@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -144,8 +145,10 @@ class PairCache:
         now = self.loading
         if now is None:
             return ""
-        return (f"{now['message']} · {time.monotonic() - now['since']:.0f} s so far. Press Run at "
-                f"any time: the run starts when the models are ready.")
+        timer = "" if re.search(r"\d+ s so far", now["message"]) else (
+            f", {time.monotonic() - now['since']:.0f} s so far")  # one timer: the loader's own when it has one
+        return (f"{now['message']}{timer}. Press Run at any time: the run starts when the models "
+                f"are ready.")
 
     def clear(self) -> None:
         """Drop every loaded pair (waits for runs still using them)."""

@@ -46,7 +46,7 @@ KINDS = {  # strip kind -> (label, definition)
     "plain": ("no draft", "A plain target step: no drafted window."),
 }
 WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows.py)
-    "gamma": "the length the window policy set for it (γ at the start; adaptive windows grow by 2 after a fully accepted window and shrink by 1 after a rejection)",
+    "gamma": "the length the window policy set for it (the window setting at the start; adaptive windows grow by 2 after a fully accepted window and shrink by 1 after a rejection)",
     "confidence": "the draft's probability of its last token fell below the threshold",
     "eos": "the draft wrote an end-of-sequence token",
     "room": "no more tokens were left to generate",
@@ -138,10 +138,13 @@ def step_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
 
 
 def strip_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
-    """A strip cell's kind: Mirror-SD's verdict outcome (hit, miss, end), else step_kind."""
+    """A strip cell's kind: Mirror-SD's verdict outcome (hit, miss, end; "turn" for a step whose
+    lanes ran one after the other, which the engine counts neither a hit nor a miss), else
+    step_kind."""
     if not _mirror(rec) or sv.verify is None:
         return step_kind(rec, sv, first)
-    return verdict_outcome(sv) or "end"
+    outcome = verdict_outcome(sv) or "end"
+    return "turn" if outcome == "miss" and lanes_in_turn(rec, sv.step) else outcome
 
 
 def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
@@ -159,7 +162,23 @@ def _after_verdict(rec: RunRecord, step: int) -> float:
 
 
 def _fmt_s(x: float) -> str:
-    return f"{x:.2f} s" if x >= 0.095 else f"{x * 1e3:.0f} ms"
+    """A step's time as the zoomed step prints it: whole milliseconds under a second."""
+    return f"{x:.2f} s" if x >= 1.0 else f"{x * 1e3:.0f} ms"
+
+
+def lanes_in_turn(rec: RunRecord, step: int) -> bool:
+    """Whether Mirror-SD ran `step` with its lanes one after the other (the overlap gate): no
+    branches beside the target, the next window drafted after the verdict in a plain "draft"
+    span (an overlapped step that missed drafts it in a "fallback" span)."""
+    return any(s.step == step and s.lane == "draft" and s.label == "draft" for s in rec.spans) and \
+        not any(s.step == step and s.label in ("branches", "fallback") for s in rec.spans)
+
+
+def redraft_s(rec: RunRecord, step: int) -> float:
+    """Seconds the draft spent writing the next window after `step`'s verdict (the target
+    waited for them): a miss's redraft, or the window of a step whose lanes ran in turn (only
+    for a step whose next window came after its verdict: SD drafts its own "draft" spans)."""
+    return _seconds(rec, step, "fallback", "draft")
 
 
 def _exit_guess(rec: RunRecord, sv: StepView) -> str:
@@ -180,11 +199,14 @@ def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> st
     if kind == "hit":
         return "the window was a branch prepared during the previous step (a hit)"
     if kind == "miss" and previous is not None:
+        if lanes_in_turn(rec, previous):
+            return (f"the window was drafted after the previous verdict, the lanes one after the other "
+                    f"(the target waited {_fmt_s(redraft_s(rec, previous))})")
         return (f"the window was redrafted after a miss (the target waited "
-                f"{_fmt_s(_seconds(rec, previous, 'fallback'))})")
+                f"{_fmt_s(redraft_s(rec, previous))})")
     if kind == "turn" and previous is not None:
         return (f"the window was drafted after the previous verdict, the lanes in turn (the "
-                f"target waited {_fmt_s(_seconds(rec, previous, 'draft'))})")
+                f"target waited {_fmt_s(redraft_s(rec, previous))})")
     if kind == "first":
         return "the first window was drafted after the prompt's prefill"
     if kind == "drafted":
@@ -221,16 +243,19 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     if taken is not None:
         rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
         late = _after_verdict(rec, sv.step)
-        ready = (f"ready {_fmt_s(late)} after the verdict" if late > 0
+        ready = (f"ready {_fmt_s(late)} after the verdict" if late * 1e3 > 0.5  # as the zoom says it
                  else "ready when the verdict came")
         redraft = f"; a serial redraft took {_fmt_s(saved_s)} in this run" if saved_s else ""
         return f"so the verdict matched branch{rank}, whose window was {ready}{redraft}"
+    if sv.fallback is not None and lanes_in_turn(rec, sv.step):
+        return (f"then the draft wrote the next window, the lanes one after the other "
+                f"({_fmt_s(redraft_s(rec, sv.step))})")
     if sv.fallback is not None:
         return (f"so no branch matched and the next window was redrafted serially "
-                f"({_fmt_s(_seconds(rec, sv.step, 'fallback'))})")
+                f"({_fmt_s(redraft_s(rec, sv.step))})")
     if sv.in_turn is not None:
         return (f"then, the lanes in turn, the draft wrote the next window from the verdict "
-                f"({_fmt_s(_seconds(rec, sv.step, 'draft'))})")
+                f"({_fmt_s(redraft_s(rec, sv.step))})")
     return ""
 
 
@@ -244,7 +269,7 @@ def narrate(rec: RunRecord, step: int) -> str:
     pos = order.index(step)
     kind = step_kind(rec, sv, pos == 0)
     previous = order[pos - 1] if pos > 0 else None
-    redrafts = [_seconds(rec, s, "fallback") for s in order if a.steps[s].fallback is not None]
+    redrafts = [redraft_s(rec, s) for s in order if a.steps[s].fallback is not None]
     saved = statistics.median(redrafts) if redrafts else None
     parts = [_window(rec, sv, kind, previous), _exit_guess(rec, sv), _branches(rec, sv),
              _verdict(rec, sv)]
@@ -263,7 +288,7 @@ def _window_mark(verify) -> str:
     stop = getattr(verify, "stop", "") or ""
     mark = "" if stop in ("", "gamma") else "·"
     return (f'<small class="msd-step-window w-{esc(stop or "none")}">'
-            f'γ{len(verify.drafted)}{mark}</small>')
+            f'{len(verify.drafted)}d{mark}</small>')
 
 
 def render_strip(rec: RunRecord, selected: int | None, played: int | None = None) -> str:
@@ -312,8 +337,8 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: {"whether the verdict found its next window ready (hit), not (miss), or the lanes ran in turn" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; γn: the '
-            f'window\'s drafted tokens (· when it stopped early: hover for why). {key}</div>'
+            f'Cell: {"whether the verdict found its next window ready (hit), not (miss), or the lanes ran in turn" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
+            f'nd: n tokens drafted in its window (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 
 

@@ -65,7 +65,8 @@ GLOSSARY = {
     "decode": ("Decode speed: the tokens committed after the first commit, divided by the time "
                "after it."),
     "e2e": "End to end: all tokens divided by the run's wall time (start to last token).",
-    "speedup": ("This method's speed divided by AR's (the target alone), in decode and end to end. "
+    "speedup": ("This method's speed divided by AR's (the target alone), in decode and end to end: "
+                "the speeds shown (over interleaved runs, the median speeds) divided by AR's. "
                 "Above 1.00×: faster than AR."),
     "verify step": ("One check by the target: one forward over a drafted window, keeping the "
                     "tokens it agrees with plus one of its own. Tokens per step = all tokens / "

@@ -32,7 +32,7 @@ LANES = ("target", "draft", "verify", "transfer", "host")  # top to bottom withi
 EXTRA_LABELS = {"host": ("host time per step (outside the lanes)", PALETTE["host"]),
                 "early exit -> draft": ("message: early-exit ids to the draft", PALETTE["message"]),
                 "verdict -> draft": ("message: verdict to the draft", PALETTE["message"])}
-PROFILE_CHOICES = [("(a) this machine, as measured", "a"),
+PROFILE_CHOICES = [("(a) this machine, the model's replay", "a"),
                    ("(b) draft on a device of its own", "b"),
                    ("(c) accelerator pair", "c")]
 # the editable inputs of profile (c), in the order the layout passes them
@@ -91,8 +91,19 @@ def _cell(row: dict | None, ratio: bool = False) -> str:
     return f"<td>{text}</td>"
 
 
-def render_table(result: dict) -> str:
-    """The speedup table: the measured row, then one projection row per profile."""
+def _model_gap(proj: dict, methods: list[str]) -> str:
+    """Profile (a)'s largest gap from the measurement, in words ('' when within 5%)."""
+    gaps = {m: proj[m]["ratio"] for m in methods if (proj.get(m) or {}).get("ratio")}
+    worst = max(gaps, key=lambda m: abs(gaps[m] - 1), default=None)
+    if worst is None or abs(gaps[worst] - 1) < 0.05:
+        return ""
+    return f"; here {label(worst)}'s projected decode time is {gaps[worst]:.2f}× its measured one"
+
+
+def render_table(result: dict, runs: int = 1) -> str:
+    """The speedup table: the measured row (the last run's, the one the projections replay),
+    then one projection row per profile; row (a), the latency model on this machine, says it
+    is the model's estimate and how far it is from the measurement."""
     methods = [m for m in wi.METHODS if m in result["projected"]["a"]]
     recorded = {r.method: r for r in result["recorded"]}
     head = "".join(f"<th>{esc(label(m))}</th>" for m in methods)
@@ -100,18 +111,24 @@ def render_table(result: dict) -> str:
         f'<td><b>{result["measured_speedup"].get(m, 0):.2f}×</b> '
         f'<small>{recorded[m].decode_s:.3g} s</small></td>' if recorded[m].decode_s else "<td>–</td>"
         for m in methods)
-    rows = [f'<tr class="w-measured"><th scope="row">measured on this machine, for comparison '
+    last = f" (the last of the {runs} runs: the steps replayed below)" if runs > 1 else ""
+    rows = [f'<tr class="w-measured"><th scope="row">measured on this machine{last}, for comparison '
             f'with the projections</th>{measured}</tr>']
     for key, profile in result["profiles"].items():
         proj = result["projected"][key]
         cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
         run_gamma = result["calibration"].gamma
-        how = (f"this run's steps and settings (γ {run_gamma})" if profile.acceptance_from_run else
-               f"at the γ {profile.calibration.gamma} and {profile.calibration.branch_budget} branches "
-               f"of the inputs below (this run: γ {run_gamma}), steps expected from the run's fitted "
+        how = (f"this run's steps and settings (window setting {run_gamma})" if profile.acceptance_from_run else
+               f"at the window setting {profile.calibration.gamma} and {profile.calibration.branch_budget} branches "
+               f"of the inputs below (this run: {run_gamma}), steps expected from the run's fitted "
                f"acceptance, not replayed; the verdict's figures are the next table's row ({key})")
+        name = profile.name
+        if key == "a":  # the model on the measured machine: an estimate, not a second measurement
+            name = "this machine, the latency model's estimate (not a measurement)"
+            how = (f"{how}, each step priced at this run's median measured costs: a check of the "
+                   f"model, whose gap from the measured row is its error{_model_gap(proj, methods)}")
         rows.append(f'<tr class="w-projection"><th scope="row" title="{esc("; ".join(profile.notes))}">'
-                    f'projection ({key}): {esc(profile.name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
+                    f'projection ({key}): {esc(name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
     return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
             f'method: the measured run, then the projection of the same recorded steps on each '
             f'hardware profile</caption><thead><tr><th scope="col">projection profile</th>{head}'
@@ -123,10 +140,10 @@ def render_costs(result: dict) -> str:
     cal = result["calibration"]
     rec = {r.method: r for r in result["recorded"]}
     m = rec.get("mirror")
-    fed = [f"window γ {cal.gamma}"]
+    fed = [f"window setting {cal.gamma}"]
     if cal.alpha_mirror is not None or cal.alpha_sd is not None:
         alpha = cal.alpha_mirror if cal.alpha_mirror is not None else cal.alpha_sd
-        fed.append(f"per-token acceptance α {alpha:.2f}")
+        fed.append(f"per-token acceptance {alpha:.2f}")
     if m is not None and m.steps:
         fed.append(f"Mirror-SD {m.hits} hits of {m.steps} decode steps")
     items = [f"<li><b>recorded steps fed to every projection</b>: {esc(', '.join(fed))}</li>"]
@@ -142,24 +159,24 @@ def render_costs(result: dict) -> str:
                                                   for k, v in profile.host_s.items())]
             notes = [x for x in costs if x] + notes
         if not profile.acceptance_from_run:
-            notes.append("expected steps from τ and the hit rate (the profile changes the window "
+            notes.append("expected steps from the tokens per step and the hit rate (the profile changes the window "
                          "or the acceptance)")
         items.append(f"<li><b>projection ({key}), {esc(profile.name)}</b>: {esc('; '.join(notes))}</li>")
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
 
-def render_panel(result: dict | None, message: str = "", hw: Accelerators | None = None) -> str:
+def render_panel(result: dict | None, message: str = "", hw: Accelerators | None = None, runs: int = 1) -> str:
     if result is None:
         return EMPTY if not message else (f'<div class="msd-whatif"><p>{esc(message)}</p></div>')
     lead = ("<p><b>A projection, not a measurement</b>: this run's recorded steps (accepted "
             "lengths, hits and misses) replayed through the latency model, calibrated from its "
-            "own spans, on other hardware. Row (a) should match the measured row: the gap is the "
-            "model's error.</p>")
+            "own spans, on other hardware. Row (a) is the model on this machine: it should match "
+            "the measured row, and the gap is the model's error.</p>")
     p = projection_of(result, hw or Accelerators())
     default = hw is None or hw == Accelerators()
     top = projection_line(p, "the verdict's line; below: the second table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults") if p else ""
-    return (f'<div class="msd-whatif">{top}{lead}{render_table(result)}{render_choices(result)}'
+    return (f'<div class="msd-whatif">{top}{lead}{render_table(result, runs)}{render_choices(result)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
@@ -211,7 +228,7 @@ def render_choices(result: dict) -> str:
                      + "; ".join(next(iter(missing.values()))) + ".")
     c = (result.get("profiles") or {}).get("c")
     if "c" in choices and c is not None and not c.acceptance_from_run:
-        notes.append(f"The first table's row (c) runs the pair at its configured γ {c.calibration.gamma} "
+        notes.append(f"The first table's row (c) runs the pair at its configured window setting {c.calibration.gamma} "
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
@@ -343,7 +360,8 @@ def update(state, profile, *values):
     if got is None:
         return render_panel(None), build_figure(None, None)
     result, by_method = got
-    return render_panel(result, hw=hw), build_figure(result, by_method, profile)
+    runs = len((state or {}).get("rounds") or []) or 1
+    return render_panel(result, hw=hw, runs=runs), build_figure(result, by_method, profile)
 
 
 def input_defaults() -> dict:
@@ -392,13 +410,13 @@ def build_panel() -> Panel:
                 target_bw = gr.Number(d["target_bw_gbs"], label="target GPU bandwidth, GB/s (achieved)")
                 draft_bw = gr.Number(d["draft_bw_gbs"], label="draft NPU bandwidth, GB/s (achieved)")
             with gr.Row():
-                gamma = gr.Slider(1, 12, value=d["gamma"], step=1, label="γ (gamma)")
-                kappa = gr.Slider(1, 32, value=d["kappa"], step=1, label="κ (kappa)",
+                gamma = gr.Slider(1, 12, value=d["gamma"], step=1, label="drafted tokens per window (γ)")
+                kappa = gr.Slider(1, 32, value=d["kappa"], step=1, label="early-exit guesses per position (κ)",
                                   info="no cost term: the hit rate stays the run's unless set")
                 exit_fraction = gr.Slider(0.1, 0.9, value=d["exit_fraction"], step=0.05,
                                           label="early exit at this fraction of the layers")
             with gr.Row():
-                tau = gr.Number(d["tau"], label="tokens per step τ at this γ (0 = the run's acceptance)")
+                tau = gr.Number(d["tau"], label="tokens per verify step at this window (0 = the run's acceptance)")
                 hit_rate = gr.Number(d["hit_rate"], minimum=0, maximum=1,
                                      label="Mirror-SD hit rate (0 = the run's)")
                 per_forward = gr.Number(d["draft_tokens_per_forward"], minimum=1,

@@ -8,6 +8,8 @@
 - `contention(records)`: what two lanes at once cost here: the target's verify forward alone
   (SD) against beside the draft (Mirror-SD), and one draft forward alone against beside the
   target.
+- `lanes_at_once(rec)`: in how many of Mirror-SD's verify steps its two lanes worked at the
+  same time.
 - `early_exit_share(rec)`: for Mirror-SD, hits whose root was among the early exit's top-κ
   against hits rooted only in the draft's own guesses, and how often the early exit's top-κ
   held the target's token.
@@ -161,6 +163,22 @@ def contention(c: dict) -> dict:
     if c.get("draft") and c.get("draft_beside"):
         out["draft"] = c["draft_beside"] / c["draft"]
     return out
+
+
+def lanes_at_once(rec: RunRecord | None) -> tuple[int, int]:
+    """(verify steps in which the draft lane worked while the target lane did, verify steps):
+    read from the spans, so the count's denominator is the cards' verify steps (the engine's
+    own count leaves out the last step, which drafts no next window)."""
+    if rec is None:
+        return 0, 0
+    steps = {e.step for e in rec.events if isinstance(e, Verify)}
+    lanes: dict[int, dict[str, list]] = {}
+    for s in rec.spans:
+        if s.step in steps:
+            lanes.setdefault(s.step, {}).setdefault("draft" if s.lane == "draft" else "target", []).append(s)
+    at_once = sum(1 for by in lanes.values() if any(
+        d.start_ns < t.end_ns and t.start_ns < d.end_ns for d in by.get("draft", []) for t in by.get("target", [])))
+    return at_once, len(steps)
 
 
 def early_exit_share(rec: RunRecord | None) -> dict | None:

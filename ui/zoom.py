@@ -9,9 +9,10 @@ target waits). Every millisecond on it is measured in the run (spans); none is p
 from __future__ import annotations
 
 import html
+from statistics import median
 
 from .runs import RunRecord, StepView, analyse, verdict_outcome
-from .steps import quoted
+from .steps import quoted, redraft_s
 
 esc = html.escape
 
@@ -175,6 +176,14 @@ def _branches_written(sv: StepView, budget: int | None) -> str:
     return text
 
 
+def _redraft_ms(rec: RunRecord) -> float | None:
+    """The median time the draft took to write a window after a verdict in this run (a miss's
+    redraft, or a step whose lanes ran in turn), in ms; None when no step did."""
+    steps = analyse(rec).steps
+    times = [redraft_s(rec, s) for s in steps if steps[s].fallback is not None]
+    return median(times) * 1e3 if times else None
+
+
 def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
              wait_ms: float, budget: int | None = None) -> str:
     v = sv.verify
@@ -194,9 +203,12 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
             f"writing: {_branches_written(sv, budget)}, {_ms(spans, 'branches'):.0f} ms of draft "
             f"forwards in all. The verdict {kept}. ")
     if outcome == "hit" and wait_ms > 0.5:
+        redraft = _redraft_ms(rec)
+        instead = ("instead of a whole new window" if redraft is None or redraft > wait_ms else
+                   f"longer than a window drafted after the verdict took in this run ({redraft:.0f} ms, median)")
         return text + (f"Hit: one branch started exactly there and became the next window; the "
                        f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
-                       f"that long instead of a whole new window.")
+                       f"that long, {instead}.")
     if outcome == "hit":
         return text + ("Hit: one branch started exactly there and was ready before the verdict, "
                        "so it became the next window with no wait.")
