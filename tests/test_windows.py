@@ -327,7 +327,7 @@ def test_strip_and_inspector_show_each_windows_length_and_stop(method):
         rec.add(e, 0)
     verifies = [v for v in events if isinstance(v, Verify)]
     strip = render_strip(rec, selected=verifies[0].step)
-    marks = re.findall(r'<small class="msd-step-window w-(\w+)">γ(\d+)(·?)</small>', strip)
+    marks = re.findall(r'<small class="msd-step-window w-(\w+)">(\d+)d(·?)</small>', strip)
     assert [(why, int(n), dot == "·") for why, n, dot in marks] == [
         (v.stop, len(v.drafted), v.stop != "gamma") for v in verifies]
     for v in verifies:

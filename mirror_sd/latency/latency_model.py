@@ -83,7 +83,8 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
     Costs come from the spans: AR `decode` -> t_target_1; SD `verify_forward` (gamma+1
     tokens) -> t_target_k, `draft` -> t_draft_token; Mirror `prefix`/`exit_head`/`suffix` ->
     head share and contention (Mirror's forward over SD's), `extend`, `branches` (fit over
-    their "N rows"), `fallback`; `accept` -> t_accept. Acceptance and hit rate from the stats.
+    their "N rows"), `fallback` and `draft` (a window drafted after the verdict, the lanes in
+    turn); `accept` -> t_accept. Acceptance and hit rate from the stats.
     """
     records = list(records)
     if records and not (isinstance(records[0], dict) and "spans" in records[0]):
@@ -102,7 +103,8 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
     contention, head_share, t_exit, tk = _mirror_split(by, tk, n, le, notes)
     t_b1, t_brow, rows_mean, fwd_factor = _branch_costs(by, gamma, contention)
     ext = _mean(_dur(s) for s in _spans(by, "mirror", "draft", "extend"))
-    fb = _per_token(_spans(by, "mirror", "draft", "fallback"), gamma)
+    # a serial window after the verdict: a miss's fallback, or a step whose lanes ran in turn
+    fb = _per_token(_spans(by, "mirror", "draft", "fallback") + _spans(by, "mirror", "draft", "draft"), gamma)
     if draft_sd is None and fb is not None:
         draft_sd = fb
         notes.append("no SD draft spans: serial draft cost from Mirror's fallbacks")
