@@ -482,6 +482,9 @@ def test_a_probe_hopes_for_what_the_pair_has_shown():
     again = shared_with_pair(priced(), pair, "sd", "full", "off")  # the pair's next run
     assert again.accepting("draft") is policy.accepting("draft")
     assert shared_with_pair(priced(), pair, "sd", "auto", "off").hoped("draft") == pricing.PROBE_ACCEPT
+    # Mirror-SD verifies the same draft's windows: it reads what SD's runs showed (its costs apart)
+    mirror = shared_with_pair(priced(), pair, "mirror", "full", "off", "on")
+    assert mirror.accepting("draft") is policy.accepting("draft") and mirror.costs is not policy.costs
 
 
 def test_a_decode_is_priced_at_what_the_pairs_decodes_cost():

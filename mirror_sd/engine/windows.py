@@ -286,11 +286,14 @@ def pair_acceptance(pair, *key) -> dict:
     return _kept_with_pair(pair, "acceptance", key, dict)
 
 
-def shared_with_pair(policy: WindowPolicy, pair, *key) -> WindowPolicy:
-    """`policy` reading and feeding the pair's costs and acceptance for `key` (the method and
-    the drafting settings that change them)."""
-    policy.costs = pair_costs(pair, *key)
-    policy.acceptance = pair_acceptance(pair, *key)
+def shared_with_pair(policy: WindowPolicy, pair, method: str, draft_vocab, streams, *more) -> WindowPolicy:
+    """`policy` reading and feeding the pair's costs for the method and the drafting settings
+    that change them (`more`: the method's own), and the pair's acceptance for the proposal
+    settings alone: how often the target keeps the draft's tokens does not depend on which
+    method verifies them (Mirror-SD's windows are the windows SD would draft), so SD's runs
+    teach Mirror-SD's and the other way round."""
+    policy.costs = pair_costs(pair, method, draft_vocab, streams, *more)
+    policy.acceptance = pair_acceptance(pair, draft_vocab, streams)
     return policy
 
 
