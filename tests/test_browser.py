@@ -277,7 +277,10 @@ def check_figures_agree(page, trace: dict) -> None:
         for kind in ("end", "tokens committed"):
             assert abs(ends[f"{LABELS[m]}: {kind}"] - f["wall"]) <= 0.006, (m, kind, ends, f)
     ticks = page.locator("#timeline .ytick text").evaluate_all("ts => ts.map(t => t.textContent)")
-    assert {"AR · target", "Mirror-SD · target", "Mirror-SD · draft"} <= set(ticks), ticks
+    lanes = {"AR · target", "Mirror-SD · target"}
+    if any(e.get("type") == "Span" and e.get("lane") == "draft" for e in trace["runs"]["mirror"]["events"]):
+        lanes.add("Mirror-SD · draft")  # a short run whose priced windows all decoded drafts nothing
+    assert lanes <= set(ticks), ticks
     page.get_by_text("Timeline: every measured span").first.click()
 
 
@@ -548,11 +551,14 @@ def test_a_loaded_trace_in_the_browser(browser, page, tmp_path):
 @pytest.mark.real_pair
 def test_real_default_pair_in_the_browser(browser, page):
     OUT.mkdir(parents=True, exist_ok=True)
-    tokens = int(os.environ.get("MIRROR_SD_BROWSER_TOKENS", "24"))
+    # the app's default length: the default answer (58 tokens) ends by itself, and the run is
+    # long enough for priced windows to pay for the draft's prompt prefill (a 24-token run may
+    # decode every step on this machine: drafting measured not to pay for so few tokens)
+    tokens = int(os.environ.get("MIRROR_SD_BROWSER_TOKENS", "64"))
     demo, url = start_app(tiny=False)
     try:
         run_default_example(page, url, tokens, timeout_s=1200)
-        check_rendered(page, tokens)
+        check_rendered(page, None)
         page.screenshot(path=str(OUT / "real-full.png"), full_page=True)
         check_page_height(page)
         trace = read_trace_from_page(page)
