@@ -11,6 +11,22 @@ from ui_records import tiny_records
 T0 = 1_000_000_000
 
 
+
+# a second step that keeps its whole window, then the run's end (shared by the records below)
+SECOND_STEP = [
+    StepStart(1, 2, [4, 5]),
+    Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
+    Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], ""),
+    Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0}, [1, 3, 4, 5, 6], ""),
+]
+
+
+def mirror_record(events) -> RunRecord:
+    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
+    for i, ev in enumerate(events):
+        rec.add(ev, i * 10**8)
+    return rec
+
 def _cells(html):
     return re.findall(r'<button type="button" class="msd-step ([^"]*)" data-step="(\d+)" '
                       r'data-run="(\w+)"[^>]*>(\d+)<small>\+(\d+)</small>', html)
@@ -87,14 +103,8 @@ def _hand_record():
         Verify(0, [1, 2], 1, [0.8, 0.1], [0.9, 0.4], 3, "correction"),
         Commit(0, [1, 3], ["accepted", "correction"], ""),
         DraftBranch(0, 1, 3, 0.4, [4, 5], [0.8, 0.8], "taken", rank=0),
-        StepStart(1, 2, [4, 5]),
-        Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
-        Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], ""),
-        Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0}, [1, 3, 4, 5, 6], ""),
-    ]
-    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
-    for i, ev in enumerate(events):
-        rec.add(ev, i * 10**8)
+    ] + SECOND_STEP
+    rec = mirror_record(events)
     return rec
 
 
@@ -242,14 +252,8 @@ def test_a_step_whose_lanes_ran_in_turn_is_told_so_with_the_time_the_target_wait
         Commit(0, [1, 3], ["accepted", "correction"], ""),
         Span("draft", "draft", T0 + 2 * 10**8, T0 + 2 * 10**8 + 70 * 10**6, 0),
         DraftBranch(0, 1, 3, 0.0, [4, 5], [0.8, 0.8], "serial"),
-        StepStart(1, 2, [4, 5]),
-        Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
-        Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], ""),
-        Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0}, [1, 3, 4, 5, 6], ""),
-    ]
-    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
-    for i, ev in enumerate(events):
-        rec.add(ev, i * 10**8)
+    ] + SECOND_STEP
+    rec = mirror_record(events)
     assert "then, the lanes in turn, the draft wrote the next window from the verdict (70 ms)" in narrate(rec, 0)
     second = narrate(rec, 1)
     assert "drafted after the previous verdict, the lanes in turn (the target waited 70 ms)" in second

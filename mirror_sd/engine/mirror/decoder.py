@@ -213,8 +213,12 @@ class MirrorSpeculative(Decoder):
                 log.exception("draft lane failed")
                 error = e
             else:
+                wall_ms = (time.perf_counter_ns() - start) / 1e6
+                nxt = job.next_window
+                if nxt.behind > 2:  # the draft caught up with decoded tokens first: not this mode's cost
+                    wall_ms -= nxt.first_s * 1e3
                 if window.tokens:  # a decode step is no choice of mode: the gate compares drafted steps
-                    gate.record(False, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
+                    gate.record(False, wall_ms, len(window.tokens) + 1)
                 self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted,
                             gate.prices_from(False), start)
         yield from self._after_verdict(run, job, verify_event, commit, error)
