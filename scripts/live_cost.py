@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mirror_sd.cli import decode  # noqa: E402
-from mirror_sd.engine.run_path import RunPath, tune_for  # noqa: E402
+from mirror_sd.engine.run_path import RunPath  # noqa: E402
 from ui.frames import RunInputs  # noqa: E402
 from ui.handlers import _stream  # noqa: E402
 from ui.session import Job, RunRequest, TokenTexts  # noqa: E402
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     print(f"loading {req.spec} ...", flush=True)
     app_run(app, req)  # loads, checks and warms the pair the app's way (not counted)
     loaded = app.pairs.get(req.spec, lambda *a: None)
-    path = RunPath(["ar"], req.settings, tune_for=tune_for(["ar"]))
+    path = RunPath(["ar"], req.settings)  # tunes auto settings for the methods it runs
     run = path.prepare(loaded.pair, parse_prompt(req.prompt))
     cli_run(run)  # one untimed run each way first
     cli, live, text_share = [], [], []
