@@ -128,3 +128,25 @@ def test_the_variant_without_the_early_exit_says_its_exit_is_off():
     assert "Early exit: off in Mirror-SD (no exit)" in text
     assert "the early exit is off in this run" in text and "once the early exit arrives" not in text
     assert "After layer" not in text and "early exit's estimate" not in text
+
+
+def test_an_end_of_sequence_token_reads_end_on_the_page_not_the_tokenizers_markup():
+    """The run's end token shows as "[end]" in the panes (the committed text) and in chips (its
+    id's text), never as the tokenizer's markup such as "<|im_end|>"; other tokens keep the
+    text the tokenizer decodes."""
+    from mirror_sd.engine.events import Commit
+    from ui.runs import RunRecord
+    from ui.session import TokenTexts
+
+    class Pair:
+        eos_token_ids = {9}
+
+        def decode(self, ids):
+            return "".join("<|im_end|>" if i == 9 else f" w{i}" for i in ids)
+
+    rec = RunRecord("ar")
+    texts = TokenTexts(Pair(), rec)
+    texts.on_event(Commit(0, [1, 2], ["plain", "plain"], ""))
+    texts.on_event(Commit(1, [9], ["plain"], ""))
+    assert rec.token_texts == [" w1", " w2", TokenTexts.END] and TokenTexts.END == "[end]"
+    assert rec.id_texts[9] == "[end]" and rec.id_texts[2] == " w2"

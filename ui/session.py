@@ -214,8 +214,11 @@ class TokenTexts:
     """Text of each committed token (so colours sit on the right characters) and of every
     other id an event mentions (drafts, candidates), decoded once, in the job thread."""
 
+    END = "[end]"  # an end-of-sequence token's text on the page (not the tokenizer's markup)
+
     def __init__(self, pair, record: RunRecord):
         self.decode = pair.decode
+        self.eos = set(getattr(pair, "eos_token_ids", None) or ())
         self.rec = record
         self.ids: list[int] = []
         self.pending = 0  # first token whose text is not out yet (a split UTF-8 character)
@@ -235,9 +238,14 @@ class TokenTexts:
             ids = list(ev.token_ids)
         for t in ids:
             if t not in self.rec.id_texts:
-                self.rec.id_texts[t] = self.decode([t])
+                self.rec.id_texts[t] = self.END if t in self.eos else self.decode([t])
 
     def _commit(self, tok: int) -> None:
+        if tok in self.eos:  # the run's last token: named, not shown as "<|im_end|>"
+            self.ids.append(tok)
+            self.rec.token_texts.append(self.END)
+            self.pending = len(self.ids)
+            return
         self.ids.append(tok)
         i = len(self.ids)
         start = max(0, self.pending - 8)  # a little left context: spaces, merges
