@@ -15,8 +15,8 @@ prompt and the output so far; where it finds none the draft model drafts. Its pr
 deterministic, so its q is one-hot: the acceptance rule then accepts d with probability
 p(d) and resamples from p without d, still lossless (acceptance.py).
 
-`draft_window` drafts the window the run's window policy (windows.py) asks for: the serial
-rollout stops as soon as the policy says so; the stream heads draft their length and the
+`plan_window` and `fill_window` draft the window the run's window policy (windows.py) asks
+for: the serial rollout stops as soon as the policy says so; the stream heads draft their length and the
 window is then cut by the same rule (the same tokens, some drafted for nothing). Under the
 priced policy a lookup's continuation and the draft model are priced side by side
 (`plan_window`), and the window may be empty: the step decodes instead.
@@ -223,11 +223,3 @@ def price_draft(costs, window: Window, seconds: float) -> None:
         costs.add_draft(window.source, seconds - window.first_s, len(window.tokens) - 1)
     if not lookup and window.first_s:
         costs.add_catchup(window.first_s, window.behind)
-
-
-def draft_window(proposer: Proposer, policy: WindowPolicy, lane: Lane, committed: list[int], room: int,
-                 sampling: Sampling, generator: torch.Generator | None) -> Window:
-    """The window `policy` asks for after `committed` (room: tokens the run may still commit);
-    its `stop` says why it has its length."""
-    plan = plan_window(proposer, policy, committed, room, lane)
-    return fill_window(proposer, plan, policy, lane, committed, sampling, generator)

@@ -297,10 +297,9 @@ def shared_with_pair(policy: WindowPolicy, pair, method: str, draft_vocab, strea
     return policy
 
 
-def policy_for(settings, eos=(), cap: int | None = None, zero: bool = True) -> WindowPolicy:
+def policy_for(settings, eos=(), cap: int | None = None) -> WindowPolicy:
     """The run's policy from Settings (window, gamma, window_threshold/min/max); `cap` bounds
-    the length (Mirror-SD with branch_extend off: its branches are gamma tokens long); `zero`:
-    whether a priced window may be empty (a plain decode step)."""
+    the length (Mirror-SD with branch_extend off: its branches are gamma tokens long)."""
     top = settings.window_max if cap is None else min(settings.window_max, cap)
     return WindowPolicy(settings.window, settings.gamma, settings.window_threshold,
-                        min(settings.window_min, top), top, frozenset(eos), zero=zero)
+                        min(settings.window_min, top), top, frozenset(eos))
