@@ -1,7 +1,9 @@
 """The decoder base: what every decoding method shares.
 
 A decoder is a class with `generate(prompt_ids, cancel=None)`: a generator of typed events
-(see events.py) that ends with exactly one `Finish` (or an `Error` then `Finish`). A method
+(see events.py) that ends with exactly one `Finish` (or an `Error` then `Finish`). A consumer
+that reads on to the generator's end lets it add untimed figures to Finish's stats after the
+run (`_after_run`: Mirror-SD's exit check); collect() does. A method
 plugs in by subclassing `Decoder`, implementing `_decode(run, cancel)` and adding itself to
 registry.py.
 """
@@ -55,7 +57,10 @@ class Decoder(ABC):
             self._prepare()  # one-time work per model (not part of this run's time)
             yield from self._timed(run, cancel)
         yield from run.new_spans()
-        yield Finish(run.stats(self.method), list(run.new_ids), run.pair.decode(run.new_ids))
+        finish = Finish(run.stats(self.method), list(run.new_ids), run.pair.decode(run.new_ids))
+        yield finish
+        # untimed: a consumer reading to the end asks past Finish, after the run's figures
+        self._after_run(finish.stats)
 
     def _proposals(self):
         """The draft's proposal vocabulary for this run (draft_vocab.py); AR has no draft."""
@@ -83,6 +88,10 @@ class Decoder(ABC):
     @abstractmethod
     def _decode(self, run: Run, cancel: threading.Event) -> Iterator[Event]:
         ...
+
+    def _after_run(self, stats: dict) -> None:
+        """Work on the finished run outside its time (Mirror-SD's exit check), adding to
+        Finish's `stats` once the consumer asks for the event after Finish."""
 
     def _prepare(self) -> None:
         """Build what a method needs once per model pair (cached across runs)."""

@@ -56,6 +56,7 @@ from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_policy
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
+from mirror_sd.engine.mirror.exit_check import ExitCheck, Pending
 from mirror_sd.engine.mirror.gate import OverlapGate
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
 from mirror_sd.engine.proposers import fill_window, plan_window, price_draft, proposer_for
@@ -81,6 +82,8 @@ class MirrorSpeculative(Decoder):
         self._job: StepJob | None = None  # the step whose target forward is running (for the hook)
         self._active: StepJob | None = None  # the step the draft lane may still work on
         self._stalled = False  # the draft lane did not answer in lane_timeout_s
+        self._held: StepJob | None = None  # a step with the lanes in turn whose exit rows the hook keeps
+        self._check = ExitCheck()
 
     def _prepare(self):
         choice = choose_exit_layer_for(self.pair, self.settings)
@@ -186,6 +189,8 @@ class MirrorSpeculative(Decoder):
             return None, False
         run.hits += job.hit
         run.misses += not job.hit
+        if job.proposals is not None:
+            self._check.add(Pending(step, window, tuple(job.verdict), proposals=job.proposals, hit=job.hit))
         run.info["verdict_ranks"].append(job.rank)
         return job.next_window, job.hit
 
@@ -195,12 +200,16 @@ class MirrorSpeculative(Decoder):
         window out from the verdict, as plain SD does. Same windows, same rule, same output."""
         yield StepStart(step, len(run.new_ids), list(window.tokens))
         job = StepJob(step, len(run.committed), window)
+        self._held = job if self._hook is not None and self._check.room(window) else None
         start = time.perf_counter_ns()
         with lane_alone(self.pair):
             verdict, verify_event, commit = verify_window(run, target, step, window)
+        self._held = None
         if commit:
             commit.hit = window_hit
         job.verdict = (verdict.accepted, verdict.token)
+        if job.exit_rows is not None and not run.done:  # checked after the run (exit_check.py)
+            self._check.add(Pending(step, window, job.verdict, rows=job.exit_rows))
         run.steps += 1
         error = None
         if not run.done:
@@ -285,9 +294,15 @@ class MirrorSpeculative(Decoder):
         target_thread = threading.get_ident()
 
         def on_exit_layer(module, args, output):
+            if threading.get_ident() != target_thread:
+                return  # not the target lane's forward (the draft may share modules)
             job = self._job
-            if job is None or threading.get_ident() != target_thread:
-                return  # not the target lane's verify forward (the draft may share modules)
+            if job is None:
+                held = self._held  # the lanes in turn: keep the rows for the exit check, nothing more
+                if held is not None:
+                    h = output[0] if isinstance(output, tuple) else output
+                    held.exit_rows = h[0, -(len(held.window.tokens) + 1):].detach().clone()
+                return
             lane_sync(target.device)
             marks["exit_start"] = time.perf_counter_ns()
             h = output[0] if isinstance(output, tuple) else output  # [1, S, H]
@@ -325,6 +340,17 @@ class MirrorSpeculative(Decoder):
             run.spans += [Span("target", "prefix", fwd.start_ns, marks["exit_start"], step, "layers 1..exit"),
                           Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, head),
                           Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N")]
+
+    def _after_run(self, stats: dict) -> None:
+        """The exit check of the run's steps (exit_check.py), after its clock stopped: into
+        stats["exit_check"] when any step was checked."""
+        check, self._check = self._check, ExitCheck()
+        if not check.pending:
+            return
+        lens = self._head.lens is not None
+        stats["exit_check"] = check.result(self._head, self.settings.kappa, self.settings.branch_budget,
+                                           EXIT_WEIGHT_LENS if lens else EXIT_WEIGHT,
+                                           ACCEPT_WEIGHT_LENS if lens else ACCEPT_WEIGHT)
 
     def _close(self):
         if self._hook is not None:
