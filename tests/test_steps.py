@@ -1,6 +1,7 @@
 """The step strip and the narrated step, on real tiny runs and on hand-written events."""
 from __future__ import annotations
 
+import pytest
 import re
 
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
@@ -143,7 +144,7 @@ def test_the_click_script_selects_through_the_inspector():
     assert "trigger('select'" in PICK_JS and "data-step" in PICK_JS and "pane-" in PICK_JS
 
 
-def _gated_record(raced: bool):
+def _gated_record(raced: bool, check: dict | None = None):
     """Two steps after the first window. After step 0's verdict the draft writes the next
     window serially: in a step whose lanes ran in turn (`raced` False: no early exit, no
     branch, its root never ranked), or after a miss (`raced`: the exit's guesses and a
@@ -169,7 +170,8 @@ def _gated_record(raced: bool):
                Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
                Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], "", hit=False),
                Finish({"new_tokens": 5, "wall_s": 1.0, "tokens_per_s": 5.0, "hits": 0,
-                       "fallbacks": int(raced), "hit_rate": 0.0 if raced else None}, [1, 3, 4, 5, 6], "")]
+                       "fallbacks": int(raced), "hit_rate": 0.0 if raced else None,
+                       **({"exit_check": check} if check else {})}, [1, 3, 4, 5, 6], "")]
     rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
     for i, ev in enumerate(events):
         rec.add(ev, i * 10**8)
@@ -202,6 +204,33 @@ def test_a_step_whose_lanes_ran_in_turn_is_neither_a_hit_nor_a_miss():
     c = card(rec)
     assert (c.hits, c.misses, c.in_turn) == (0, 0, 1)
     assert ("hits / misses", "0 / 0 · lanes in turn: 1", "hit") in _card_rows(c, {})
+
+
+@pytest.mark.parametrize("rank", [0, 1, 4, -1])
+def test_a_step_in_turn_says_what_the_exit_check_found(rank):
+    """The exit check (after the run) of a step whose lanes ran in turn: the strip marks it,
+    the narration, inspector and card say whether it would have hit with the lanes overlapped
+    (a hit exactly when the verdict's root ranked within the branch budget)."""
+    from ui.figures import card
+    from ui.inspector import render_inspector
+    from ui.results import _card_rows
+    budget = 2
+    would = 0 <= rank < budget
+    check = {"in_turn": 1, "would_hit": int(would), "budget": budget, "overlapped": 0, "agree": 0,
+             "steps": [{"step": 0, "rank": rank, "would_hit": would, "exit_top": [3, 7, 8]}]}
+    rec = _gated_record(raced=False, check=check)
+    cells = _cells(render_strip(rec, selected=0))
+    assert ("w-hit" if would else "w-miss") in cells[0][0]
+    assert "w-" not in cells[1][0]  # step 2 ended the run: nothing checked
+    words = narrate(rec, 0)
+    assert ("would have been ready early (a hit)" in words) == would
+    assert ("would have been a miss" in words) == (not would)
+    assert (f"no. {rank + 1}" in words) == (rank >= 0)
+    inspector = render_inspector(rec, 0)
+    assert "Had the lanes overlapped" in inspector and inspector.count("w3") >= 1
+    assert (f"{int(would)} of 1 would have hit" in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"])
+    plain = _gated_record(raced=False)  # no check: none of it
+    assert "Had the lanes overlapped" not in render_inspector(plain, 0) and "w-hit" not in render_strip(plain, 0)
 
 
 def test_a_step_that_raced_the_verdict_and_lost_is_a_miss():

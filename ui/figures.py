@@ -22,7 +22,7 @@ from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
-from .runs import RunRecord, analyse, label, measured, variant_of, verdict_outcome
+from .runs import RunRecord, analyse, exit_check, label, measured, variant_of, verdict_outcome
 from .why import breakdown, contention, costs
 
 
@@ -47,6 +47,7 @@ class Card:
     decode_speedup: float | None = None  # over AR's decode speed
     e2e_speedup: float | None = None  # over AR's end-to-end speed
     in_turn: int = 0  # Mirror-SD: steps whose lanes ran one after the other (neither hit nor miss)
+    would_hit: tuple[int, int] | None = None  # exit check after the run: (would have hit, steps checked)
 
     @property
     def tokens_per_step(self) -> float | None:
@@ -82,7 +83,8 @@ def card(rec: RunRecord) -> Card | None:
         misses=int(stats.get("fallbacks") or 0) if has_branches else None,
         draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
-        complete=rec.complete, in_turn=in_turn)
+        complete=rec.complete, in_turn=in_turn,
+        would_hit=(int(check["would_hit"]), int(check["in_turn"])) if (check := exit_check(rec)) else None)
 
 
 def cards(records: dict[str, RunRecord]) -> dict[str, Card]:

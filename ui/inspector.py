@@ -18,8 +18,8 @@ import math
 import gradio as gr
 
 from . import texts
-from .runs import RunRecord, StepView, analyse, drafts, exit_off, label, verdict_outcome
-from .steps import lanes_in_turn, narrate, render_strip, step_kind, visible, window_note
+from .runs import RunRecord, StepView, analyse, checked_step, drafts, exit_off, label, verdict_outcome
+from .steps import lanes_in_turn, narrate, render_strip, step_kind, visible, window_note, would_hit_words
 
 esc = html.escape
 ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
@@ -166,6 +166,12 @@ def _branch_notes(rec: RunRecord, sv: StepView) -> str:
                  'the early exit arrives, its best-ranked roots get the branch budget, and that '
                  'first branch is dropped when the exit ranks it lower. So a step can show one '
                  'branch more than the budget: the one begun early and dropped.</p>')
+    checked = checked_step(rec, sv.step) if outcome == "turn" else None
+    if checked is not None:
+        guesses = " ".join(_chip(rec, t) for t in checked.get("exit_top") or [])
+        note += (f'<p class="msd-muted msd-would"><b>Had the lanes overlapped:</b> the early exit, read '
+                 f'at this step after the run (untimed), guessed {guesses} for the target\'s own token and '
+                 f'{esc(would_hit_words(rec, sv.step, who=""))}.</p>')
     return note
 
 

@@ -221,6 +221,20 @@ def drafted_in_turn(branch: DraftBranch, raced: bool) -> bool:
     return branch.rank is None and not raced
 
 
+def exit_check(rec: RunRecord) -> dict | None:
+    """Mirror-SD's exit check of the run (engine/mirror/exit_check.py), computed after the run
+    and untimed: of the steps whose lanes ran one after the other, which would have hit had
+    the lanes overlapped; None when no step was checked."""
+    f = rec.finish
+    got = f.stats.get("exit_check") if f is not None else None
+    return got if got and got.get("in_turn") else None
+
+
+def checked_step(rec: RunRecord, step: int) -> dict | None:
+    """The exit check of one step whose lanes ran in turn ({"rank", "would_hit", "exit_top"})."""
+    return next((s for s in (exit_check(rec) or {}).get("steps", []) if s.get("step") == step), None)
+
+
 def verdict_outcome(sv: StepView) -> str | None:
     """The one per-step fact the step strip, the inspector and the zoomed step all read: "hit"
     when one of the branches the draft rolled out during this step started exactly at its

@@ -33,7 +33,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
 from .paircheck import cross_meta, ensure_check, output_coverage
-from .runs import RunRecord, timed_origin, variant_of
+from .runs import RunRecord, exit_check, timed_origin, variant_of
 from .texts import parse_prompt
 
 log = logging.getLogger(__name__)
@@ -236,6 +236,10 @@ class TokenTexts:
             ids = list(ev.drafted) + [ev.token]
         elif isinstance(ev, Commit):
             ids = list(ev.token_ids)
+        self.on_ids(ids)
+
+    def on_ids(self, ids) -> None:
+        """Texts for token ids the page may name."""
         for t in ids:
             if t not in self.rec.id_texts:
                 self.rec.id_texts[t] = self.END if t in self.eos else self.decode([t])
@@ -391,6 +395,8 @@ class Job(threading.Thread):
         rec.t0_ns = time.perf_counter_ns()
         self.records[method] = rec
         collect(events, method, on_event)
+        for s in (exit_check(rec) or {}).get("steps", []):  # checked after the run: names for its guesses
+            texts.on_ids(s.get("exit_top") or [])
         return rec
 
 

@@ -24,7 +24,7 @@ import html
 import math
 import statistics
 
-from .runs import RunRecord, StepView, analyse, variant_of, verdict_outcome
+from .runs import RunRecord, StepView, analyse, checked_step, exit_check, variant_of, verdict_outcome
 
 esc = html.escape
 
@@ -44,6 +44,13 @@ KINDS = {  # strip kind -> (label, definition)
     "drafted": ("drafted", "Plain speculative decoding: the draft writes each window while the "
                            "target waits."),
     "plain": ("no draft", "A plain target step: no drafted window."),
+}
+WOULD = {  # a step in turn, by the exit check (after the run) -> its definition
+    True: ("Checked after the run (untimed): the early exit, read at this step, ranked the verdict's "
+           "root among the branches the draft would have rolled out, so with the lanes overlapped "
+           "(on devices of their own) the next window would have been ready early: a hit."),
+    False: ("Checked after the run (untimed): the verdict's root was not among the branches the "
+            "draft would have rolled out, so with the lanes overlapped this step would have missed."),
 }
 WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows.py)
     "gamma": "the length the window policy set for it (the window setting at the start; adaptive windows grow by 2 after a fully accepted window and shrink by 1 after a rejection)",
@@ -255,8 +262,23 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
                 f"({_fmt_s(redraft_s(rec, sv.step))})")
     if sv.in_turn is not None:
         return (f"then, the lanes in turn, the draft wrote the next window from the verdict "
-                f"({_fmt_s(redraft_s(rec, sv.step))})")
+                f"({_fmt_s(redraft_s(rec, sv.step))}){would_hit_words(rec, sv.step, '; ')}")
     return ""
+
+
+def would_hit_words(rec: RunRecord, step: int, lead: str = "", who: str = "checked after the run, the early exit ") -> str:
+    """What the exit check (after the run, untimed) says of a step whose lanes ran in turn."""
+    c = checked_step(rec, step)
+    if c is None:
+        return ""
+    budget = (exit_check(rec) or {}).get("budget", 0)
+    rank = c.get("rank", -1)
+    place = f"ranked the verdict's root no. {rank + 1}" if rank >= 0 else "did not rank the verdict's root"
+    outcome = ("so with the lanes overlapped that window would have been ready early (a hit)"
+               if c.get("would_hit") else
+               f"outside the {budget} branch{'es' if budget != 1 else ''} rolled out, so with the lanes "
+               f"overlapped it would have been a miss")
+    return f"{lead}{who}{place}, {outcome}"
 
 
 def narrate(rec: RunRecord, step: int) -> str:
@@ -311,6 +333,10 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
             tips.append(window_note(sv.verify)[:1].upper() + window_note(sv.verify)[1:] + ".")
         tips.append(f"{len(sv.commit_tokens)} token{'s' if len(sv.commit_tokens) != 1 else ''} committed")
         cls = ["msd-step", f"k-{kind}", f"o-{outcome or 'none'}"]
+        checked = checked_step(rec, s) if kind == "turn" else None
+        if checked is not None:
+            cls.append("w-hit" if checked.get("would_hit") else "w-miss")
+            tips.append(WOULD[bool(checked.get("would_hit"))])
         if s == selected:
             cls.append("is-selected")
         if played is not None and s > played:
@@ -332,6 +358,9 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     kinds = ["hit", "miss", "turn", "end"] if _mirror(rec) else ["drafted"]
     key = "".join(f'<span class="msd-step-key k-{k}" title="{esc(KINDS[k][1])}">{esc(KINDS[k][0])}</span>'
                   for k in kinds)
+    if exit_check(rec) is not None:
+        key += (f'<span class="msd-step-key k-turn w-hit" title="{esc(WOULD[True])}">lanes in turn, '
+                f'would have hit</span>')
     key += "".join(f'<span class="msd-step-key o-{o}" title="{esc(t)}">{esc(lbl)}</span>'
                    for o, (lbl, t) in OUTCOMES.items())
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
