@@ -37,6 +37,7 @@ def test_steps_in_turn_are_checked_as_the_overlapped_lanes_would_hit(monkeypatch
     assert check["in_turn"] == 0 and check["steps"] == []
     assert check["overlapped"] == over.stats["hits"] + over.stats["fallbacks"] > 0
     assert 0 <= check["agree"] <= check["overlapped"]
+    assert check["overlapped_hits"] == over.stats["hits"]
 
     # in turn: no hit or miss measured, each drafted step checked after the run
     got = turn.stats["exit_check"]

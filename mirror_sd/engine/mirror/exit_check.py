@@ -56,10 +56,11 @@ class ExitCheck:
 
     def result(self, head, kappa: int, budget: int, exit_weight: float, accept_weight: float) -> dict:
         """{"in_turn": steps checked, "would_hit": of them, "budget", "overlapped": overlapped
-        steps checked, "agree": of them, "steps": [{"step", "rank", "would_hit", "exit_top"}]}:
+        steps checked, "agree": of them, "overlapped_hits": the lane's hits among them,
+        "overlapped_found": the check's, "steps": [{"step", "rank", "would_hit", "exit_top"}]}:
         rank is the verdict root's place among the scored roots (-1: not among them);
         exit_top the early exit's top 3 at the verdict's depth."""
-        steps, in_turn, would, overlapped, agree = [], 0, 0, 0, 0
+        steps, in_turn, would, overlapped, agree, found, hits = [], 0, 0, 0, 0, 0, 0
         for p in self.pending:
             proposals = p.proposals if p.proposals is not None else head.proposals(p.rows, kappa)
             rank = verdict_rank(p.window, p.verdict, proposals, kappa, exit_weight, accept_weight)
@@ -73,9 +74,11 @@ class ExitCheck:
             else:
                 overlapped += 1
                 agree += hit == p.hit
+                found += hit
+                hits += bool(p.hit)
         self.pending.clear()
         return {"in_turn": in_turn, "would_hit": would, "budget": budget, "overlapped": overlapped,
-                "agree": agree, "steps": steps}
+                "agree": agree, "overlapped_hits": hits, "overlapped_found": found, "steps": steps}
 
 
 def verdict_rank(window: Window, verdict: tuple[int, int], proposals: tuple, kappa: int,
