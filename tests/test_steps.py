@@ -229,7 +229,11 @@ def test_a_step_in_turn_says_what_the_exit_check_found(rank):
     inspector = render_inspector(rec, 0)
     assert "Had the lanes overlapped" in inspector and inspector.count("w3") >= 1
     assert (f"{int(would)} of 1 would have hit" in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"])
+    from ui.results import render_lanes
+    lanes = render_lanes({"mirror": rec})
+    assert f"of the 1 steps whose lanes ran in turn, <b>{int(would)}</b> would have hit" in lanes
     plain = _gated_record(raced=False)  # no check: none of it
+    assert "exit check" not in render_lanes({"mirror": plain})
     assert "Had the lanes overlapped" not in render_inspector(plain, 0) and "w-hit" not in render_strip(plain, 0)
 
 

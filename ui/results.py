@@ -14,7 +14,7 @@ from .figures import (ITEM, Card, Spread, cards, exit_bought, runs_of, level_wit
                       verdict_parts, verify_slowdown, winner)
 from .render import term
 from .whatif import projection_line
-from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
+from .runs import RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
 esc = html.escape
@@ -411,6 +411,14 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
             f"the target's token in <b>{ee['exit_held']} of {ee['steps']}</b> steps (its top-1 in "
             f"{ee['exit_top1']}); of {ee['hits']} {term('hits', 'hit')}, <b>{ee['hits_from_exit']}</b> "
             f"started from one of its guesses and {ee['hits_from_draft']} from the draft's own")
+    check = exit_check(done["mirror"]) if "mirror" in done else None
+    if check:
+        agree = (f"; on the {check['overlapped']} overlapped steps the check agreed with the lanes' own outcome "
+                 f"in {check['agree']}" if check.get("overlapped") else "")
+        lines.append(f"exit check, after the run (untimed): of the {check['in_turn']} steps whose lanes ran in "
+                     f"turn, <b>{check['would_hit']}</b> would have hit with the lanes overlapped (the early "
+                     f"exit read at each, the verdict's root within the {check['budget']} branches the draft "
+                     f"would have rolled out){agree}")
     if not lines:
         return ""
     which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
