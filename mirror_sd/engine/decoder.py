@@ -60,7 +60,7 @@ class Decoder(ABC):
         finish = Finish(run.stats(self.method), list(run.new_ids), run.pair.decode(run.new_ids))
         yield finish
         # untimed: a consumer reading to the end asks past Finish, after the run's figures
-        self._after_run(finish.stats)
+        self._after_run(run, finish.stats)
 
     def _proposals(self):
         """The draft's proposal vocabulary for this run (draft_vocab.py); AR has no draft."""
@@ -89,7 +89,7 @@ class Decoder(ABC):
     def _decode(self, run: Run, cancel: threading.Event) -> Iterator[Event]:
         ...
 
-    def _after_run(self, stats: dict) -> None:
+    def _after_run(self, run: Run, stats: dict) -> None:
         """Work on the finished run outside its time (Mirror-SD's exit check), adding to
         Finish's `stats` once the consumer asks for the event after Finish."""
 

@@ -56,7 +56,8 @@ from mirror_sd.engine.cross import lane_for
 from mirror_sd.engine.lanes import Lane
 from mirror_sd.engine.mirror.draft_lane import DraftWorker, StepJob, mirror_policy
 from mirror_sd.engine.mirror.early_exit import exit_head, exit_parts
-from mirror_sd.engine.mirror.exit_check import ExitCheck, Pending
+from mirror_sd.engine.mirror.exit_check import ExitCheck, Pending, draft_views
+from mirror_sd.models.bridged_draft import BridgedDraft
 from mirror_sd.engine.mirror.gate import OverlapGate
 from mirror_sd.engine.mirror.exit_layer import choose_exit_layer_for
 from mirror_sd.engine.proposers import fill_window, plan_window, price_draft, proposer_for
@@ -190,7 +191,7 @@ class MirrorSpeculative(Decoder):
         run.hits += job.hit
         run.misses += not job.hit
         if job.proposals is not None:
-            self._check.add(Pending(step, window, tuple(job.verdict), proposals=job.proposals, hit=job.hit))
+            self._check.add(Pending(step, job.n, window, tuple(job.verdict), proposals=job.proposals, hit=job.hit))
         run.info["verdict_ranks"].append(job.rank)
         return job.next_window, job.hit
 
@@ -209,7 +210,7 @@ class MirrorSpeculative(Decoder):
             commit.hit = window_hit
         job.verdict = (verdict.accepted, verdict.token)
         if job.exit_rows is not None and not run.done:  # checked after the run (exit_check.py)
-            self._check.add(Pending(step, window, job.verdict, rows=job.exit_rows))
+            self._check.add(Pending(step, job.n, window, job.verdict, rows=job.exit_rows))
         run.steps += 1
         error = None
         if not run.done:
@@ -341,16 +342,20 @@ class MirrorSpeculative(Decoder):
                           Span("target", "exit_head", marks["exit_start"], marks["exit_end"], step, head),
                           Span("target", "suffix", marks["exit_end"], fwd.end_ns, step, "layers exit+1..N")]
 
-    def _after_run(self, stats: dict) -> None:
+    def _after_run(self, run, stats: dict) -> None:
         """The exit check of the run's steps (exit_check.py), after its clock stopped: into
         stats["exit_check"] when any step was checked."""
         check, self._check = self._check, ExitCheck()
         if not check.pending:
             return
+        views = {}
+        if not isinstance(self.pair.draft, BridgedDraft):  # a bridged draft's positions are not tokens
+            views = draft_views(Lane(self.pair.draft, "draft"), run.committed, check.all_accepted(),
+                                run.settings.sampling)
         lens = self._head.lens is not None
         stats["exit_check"] = check.result(self._head, self.settings.kappa, self.settings.branch_budget,
                                            EXIT_WEIGHT_LENS if lens else EXIT_WEIGHT,
-                                           ACCEPT_WEIGHT_LENS if lens else ACCEPT_WEIGHT)
+                                           ACCEPT_WEIGHT_LENS if lens else ACCEPT_WEIGHT, views)
 
     def _close(self):
         if self._hook is not None:

@@ -11,10 +11,14 @@ and asks whether the verdict's root (A, c) is among the first `branch_budget`: e
 overlapped step hits (draft_lane._race).
 
 One input a step in turn lacks is the draft's distribution after d_gamma (q_bonus: the draft
-lane's extend forward, which only an overlapped step runs). The check scores the
-all-accepted roots from the early exit alone. How much that changes the outcome is measured
-in the same run: the overlapped steps, whose real outcome is known, are checked the same way
-(q_bonus left out) and `agree` counts the steps where the check and the lane agree.
+lane's extend forward, which only an overlapped step runs). It often decides the step: where
+the draft is sure of the token after its window the all-accepted root ranks first. Where the
+target kept the whole window, d_gamma is committed text, so one untimed draft forward over the
+run's committed tokens (`draft_views`) gives that distribution exactly as the lane had it.
+Where the target rejected a drafted token, the check puts the early exit's guesses for the
+bonus position in its place (the verdict's own root does not read it; only the all-accepted
+roots it competes with do). The overlapped steps, whose real outcome is known, are checked the
+same way, and `agree` counts the steps where the check and the lane agree.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ MAX_ROWS = 256  # drafted rows kept per run (each holds the draft's distribution
 @dataclass
 class Pending:
     step: int
+    n: int  # committed tokens before the step (d_1 is committed[n] when accepted)
     window: Window
     verdict: tuple[int, int]  # (A, c)
     rows: torch.Tensor | None = None  # lanes in turn: the exit layer's hidden rows [gamma+1, H]
@@ -54,7 +59,13 @@ class ExitCheck:
             self.pending.append(item)
             self.rows += len(item.window.tokens)
 
-    def result(self, head, kappa: int, budget: int, exit_weight: float, accept_weight: float) -> dict:
+    def all_accepted(self) -> list[Pending]:
+        """The steps whose whole window the target kept: the draft's view after d_gamma is
+        the one it has after the committed d_gamma (`draft_views`)."""
+        return [p for p in self.pending if p.verdict[0] == len(p.window.tokens)]
+
+    def result(self, head, kappa: int, budget: int, exit_weight: float, accept_weight: float,
+               views: dict | None = None) -> dict:
         """{"in_turn": steps checked, "would_hit": of them, "budget", "overlapped": overlapped
         steps checked, "agree": of them, "overlapped_hits": the lane's hits among them,
         "overlapped_found": the check's, "steps": [{"step", "rank", "would_hit", "exit_top"}]}:
@@ -63,7 +74,8 @@ class ExitCheck:
         steps, in_turn, would, overlapped, agree, found, hits = [], 0, 0, 0, 0, 0, 0
         for p in self.pending:
             proposals = p.proposals if p.proposals is not None else head.proposals(p.rows, kappa)
-            rank = verdict_rank(p.window, p.verdict, proposals, kappa, exit_weight, accept_weight)
+            rank = verdict_rank(p.window, p.verdict, proposals, kappa, exit_weight, accept_weight,
+                                (views or {}).get(p.step))
             hit = 0 <= rank < budget
             if p.hit is None:
                 in_turn += 1
@@ -82,13 +94,40 @@ class ExitCheck:
 
 
 def verdict_rank(window: Window, verdict: tuple[int, int], proposals: tuple, kappa: int,
-                 exit_weight: float, accept_weight: float) -> int:
-    """The verdict root's place among the roots scored from `window`'s draft distributions and
-    the early exit's `proposals`, without the draft's view after d_gamma (-1: not scored)."""
+                 exit_weight: float, accept_weight: float, q_bonus: torch.Tensor | None = None) -> int:
+    """The verdict root's place among the roots scored from `window`'s draft distributions,
+    the early exit's `proposals` and the draft's view after d_gamma `q_bonus` (when unknown:
+    the exit's guesses there); -1: not scored."""
     q_rows = window.q_rows.to(torch.float64)
     width = max([q_rows.shape[1]] + [int(t) + 1 for row in proposals[0] for t in row])
     if q_rows.shape[1] < width:  # an exit id past the draft's vocabulary: probability 0 there
         q_rows = torch.cat([q_rows, q_rows.new_zeros(q_rows.shape[0], width - q_rows.shape[1])], 1)
-    q_bonus = q_rows.new_zeros(width)
+    if q_bonus is not None:
+        q_bonus = q_bonus.to(torch.float64)
+        q_bonus = torch.cat([q_bonus, q_bonus.new_zeros(max(0, width - q_bonus.numel()))])
+        width = max(width, q_bonus.numel())
+        q_rows = torch.cat([q_rows, q_rows.new_zeros(q_rows.shape[0], width - q_rows.shape[1])], 1)
+    else:  # the draft's view after d_gamma, unknown: the exit's guesses in its place
+        q_bonus = q_rows.new_zeros(width)
+        ids, lps = proposals[0][len(window.tokens)], proposals[1][len(window.tokens)]
+        if ids:
+            p = torch.tensor(lps, dtype=torch.float64).exp()
+            q_bonus[torch.tensor([int(t) for t in ids])] = p / p.sum()
     roots = score_roots(window.tokens, q_rows, q_bonus, proposals, kappa, exit_weight, accept_weight)
     return rank_of(roots).get((int(verdict[0]), int(verdict[1])), -1)
+
+
+@torch.inference_mode()
+def draft_views(lane, committed: list[int], steps: list[Pending], sampling, longest: int = 512) -> dict:
+    """{step: the draft's distribution after d_gamma} for steps whose whole window was kept,
+    from one forward of the draft `lane` (a fresh plain Lane) over the committed tokens (the
+    last `longest` positions at most: steps before them keep the exit's guesses)."""
+    from mirror_sd.engine.drafting import to_probs
+    where = {p.step: p.n + len(p.window.tokens) - 1 for p in steps}  # d_gamma's index in committed
+    first = max(min(where.values(), default=len(committed)), len(committed) - longest)
+    keep = len(committed) - first
+    if keep <= 0:
+        return {}
+    logits = lane.feed(list(committed), logits_to_keep=keep)  # rows for committed[first:]
+    return {step: to_probs(logits[i - first:i - first + 1], sampling)[0]
+            for step, i in where.items() if i >= first}
