@@ -406,3 +406,10 @@ def test_prefill_and_decode_speed_per_method(full_run):
     assert overall["ar"]["prefill_s_mean"] > 0 and overall["mirror"]["decode_tokens_per_s"] > 0
     md = (out / "summary.md").read_text()
     assert "| prefill s (mean) | decode tok/s |" in md
+
+
+def test_the_report_gives_the_exit_checks_hit_rate_beside_the_lanes_own():
+    from mirror_sd.bench.report import _hits
+    assert _hits({"hit_rate": 0.5, "checked_steps": 0, "checked_hit_rate": None}) == "50%"
+    got = _hits({"hit_rate": 0.78, "checked_steps": 99, "checked_hit_rate": 67 / 99})
+    assert got.startswith("78%") and "68% of 99" in got

@@ -13,6 +13,14 @@ from mirror_sd.bench.summary import COMPONENTS, HIDDEN
 PARTIAL = "questions.partial.jsonl"  # per-question entries while a run is in progress
 
 
+
+def _hits(c: dict) -> str:
+    """Hit rate of the overlapped steps, and the exit check's of the steps in turn."""
+    text = percent(c["hit_rate"])
+    if c.get("checked_steps"):
+        text += f" (in turn, checked after the run: {percent(c['checked_hit_rate'])} of {c['checked_steps']})"
+    return text
+
 def _mismatch(c: dict) -> str:
     if not c["checked"]:
         return "n/a"
@@ -116,7 +124,7 @@ def _speed_lines(summ: dict, methods: list[str]) -> list[str]:
         c = summ["overall"][m]
         lines.append(f"| {label(m)} | {number(c['tokens_per_s'])} | {number(c.get('prefill_s_mean'))} | "
                      f"{number(c.get('decode_tokens_per_s'))} | {times(c['speedup_median'])} | "
-                     f"{times(c['speedup_mean'])} | {number(c['mean_accepted'])} | {percent(c['hit_rate'])} | "
+                     f"{times(c['speedup_mean'])} | {number(c['mean_accepted'])} | {_hits(c)} | "
                      f"{percent(c['draft_hidden_fraction'])} | {_mismatch(c)} | {c['errors']} |")
     lines += ["", "Prefill = time to a run's first committed tokens (the prompt's prefill; SD and "
               "Mirror-SD also draft and verify their first window in it, HF assisted its first "

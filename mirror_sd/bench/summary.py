@@ -103,6 +103,8 @@ def _cell(entries, method: str) -> dict:
     bad = [(e, r) for e, r in checked if not r["identical_to_ar"]]
     turns = [t["stats"] for _, r in ok for t in r.get("turns", []) if t.get("stats")]
     prefills = [st["prefill_s"] for st in turns if st.get("prefill_s") is not None]
+    checks = [st["exit_check"] for st in turns if st.get("exit_check")]  # Mirror-SD's exit check (steps in turn)
+    checked_steps = sum(c.get("in_turn", 0) for c in checks)
     return {
         **window_cell(turns),
         "questions": len(ok),
@@ -117,6 +119,8 @@ def _cell(entries, method: str) -> dict:
         "mean_accepted": _ratio(new, fw),
         "hit_rate": _ratio(hits, (hits or 0) + (fbs or 0)) if hits is not None else None,
         "draft_hidden_fraction": statistics.fmean(hidden) if hidden else None,
+        "checked_steps": checked_steps,
+        "checked_hit_rate": _ratio(sum(c.get("would_hit", 0) for c in checks), checked_steps) if checked_steps else None,
         "checked": len(checked),
         "mismatches": len(bad),
         "first_mismatch": ({"question_id": bad[0][0]["question_id"], **bad[0][1]["first_mismatch"]}
