@@ -100,3 +100,19 @@ def test_the_app_loads_through_the_run_path(monkeypatch):
     assert session._load(spec, print) == "pair"
     (args, kw), = calls
     assert args == ("t", "d") and kw["precision"] == "int8" and kw["draft_precision"] is None
+
+
+def test_work_a_decoder_does_after_finish_is_outside_the_records_time():
+    """A decoder may add untimed figures after Finish (Mirror-SD's exit check): the record's
+    wall time ends when Finish arrives, and the figures the work adds are in the record."""
+    import time
+
+    def events():
+        finish = Finish({"new_tokens": 1, "wall_s": 0.01}, [5], "x")
+        yield Commit(0, [5], ["target"], "x")
+        yield finish
+        time.sleep(0.3)
+        finish.stats["after"] = True
+
+    record = collect(events(), "mirror")
+    assert record.wall_s < 0.2 and record.stats.get("after") is True

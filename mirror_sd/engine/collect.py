@@ -26,7 +26,7 @@ class Collected:
     """One method's run: what its events said, and when (perf_counter_ns)."""
     method: str
     start_ns: int  # when the collector asked for the first event (the run's timed start)
-    end_ns: int = 0  # when the last event had arrived
+    end_ns: int = 0  # when Finish arrived (what the decoder does after it is untimed), else the last event
     spans: list[Span] = field(default_factory=list)
     steps: list[Event] = field(default_factory=list)  # EarlyExit and Verify, in order
     notices: list[str] = field(default_factory=list)
@@ -102,7 +102,9 @@ def collect(events: Iterable[Event], method: str, listener: Listener | None = No
     for event in events:
         now = time.perf_counter_ns()
         record.add(event, now)
+        if isinstance(event, Finish):
+            record.end_ns = now
         if listener is not None:
             listener(event, now)
-    record.end_ns = time.perf_counter_ns()
+    record.end_ns = record.end_ns or time.perf_counter_ns()
     return record
