@@ -12,7 +12,7 @@ from statistics import median
 
 from .figures import (ITEM, LEVEL, Card, Spread, cards, exit_bought, runs_of, level_with, machine_words, one_device, speeds,
                       verdict_parts, verdict_sub, verify_slowdown, winner)
-from .render import term
+from .render import narrow_fold, term
 from .whatif import projection_line
 from .runs import RunRecord, analyse, colour, compare_tokens, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
@@ -313,11 +313,13 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
     runs = runs_of(spreads)
     many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
             f"medians divided by AR's; the other rows: the last run." if runs > 1 else "")
-    return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
-            f'alone, one after another, warm.{many}{esc(why_runs_differ(settings or {}, runs))} '
-            f'Hover a label for its definition.</div>'
-            f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
-            f'{render_checks(records, settings or {}, meta)}')
+    cards_html = (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
+                  f'alone, one after another, warm.{many}{esc(why_runs_differ(settings or {}, runs))} '
+                  f'Hover a label for its definition.</div><div class="msd-cards">{"".join(out)}</div>')
+    # on a phone the tiles and the panes' heads carry the main figures: the rest folds
+    return (narrow_fold("cards", "Every figure, one card per method", cards_html)
+            + narrow_fold("time", "Where the time went, and the checks",
+                          render_breakdown(finished(records)) + render_checks(records, settings or {}, meta)))
 
 
 def why_runs_differ(settings: dict, runs: int) -> str:
