@@ -483,3 +483,54 @@ def test_mirror_sd_s_card_says_its_hits_and_misses_even_when_none():
         stats.update(saved)
     assert (c.hits, c.misses) == (0, 0)
     assert card(records["sd"]).hits is None
+
+
+def test_the_what_if_note_on_the_two_row_c_figures_shows_only_when_they_differ():
+    from mirror_sd.models.tiny import LAYERS
+    from ui.whatif import choice_row, project_state, render_choices
+    records = tiny_records()
+    state = {"records": records, "settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
+             "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
+    result, _ = project_state(state)
+    if result["profiles"]["c"].acceptance_from_run:
+        return  # row (c) replays this run: one figure, no note to give
+    row = choice_row(result["choices"]["c"])
+    for m in ("sd", "mirror"):  # the first table's row (c) as the second table shows it
+        result["projected"]["c"][m]["speedup"] = float(row[m].rstrip("×"))
+    assert "so the two (c) figures differ" not in render_choices(result)
+    result["projected"]["c"]["sd"]["speedup"] += 0.25
+    assert "so the two (c) figures differ" in render_choices(result)
+
+
+def test_the_verify_picture_says_what_mirror_sd_s_steps_were():
+    """Mirror-SD's verify bar is "beside the draft" only for steps whose lanes overlapped; with
+    most of its steps run one lane after the other, the bar and the title say so."""
+    from ui.figures import verify_slowdown
+    records = dict(tiny_records())
+    html = render_verdict(records, {})
+    slow = verify_slowdown(records)
+    if slow is None:
+        return
+    n = len(slow["beside_all"])
+    if slow["at_once"] == n:
+        assert "beside the draft: " in html and "lanes in turn" not in html.split("msd-vpic")[1]
+    records["mirror"] = _serial_after(records["mirror"], 0)  # every step's lanes in turn
+    slow = verify_slowdown(records)
+    if slow is None:
+        return
+    assert slow["at_once"] == 0
+    html = render_verdict(records, {})
+    assert "lanes in turn: " in html and "beside the draft: " not in html
+    assert f"of Mirror-SD&#x27;s {len(slow['beside_all'])} ran with its lanes in turn" in html
+
+
+def test_the_cards_say_why_the_same_prompt_gives_other_speeds_run_to_run():
+    from ui.results import render_cards
+    records = tiny_records()
+    priced = render_cards(records, {}, None, {"window": "priced"})
+    assert "choose each window from costs measured while they run (drafting only where it pays)" in priced
+    assert "“3, interleaved” runs show that spread" in priced
+    rounds = [cards(records) for _ in range(3)]
+    many = render_cards(records, {}, repeat_summary(rounds), {"window": "priced"})
+    assert "the range across the interleaved runs shows that spread" in many
+    assert "choose each window" not in render_cards(records, {}, None, {"window": "fixed"})
