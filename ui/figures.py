@@ -290,8 +290,7 @@ def verdict_sub(c: dict[str, Card], meta: dict, spreads: dict | None = None) -> 
     sp, runs = speeds(c, spreads), runs_of(spreads)
     decode = _ratio_list(c, sp, 2)
     many = f" (medians of {runs} interleaved runs)" if runs > 1 else " (one run)"
-    lead = (f"Decode alone, the tokens after each run's first one over the time after it: {decode}. "
-            if decode else "")
+    lead = f"Decode alone, the speed after each run's first token: {decode}. " if decode else ""
     return f"{lead}Measured on {machine_words(meta)}{many}."
 
 
