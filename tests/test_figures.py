@@ -521,7 +521,7 @@ def test_the_verify_picture_says_what_mirror_sd_s_steps_were():
     assert slow["at_once"] == 0
     html = render_verdict(records, {})
     assert "lanes in turn: " in html and "beside the draft: " not in html
-    assert f"of Mirror-SD&#x27;s {len(slow['beside_all'])} ran with its lanes in turn" in html
+    assert f"all {len(slow['beside_all'])} of Mirror-SD&#x27;s ran with its lanes in turn" in html
 
 
 def test_the_cards_say_why_the_same_prompt_gives_other_speeds_run_to_run():
