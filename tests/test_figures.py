@@ -521,7 +521,9 @@ def test_the_verify_picture_says_what_mirror_sd_s_steps_were():
     assert slow["at_once"] == 0
     html = render_verdict(records, {})
     assert "lanes in turn: " in html and "beside the draft: " not in html
-    assert f"all {len(slow['beside_all'])} of Mirror-SD&#x27;s ran with its lanes in turn" in html
+    n = len(slow["beside_all"])
+    which = {1: "Mirror-SD&#x27;s one step", 2: "both of Mirror-SD&#x27;s"}.get(n, f"all {n} of Mirror-SD&#x27;s")
+    assert f"{which} ran with its lanes in turn" in html
 
 
 def test_the_cards_say_why_the_same_prompt_gives_other_speeds_run_to_run():

@@ -179,7 +179,8 @@ def _verify_title(slow: dict) -> str:
     title = f"one verify forward of {slow['tokens']} tokens, median over the steps"
     n, k = len(slow["beside_all"]), slow.get("at_once", len(slow["beside_all"]))
     if 2 * k < n:
-        which = f"all {n} of Mirror-SD's" if k == 0 else f"{n - k} of Mirror-SD's {n}"
+        which = ({1: "Mirror-SD's one step", 2: "both of Mirror-SD's"}.get(n, f"all {n} of Mirror-SD's")
+                 if k == 0 else f"{n - k} of Mirror-SD's {n}")
         return title + (f": {which} ran with its lanes in turn, as SD's do, so these steps say little "
                         f"about alone against beside")
     if min(len(slow["alone_all"]), len(slow["beside_all"])) < 3:
