@@ -183,6 +183,10 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         assert note.startswith("Mirror-SD's first token came 0.33 s after AR's (0.78 s against 0.45 s)")
         assert "SD's" not in note.replace("Mirror-SD's", "") and "decode speed leaves" in note
         assert json.loads(race_message(records))["note"] == note
+        records["sd"].finish.stats["prefill_s"] = 0.78
+        assert race_note(records).startswith("SD's and Mirror-SD's first tokens both came 0.33 s after AR's "
+                                             "(0.78 s against 0.45 s), so they start")
+        records["sd"].finish.stats["prefill_s"] = 0.50
         records["mirror"].finish.stats["prefill_s"] = 0.52
         assert race_note(records) == ""  # within 0.1 s of the earliest: nothing to say
     finally:
