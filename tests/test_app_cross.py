@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from html import escape
 
@@ -264,3 +265,16 @@ def test_the_cross_preset_in_the_browser_checks_the_pair_before_run(tmp_path):
             browser.close()
     finally:
         demo.close()
+
+
+def test_pair_check_names_a_bundled_pair_by_its_models_own_names():
+    """The box shows each model's own name and precision; the cache folder's name only on hover."""
+    check = {"target": "default target (qwen2.5-coder-1.5b-instruct-q4_k_m-int8)",
+             "draft": "qwen2.5-coder-0.5b-instruct (qwen2.5-coder-0.5b-instruct-q4_k_m-int8)",
+             "precision": "int8", "cross": False, "lines": [], "warnings": []}
+    html = render_pair_check(check)
+    assert "target <span" in html and ">Qwen2.5-Coder 1.5B Instruct (int8)</span>" in html
+    assert ">Qwen2.5-Coder 0.5B Instruct (int8)</span>" in html
+    shown = re.sub(r'title="[^"]*"', "", html)
+    assert "q4_k_m" not in shown and 'title="default target (qwen2.5-coder-1.5b-instruct-q4_k_m-int8)"' in html
+    assert ">tiny-target (fp32)<" in render_pair_check(dict(check, target="tiny-target", precision="fp32"))

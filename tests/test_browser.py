@@ -166,7 +166,11 @@ def check_rendered(page, n_tokens: int | None) -> None:
     # the verdict names the winner, in large type; a card per method with the three speeds
     verdict = page.inner_text("#verdict .msd-verdict-text")
     assert re.search(r"\b(AR|SD|Mirror-SD) won\b|cannot tell .* apart|Plain decoding \(AR\) won", verdict), verdict
-    assert re.search(r"SD \d+\.\d\d tok/s, \d+\.\d\d× AR", verdict), verdict  # each its own speed and ratio
+    assert re.search(r"SD \d+\.\d\d× AR", verdict), verdict  # each its own ratio, the tiles'
+    for m, small in page.evaluate("() => [...document.querySelectorAll('#verdict .msd-tile')].map("
+                                  "t => [t.dataset.method, t.querySelector('.msd-tile-small').textContent])"):
+        if m != "ar":
+            assert f"{LABELS[m]} {small.split(' ')[0]} AR" in verdict, (m, small, verdict)
     size = page.eval_on_selector("#verdict .msd-verdict-text", "e => parseFloat(getComputedStyle(e).fontSize)")
     assert size >= 20, size
     cards = page.evaluate(CARDS_JS)
@@ -419,6 +423,11 @@ BOARD_AXIS_JS = """() => {
 }"""
 
 
+# the live timeline's lane labels cut short (text wider than its box), as shown
+LANE_NAMES_CUT_JS = """() => [...document.querySelectorAll('#board-timeline .msd-btl-name, #board-timeline .msd-btl-group')]
+  .filter(e => e.offsetWidth && e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)"""
+
+
 def check_board_axis(page) -> None:
     """The small timeline's ticks and its bars on one scale: each tick's mark sits where a bar
     at that time starts, and says that time."""
@@ -466,6 +475,8 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         check_board_axis(page)
         page.set_viewport_size({"width": 400, "height": 1200})
         check_board_axis(page)
+        cut = page.evaluate(LANE_NAMES_CUT_JS)
+        assert not cut, cut  # a phone's lane labels whole: the method above its lanes
         page.set_viewport_size({"width": 1600, "height": 1200})
         assert "Race over" in page.inner_text("#board .msd-board-say")
         assert {"ar", "sd"} <= set(ended), ended  # ended while the next ones ran

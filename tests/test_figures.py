@@ -60,7 +60,7 @@ def test_the_verdict_names_the_winner_by_end_to_end_speed():
     text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
     assert "CPU cores, no GPU" in text
     if level_with(c, best):  # tiny runs can finish within 3% of each other
-        assert "One run cannot tell" in text and "The trade:" in text and " won" not in text
+        assert "one run cannot tell" in text and "The trade:" in text and " won" not in text
     else:
         assert f"{label(best) if best != 'ar' else 'Plain decoding (AR)'} won" in text and "The reason:" in text
 
@@ -94,7 +94,7 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     text = verdict(rounds[0], records, {}, spreads)
     assert "(medians of 3 interleaved runs)" in text  # the verdict's speeds are the medians
     # SD's range (8-12 tok/s) holds AR's 10: the verdict says plainly that they cannot be told apart
-    assert "These 3 runs cannot tell AR and SD apart" in text and " won" not in text
+    assert "these 3 runs cannot tell AR and SD apart" in text and " won" not in text
 
 
 def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
@@ -119,9 +119,12 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
         ratio = f"{med[m] / med['ar']:.2f}×"
         tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
         assert tile == (f"{med[m]:.2f} tok/s", f"{ratio} AR&#x27;s speed")
-        assert f"{label(m)} {med[m]:.2f} tok/s, {ratio} AR" in html  # the verdict's sentence
+        head = re.search(r'class="msd-verdict-text">([^<]*)<', html)[1]
+        assert f"{label(m)} {ratio} AR" in head  # the verdict's headline: the tiles' ratios
         assert f"{label(m)} {ratio}" in status
         decode = spreads[m]["decode_tps"].median / spreads["ar"]["decode_tps"].median
+        sub = re.search(r'class="msd-verdict-sub">([^<]*)<', html)[1]
+        assert f"{label(m)} {decode:.2f}× AR" in sub and "the speed after each run&#x27;s first token" in sub
         row = re.search(rf'data-method="{m}".*?over AR, decode / end to end.*?<td><b>([^<]*)</b> / <b>([^<]*)</b>',
                         cards_html).groups()
         assert row == (f"{decode:.2f}×", ratio)
@@ -146,7 +149,13 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
         if m != "ar":
             assert f"{c[m].e2e_speedup:.2f}×" in html
     level = level_with(c, best)
-    assert (html.count(">tie<") == len(level)) if level else (html.count(">fastest<") == 1)
+    badges = dict(re.findall(r'data-method="(\w+)".*?class="msd-tile-best[^"]*" title="[^"]*">([^<]*)<', html))
+    assert set(badges) == set(c)  # every tile says where it stands, against the same method
+    assert badges[best] == ("top speed" if level else "fastest")
+    for m in c:
+        if m != best:
+            assert badges[m] == (f"ties {label(best)}" if m in level else f"behind {label(best)}")
+    assert ("“ties " in html) == bool(level)  # the legend beside the tiles, when a tile ties
     for m in c:  # each tile: its own tok/s, then its ratio over AR in words
         big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
         assert big[0] == f"{c[m].e2e_tps:.2f} tok/s", big
@@ -159,8 +168,10 @@ def test_a_win_within_three_percent_is_called_level():
     for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.8)):
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {})
-    assert "One run cannot tell SD and Mirror-SD apart" in text and "“3, interleaved”" in text and " won" not in text
-    assert "SD 10.00 tok/s, 1.25× AR" in text and "Mirror-SD 9.80 tok/s, 1.23× AR" in text and "AR 8.00 tok/s;" in text
+    assert "one run cannot tell SD and Mirror-SD apart" in text and "“3, interleaved”" in text and " won" not in text
+    assert text.startswith("SD 1.25× AR, Mirror-SD 1.23× AR end to end: ")  # one set of ratios, the tiles'
+    from ui.figures import verdict_parts
+    assert "tok/s" not in verdict_parts(c, records, {})[0]  # the headline: the tiles give the speeds
     assert "AR 1.00×" not in text
     assert level_with(c, "sd") == ["sd", "mirror"]
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 9.0, 9.0 / 8.0  # 10% behind: a clear win
@@ -299,7 +310,7 @@ def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_fro
     for m, tps in (("ar", 10.0), ("sd", 12.0), ("mirror", 10.2)):  # SD wins; Mirror-SD 1.02x AR
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 10.0, True
     text = verdict(c, records, {})
-    assert "SD won, 1.18× Mirror-SD's speed" in text and "One run cannot tell Mirror-SD and AR apart" in text
+    assert "SD won end to end, 1.18× Mirror-SD's speed" in text and "one run cannot tell Mirror-SD and AR apart" in text
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.0, 1.1
     assert "cannot tell" not in verdict(c, records, {})
 
@@ -472,3 +483,56 @@ def test_mirror_sd_s_card_says_its_hits_and_misses_even_when_none():
         stats.update(saved)
     assert (c.hits, c.misses) == (0, 0)
     assert card(records["sd"]).hits is None
+
+
+def test_the_what_if_note_on_the_two_row_c_figures_shows_only_when_they_differ():
+    from mirror_sd.models.tiny import LAYERS
+    from ui.whatif import choice_row, project_state, render_choices
+    records = tiny_records()
+    state = {"records": records, "settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
+             "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
+    result, _ = project_state(state)
+    if result["profiles"]["c"].acceptance_from_run:
+        return  # row (c) replays this run: one figure, no note to give
+    row = choice_row(result["choices"]["c"])
+    for m in ("sd", "mirror"):  # the first table's row (c) as the second table shows it
+        result["projected"]["c"][m]["speedup"] = float(row[m].rstrip("×"))
+    assert "so the two (c) figures differ" not in render_choices(result)
+    result["projected"]["c"]["sd"]["speedup"] += 0.25
+    assert "so the two (c) figures differ" in render_choices(result)
+
+
+def test_the_verify_picture_says_what_mirror_sd_s_steps_were():
+    """Mirror-SD's verify bar is "beside the draft" only for steps whose lanes overlapped; with
+    most of its steps run one lane after the other, the bar and the title say so."""
+    from ui.figures import verify_slowdown
+    records = dict(tiny_records())
+    html = render_verdict(records, {})
+    slow = verify_slowdown(records)
+    if slow is None:
+        return
+    n = len(slow["beside_all"])
+    if slow["at_once"] == n:
+        assert "beside the draft: " in html and "lanes in turn" not in html.split("msd-vpic")[1]
+    records["mirror"] = _serial_after(records["mirror"], 0)  # every step's lanes in turn
+    slow = verify_slowdown(records)
+    if slow is None:
+        return
+    assert slow["at_once"] == 0
+    html = render_verdict(records, {})
+    assert "lanes in turn: " in html and "beside the draft: " not in html
+    n = len(slow["beside_all"])
+    which = {1: "Mirror-SD&#x27;s one step", 2: "both of Mirror-SD&#x27;s"}.get(n, f"all {n} of Mirror-SD&#x27;s")
+    assert f"{which} ran with its lanes in turn" in html
+
+
+def test_the_cards_say_why_the_same_prompt_gives_other_speeds_run_to_run():
+    from ui.results import render_cards
+    records = tiny_records()
+    priced = render_cards(records, {}, None, {"window": "priced"})
+    assert "choose each window from costs measured while they run (drafting only where it pays)" in priced
+    assert "“3, interleaved” runs show that spread" in priced
+    rounds = [cards(records) for _ in range(3)]
+    many = render_cards(records, {}, repeat_summary(rounds), {"window": "priced"})
+    assert "the range across the interleaved runs shows that spread" in many
+    assert "choose each window" not in render_cards(records, {}, None, {"window": "fixed"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ui.live import LiveFeed, LivePush, race_message
+from ui.live import LiveFeed, LivePush, race_message, race_note
 from ui.runs import RunRecord, analyse
 from ui_records import tiny_records
 
@@ -169,3 +169,27 @@ def test_while_a_run_is_timed_the_page_gets_items_not_html(monkeypatch):
     final = frames[-1]
     assert json.loads(final[at])["op"] == "race"
     assert all('data-state="done"' in p for m, p in zip(names, final[1:1 + len(names)]) if m in ran)
+
+
+def test_the_race_says_which_run_starts_behind_and_by_how_much():
+    """Each run races from its own start: a first token 0.1 s or more after the earliest one
+    is named with its gap, and the note says the cards' decode speed leaves it out."""
+    records = tiny_records()
+    saved = {m: dict(rec.finish.stats) for m, rec in records.items()}
+    try:
+        for m, t in (("ar", 0.45), ("sd", 0.50), ("mirror", 0.78)):
+            records[m].finish.stats["prefill_s"] = t
+        note = race_note(records)
+        assert note.startswith("Mirror-SD's first token came 0.33 s after AR's (0.78 s against 0.45 s)")
+        assert "SD's" not in note.replace("Mirror-SD's", "") and "decode speed leaves" in note
+        assert json.loads(race_message(records))["note"] == note
+        records["sd"].finish.stats["prefill_s"] = 0.78
+        assert race_note(records).startswith("SD's and Mirror-SD's first tokens both came 0.33 s after AR's "
+                                             "(0.78 s against 0.45 s), so they start")
+        records["sd"].finish.stats["prefill_s"] = 0.50
+        records["mirror"].finish.stats["prefill_s"] = 0.52
+        assert race_note(records) == ""  # within 0.1 s of the earliest: nothing to say
+    finally:
+        for m, rec in records.items():
+            rec.finish.stats.clear()
+            rec.finish.stats.update(saved[m])

@@ -266,7 +266,8 @@ def test_the_zoom_and_the_narration_give_one_step_s_wait_in_the_same_words():
     caption = re.search(r"finished it (\d+ ms) after the verdict|(before the verdict)", render_zoom(rec, {}))
     told = narrate(rec, step)
     if caption and caption[1]:
-        assert f"whose window was ready {caption[1]} after the verdict" in told
+        assert f"begun beside the target before the verdict; the draft finished it {caption[1]} after the verdict" in told
+        assert not re.search(r"ready \d", told)  # a hit begun early never reads as "ready 123 ms after"
     elif caption:
         assert "ready when the verdict came" in told
     assert not re.search(r"\d\.\d+ s after the verdict", told)  # under a second: milliseconds, as the zoom

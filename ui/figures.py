@@ -23,7 +23,7 @@ from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
 from .runs import RunRecord, analyse, exit_check, label, measured, variant_of, verdict_outcome
-from .why import breakdown, contention, costs
+from .why import breakdown, contention, costs, steps_at_once, verify_forwards
 
 
 @dataclass
@@ -162,7 +162,10 @@ def verify_slowdown(records: dict[str, RunRecord]) -> dict | None:
     if not k:
         return None
     alone, beside = c["verify_alone_all"], c["verify_beside_all"]
-    return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k,
+    mirror = records.get(roles()[1])
+    # of Mirror-SD's steps in the comparison, those whose draft really worked beside the target
+    at_once = len(set(verify_forwards(mirror, c["verify_window"])) & steps_at_once(mirror))
+    return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k, "at_once": at_once,
             "tokens": c["verify_window"] + 1, "alone_all": alone, "beside_all": beside,
             "overlap": alone[0] <= beside[-1] and beside[0] <= alone[-1]}
 
@@ -181,8 +184,10 @@ def _x(v: float | None) -> str:
 
 def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
             spreads: dict | None = None) -> str:
-    """A few plain sentences from the run: who won, by how much, the reason."""
-    return "".join(verdict_parts(c, records, meta, spreads)).replace(ITEM, " ")
+    """A few plain sentences from the run: who won, by how much, decode, the reason."""
+    head, reason = verdict_parts(c, records, meta, spreads)
+    sub = verdict_sub(c, meta, spreads)
+    return " ".join(x for x in (head, sub) if x) + reason.replace(ITEM, " ")
 
 
 # end-to-end speeds closer than this share of the faster one are called level, not a win: one
@@ -221,11 +226,11 @@ def speeds(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[f
             for m, (e2e, dec) in tps.items()}
 
 
-def _speed_list(c: dict[str, Card], sp: dict) -> str:
-    """'AR 20.89 tok/s; SD 23.12 tok/s, 1.11× AR; ...': each method its own speed and ratio."""
+def _ratio_list(c: dict[str, Card], sp: dict, key: int = 1) -> str:
+    """'SD 1.11× AR, Mirror-SD 0.96× AR': each method's ratio over AR, end to end (key 1, the
+    tiles' and the cards' figures) or in decode (key 2)."""
     ar = baseline()
-    return "; ".join(f"{label(m)} {sp[m][0]:.2f} tok/s" + ("" if m == ar else f", {_x(sp[m][1])} AR")
-                     for m in c if sp[m][0] is not None)
+    return ", ".join(f"{label(m)} {_x(sp[m][key])} AR" for m in c if m != ar and sp[m][key] is not None)
 
 
 def _names(methods: list[str]) -> str:
@@ -234,18 +239,21 @@ def _names(methods: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _apart(names: list[str], runs: int) -> str:
-    """The plain sentence for methods a run cannot separate."""
+def _apart(names: list[str], runs: int, every: bool = False) -> str:
+    """The plain clause for methods a run cannot separate ("them" when they are all the
+    methods shown)."""
+    who = "them" if every else _names(names)
     if runs > 1:
-        return f"These {runs} runs cannot tell {_names(names)} apart (their ranges overlap)."
-    return (f"One run cannot tell {_names(names)} apart (within {LEVEL:.0%}, about one run's noise "
-            f"here): choose “3, interleaved” runs.")
+        return f"these {runs} runs cannot tell {who} apart (their ranges overlap)"
+    return (f"one run cannot tell {who} apart (within {LEVEL:.0%}, about one run's noise here; "
+            f"choose “3, interleaved” runs)")
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                   spreads: dict | None = None) -> tuple[str, str]:
-    """The verdict as (who won or that the run cannot tell two apart, then each method's own
-    speed and its ratio over AR, end to end and in decode; the reason and its notes)."""
+    """The verdict as (its headline: one sentence, each method's end-to-end ratio over AR, the
+    tiles' figures, and who won or that the runs cannot tell them apart; the reason and its
+    notes). The decode ratios and the machine go on a smaller line (`verdict_sub`)."""
     best = winner(c, spreads)
     if best is None:
         return "", ""
@@ -255,27 +263,35 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                 f"at {c[best].e2e_tps:.2f} tok/s end to end."), ""
     sp, runs = speeds(c, spreads), runs_of(spreads)
     level = level_with(c, best, spreads)
+    ratios = _ratio_list(c, sp)
+    near = _near_ar(c, best, level, sp)
+    also = f" ({_apart(near + [ar], runs)})" if near else ""
     if level:
-        head = _apart(level, runs)
+        head = f"{ratios} end to end: {_apart(level, runs, set(level) == set(c))}{also}."
     elif best == ar:
-        head = "Plain decoding (AR) won: no speculative method beat it end to end."
+        head = f"Plain decoding (AR) won end to end: {ratios}."
     else:
         second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
-        head = f"{label(best)} won, {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed."
-    near = _near_ar(c, best, level, sp)
-    if near:
-        head += " " + _apart(near + [ar], runs)
-    many = f" (medians of {runs} interleaved runs)" if runs > 1 else ""
-    head += f" End to end on {machine_words(meta)}{many}: {_speed_list(c, sp)}."
-    decode = [f"{label(m)} {_x(sp[m][2])} AR" for m in c if m != ar and sp[m][2] is not None]
-    if decode:
-        head += " Decode: " + ", ".join(decode) + "."
+        than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
+        head = f"{label(best)} won end to end{than}: {ratios}{also}."
     lead = "The trade:" if level else "The reason:"
     reason = _reason(best, c, records, meta.get("precision"), lead)
     notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
     if notes:
         reason += (ITEM if ITEM in reason else " ") + notes
     return head, reason
+
+
+def verdict_sub(c: dict[str, Card], meta: dict, spreads: dict | None = None) -> str:
+    """The line under the headline: the decode ratios, said what they are (the speed after each
+    run's first token), and where and how often it was measured ('' without AR)."""
+    if baseline() not in c or len(c) < 2 or winner(c, spreads) is None:
+        return ""
+    sp, runs = speeds(c, spreads), runs_of(spreads)
+    decode = _ratio_list(c, sp, 2)
+    many = f" (medians of {runs} interleaved runs)" if runs > 1 else " (one run)"
+    lead = f"Decode alone, the speed after each run's first token: {decode}. " if decode else ""
+    return f"{lead}Measured on {machine_words(meta)}{many}."
 
 
 def runs_of(spreads: dict | None) -> int:
@@ -444,7 +460,8 @@ def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mea
                 f"so {mirror.verify_steps} verify steps (target forwards) against SD's {sd.verify_steps}")
     if key == "per_step":
         return (f"each of Mirror-SD's verify steps took {'longer' if lost else 'less time'}: "
-                f"{mean_s['mirror'] * 1e3:.0f} ms against SD's {mean_s['sd'] * 1e3:.0f} ms (mean)")
+                f"{mean_s['mirror'] * 1e3:.0f} ms against SD's {mean_s['sd'] * 1e3:.0f} ms (the mean over "
+                f"every verify step after the first, every window length)")
     if key == "wait":
         m, s = (parts[x].get("draft_exposed") or 0.0 for x in ("mirror", "sd"))
         hidden = mirror.draft_hidden_s or 0.0

@@ -15,13 +15,17 @@ const board = () => element.querySelector('.msd-board');
 const host = () => document.querySelector('#board-timeline .msd-btl-host');
 
 function header(text) { const h = $('.msd-board-say'); if (h) h.textContent = text; }
+function boardNote(text) { const n = $('.msd-board-note'); if (n) n.textContent = text || ''; }
 
 function laneRows(run, tl) {
   const lanes = run.m === 'ar' ? [['t', 'target']] : [['t', 'target'], ['d', 'draft']];
   run.lanes = {};
+  tl.append(mk('div', 'msd-btl-group', run.label));  // a narrow page's rows name only the lane, under this
   for (const [code, name] of lanes) {
     const row = mk('div', 'msd-btl-row');
-    row.append(mk('span', 'msd-btl-name', run.label + ' · ' + name));
+    const label = mk('span', 'msd-btl-name'); label.title = run.label + ' · ' + name;
+    label.append(mk('span', 'msd-btl-m', run.label + ' · '), document.createTextNode(name));
+    row.append(label);
     const track = mk('div', 'msd-btl-track');
     row.append(track); tl.append(row); run.lanes[code] = track;
   }
@@ -250,6 +254,7 @@ function handle(msg) {
   B.seq = msg.seq;
   if (msg.op === 'start') {
     build(msg.runs); B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
+    boardNote('');
     board().classList.add('is-on');
     header((msg.round && msg.round[1] > 1 ? 'Round ' + msg.round[0] + ' of ' + msg.round[1] + ', live: ' : 'Live: ') +
            'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ' +
@@ -259,7 +264,7 @@ function handle(msg) {
     if (B.mode !== 'live') return;
     feed(msg); kick();
   } else if (msg.op === 'race') {
-    B.raceMsg = msg; board().classList.add('has-race');
+    B.raceMsg = msg; board().classList.add('has-race'); boardNote(msg.note);
     if (msg.autoplay) startRace();
     else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
   }

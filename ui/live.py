@@ -25,7 +25,7 @@ from pathlib import Path
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                                      StepStart, Verify)
 
-from .runs import VARIANTS, RunRecord, colour, drafted_in_turn, label, method_names, tag
+from .runs import VARIANTS, RunRecord, colour, drafted_in_turn, label, measured, method_names, tag
 
 # the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
 # this one has no ${value} in it, so the JSON messages never touch what the script drew
@@ -34,7 +34,7 @@ BOARD_TEMPLATE = (
     '<span class="msd-board-ctl"><span class="msd-blab">race speed</span>'
     '<span class="msd-board-speeds"></span>'
     '<button type="button" class="msd-replay">↻ Replay the race</button></span></div>'
-    '<div class="msd-board-panes"></div></div>')
+    '<div class="msd-board-note"></div><div class="msd-board-panes"></div></div>')
 TIMELINE_TEMPLATE = '<div class="msd-btl-host"></div>'
 BOARD_JS = (Path(__file__).with_name("live.js")).read_text(encoding="utf-8")
 
@@ -205,6 +205,39 @@ class LivePush:
         return _json({"op": "feed", "seq": self.seq, "runs": runs, "current": current})
 
 
+LATE_START_S = 0.1  # a first token this much after the earliest one is worth a word on the race
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def race_note(records: dict[str, RunRecord]) -> str:
+    """The race replays each run from its own start, so a run whose first token came later
+    (SD and Mirror-SD draft and check a first window before theirs) starts behind: which, by
+    how much, and that the cards' decode speed leaves that time out ('' when none is
+    LATE_START_S behind the earliest)."""
+    first = {m: measured(rec).get("prefill_s") for m, rec in records.items()
+             if rec is not None and rec.finish is not None}
+    first = {m: t for m, t in first.items() if t is not None}
+    if len(first) < 2:
+        return ""
+    lead = min(first, key=first.get)
+    late = [m for m in first if first[m] - first[lead] >= LATE_START_S]
+    if not late:
+        return ""
+    gaps = [f"{first[m] - first[lead]:.2f} s" for m in late]
+    times = [f"{first[m]:.2f} s" for m in late]
+    whose = _names([f"{label(m)}'s" for m in late])
+    one = len(late) == 1
+    same = len(set(gaps)) == 1 and len(set(times)) == 1  # 'both came 0.12 s after', not '0.12 s and 0.12 s'
+    gap, at = (gaps[0], times[0]) if same else (_names(gaps), _names(times))
+    both = "" if one or not same else "both " if len(late) == 2 else "all "
+    return (f"{whose} first token{'' if one else 's'} {both}came {gap} after {label(lead)}'s ({at} against {first[lead]:.2f} s), so "
+            f"{'it starts' if one else 'they start'} the race that far behind; the cards' decode "
+            f"speed leaves the time to the first token out.")
+
+
 def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True) -> str:
     """Every finished run's items with their final times: the page replays them together."""
     methods = tuple(methods or records)
@@ -216,4 +249,4 @@ def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = T
             runs[m] = {"items": feed.items, "wall": round(rec.duration_ns / 1e6, 1)}
     complete = all(records.get(m) is not None and records[m].complete for m in methods)
     return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods),
-                  "autoplay": bool(autoplay and complete and runs)})
+                  "note": race_note(records), "autoplay": bool(autoplay and complete and runs)})

@@ -32,7 +32,8 @@ def compute_check(pair) -> dict:
     info = getattr(pair, "info", None) or {}
     warnings = [_sentence(w) for w in info.get("warnings") or []]
     check = {"target": pair.target_name, "draft": pair.draft_name,
-             "precision": info.get("precision"), "cross": getattr(pair, "bridge", None) is not None,
+             "precision": info.get("precision"), "draft_precision": info.get("draft_precision"),
+             "cross": getattr(pair, "bridge", None) is not None,
              "lines": [], "warnings": warnings, "draft_prompt_text": None}
     try:
         report = check_pair(pair)
@@ -75,9 +76,28 @@ def output_coverage(pair, token_ids) -> float | None:
     return float(bridge.coverage(list(token_ids)))
 
 
+def human_name(name: str) -> str:
+    """A bundled model's own name ('Qwen2.5-Coder 1.5B Instruct') for its source name as the
+    loader gives it ("default target (<cache folder>)", or a bundled name and its folder);
+    any other name (a path, a hub id) as it is."""
+    from mirror_sd.models.bundled import DEFAULTS, bundled_model
+    head = str(name).split(" (")[0].strip()
+    model = DEFAULTS.get(head[len("default "):]) if head.startswith("default ") else bundled_model(head)
+    if model is None or not model.note:
+        return str(name)
+    return model.note.split(" (")[0].split(":")[0]
+
+
 def _names(check: dict) -> str:
-    names = f"{check.get('target', '?')} + {check.get('draft', '?')}"
-    return f"{names} · {check['precision']}" if check.get("precision") else names
+    """'target Qwen2.5-Coder 1.5B Instruct (int8) + draft ...': each model by its own name and
+    precision, its file name on hover."""
+    precision = {"target": check.get("precision"), "draft": check.get("draft_precision") or check.get("precision")}
+    out = []
+    for role in ("target", "draft"):
+        name = str(check.get(role, "?"))
+        shown = human_name(name) + (f" ({precision[role]})" if precision[role] else "")
+        out.append(f'{role} <span class="msd-pc-name" title="{esc(name)}">{esc(shown)}</span>')
+    return " + ".join(out)
 
 
 def render_pair_note(text: str, level: str = "info") -> str:
@@ -94,7 +114,7 @@ def render_pair_check(check: dict | None) -> str:
                                 "the first Run).")
     cross = bool(check.get("cross"))
     kind = "cross-tokenizer" if cross else SAME_TOKENIZER
-    head = (f'<div class="msd-pc-head"><b>Pair check</b> · {esc(_names(check))} · '
+    head = (f'<div class="msd-pc-head"><b>Pair check</b> · {_names(check)} · '
             f'<span class="msd-pc-kind{" is-cross" if cross else ""}">{kind}</span></div>')
     lines = "".join(f"<li>{esc(line)}</li>" for line in check.get("lines", []))
     warns = "".join(f'<li class="msd-pc-warn">⚠ {esc(w)}</li>' for w in check.get("warnings", []))

@@ -86,6 +86,17 @@ def term(word: str, key: str | None = None) -> str:
     return f'<abbr class="msd-term" title="{esc(tip)}">{esc(word)}</abbr>' if tip else esc(word)
 
 
+def narrow_fold(key: str, title: str, body: str) -> str:
+    """`body` as it is on a wide page; on a narrow one (a phone, ui/panes.css) folded under
+    `title`, opened with a tap (a checkbox and its label: no script)."""
+    if not body:
+        return ""
+    box = f"msd-nf-{esc(key)}"
+    return (f'<input type="checkbox" id="{box}" class="msd-nf-toggle">'
+            f'<label for="{box}" class="msd-nf-label">{esc(title)}</label>'
+            f'<div class="msd-nf-body">{body}</div>')
+
+
 def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 

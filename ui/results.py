@@ -10,9 +10,9 @@ import html
 import re
 from statistics import median
 
-from .figures import (ITEM, Card, Spread, cards, exit_bought, runs_of, level_with, machine_words, one_device, speeds,
-                      verdict_parts, verify_slowdown, winner)
-from .render import term
+from .figures import (ITEM, LEVEL, Card, Spread, cards, exit_bought, runs_of, level_with, machine_words, one_device, speeds,
+                      verdict_parts, verdict_sub, verify_slowdown, winner)
+from .render import narrow_fold, term
 from .whatif import projection_line
 from .runs import RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
@@ -70,6 +70,9 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if not head:
         return ""
     parts = [_scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
+    sub = verdict_sub(c, meta, spreads)
+    if sub:
+        parts.append(f'<p class="msd-verdict-sub">{esc(sub)}</p>')
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
     if "mirror" in done:
@@ -129,10 +132,11 @@ def _picture(done: dict[str, RunRecord]) -> str:
     rows = []
     if slow:
         top = max(slow["alone_all"][-1], slow["beside_all"][-1])
+        who = _beside_words(slow)
         rows.append((_verify_title(slow), [
-            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone " + _ms_spread(slow["alone_all"])),
-            ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", "beside the draft"),
-             "beside " + _ms_spread(slow["beside_all"]))]))
+            ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone: " + _ms_spread(slow["alone_all"])),
+            ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", who),
+             f"{who}: " + _ms_spread(slow["beside_all"]))]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
     if top > 0:
@@ -151,16 +155,34 @@ def _picture(done: dict[str, RunRecord]) -> str:
 
 
 def _ms_spread(values: list[float]) -> str:
-    """'150 ms (4 steps 140–171)': the median over the steps, their count and range."""
+    """'150 ms (4 steps, 140–171)': the median over the steps, their count and range."""
     mid = median(values)
     steps = f"{len(values)} step{'s' if len(values) != 1 else ''}"
-    span = f" {values[0] * 1e3:.0f}–{values[-1] * 1e3:.0f}" if len(values) > 1 else ""
+    span = f", {values[0] * 1e3:.0f}–{values[-1] * 1e3:.0f}" if len(values) > 1 else ""
     return f"{mid * 1e3:.0f} ms ({steps}{span})"
 
 
+def _beside_words(slow: dict) -> str:
+    """What Mirror-SD's steps in the verify picture were: the draft beside the target, the
+    lanes in turn (as SD's), or how many of each."""
+    n, k = len(slow["beside_all"]), slow.get("at_once", len(slow["beside_all"]))
+    if k == n:
+        return "beside the draft"
+    if k == 0:
+        return "lanes in turn"
+    return f"{n - k} of {n} in turn" if 2 * k < n else f"{k} of {n} beside"
+
+
 def _verify_title(slow: dict) -> str:
-    """The verify picture's title: its window and whether its steps can tell the two apart."""
-    title = f"one verify forward of {slow['tokens']} tokens"
+    """The verify picture's title: its window, its statistic, and whether its steps can tell
+    the two apart."""
+    title = f"one verify forward of {slow['tokens']} tokens, median over the steps"
+    n, k = len(slow["beside_all"]), slow.get("at_once", len(slow["beside_all"]))
+    if 2 * k < n:
+        which = ({1: "Mirror-SD's one step", 2: "both of Mirror-SD's"}.get(n, f"all {n} of Mirror-SD's")
+                 if k == 0 else f"{n - k} of Mirror-SD's {n}")
+        return title + (f": {which} ran with its lanes in turn, as SD's do, so these steps say little "
+                        f"about alone against beside")
     if min(len(slow["alone_all"]), len(slow["beside_all"])) < 3:
         return title + ": too few steps to tell alone from beside"
     if slow["overlap"]:
@@ -168,33 +190,61 @@ def _verify_title(slow: dict) -> str:
     return title + f": beside the draft {slow['factor']:.2f}× as long"
 
 
+def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
+    """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
+    against the winner (the best end-to-end median): the winner "fastest" when clear of the
+    rest, else "top median"; every other method "ties <winner>" when the runs cannot tell it
+    from the winner (`level_with`), else "behind <winner>"."""
+    best = winner(c, spreads)
+    if best is None:
+        return {}
+    level, runs, top = level_with(c, best, spreads), runs_of(spreads), label(best)
+    apart = "their ranges overlap" if runs > 1 else f"within {LEVEL:.0%}, about one run's noise here"
+    out = {best: ("top median" if level and runs > 1 else "top speed" if level else "fastest",
+                  f"the best end-to-end speed; the runs cannot tell it from "
+                  f"{', '.join(label(m) for m in level[1:])} ({apart})" if level else
+                  "the best end-to-end speed, clear of every other method")}
+    for m in c:
+        if m != best:
+            out[m] = ((f"ties {top}", f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
+                      (f"behind {top}", f"clearly slower than {top} end to end"))
+    return out
+
+
 def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
     """One tile per method: its own end-to-end tok/s in large type and its ratio over AR in
     words under it (the medians over interleaved runs when there were several), the same
-    figures as the verdict's sentence and the cards' "end to end" rows."""
+    figures as the verdict's sentence and the cards' "end to end" rows; a badge on every tile
+    saying where it stands against the winner (`standing`), with a legend beside."""
     if "ar" not in c or len(c) < 2:
         return ""
     best = winner(c, spreads)
-    level = level_with(c, best, spreads)
-    badges = {m: "tie" for m in level} if level else {best: "fastest"}
+    badges = standing(c, spreads)
     sp = speeds(c, spreads)
     tiles = []
     for m in c:
         tps, ratio = sp[m][0], sp[m][1]
         small = ("plain decoding: the baseline" if m == "ar" else
                  "–" if ratio is None else f"{ratio:.2f}× AR's speed")
-        tip = ("the runs cannot tell these methods apart" if m in level else
-               "the fastest, clear of the others")
-        flag = f' <span class="msd-tile-best" title="{tip}">{badges[m]}</span>' if m in badges else ""
-        tiles.append(f'<div class="msd-tile{" best" if m in badges else ""}" data-method="{esc(m)}" '
+        text, tip = badges.get(m, ("", ""))
+        behind = " is-behind" if text.startswith("behind ") else ""
+        flag = f' <span class="msd-tile-best{behind}" title="{esc(tip)}">{esc(text)}</span>' if text else ""
+        tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
                      f'<div class="msd-tile-big">{_fmt(tps)} tok/s</div>'
                      f'<div class="msd-tile-small">{esc(small)}</div></div>')
-    many = f", medians of {runs_of(spreads)} interleaved runs" if runs_of(spreads) > 1 else ", this run"
+    runs = runs_of(spreads)
+    many = f", medians of {runs} interleaved runs" if runs > 1 else ", this run"
+    ties = [m for m, (text, _) in badges.items() if text.startswith("ties ")]
+    legend = ""
+    if ties and best is not None:
+        how = "its range overlaps" if runs > 1 else f"within {LEVEL:.0%} of"
+        legend = (f'<br>“ties {esc(label(best))}”: {how} {esc(label(best))}\'s, the top speed, so '
+                  f'{"these runs cannot" if runs > 1 else "one run cannot"} tell them apart')
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
             f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
-            f'this machine</div></div>')
+            f'this machine{legend}</div></div>')
 
 
 def _projection_line(projection: dict) -> str:
@@ -265,10 +315,27 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
     runs = runs_of(spreads)
     many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
             f"medians divided by AR's; the other rows: the last run." if runs > 1 else "")
-    return (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
-            f'alone, one after another, warm.{many} Hover a label for its definition.</div>'
-            f'<div class="msd-cards">{"".join(out)}</div>{render_breakdown(finished(records))}'
-            f'{render_checks(records, settings or {}, meta)}')
+    cards_html = (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
+                  f'alone, one after another, warm.{many}{esc(why_runs_differ(settings or {}, runs))} '
+                  f'Hover a label for its definition.</div><div class="msd-cards">{"".join(out)}</div>')
+    # on a phone the tiles and the panes' heads carry the main figures: the rest folds
+    return (narrow_fold("cards", "Every figure, one card per method", cards_html)
+            + narrow_fold("time", "Where the time went, and the checks",
+                          render_breakdown(finished(records)) + render_checks(records, settings or {}, meta)))
+
+
+def why_runs_differ(settings: dict, runs: int) -> str:
+    """Why the same prompt gives other speeds from run to run: the speculative methods choose
+    each window as they run (priced windows: from the costs they measure; adaptive ones: from
+    the draft's confidence and the last verdicts); '' for fixed windows."""
+    how = {"priced": "from costs measured while they run (drafting only where it pays)",
+           "adaptive": "from the draft's confidence and the last verdicts"}.get(str(settings.get("window")))
+    if not how:
+        return ""
+    spread = ("the range across the interleaved runs shows that spread" if runs > 1 else
+              "“3, interleaved” runs show that spread as a range")
+    return (f" The speculative methods choose each window {how}, so their windows, and with them "
+            f"their speed, differ from run to run; {spread}.")
 
 
 OVERLAP_COUNT = re.compile(r"lanes overlapped in \d+ of \d+ steps")

@@ -249,11 +249,13 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     taken = next((b for b in sv.rollouts if b.status == "taken"), None)
     if taken is not None:
         rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
-        late = _after_verdict(rec, sv.step)
-        ready = (f"ready {_fmt_s(late)} after the verdict" if late * 1e3 > 0.5  # as the zoom says it
-                 else "ready when the verdict came")
+        late = _after_verdict(rec, sv.step)  # the draft's branch work still left at the verdict
         redraft = f"; a serial redraft took {_fmt_s(saved_s)} in this run" if saved_s else ""
-        return f"so the verdict matched branch{rank}, whose window was {ready}{redraft}"
+        if late * 1e3 > 0.5:  # in the zoom's words
+            return (f"so the verdict matched branch{rank}, begun beside the target before the verdict; "
+                    f"the draft finished it {_fmt_s(late)} after the verdict (the target waited that "
+                    f"long){redraft}")
+        return f"so the verdict matched branch{rank}, whose window was ready when the verdict came{redraft}"
     if sv.fallback is not None and lanes_in_turn(rec, sv.step):
         return (f"then the draft wrote the next window, the lanes one after the other "
                 f"({_fmt_s(redraft_s(rec, sv.step))})")

@@ -227,7 +227,7 @@ def render_choices(result: dict) -> str:
         notes.append("Not searched, for every profile (the run cannot replay it): "
                      + "; ".join(next(iter(missing.values()))) + ".")
     c = (result.get("profiles") or {}).get("c")
-    if "c" in choices and c is not None and not c.acceptance_from_run:
+    if "c" in choices and c is not None and not c.acceptance_from_run and _c_figures_differ(result):
         notes.append(f"The first table's row (c) runs the pair at its configured window setting {c.calibration.gamma} "
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
@@ -238,6 +238,14 @@ def render_choices(result: dict) -> str:
             '<th scope="col">Mirror-SD over AR (its settings)</th><th scope="col">Mirror-SD over '
             f'SD</th>{column}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
+
+
+def _c_figures_differ(result: dict) -> bool:
+    """Whether the two tables' row (c) show other figures (each method over AR, as printed)."""
+    first = (result.get("projected") or {}).get("c") or {}
+    row = choice_row((result.get("choices") or {}).get("c") or {})
+    shown = lambda x: "–" if not x or x.get("speedup") is None else f"{x['speedup']:.2f}×"  # noqa: E731
+    return any(shown(first.get(m)) != row[m] for m in ("sd", "mirror"))
 
 
 def render_split(result: dict) -> str:

@@ -96,19 +96,24 @@ def _per_drafted_token(rec: RunRecord | None, label: str) -> list[float]:
     return out
 
 
-def _verify_forwards(rec: RunRecord | None, window: int | None = None) -> list[float]:
-    """One target verify forward per step (Mirror-SD splits it into prefix, exit, suffix);
-    with `window`, only the steps that verified that many drafted tokens."""
+def verify_forwards(rec: RunRecord | None, window: int | None = None) -> dict[int, float]:
+    """step -> seconds of its target verify forward (Mirror-SD splits it into prefix, exit,
+    suffix), steps after the first; with `window`, only the steps that verified that many
+    drafted tokens."""
     if rec is None:
-        return []
+        return {}
     per_step: dict[int, float] = {}
     for s in rec.spans:
         if s.lane == "target" and s.label in ("verify_forward", "prefix", "exit_head", "suffix") and s.step > 0:
             per_step[s.step] = per_step.get(s.step, 0.0) + (s.end_ns - s.start_ns) / 1e9
     if window is not None:
         sizes = _windows(rec)
-        return [d for step, d in per_step.items() if sizes.get(step) == window]
-    return list(per_step.values())
+        return {step: d for step, d in per_step.items() if sizes.get(step) == window}
+    return per_step
+
+
+def _verify_forwards(rec: RunRecord | None, window: int | None = None) -> list[float]:
+    return list(verify_forwards(rec, window).values())
 
 
 def _windows(rec: RunRecord | None) -> dict[int, int]:
@@ -172,13 +177,16 @@ def lanes_at_once(rec: RunRecord | None) -> tuple[int, int]:
     if rec is None:
         return 0, 0
     steps = {e.step for e in rec.events if isinstance(e, Verify)}
+    return len(steps_at_once(rec) & steps), len(steps)
+
+
+def steps_at_once(rec: RunRecord | None) -> set[int]:
+    """The steps in which the draft lane worked while the target lane did (from the spans)."""
     lanes: dict[int, dict[str, list]] = {}
-    for s in rec.spans:
-        if s.step in steps:
-            lanes.setdefault(s.step, {}).setdefault("draft" if s.lane == "draft" else "target", []).append(s)
-    at_once = sum(1 for by in lanes.values() if any(
-        d.start_ns < t.end_ns and t.start_ns < d.end_ns for d in by.get("draft", []) for t in by.get("target", [])))
-    return at_once, len(steps)
+    for s in (rec.spans if rec else []):
+        lanes.setdefault(s.step, {}).setdefault("draft" if s.lane == "draft" else "target", []).append(s)
+    return {step for step, by in lanes.items() if any(
+        d.start_ns < t.end_ns and t.start_ns < d.end_ns for d in by.get("draft", []) for t in by.get("target", []))}
 
 
 def early_exit_share(rec: RunRecord | None) -> dict | None:
