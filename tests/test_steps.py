@@ -232,6 +232,8 @@ def test_a_step_in_turn_says_what_the_exit_check_found(rank):
     from ui.results import render_lanes
     lanes = render_lanes({"mirror": rec})
     assert f"of the 1 steps whose lanes ran in turn, <b>{int(would)}</b> would have hit" in lanes
+    from ui.results import _checked_words
+    assert f"{int(would)} of those 1 steps would have hit" in _checked_words(rec)
     plain = _gated_record(raced=False)  # no check: none of it
     assert "exit check" not in render_lanes({"mirror": plain})
     assert "Had the lanes overlapped" not in render_inspector(plain, 0) and "w-hit" not in render_strip(plain, 0)

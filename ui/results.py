@@ -354,6 +354,17 @@ def lane_words(rec: RunRecord) -> tuple[str, int, int]:
     return split, at_once, steps
 
 
+def _checked_words(rec: RunRecord) -> str:
+    """The exit check's finding for the steps in turn, one sentence (empty without a check)."""
+    c = exit_check(rec)
+    if not c:
+        return ""
+    n, k = c["in_turn"], c["would_hit"]
+    return (f' Checked after the run (untimed), <b>{k} of those {n} steps would have hit</b> had the lanes '
+            f'overlapped: the early exit, read at each, ranked the target\'s own token among the '
+            f'{c["budget"]} branches the draft would have written beside it (marked on the step strip).')
+
+
 def _lanes_line(rec: RunRecord) -> str:
     """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
     overlap gate), that in one bold line; else the engine's words (`lane_words`: how they shared
@@ -365,7 +376,7 @@ def _lanes_line(rec: RunRecord) -> str:
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
                 f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
                 f'them measured slower on this machine, so the other steps ran one lane after the '
-                f'other, as SD does.</b> <span class="msd-more">(how the lanes shared the cores: '
+                f'other, as SD does.</b>{_checked_words(rec)} <span class="msd-more">(how the lanes shared the cores: '
                 f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
