@@ -36,6 +36,7 @@ def whatif_of_results(results: dict) -> dict:
     return project_all(records, target_layers=meta["target_layers"], gamma=s["gamma"],
                        exit_layer=meta.get("exit_layer"), branch_budget=s["branch_budget"], kappa=s["kappa"],
                        settings=s, precision=meta.get("precision"),
+                       pair={"target": meta.get("target"), "draft": meta.get("draft")},
                        source=f"benchmark {meta.get('started', '')}")
 
 

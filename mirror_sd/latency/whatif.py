@@ -97,6 +97,8 @@ class RecordedSteps:
     # Mirror-SD: per replayed step, the verdict root's rank among the scored roots (-1: not
     # among them; None: scored after the verdict), so another branch budget can be replayed
     ranks: list = field(default_factory=list)
+    # SD: drafted tokens that came from a prompt lookup (no model: no draft cost)
+    looked_up: int = 0
 
     @property
     def steps(self) -> int:
@@ -288,6 +290,9 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
                         ranks=list(stats.get("verdict_ranks") or []) if method == "mirror" else [])
     if method == "mirror":
         rec.tail_hit, rec.tail_miss, rec.hit_work = mirror_tails(outcomes, spans)
+    if method == "sd":
+        rec.looked_up = sum(_drafted_tokens(s) or 0 for s in spans
+                            if _get(s, "label") == "lookup" and _get(s, "step", 0) > 0)
     start = _decode_start_ns(method, spans)
     if decode_s is not None and start is not None and outcomes:
         end = start + int(decode_s * 1e9)
@@ -634,7 +639,8 @@ def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> 
     one = cal.t_target_1 if cal.t_target_1 is not None else fwd
     if draft is None or fwd is None or (plain and one is None):
         return None
-    return (sum(rec.windows) * draft / cal.gamma + drafted * fwd + plain * one
+    model_tokens = max(0, sum(rec.windows) - rec.looked_up)  # a looked-up window costs no draft forward
+    return (model_tokens * draft / cal.gamma + drafted * fwd + plain * one
             + steps * cal.t_accept)
 
 
@@ -710,8 +716,12 @@ def mirror_replay_seconds(rec: RecordedSteps, profile: Profile, hit_rate: float)
             elif key[0] == "turn":
                 cost[key] = in_turn_seconds(profile.in_turn, window)
             elif key[0] == "expected":
-                both = [step_seconds(replace(at, gamma=window), "mirror", x, tail) for x in (True, False)]
-                cost[key] = None if None in both else hit_rate * both[0] + (1.0 - hit_rate) * both[1]
+                hit, miss = (step_seconds(replace(at, gamma=window), "mirror", x, tail) for x in (True, False))
+                # an expected hit costs at most a miss: the taken branch's work after the verdict
+                # is at most a serial rollout of the window (a run's few recorded hits can carry
+                # the draft's catch-up after decoded steps in their mean tail)
+                cost[key] = (None if hit is None or miss is None
+                             else hit_rate * min(hit, miss) + (1.0 - hit_rate) * miss)
             else:
                 cost[key] = step_seconds(replace(at, gamma=window), "mirror", key[0], tail)
         if cost[key] is None:
