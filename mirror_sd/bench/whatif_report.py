@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from mirror_sd.formats import times
+from mirror_sd.latency import whatif_hits as wh
 from mirror_sd.latency.whatif_hardware import project_all
 
 
@@ -60,6 +61,13 @@ def render(out: dict) -> str:
     for key, c in out["choices"].items():
         lines += [f"({key}) chose: SD {_settings(c['sd'])}; Mirror-SD {_settings(c['mirror'])}",
                   "    not searched: " + "; ".join(c["not_replayable"])]
+    sources = out.get("hit_source") or {}
+    if sources:
+        lines += ["", "Mirror-SD's hit rate, (b) (c) (d): " + "; ".join(
+            f"({k}) {src.words()}" for k, src in sources.items())]
+    for key, where in (("b", "With the draft on a device of its own"), ("c", "On the accelerator pair")):
+        if (out.get("hit_series") or {}).get(key):
+            lines.append(f"({key}) " + wh.series_words(out["hit_series"][key], where) + " (projection)")
     costs = out["costs"]
     lines += ["", f"costs of sharing the CPU: {costs['note']}",
               "windows (min / median / max): " + "; ".join(
@@ -71,7 +79,8 @@ def to_json(out: dict) -> dict:
     """The result without its Python objects (profiles as name + notes, no recorded steps)."""
     return {"projection": True, "note": out["note"], "measured_speedup": out["measured_speedup"],
             "projected": out["projected"], "costs": out["costs"], "windows": out["windows"],
-            "choices": out["choices"],
+            "choices": out["choices"], "hit_series": out.get("hit_series") or {},
+            "hit_source": {k: src.to_dict() for k, src in (out.get("hit_source") or {}).items()},
             "profiles": {k: {"name": p.name, "notes": p.notes} for k, p in out["profiles"].items()}}
 
 

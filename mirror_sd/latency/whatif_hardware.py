@@ -341,7 +341,7 @@ def profile_choices(records: list[dict], base: dict, hw: Accelerators, precision
         picked = out[key]["mirror"]
         if picked is not None:
             prof = built[picked["method"]][key]
-            out[key]["hit_source"] = prof.hit_source
+            out[key]["hit_source"] = prof.hit_source.words() if prof.hit_source is not None else None
             if series is not None and key in ("b", "c") and out[key]["sd"] is not None:
                 series[key] = _series(groups[picked["method"]], prof, picked, out[key]["sd"]["speedup"],
                                       run_budget)

@@ -64,6 +64,21 @@ class HitSource:
         return (f"hit rate unknown: {run}, fewer than {MIN_OVERLAPPED}, and no benchmark measured this pair "
                 f"at these settings; the figures take {self.used:.0%}")
 
+    def short(self) -> str:
+        """The source in a clause ('this pair's measured 60% (68 overlapped steps, ...)')."""
+        if self.kind == "run":
+            return f"this run's {self.rate:.0%} ({_steps(self.steps, 'overlapped step')})"
+        if self.kind == "measured":
+            return (f"this pair's measured {self.rate:.0%} ({_steps(self.steps, 'overlapped step')} in a "
+                    f"benchmark with the lanes always overlapped)")
+        if self.kind == "set":
+            return f"the {self.rate:.0%} set by hand"
+        return f"an unknown hit rate (this run: {_steps(self.run_steps, 'overlapped step')})"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "rate": self.rate, "steps": self.steps, "run_steps": self.run_steps,
+                "run_hits": self.run_hits, "used": self.used, "words": self.words(), "short": self.short()}
+
 
 def _steps(n: int, what: str = "step") -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
@@ -134,7 +149,8 @@ def hit_rate_series(project_at, source: HitSource, rates=SERIES_RATES) -> dict:
         points.append({"hit_rate": h, "mirror_over_sd": ratio,
                        "source": source.rate is not None and abs(h - round(source.used, 4)) < 1e-9})
     return {"projection": True, "points": points, "break_even": break_even(project_at),
-            "source": source.words(), "kind": source.kind, "rate": source.rate}
+            "source": source.words(), "source_short": source.short(), "kind": source.kind,
+            "rate": source.rate}
 
 
 def break_even(project_at, tol: float = 0.005) -> float | None:
@@ -157,7 +173,8 @@ def break_even(project_at, tol: float = 0.005) -> float | None:
 
 
 def series_words(series: dict | None, where: str) -> str:
-    """One plain line: where Mirror-SD passes SD on `where`, and what the source's rate gives."""
+    """One plain line: where Mirror-SD passes SD on `where` ("On the accelerator pair"), and
+    what the source's rate gives (or the range, where the rate is unknown)."""
     if not series:
         return ""
     be = series["break_even"]
@@ -168,14 +185,21 @@ def series_words(series: dict | None, where: str) -> str:
         lead = f"{where} Mirror-SD passes SD at any hit rate"
     else:
         lead = f"{where} Mirror-SD passes SD above a {be:.0%} hit rate"
-    if pts and max(pts.values()) - min(pts.values()) < 0.005:
-        lead += (f" ({min(pts.values()):.2f}× SD at every rate: here a hit saves nothing, this run's hits "
-                 f"left as much draft work after their verdict as a miss's rollout)")
-    elif pts:
-        lead += f" ({min(pts.values()):.2f}-{max(pts.values()):.2f}× SD from 0 to 100%)"
-    own = next((p for p in series["points"] if p["source"]), None)
-    if own is not None and own["mirror_over_sd"] is not None:
-        lead += f"; {series['source']}, gives {own['mirror_over_sd']:.2f}× SD"
-    else:
-        lead += f"; {series['source']}"
+    if not pts:
+        return lead
+    low, high = min(pts.values()), max(pts.values())
+    own = next((p for p in series["points"] if p["source"] and p["mirror_over_sd"] is not None), None)
+    if high - low < 0.005:
+        lead += (f" ({low:.2f}× SD at every rate: a hit saves nothing here, this run's hits left as much "
+                 f"draft work after their verdict as a miss's rollout)")
+    elif own is None:
+        lead += f"; at {series['source_short']} it projects {low:.2f}-{high:.2f}× SD over 0-100%"
+    if own is not None:
+        lead += f"; {series['source_short']} gives {own['mirror_over_sd']:.2f}× SD"
     return lead
+
+
+def ratio_range(series: dict | None) -> tuple[float, float] | None:
+    """(least, greatest) Mirror-SD over SD over the series' hit rates (None without points)."""
+    pts = [p["mirror_over_sd"] for p in (series or {}).get("points", []) if p["mirror_over_sd"] is not None]
+    return (min(pts), max(pts)) if pts else None
