@@ -441,5 +441,10 @@ def test_profile_c_prices_mirrors_windows_with_its_own_costs_at_the_runs_hit_rat
     assert priced["windows"][0] > 1 and priced["speedup"] > replayed["speedup"]
     steps, k, seconds, hit = wi.priced_steps(mirror, cal)
     assert hit == pytest.approx(0.5) and k == priced["windows"][0]
+    # a hit rate set by hand keeps the run's windows and acceptance (priced again), every
+    # drafted step at that rate: not the tau fit, which decode-only steps would drag down
     hw_hits = accelerator_profile(replace(hw, hit_rate=0.9), cal, 2)
-    assert not hw_hits.reprice_windows  # a hit rate set by hand: nothing of the run to reprice
+    assert hw_hits.reprice_windows and hw_hits.acceptance_from_run and hw_hits.reweight
+    at_hand = wi.project([ar, mirror], hw_hits)["mirror"]
+    assert at_hand["hit_rate"] == pytest.approx(0.9) and at_hand["speedup"] > priced["speedup"]
+    assert accelerator_profile(replace(hw, tau=2.5), cal, 2).reprice_windows is False

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mirror_sd.latency import whatif as wi
+from mirror_sd.latency import whatif_hits as wh
 from mirror_sd.latency.whatif_hardware import COSTS_CHOICES, DRAFTS, TARGETS, Accelerators, project_all
 
 from .palette import LANES as PALETTE
@@ -78,7 +79,8 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
                          branch_budget=int(settings.get("branch_budget") or 2),
                          kappa=int(settings.get("kappa") or 8), accelerators=hw,
                          source="this run's spans", settings=settings,
-                         precision=meta.get("precision"))
+                         precision=meta.get("precision"),
+                         pair={"target": meta.get("target"), "draft": meta.get("draft")})
     return out, by_method
 
 
@@ -123,6 +125,8 @@ def render_table(result: dict, runs: int = 1) -> str:
                f"of the inputs below (this run: {run_gamma}), steps expected from the run's fitted "
                f"acceptance, not replayed; the verdict's figures are the next table's row ({key})")
         name = profile.name
+        if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
+            how = f"{how}; Mirror-SD's steps with the lanes in turn as overlapped ones at {profile.hit_source.words()}"
         if key == "a":  # the model on the measured machine: an estimate, not a second measurement
             name = "this machine, the latency model's estimate (not a measurement)"
             how = (f"{how}, each step priced at this run's median measured costs: a check of the "
@@ -145,7 +149,8 @@ def render_costs(result: dict) -> str:
         alpha = cal.alpha_mirror if cal.alpha_mirror is not None else cal.alpha_sd
         fed.append(f"per-token acceptance {alpha:.2f}")
     if m is not None and m.steps:
-        fed.append(f"Mirror-SD {m.hits} hits of {m.steps} decode steps")
+        fed.append(f"Mirror-SD {m.steps} decode steps: {m.overlapped} with the lanes overlapped ({m.hits} hits, "
+                   f"{m.misses} misses), {m.in_turn} with the lanes in turn")
     items = [f"<li><b>recorded steps fed to every projection</b>: {esc(', '.join(fed))}</li>"]
     for key, profile in result["profiles"].items():
         notes = list(profile.notes)
@@ -161,6 +166,9 @@ def render_costs(result: dict) -> str:
         if not profile.acceptance_from_run:
             notes.append("expected steps from the tokens per step and the hit rate (the profile changes the window "
                          "or the acceptance)")
+        if profile.hit_source is not None:
+            notes.append(f"Mirror-SD's {'drafted steps' if profile.reweight else 'steps with the lanes in turn'} "
+                         f"priced as expected overlapped ones at {profile.hit_source.words()}")
         items.append(f"<li><b>projection ({key}), {esc(profile.name)}</b>: {esc('; '.join(notes))}</li>")
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
@@ -454,14 +462,23 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
     row = choice_row(choices.get("c") or {})
     if "mirror" not in row["speedups"]:
         return None
+    sources = result.get("hit_source") or {}
+    source = sources.get("c")
     inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s), "
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
-              f"acceptance and hits")
+              f"acceptance, " + (source.words() if source is not None else "this run's hits"))
+    series = result.get("hit_series") or {}
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
             "inputs": inputs, "row": row, "speedups": row["speedups"],
             "rows": {key: choice_row(ch) for key, ch in choices.items()},
             "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()},
-            "over_sd_run_settings": _over_sd(result.get("projected") or {})}
+            "over_sd_run_settings": _over_sd(result.get("projected") or {}),
+            # where the hit rate comes from, per profile, and Mirror-SD over SD against it
+            "hit_source": source.words() if source is not None else None,
+            "hit_sources": {k: src.to_dict() for k, src in sources.items()},
+            "hit_series": series,
+            "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
+            "series_line": wh.series_words(series.get("c"), "On the accelerator pair")}
 
 
 def _over_sd(projected: dict) -> dict:
@@ -475,14 +492,20 @@ def _over_sd(projected: dict) -> dict:
 
 
 def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)") -> str:
-    """The projection in one short line, its inputs named, the same words in the verdict and at
-    the top of the What-if fold."""
+    """The projection in one short line, its inputs named (the hit rate's source and the steps
+    behind it among them), the same words in the verdict and at the top of the What-if fold;
+    under it one line of Mirror-SD over SD against the hit rate (where the hit rate is unknown,
+    the range over hit rates 0-100%)."""
     row = p["row"]
     settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
                          if row.get(m + "_settings"))
-    return (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
+    line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
             f'On an accelerator pair ({esc(p["inputs"])}): <b class="msd-proj-figures">SD '
             f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
             f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD <span class="msd-more">({esc(where)})'
             f'</span></p>')
+    if p.get("series_line"):
+        line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
+                 f'{esc(p["series_line"])}.</p>')
+    return line
