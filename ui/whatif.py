@@ -126,7 +126,8 @@ def render_table(result: dict, runs: int = 1) -> str:
                f"acceptance, not replayed; the verdict's figures are the next table's row ({key})")
         name = profile.name
         if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
-            how = f"{how}; Mirror-SD's steps with the lanes in turn as overlapped ones at {profile.hit_source.words()}"
+            steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"
+            how = f"{how}; Mirror-SD's {steps} as expected overlapped ones at {profile.hit_source.words()}"
         if key == "a":  # the model on the measured machine: an estimate, not a second measurement
             name = "this machine, the latency model's estimate (not a measurement)"
             how = (f"{how}, each step priced at this run's median measured costs: a check of the "

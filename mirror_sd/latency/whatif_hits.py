@@ -52,17 +52,17 @@ class HitSource:
 
     def words(self) -> str:
         """The source in a few words, with the steps behind it."""
-        run = (f"this run overlapped its lanes in {_steps(self.run_steps)}"
-               + (f" ({self.run_hits} hits)" if self.run_steps else ""))
         if self.kind == "run":
             return f"hit rate {self.rate:.0%}, this run's {_steps(self.steps, 'overlapped step')}"
         if self.kind == "measured":
             return (f"hit rate {self.rate:.0%}, measured on this pair over {_steps(self.steps, 'overlapped step')} "
-                    f"in a benchmark (lanes always overlapped); {run}, fewer than {MIN_OVERLAPPED}")
+                    f"in a benchmark (lanes always overlapped; this run: {self.run_steps}, fewer than "
+                    f"{MIN_OVERLAPPED})")
         if self.kind == "set":
             return f"hit rate {self.rate:.0%}, set by hand"
-        return (f"hit rate unknown: {run}, fewer than {MIN_OVERLAPPED}, and no benchmark measured this pair "
-                f"at these settings; the figures take {self.used:.0%}")
+        return (f"hit rate unknown (this run: {_steps(self.run_steps, 'overlapped step')}, fewer than "
+                f"{MIN_OVERLAPPED}; no benchmark measured this pair at these settings): the figures take "
+                f"{self.used:.0%}")
 
     def short(self) -> str:
         """The source in a clause ('this pair's measured 60% (68 overlapped steps, ...)')."""
