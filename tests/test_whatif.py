@@ -636,7 +636,7 @@ def test_the_projection_names_its_hit_rate_source_and_the_series(runs):
         series = result["hit_series"][key]
         assert [p["hit_rate"] for p in series["points"]][:1] == [0.0] and series["projection"]
         ratios = [p["mirror_over_sd"] for p in series["points"]]
-        assert ratios == sorted(ratios), ratios  # more hits never make Mirror-SD slower
+        assert all(b >= a - 1e-9 for a, b in zip(ratios, ratios[1:])), ratios  # more hits never slower
     p = panel.projection_of(result, Accelerators())
     assert {"key", "row", "speedups", "rows", "over_sd", "inputs"} <= set(p)  # the keys it had
     source = result["hit_source"]["c"]

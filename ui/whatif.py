@@ -235,6 +235,11 @@ def render_choices(result: dict) -> str:
     if shared and next(iter(missing.values())):
         notes.append("Not searched, for every profile (the run cannot replay it): "
                      + "; ".join(next(iter(missing.values()))) + ".")
+    said = {key: ch.get("hit_source") for key, ch in choices.items() if ch.get("hit_source")}
+    if said:
+        notes.append("Mirror-SD's hit rate: " + ("in every profile, " + next(iter(said.values()))
+                                                 if len(set(said.values())) == 1 else
+                                                 "; ".join(f"({k}) {w}" for k, w in said.items())) + ".")
     c = (result.get("profiles") or {}).get("c")
     if "c" in choices and c is not None and not c.acceptance_from_run:
         notes.append(f"The first table's row (c) runs the pair at its configured window setting {c.calibration.gamma} "
