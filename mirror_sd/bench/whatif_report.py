@@ -61,10 +61,10 @@ def render(out: dict) -> str:
     for key, c in out["choices"].items():
         lines += [f"({key}) chose: SD {_settings(c['sd'])}; Mirror-SD {_settings(c['mirror'])}",
                   "    not searched: " + "; ".join(c["not_replayable"])]
-    sources = out.get("hit_source") or {}
+    sources = {k: c["hit_source"] for k, c in out["choices"].items() if c.get("hit_source")}
     if sources:
-        lines += ["", "Mirror-SD's hit rate, (b) (c) (d): " + "; ".join(
-            f"({k}) {src.words()}" for k, src in sources.items())]
+        lines += ["", "Mirror-SD's hit rate in each profile's own settings: " + "; ".join(
+            f"({k}) {words}" for k, words in sources.items())]
     for key, where in (("b", "With the draft on a device of its own"), ("c", "On the accelerator pair")):
         if (out.get("hit_series") or {}).get(key):
             lines.append(f"({key}) " + wh.series_words(out["hit_series"][key], where) + " (projection)")

@@ -341,16 +341,35 @@ def profile_choices(records: list[dict], base: dict, hw: Accelerators, precision
         picked = out[key]["mirror"]
         if picked is not None:
             prof = built[picked["method"]][key]
-            out[key]["hit_source"] = prof.hit_source.words() if prof.hit_source is not None else None
+            source = _picked_source(groups[picked["method"]], prof, picked, run_budget)
+            out[key]["hit_source"] = source.words() if source is not None else None
             if series is not None and key in ("b", "c") and out[key]["sd"] is not None:
                 series[key] = _series(groups[picked["method"]], prof, picked, out[key]["sd"]["speedup"],
-                                      run_budget)
+                                      run_budget, source)
     return out
 
 
-def _series(recorded: list, profile: Profile, picked: dict, sd_speedup: float, run_budget: int) -> dict:
+def _picked_source(recorded: list, profile: Profile, picked: dict, run_budget: int):
+    """The hit-rate source of the pick: where it is the run's own, its hits at the picked budget
+    (the verdict ranks replayed), which is the rate the pick was projected at."""
+    source = profile.hit_source
+    budget = int(picked["settings"].get("branch_budget") or run_budget)
+    if source is None or source.kind != "run" or budget == run_budget:
+        return source
+    _, steps = wc.mirror_at_budget(recorded, profile, budget, run_budget, picked["settings"].get("gamma"))
+    mine = [r for r in steps if r.method == "mirror"]
+    overlapped = sum(r.overlapped for r in mine)
+    if not overlapped:
+        return source
+    return replace(source, rate=sum(r.hits for r in mine) / overlapped,
+                   note=f"at budget {budget}, from the verdict ranks")
+
+
+def _series(recorded: list, profile: Profile, picked: dict, sd_speedup: float, run_budget: int,
+            source) -> dict:
     """Mirror-SD over SD against the hit rate on `profile`, at the picked variant's settings
-    (every drafted step at each rate; SD does not change with it)."""
+    (every drafted step at each rate; SD does not change with it); at `source`'s own rate the
+    pick itself."""
     budget = int(picked["settings"].get("branch_budget") or run_budget)
     gamma = picked["settings"].get("gamma")
 
@@ -359,4 +378,4 @@ def _series(recorded: list, profile: Profile, picked: dict, sd_speedup: float, r
         row, _ = wc.mirror_at_budget(recorded, at, budget, run_budget, gamma)
         return sd_speedup, (row or {}).get("speedup")
 
-    return wh.hit_rate_series(project_at, profile.hit_source)
+    return wh.hit_rate_series(project_at, source, own=picked["speedup"] / sd_speedup if sd_speedup else None)

@@ -39,6 +39,7 @@ class HitSource:
     steps: int  # overlapped steps behind the rate (this run's, or the benchmark's)
     run_steps: int  # this run's overlapped steps
     run_hits: int
+    note: str = ""  # e.g. "at budget 14, from the verdict ranks": the run's rate at another budget
 
     @property
     def used(self) -> float:
@@ -53,7 +54,8 @@ class HitSource:
     def words(self) -> str:
         """The source in a few words, with the steps behind it."""
         if self.kind == "run":
-            return f"hit rate {self.rate:.0%}, this run's {_steps(self.steps, 'overlapped step')}"
+            return (f"hit rate {self.rate:.0%}, this run's {_steps(self.steps, 'overlapped step')}"
+                    + (f" ({self.note})" if self.note else ""))
         if self.kind == "measured":
             return (f"hit rate {self.rate:.0%}, measured on this pair over {_steps(self.steps, 'overlapped step')} "
                     f"in a benchmark (lanes always overlapped; this run: {self.run_steps}, fewer than "
@@ -67,7 +69,8 @@ class HitSource:
     def short(self) -> str:
         """The source in a clause ('this pair's measured 60% (68 overlapped steps, ...)')."""
         if self.kind == "run":
-            return f"this run's {self.rate:.0%} ({_steps(self.steps, 'overlapped step')})"
+            return (f"this run's {self.rate:.0%} ({_steps(self.steps, 'overlapped step')}"
+                    + (f", {self.note})" if self.note else ")"))
         if self.kind == "measured":
             return (f"this pair's measured {self.rate:.0%} ({_steps(self.steps, 'overlapped step')} in a "
                     f"benchmark with the lanes always overlapped)")
@@ -137,17 +140,22 @@ def with_source(profile: wi.Profile, source: HitSource) -> wi.Profile:
                    reweight=source.reweight, hit_source=source)
 
 
-def hit_rate_series(project_at, source: HitSource, rates=SERIES_RATES) -> dict:
+def hit_rate_series(project_at, source: HitSource, rates=SERIES_RATES, own: float | None = None) -> dict:
     """Mirror-SD over SD against the hit rate. `project_at(h)`: (SD's, Mirror-SD's speedup over
-    AR) with every drafted Mirror-SD step priced at hit rate h. Returns {"points": [{"hit_rate",
-    "mirror_over_sd", "source": bool}], "break_even": the rate where Mirror-SD passes SD (0.0:
-    at any rate; None: not up to 100%), "source": the source's words, "projection": True}."""
+    AR) with every drafted Mirror-SD step priced at hit rate h; `own`: the ratio at the source's
+    rate as the projection prices it (the run's own recorded hits), else project_at's. Returns
+    {"points": [{"hit_rate", "mirror_over_sd", "source": bool}], "break_even": the rate where
+    Mirror-SD passes SD (0.0: at any rate; None: not up to 100%), "source": the source's words,
+    "projection": True}."""
     points = []
-    for h in sorted(set(rates) | {round(source.used, 4)}):
+    mine = round(source.used, 4)
+    for h in sorted(set(rates) | {mine}):
         sd, mirror = project_at(h)
         ratio = mirror / sd if sd and mirror is not None else None
-        points.append({"hit_rate": h, "mirror_over_sd": ratio,
-                       "source": source.rate is not None and abs(h - round(source.used, 4)) < 1e-9})
+        is_source = source.rate is not None and abs(h - mine) < 1e-9
+        if is_source and own is not None:
+            ratio = own
+        points.append({"hit_rate": h, "mirror_over_sd": ratio, "source": is_source})
     return {"projection": True, "points": points, "break_even": break_even(project_at),
             "source": source.words(), "source_short": source.short(), "kind": source.kind,
             "rate": source.rate}
