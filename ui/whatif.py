@@ -122,8 +122,10 @@ def render_table(result: dict, runs: int = 1) -> str:
         run_gamma = result["calibration"].gamma
         how = (f"this run's steps and settings (window setting {run_gamma})" if profile.acceptance_from_run else
                f"at the window setting {profile.calibration.gamma} and {profile.calibration.branch_budget} branches "
-               f"of the inputs below (this run: {run_gamma}), steps expected from the run's fitted "
-               f"acceptance, not replayed; the verdict's figures are the next table's row ({key})")
+               f"of the inputs below (this run: {run_gamma}), "
+               + ("windows priced again with its costs at this run's acceptance per drafted token"
+                  if profile.reprice_windows else "steps expected from the run's fitted acceptance")
+               + f", not replayed; the verdict's figures are the next table's row ({key})")
         name = profile.name
         if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
             steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"

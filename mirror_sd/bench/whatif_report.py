@@ -51,8 +51,9 @@ def render(out: dict) -> str:
         sd, m = (proj.get(x, {}).get("speedup") for x in ("sd", "mirror"))
         prof = out["profiles"][key]
         how = ("this run's settings" if prof.acceptance_from_run else
-               f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, expected steps "
-               f"from the fitted acceptance (not a replay)")
+               f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, "
+               + ("windows priced again at the acceptance per drafted token" if prof.reprice_windows
+                  else "expected steps from the fitted acceptance") + " (not a replay)")
         lines.append(f"({key}) {prof.name}, {how} | {times(sd, '-')} | {times(m, '-')} | {times(m / sd if sd and m else None, '-')}")
     for key, c in out["choices"].items():
         lines.append(f"({key}) {c['name']}, its own settings | {times(c['sd'] and c['sd']['speedup'], '-')} | "
