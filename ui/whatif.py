@@ -471,10 +471,13 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
     if "mirror" not in row["speedups"]:
         return None
     sources = result.get("hit_source") or {}
-    source = sources.get("c")
+    # the source of each row's figures (a pick at another branch budget: the run's rate there)
+    said = {key: ch.get("hit_source") or (sources[key].words() if key in sources else None)
+            for key, ch in choices.items()}
+    source = said.get("c")
     inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s), "
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
-              f"acceptance, " + (source.words() if source is not None else "this run's hits"))
+              f"acceptance, " + (source or "this run's hits"))
     series = result.get("hit_series") or {}
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
             "inputs": inputs, "row": row, "speedups": row["speedups"],
@@ -482,7 +485,7 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
             "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()},
             "over_sd_run_settings": _over_sd(result.get("projected") or {}),
             # where the hit rate comes from, per profile, and Mirror-SD over SD against it
-            "hit_source": source.words() if source is not None else None,
+            "hit_source": source, "hit_source_of": said,
             "hit_sources": {k: src.to_dict() for k, src in sources.items()},
             "hit_series": series,
             "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
