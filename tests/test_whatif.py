@@ -654,3 +654,25 @@ def test_the_projection_names_its_hit_rate_source_and_the_series(runs):
     from ui.results import hardware_line
     box = hardware_line(runs[0], {"target_device": "cpu", "draft_device": "cpu"}, p)
     assert result["choices"]["b"]["hit_source"] in box
+
+
+def test_the_timeline_draws_an_in_turn_step_as_it_ran_here_and_a_rate_elsewhere_holds_the_budget():
+    from mirror_sd.latency import whatif_choice as wc
+    cal = replace(lm.default_calibration(), gamma=3, gamma_measured=3)
+    turn = replace(cal, t_target_k=0.3, t_draft_token=0.05)
+    rec = _in_turn_steps()
+    here = wi.projected_timeline(rec, wi.Profile("a", "x", cal, {}, in_turn=turn), 3)
+    step1 = [b for b in here["bars"] if b[4] == 1]
+    assert [b[1] for b in step1] == ["verify_forward", "accept", "draft"]  # the verify, then the draft
+    assert step1[0][2] < step1[0][3] <= step1[2][2]
+    there = wi.projected_timeline(rec, wi.Profile("b", "x", cal, {}, hit_rate=0.8), 3)
+    assert "verify_forward" not in {b[1] for b in there["bars"]}  # drawn as the likelier outcome, a hit
+    # a rate from elsewhere than the run was measured or set at its budget: no other budget searched
+    ranked = replace(rec, ranks=[0, 3, 1])
+    prof = wi.Profile("b", "x", cal, {"ar": 0.0, "mirror": 0.0}, hit_rate=0.6, reweight=True)
+    ar = wi.RecordedSteps("ar", 3, [None] * 24, 24, 1.0)
+    cands, searched = wc._mirror_candidates([ar, ranked], prof, {"gamma": 3}, 2, "mirror")
+    assert [c["settings"]["branch_budget"] for c in cands] == [2] and not searched
+    cands, searched = wc._mirror_candidates([ar, ranked], replace(prof, hit_rate=None, reweight=False),
+                                            {"gamma": 3}, 2, "mirror")
+    assert len(cands) == lm.MAX_BUDGET and searched
