@@ -45,7 +45,9 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     over = p.get("over_sd") or {}
     b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
     b, acc = over.get("b"), over.get("c")
-    where = "(What if, “its own settings” table, rows (b) and (c): projections)"
+    source = (p.get("hit_source_of") or {}).get("b")
+    where = ("(What if, “its own settings” table, rows (b) and (c): projections"
+             + (f"; Mirror-SD's {source}" if source else "") + ")")
     cheap = ("" if acc is None else
              f"; with a much cheaper draft, on the accelerator pair, Mirror-SD projects {acc:.2f}× SD"
              if acc >= 1 else f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance")

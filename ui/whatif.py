@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mirror_sd.latency import whatif as wi
+from mirror_sd.latency import whatif_hits as wh
 from mirror_sd.latency.whatif_hardware import COSTS_CHOICES, DRAFTS, TARGETS, Accelerators, project_all
 
 from .palette import LANES as PALETTE
@@ -78,7 +79,8 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
                          branch_budget=int(settings.get("branch_budget") or 2),
                          kappa=int(settings.get("kappa") or 8), accelerators=hw,
                          source="this run's spans", settings=settings,
-                         precision=meta.get("precision"))
+                         precision=meta.get("precision"),
+                         pair={"target": meta.get("target"), "draft": meta.get("draft")})
     return out, by_method
 
 
@@ -120,9 +122,14 @@ def render_table(result: dict, runs: int = 1) -> str:
         run_gamma = result["calibration"].gamma
         how = (f"this run's steps and settings (window setting {run_gamma})" if profile.acceptance_from_run else
                f"at the window setting {profile.calibration.gamma} and {profile.calibration.branch_budget} branches "
-               f"of the inputs below (this run: {run_gamma}), steps expected from the run's fitted "
-               f"acceptance, not replayed; the verdict's figures are the next table's row ({key})")
+               f"of the inputs below (this run: {run_gamma}), "
+               + ("windows priced again with its costs at this run's acceptance per drafted token"
+                  if profile.reprice_windows else "steps expected from the run's fitted acceptance")
+               + f", not replayed; the verdict's figures are the next table's row ({key})")
         name = profile.name
+        if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
+            steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"
+            how = f"{how}; Mirror-SD's {steps} as expected overlapped ones at {profile.hit_source.words()}"
         if key == "a":  # the model on the measured machine: an estimate, not a second measurement
             name = "this machine, the latency model's estimate (not a measurement)"
             how = (f"{how}, each step priced at this run's median measured costs: a check of the "
@@ -145,7 +152,8 @@ def render_costs(result: dict) -> str:
         alpha = cal.alpha_mirror if cal.alpha_mirror is not None else cal.alpha_sd
         fed.append(f"per-token acceptance {alpha:.2f}")
     if m is not None and m.steps:
-        fed.append(f"Mirror-SD {m.hits} hits of {m.steps} decode steps")
+        fed.append(f"Mirror-SD {m.steps} decode steps: {m.overlapped} with the lanes overlapped ({m.hits} hits, "
+                   f"{m.misses} misses), {m.in_turn} with the lanes in turn")
     items = [f"<li><b>recorded steps fed to every projection</b>: {esc(', '.join(fed))}</li>"]
     for key, profile in result["profiles"].items():
         notes = list(profile.notes)
@@ -161,6 +169,9 @@ def render_costs(result: dict) -> str:
         if not profile.acceptance_from_run:
             notes.append("expected steps from the tokens per step and the hit rate (the profile changes the window "
                          "or the acceptance)")
+        if profile.hit_source is not None:
+            notes.append(f"Mirror-SD's {'drafted steps' if profile.reweight else 'steps with the lanes in turn'} "
+                         f"priced as expected overlapped ones at {profile.hit_source.words()}")
         items.append(f"<li><b>projection ({key}), {esc(profile.name)}</b>: {esc('; '.join(notes))}</li>")
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
@@ -226,6 +237,11 @@ def render_choices(result: dict) -> str:
     if shared and next(iter(missing.values())):
         notes.append("Not searched, for every profile (the run cannot replay it): "
                      + "; ".join(next(iter(missing.values()))) + ".")
+    said = {key: ch.get("hit_source") for key, ch in choices.items() if ch.get("hit_source")}
+    if said:
+        notes.append("Mirror-SD's hit rate: " + ("in every profile, " + next(iter(said.values()))
+                                                 if len(set(said.values())) == 1 else
+                                                 "; ".join(f"({k}) {w}" for k, w in said.items())) + ".")
     c = (result.get("profiles") or {}).get("c")
     if "c" in choices and c is not None and not c.acceptance_from_run and _c_figures_differ(result):
         notes.append(f"The first table's row (c) runs the pair at its configured window setting {c.calibration.gamma} "
@@ -462,14 +478,26 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
     row = choice_row(choices.get("c") or {})
     if "mirror" not in row["speedups"]:
         return None
+    sources = result.get("hit_source") or {}
+    # the source of each row's figures (a pick at another branch budget: the run's rate there)
+    said = {key: ch.get("hit_source") or (sources[key].words() if key in sources else None)
+            for key, ch in choices.items()}
+    source = said.get("c")
     inputs = (f"a {TARGETS[hw.target].name} target on a GPU ({hw.target_bw_gbs:.0f} GB/s), "
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
-              f"acceptance and hits")
+              f"acceptance, " + (source or "this run's hits"))
+    series = result.get("hit_series") or {}
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
             "inputs": inputs, "row": row, "speedups": row["speedups"],
             "rows": {key: choice_row(ch) for key, ch in choices.items()},
             "over_sd": {key: ch.get("mirror_over_sd") for key, ch in choices.items()},
-            "over_sd_run_settings": _over_sd(result.get("projected") or {})}
+            "over_sd_run_settings": _over_sd(result.get("projected") or {}),
+            # where the hit rate comes from, per profile, and Mirror-SD over SD against it
+            "hit_source": source, "hit_source_of": said,
+            "hit_sources": {k: src.to_dict() for k, src in sources.items()},
+            "hit_series": series,
+            "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
+            "series_line": wh.series_words(series.get("c"), "On the accelerator pair")}
 
 
 def _over_sd(projected: dict) -> dict:
@@ -483,14 +511,20 @@ def _over_sd(projected: dict) -> dict:
 
 
 def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)") -> str:
-    """The projection in one short line, its inputs named, the same words in the verdict and at
-    the top of the What-if fold."""
+    """The projection in one short line, its inputs named (the hit rate's source and the steps
+    behind it among them), the same words in the verdict and at the top of the What-if fold;
+    under it one line of Mirror-SD over SD against the hit rate (where the hit rate is unknown,
+    the range over hit rates 0-100%)."""
     row = p["row"]
     settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
                          if row.get(m + "_settings"))
-    return (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
+    line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
             f'On an accelerator pair ({esc(p["inputs"])}): <b class="msd-proj-figures">SD '
             f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
             f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD <span class="msd-more">({esc(where)})'
             f'</span></p>')
+    if p.get("series_line"):
+        line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
+                 f'{esc(p["series_line"])}.</p>')
+    return line

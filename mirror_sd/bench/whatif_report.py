@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from mirror_sd.formats import times
+from mirror_sd.latency import whatif_hits as wh
 from mirror_sd.latency.whatif_hardware import project_all
 
 
@@ -36,6 +37,7 @@ def whatif_of_results(results: dict) -> dict:
     return project_all(records, target_layers=meta["target_layers"], gamma=s["gamma"],
                        exit_layer=meta.get("exit_layer"), branch_budget=s["branch_budget"], kappa=s["kappa"],
                        settings=s, precision=meta.get("precision"),
+                       pair={"target": meta.get("target"), "draft": meta.get("draft")},
                        source=f"benchmark {meta.get('started', '')}")
 
 
@@ -49,8 +51,9 @@ def render(out: dict) -> str:
         sd, m = (proj.get(x, {}).get("speedup") for x in ("sd", "mirror"))
         prof = out["profiles"][key]
         how = ("this run's settings" if prof.acceptance_from_run else
-               f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, expected steps "
-               f"from the fitted acceptance (not a replay)")
+               f"gamma {prof.calibration.gamma}, budget {prof.calibration.branch_budget}, "
+               + ("windows priced again at the acceptance per drafted token" if prof.reprice_windows
+                  else "expected steps from the fitted acceptance") + " (not a replay)")
         lines.append(f"({key}) {prof.name}, {how} | {times(sd, '-')} | {times(m, '-')} | {times(m / sd if sd and m else None, '-')}")
     for key, c in out["choices"].items():
         lines.append(f"({key}) {c['name']}, its own settings | {times(c['sd'] and c['sd']['speedup'], '-')} | "
@@ -59,6 +62,13 @@ def render(out: dict) -> str:
     for key, c in out["choices"].items():
         lines += [f"({key}) chose: SD {_settings(c['sd'])}; Mirror-SD {_settings(c['mirror'])}",
                   "    not searched: " + "; ".join(c["not_replayable"])]
+    sources = {k: c["hit_source"] for k, c in out["choices"].items() if c.get("hit_source")}
+    if sources:
+        lines += ["", "Mirror-SD's hit rate in each profile's own settings: " + "; ".join(
+            f"({k}) {words}" for k, words in sources.items())]
+    for key, where in (("b", "With the draft on a device of its own"), ("c", "On the accelerator pair")):
+        if (out.get("hit_series") or {}).get(key):
+            lines.append(f"({key}) " + wh.series_words(out["hit_series"][key], where) + " (projection)")
     costs = out["costs"]
     lines += ["", f"costs of sharing the CPU: {costs['note']}",
               "windows (min / median / max): " + "; ".join(
@@ -70,7 +80,8 @@ def to_json(out: dict) -> dict:
     """The result without its Python objects (profiles as name + notes, no recorded steps)."""
     return {"projection": True, "note": out["note"], "measured_speedup": out["measured_speedup"],
             "projected": out["projected"], "costs": out["costs"], "windows": out["windows"],
-            "choices": out["choices"],
+            "choices": out["choices"], "hit_series": out.get("hit_series") or {},
+            "hit_source": {k: src.to_dict() for k, src in (out.get("hit_source") or {}).items()},
             "profiles": {k: {"name": p.name, "notes": p.notes} for k, p in out["profiles"].items()}}
 
 

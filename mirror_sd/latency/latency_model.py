@@ -100,7 +100,12 @@ def calibrate(records, *, target_layers: int, gamma: int, exit_layer: int | None
         notes.append("no AR decode spans: T_AR unknown, no speedups")
     tk, gamma_measured = _verify_cost(by, gamma)
     draft_sd = _per_token(_spans(by, "sd", "draft", "draft"), gamma)
-    contention, head_share, t_exit, tk = _mirror_split(by, tk, n, le, notes)
+    sd_verified = tk is not None
+    contention, head_share, t_exit, tk, mirror_window = _mirror_split(by, tk, n, le, notes)
+    if not sd_verified and mirror_window is not None:
+        # Mirror-SD's own forwards (no SD verify to compare): at the mean window they verified,
+        # so that a replay at each step's window adds up to what the run spent
+        gamma_measured = mirror_window
     t_b1, t_brow, rows_mean, fwd_factor = _branch_costs(by, gamma, contention)
     ext = _mean(_dur(s) for s in _spans(by, "mirror", "draft", "extend"))
     # a serial window after the verdict: a miss's fallback, or a step whose lanes ran in turn
@@ -155,14 +160,21 @@ def _verify_cost(by: dict, gamma: int) -> tuple[float | None, int]:
 
 
 def _mirror_split(by: dict, tk, n: int, le: int, notes: list[str]):
-    """(contention, head share, exit head time, verify forward time) from Mirror's split
-    verify forward (prefix, exit head, suffix), step by step."""
+    """(contention, head share, exit head time, verify forward time, mean drafted tokens or
+    None) from Mirror's split verify forward (prefix, exit head, suffix), step by step."""
     steps: dict = {}
+    windows: dict = {}
     for r_i, r in enumerate(by.get("mirror", [])):
+        lengths = (r.get("stats") or {}).get("window_lengths") or []
         for s in r["spans"]:
             if _get(s, "lane") == "target" and _get(s, "label") in ("prefix", "exit_head", "suffix"):
-                steps.setdefault((r_i, _get(s, "step")), {})[_get(s, "label")] = _dur(s)
+                key = (r_i, _get(s, "step"))
+                steps.setdefault(key, {})[_get(s, "label")] = _dur(s)
+                if 0 <= key[1] < len(lengths):
+                    windows[key] = lengths[key[1]]
     full = [d for d in steps.values() if len(d) == 3]
+    drafted = [windows[k] for k, d in steps.items() if len(d) == 3 and k in windows]
+    window = sum(drafted) / len(drafted) if drafted and len(drafted) == len(full) else None
     contention, head_share, t_exit = 1.0, 0.0, 0.0
     if full:
         fwd_m = _mean(d["prefix"] + d["suffix"] for d in full)  # the forward, exit head excluded
@@ -178,7 +190,7 @@ def _mirror_split(by: dict, tk, n: int, le: int, notes: list[str]):
         t_exit = exit_m / contention
     elif by.get("mirror"):
         notes.append("no split Mirror forwards (prefix/exit_head/suffix) in the spans")
-    return contention, head_share, t_exit, tk
+    return contention, head_share, t_exit, tk, (window if window else None)
 
 
 def _branch_costs(by: dict, gamma: int, contention: float):

@@ -25,8 +25,15 @@ Profiles:
 
 The decode phase starts at the first commit (stats `decode_s`). Replayed decode steps: AR,
 every target forward after the prefill; SD, every step after the first; Mirror-SD, the outcome
-(hit or miss) of every step but the last (step 0's draft work after its verdict, every later
-step and the last step's target lane make one full step per outcome).
+of every step but the last (step 0's draft work after its verdict, every later step and the
+last step's target lane make one full step per outcome): a hit or a miss where the step
+overlapped its lanes, IN_TURN where they ran one after the other (the overlap gate's choice
+where the lanes share a CPU's cores, or a plain decode). An in-turn step is priced as what it
+was where the lanes still share a device, profile (a): the verify alone, then the serial draft
+of the next window, both at the costs its own spans measured (an SD step); where the lanes get
+devices of their own, (b), (c) and the many-core profile, the step would have overlapped: it
+is priced as an expected overlapped step at the profile's hit rate (whatif_hits.py says where
+that rate comes from), h * hit + (1 - h) * miss.
 
 Pure Python: no torch, no models; spans may be `events.Span` objects or dicts.
 """
@@ -39,6 +46,10 @@ from mirror_sd.latency import latency_model as lm
 from mirror_sd.latency.step_model import target_k
 
 METHODS = ("ar", "sd", "mirror")
+IN_TURN = "in turn"  # a Mirror-SD step whose lanes ran one after the other (gate.py)
+# spans only a step with its lanes overlapped has: the split verify forward, the draft lane's
+# work beside it, and a miss's serial rollout after the verdict
+OVERLAP_LABELS = ("prefix", "exit_head", "suffix", "extend", "branches", "fallback")
 PROFILE_NAMES = {
     "a": "this machine, as measured",
     "b": "this machine, draft on a device of its own",
@@ -70,7 +81,7 @@ class RecordedSteps:
     """What one run did in its decode phase, independent of what it cost."""
     method: str
     gamma: int
-    outcomes: list  # one per replayed decode step: True hit, False miss (Mirror-SD); None
+    outcomes: list  # one per replayed decode step: True hit, False miss, IN_TURN (Mirror-SD); None
     tokens: int  # tokens committed in the decode phase
     decode_s: float | None  # measured decode time (None: the run did not say)
     host_s: float = 0.0  # measured seconds per decode step outside every lane span
@@ -86,6 +97,8 @@ class RecordedSteps:
     # Mirror-SD: per replayed step, the verdict root's rank among the scored roots (-1: not
     # among them; None: scored after the verdict), so another branch budget can be replayed
     ranks: list = field(default_factory=list)
+    # SD: drafted tokens that came from a prompt lookup (no model: no draft cost)
+    looked_up: int = 0
 
     @property
     def steps(self) -> int:
@@ -98,6 +111,15 @@ class RecordedSteps:
     @property
     def misses(self) -> int:
         return sum(o is False for o in self.outcomes)
+
+    @property
+    def in_turn(self) -> int:
+        return sum(o == IN_TURN for o in self.outcomes)
+
+    @property
+    def overlapped(self) -> int:
+        """Steps with the lanes overlapped: the ones a hit rate is measured over."""
+        return self.hits + self.misses
 
     def drafted_alpha(self) -> float | None:
         """Per-token acceptance over the steps that drafted (a window of w tokens with A
@@ -137,19 +159,43 @@ def _decode_start_ns(method: str, spans) -> int | None:
     return min((_get(s, "end_ns") for s in first), default=None)
 
 
-def mirror_outcomes(method_steps: int, spans, events=None) -> list:
-    """Hit (True) or miss (False) of each step but the last, in step order: from the typed
-    events (a "taken" branch is a hit) when there are any, else from the spans (a "fallback"
-    span is a serial rollout after a miss)."""
+def overlapped_steps(spans) -> set:
+    """The steps that overlapped their lanes: those with a span only such a step has."""
+    return {_get(s, "step") for s in spans if _get(s, "label") in OVERLAP_LABELS}
+
+
+def mirror_outcomes(method_steps: int, spans, events=None, stats=None) -> list:
+    """The outcome of each step but the last, in step order: IN_TURN where the lanes ran one
+    after the other (no span of an overlapped step); else a hit (True) or a miss (False), from
+    the typed events (a "taken" branch is a hit) when there are any, else from the verdict
+    ranks in `stats` (ranked_hits), else from the spans (a "fallback" span is the serial
+    rollout after a miss; a miss whose next window was priced empty leaves none)."""
     n = max(0, method_steps - 1)
+    overlapped = sorted(s for s in overlapped_steps(spans) if s is not None and 0 <= s < n)
     if events:
         hit_steps = {_get(e, "step") for e in events
                      if _kind(e) == "DraftBranch" and _get(e, "status") == "taken"}
-        return [s in hit_steps for s in range(n)]
-    # a serial rollout after a miss, or a step whose lanes ran one after the other (gate.py)
-    miss_steps = {_get(s, "step") for s in spans if _get(s, "label") == "fallback"
-                  or (_get(s, "lane") == "draft" and _get(s, "label") == "draft")}
-    return [s not in miss_steps for s in range(n)]
+    else:
+        fallback = {_get(s, "step") for s in spans if _get(s, "label") == "fallback"}
+        by_span = [s not in fallback for s in overlapped]
+        hit_steps = {s for s, hit in zip(overlapped, ranked_hits(stats or {}, by_span) or by_span) if hit}
+    mine = set(overlapped)
+    return [(s in hit_steps) if s in mine else IN_TURN for s in range(n)]
+
+
+def ranked_hits(stats: dict, by_span: list[bool]) -> list[bool] | None:
+    """Hit or miss of each overlapped step from its verdict rank (stats "verdict_ranks", one
+    per overlapped step: a hit ranked below the branch budget); a step scored after its
+    verdict keeps `by_span`. The budget is the one that gives the run's counted hits (the
+    stats keep the counts, not the setting). None where the ranks or the counts do not fit."""
+    ranks, hits = list(stats.get("verdict_ranks") or []), stats.get("hits")
+    if len(ranks) != len(by_span) or hits is None:
+        return None
+    for budget in range(1, lm.MAX_BUDGET + 1):
+        got = [b if r is None else 0 <= r < budget for r, b in zip(ranks, by_span)]
+        if sum(got) == hits:
+            return got
+    return None
 
 
 def mirror_tails(outcomes: list, spans) -> tuple[list[float], list[float], list[tuple[float, float, float]]]:
@@ -165,7 +211,7 @@ def mirror_tails(outcomes: list, spans) -> tuple[list[float], list[float], list[
     hit, miss, work = [], [], []
     for step, outcome in enumerate(outcomes):
         v = verdicts.get(step)
-        if v is None:
+        if v is None or outcome == IN_TURN:
             continue
         mine = [x for x in spans if _get(x, "lane") == "draft" and _get(x, "step") == step
                 and _get(x, "label") != "fallback"]
@@ -219,7 +265,7 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
     elif method == "sd":
         outcomes = [None] * max(0, (stats.get("steps") or 0) - 1)
     else:
-        outcomes = mirror_outcomes(stats.get("steps") or 0, spans, events)
+        outcomes = mirror_outcomes(stats.get("steps") or 0, spans, events, stats)
     decode_s = stats.get("decode_s")
     if decode_s is None and stats.get("prefill_s") is not None and stats.get("wall_s") is not None:
         decode_s = stats["wall_s"] - stats["prefill_s"]
@@ -233,12 +279,20 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
     if not windows and method == "sd":
         windows = [n for n in (_drafted_tokens(s) for s in spans
                                if _get(s, "label") == "draft" and _get(s, "step", 0) > 0) if n]
+    accepted = [int(_get(e, "accepted")) for e in verifies]
+    if not verifies and method != "ar":  # a benchmark record: [drafted, accepted] per verify
+        verdicts = list(stats.get("window_verdicts") or [])[1:]
+        if len(verdicts) == len(windows) and all(int(v[0]) == w for v, w in zip(verdicts, windows)):
+            accepted = [int(v[1]) for v in verdicts]
     rec = RecordedSteps(method, gamma, outcomes, int(tokens), decode_s,
                         windows=windows,
-                        accepted=[int(_get(e, "accepted")) for e in verifies],
+                        accepted=accepted,
                         ranks=list(stats.get("verdict_ranks") or []) if method == "mirror" else [])
     if method == "mirror":
         rec.tail_hit, rec.tail_miss, rec.hit_work = mirror_tails(outcomes, spans)
+    if method == "sd":
+        rec.looked_up = sum(_drafted_tokens(s) or 0 for s in spans
+                            if _get(s, "label") == "lookup" and _get(s, "step", 0) > 0)
     start = _decode_start_ns(method, spans)
     if decode_s is not None and start is not None and outcomes:
         end = start + int(decode_s * 1e9)
@@ -291,6 +345,16 @@ class Profile:
     # SD's windows priced again with this profile's costs (priced_sd_steps): the run's
     # decode-only steps were this machine's choice at its costs, not the profile's
     reprice_windows: bool = False
+    # Mirror-SD's steps whose lanes ran in turn, where the lanes still share a device (this
+    # machine): the verify and the serial draft alone, as its spans measured (an SD step).
+    # None: the lanes get devices of their own here, the step would have overlapped
+    in_turn: lm.Calibration | None = None
+    # the hit rate of the steps priced as expected overlapped ones (None: the recorded
+    # overlapped steps' own), and whether every drafted step is (the rate comes from elsewhere
+    # than this run: its few recorded hits and misses aside); `hit_source` says where from
+    hit_rate: float | None = None
+    reweight: bool = False
+    hit_source: object = None  # whatif_hits.HitSource
 
     def calibration_for(self, method: str) -> lm.Calibration:
         return self.mirror if method == "mirror" and self.mirror is not None else self.calibration
@@ -423,9 +487,59 @@ def this_machine(records, *, target_layers: int, gamma: int, exit_layer: int | N
         own = calibrate_machine(plain, source=source, **kw)
         cal = replace(cal, **{k: getattr(own, k) for k in PLAIN_COSTS})
     mirror = mirror_as_run(records, cal, **kw)
-    return machine_profiles(cal, host_times(recorded), mirror,
-                            mirror_tail(recorded) if mirror is not None else None,
-                            [w for r in recorded for w in r.hit_work], draft_beside_factor(records))
+    profiles = machine_profiles(cal, host_times(recorded), mirror,
+                                mirror_tail(recorded) if mirror is not None else None,
+                                [w for r in recorded for w in r.hit_work], draft_beside_factor(records))
+    turn = in_turn_costs(records, cal)
+    if turn is not None:
+        profiles["a"].in_turn = turn
+        profiles["a"].notes.append(in_turn_note(turn))
+    return profiles
+
+
+def in_turn_costs(records, pooled: lm.Calibration) -> lm.Calibration | None:
+    """What a Mirror-SD step with its lanes in turn cost on this machine, from the spans of
+    those steps: its verify forward alone (rows from the span's "N tokens"), its plain decodes,
+    the serial draft of the next window per drafted token; what they lack from `pooled`
+    (SD's verify, AR's decode). None without a Mirror-SD run."""
+    verify, rows, decode, draft = [], [], [], []
+    mine = [r for r in records if base_method(r["method"]) == "mirror" and not r.get("error")]
+    for r in mine:
+        spans = decode_spans_only({**r, "method": "mirror"})["spans"]
+        overlapped = overlapped_steps(spans)
+        for sp in spans:
+            if _get(sp, "step") in overlapped:
+                continue
+            label = _get(sp, "label")
+            if _get(sp, "lane") == "target" and label == "verify_forward" and _drafted_tokens(sp):
+                verify.append(_dur(sp))
+                rows.append(_drafted_tokens(sp))
+            elif _get(sp, "lane") == "target" and label == "decode":
+                decode.append(_dur(sp))
+            elif _get(sp, "lane") == "draft" and label == "draft":
+                draft.append(sp)
+    if not mine:
+        return None
+    fill = {}
+    if verify:
+        fill.update(t_target_k=_mean(verify), gamma_measured=max(1.0, _mean(rows) - 1))
+    if decode:
+        fill["t_target_1"] = _mean(decode)
+    per_token = lm._per_token(draft, pooled.gamma) if draft else None
+    fill["t_draft_token"] = per_token if per_token is not None else (
+        pooled.t_fallback_token if pooled.t_fallback_token is not None else pooled.t_draft_token)
+    return replace(pooled, contention=1.0, draft_device="serial", notes=[],
+                   source=f"{len(verify)} verifies, {len(decode)} decodes and {len(draft)} serial drafts "
+                          f"of Mirror-SD's steps with the lanes in turn", **fill)
+
+
+def in_turn_note(turn: lm.Calibration) -> str:
+    """Profile (a)'s words for how it priced Mirror-SD's steps with the lanes in turn."""
+    parts = [f"verify of {(turn.gamma_measured or turn.gamma) + 1:.1f} rows {turn.t_target_k * 1e3:.0f} ms"
+             if turn.t_target_k else None,
+             f"draft {turn.t_draft_token * 1e3:.0f} ms per token" if turn.t_draft_token else None]
+    return ("Mirror-SD's steps with the lanes in turn priced as what they were, an SD step: "
+            + ", ".join(p for p in parts if p) + f" ({turn.source})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,20 +568,27 @@ def step_seconds(cal: lm.Calibration, method: str, hit: bool | None = None,
     return lm.step_time(cal, method)
 
 
-def project_run(rec: RecordedSteps, profile: Profile) -> dict:
+def project_run(rec: RecordedSteps, profile: Profile, hit_rate: float | None = None) -> dict:
     """Projected decode time of one recorded run under `profile`: the recorded steps when the
     profile keeps the run's window and acceptance, else their expected number (tokens over
-    tau, hits at the profile's hit rate)."""
+    tau, hits at the profile's hit rate). `hit_rate`: the rate of Mirror-SD's steps priced as
+    expected overlapped ones when the profile sets none (project() passes the pooled rate of
+    the runs' overlapped steps; without either, 0)."""
     m = rec.method
     cal, host = profile.calibration_for(m), profile.host_s.get(m, 0.0)
+    h = profile_hit_rate(profile, rec, hit_rate)
     replay = profile.acceptance_from_run and (m == "ar" or cal.gamma == rec.gamma)
     if replay:
         steps, hits = float(rec.steps), float(rec.hits)
+        if m == "mirror" and (profile.reweight or profile.in_turn is None):
+            # steps priced at h: every drafted one when reweighted, else the in-turn ones
+            priced_at_h = rec.overlapped + rec.in_turn if profile.reweight else rec.in_turn
+            hits = (0.0 if profile.reweight else float(rec.hits)) + h * priced_at_h
     else:
         tau = lm.tokens_per_step(cal, m) or 1.0
         steps = rec.tokens / tau
-        hits = steps * (cal.hit_rate or 0.0) if m == "mirror" else 0.0
-    priced = priced_steps(rec, cal) if m in ("sd", "mirror") and profile.reprice_windows else None
+        hits = steps * h if m == "mirror" else 0.0
+    priced = priced_steps(rec, cal, hit=h) if m in ("sd", "mirror") and profile.reprice_windows else None
     if priced is not None:
         steps, window, busy, hit = priced
         decode = steps * (busy + host)
@@ -476,9 +597,9 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
                 "measured_decode_s": rec.decode_s, "window": window,
                 "tokens_per_s": rec.tokens / decode if decode else None}
     if m == "mirror" and replay and len(rec.windows) == rec.steps:
-        busy = mirror_replay_seconds(rec, cal, profile.tail)
+        busy = mirror_replay_seconds(rec, profile, h)
     elif m == "mirror":
-        t_hit, t_miss = (step_seconds(cal, m, h, profile.tail) for h in (True, False))
+        t_hit, t_miss = (step_seconds(cal, m, x, profile.tail) for x in (True, False))
         busy = None if t_hit is None or t_miss is None else hits * t_hit + (steps - hits) * t_miss
     elif m == "sd" and replay and rec.windows:
         busy = sd_replay_seconds(rec, cal, steps)
@@ -490,6 +611,17 @@ def project_run(rec: RecordedSteps, profile: Profile) -> dict:
             "steps": steps, "hits": hits if m == "mirror" else None, "tokens": rec.tokens,
             "decode_s": decode, "measured_decode_s": rec.decode_s,
             "tokens_per_s": rec.tokens / decode if decode else None}
+
+
+def profile_hit_rate(profile: Profile, rec: RecordedSteps | None = None, pooled: float | None = None) -> float:
+    """The hit rate `profile` prices expected overlapped steps at: its own, else `pooled`, else
+    the run's overlapped steps' own, else 0 (no overlapped step anywhere: priced as misses)."""
+    for h in (profile.hit_rate, pooled):
+        if h is not None:
+            return float(h)
+    if rec is not None and rec.overlapped:
+        return rec.hits / rec.overlapped
+    return 0.0
 
 
 def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> float | None:
@@ -507,7 +639,8 @@ def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> 
     one = cal.t_target_1 if cal.t_target_1 is not None else fwd
     if draft is None or fwd is None or (plain and one is None):
         return None
-    return (sum(rec.windows) * draft / cal.gamma + drafted * fwd + plain * one
+    model_tokens = max(0, sum(rec.windows) - rec.looked_up)  # a looked-up window costs no draft forward
+    return (model_tokens * draft / cal.gamma + drafted * fwd + plain * one
             + steps * cal.t_accept)
 
 
@@ -520,20 +653,23 @@ def priced_sd_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
     return None if got is None else got[:3]
 
 
-def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
+def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12, hit: float | None = None):
     """SD or Mirror-SD as priced windows would run it under `cal`'s costs, at the acceptance
     the run's drafted steps showed: the window k with the most expected tokens per second
-    (k = 0..longest, 0 a plain decode; Mirror-SD's drafted steps each a hit at the run's hit
-    rate, which is kept whatever k: a stated assumption). (steps, k, seconds per
-    step, hit rate or None), or None when the run recorded no per-step acceptance or `cal`
-    lacks a cost."""
+    (k = 0..longest, 0 a plain decode; Mirror-SD's drafted steps each a hit at `hit`, else
+    the hit rate of the run's overlapped steps, kept whatever k: a stated assumption). (steps,
+    k, seconds per step, hit rate or None), or None when the run recorded no per-step
+    acceptance or `cal` lacks a cost."""
     alpha = rec.drafted_alpha()
     draft = lm.step_terms(cal)["T_draft(gamma)"]
     if alpha is None or draft is None or cal.t_target_1 is None:
         return None
-    hit = (rec.hits / rec.steps if rec.steps else None) if rec.method == "mirror" else None
-    if rec.method == "mirror" and hit is None:
-        return None
+    if rec.method != "mirror":
+        hit = None
+    elif hit is None:
+        hit = rec.hits / rec.overlapped if rec.overlapped else None
+        if hit is None:
+            return None
     best = None
     for k in range(0, longest + 1):
         tokens = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)  # accepted drafts + the target's own
@@ -551,18 +687,41 @@ def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
     return rec.tokens / tokens, k, seconds, hit
 
 
-def mirror_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, tail) -> float | None:
-    """Mirror-SD's replayed steps, each priced at the window it handed over (adaptive windows
-    vary: a miss's serial fallback and a hit's rollout cost per drafted token); a step that
-    drafted nothing (a priced window of 0) is a plain decode at T_target(1)."""
+def mirror_replay_seconds(rec: RecordedSteps, profile: Profile, hit_rate: float) -> float | None:
+    """Mirror-SD's replayed steps under `profile`, each priced at the window it handed over
+    (adaptive windows vary: a miss's serial fallback and a hit's rollout cost per drafted
+    token). A step that drafted nothing (a priced window of 0) is a plain decode at
+    T_target(1); a step with the lanes in turn is an SD step where the profile prices it so
+    (profile.in_turn), else an expected overlapped step at `hit_rate`, as is every drafted
+    step when the profile reweights; the others as recorded, a hit or a miss."""
+    cal, tail = profile.calibration_for("mirror"), profile.tail
     at = replace(cal, gamma_measured=cal.gamma_measured or cal.gamma)
+    # a plain decode runs alone: the target's decode as measured alone (profile (a): Mirror-SD's
+    # own decodes), never the target lane's cost beside the draft
+    one = (profile.in_turn or profile.calibration).t_target_1
     cost: dict = {}
     total = 0.0
     for outcome, window in zip(rec.outcomes, rec.windows):
-        key = (bool(outcome), window)
+        if window == 0:
+            key = ("decode", 0)
+        elif outcome == IN_TURN and profile.in_turn is not None:
+            key = ("turn", window)
+        elif outcome == IN_TURN or profile.reweight:
+            key = ("expected", window)
+        else:
+            key = (bool(outcome), window)
         if key not in cost:
-            if window == 0:
-                cost[key] = None if cal.t_target_1 is None else cal.t_target_1 + cal.t_accept
+            if key[0] == "decode":
+                cost[key] = None if one is None else one + cal.t_accept
+            elif key[0] == "turn":
+                cost[key] = in_turn_seconds(profile.in_turn, window)
+            elif key[0] == "expected":
+                hit, miss = (step_seconds(replace(at, gamma=window), "mirror", x, tail) for x in (True, False))
+                # an expected hit costs at most a miss: the taken branch's work after the verdict
+                # is at most a serial rollout of the window (a run's few recorded hits can carry
+                # the draft's catch-up after decoded steps in their mean tail)
+                cost[key] = (None if hit is None or miss is None
+                             else hit_rate * min(hit, miss) + (1.0 - hit_rate) * miss)
             else:
                 cost[key] = step_seconds(replace(at, gamma=window), "mirror", key[0], tail)
         if cost[key] is None:
@@ -571,22 +730,39 @@ def mirror_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, tail) -> floa
     return total
 
 
+def in_turn_seconds(turn: lm.Calibration, window: int) -> float | None:
+    """One step with the lanes in turn: the verify of `window` + 1 rows alone, the acceptance
+    rule, then the serial draft of the next window (`window` tokens), each lane alone."""
+    fwd = target_k(turn, window + 1)
+    if fwd is None or turn.t_draft_token is None:
+        return None
+    return fwd + turn.t_accept + window * turn.t_draft_token
+
+
 def at_budget(rec: RecordedSteps, budget: int) -> RecordedSteps | None:
     """Mirror-SD's recorded steps as another branch budget would have had them: a step hits
     when its verdict root ranked below `budget` among the scored roots (a root rolled out is
     counted as ready in time; the profile prices the time). A step scored after its verdict
-    keeps its outcome. None when the run recorded no rank per step."""
-    if rec.method != "mirror" or len(rec.ranks) != rec.steps:
+    keeps its outcome; a step with the lanes in turn scored no roots (its ranks are those of
+    the overlapped steps, in order). None when the run recorded no rank per overlapped step."""
+    overlapped = [i for i, o in enumerate(rec.outcomes) if o is True or o is False]
+    if rec.method != "mirror" or len(rec.ranks) != len(overlapped):
         return None
-    outcomes = [o if r is None else 0 <= r < budget for o, r in zip(rec.outcomes, rec.ranks)]
+    outcomes = list(rec.outcomes)
+    for i, r in zip(overlapped, rec.ranks):
+        if r is not None:
+            outcomes[i] = 0 <= r < budget
     return replace(rec, outcomes=outcomes)
 
 
 def project(recorded: list[RecordedSteps], profile: Profile) -> dict:
     """{method: pooled projection over runs, with speedup over AR}: decode tokens/s ratios."""
     out = {}
+    mirror = [r for r in recorded if r.method == "mirror"]
+    overlapped = sum(r.overlapped for r in mirror)
+    pooled = sum(r.hits for r in mirror) / overlapped if overlapped else None
     for m in METHODS:
-        parts = [project_run(r, profile) for r in recorded if r.method == m]
+        parts = [project_run(r, profile, pooled) for r in recorded if r.method == m]
         if not parts or any(p["decode_s"] is None for p in parts):
             continue
         decode = sum(p["decode_s"] for p in parts)
@@ -599,6 +775,8 @@ def project(recorded: list[RecordedSteps], profile: Profile) -> dict:
                   "measured_decode_s": None if None in measured else sum(measured),
                   # SD's windows as the profile priced them (priced_sd_steps), one per run
                   "windows": sorted({p["window"] for p in parts if p.get("window") is not None})}
+        if m == "mirror":  # the rate its expected overlapped steps were priced at
+            out[m]["hit_rate"] = profile_hit_rate(profile, None, pooled)
     ar = out.get("ar")
     for row in out.values():
         row["speedup"] = (row["tokens_per_s"] / ar["tokens_per_s"]
@@ -668,12 +846,33 @@ def step_bars(cal: lm.Calibration, method: str, hit: bool | None, host: float = 
     return [b for b in bars if b[3] > b[2]], end + host
 
 
+def in_turn_bars(turn: lm.Calibration, host: float = 0.0):
+    """Bars of one step with the lanes in turn (the verify alone, then the serial draft of the
+    next window), and its duration: in_turn_seconds at the window setting, plus `host`."""
+    g = turn.gamma
+    fwd, accept, draft = target_k(turn, g + 1), turn.t_accept, g * (turn.t_draft_token or 0.0)
+    bars = [("target", "verify_forward", 0.0, fwd), ("verify", "accept", fwd, fwd + accept),
+            ("draft", "draft", fwd + accept, fwd + accept + draft)]
+    end = fwd + accept + draft
+    if host:
+        bars.append(("host", "host", end, end + host))
+    return [b for b in bars if b[3] > b[2]], end + host
+
+
 def projected_timeline(rec: RecordedSteps, profile: Profile, max_steps: int = 12) -> dict:
-    """The first `max_steps` replayed decode steps laid end to end: {bars, end_s, steps}."""
+    """The first `max_steps` replayed decode steps laid end to end: {bars, end_s, steps}. A
+    step with the lanes in turn is drawn as it ran where the profile prices it so, else as the
+    outcome the profile's hit rate makes likelier (its time is the expected one's in the
+    projected decode time)."""
     cal, host = profile.calibration_for(rec.method), profile.host_s.get(rec.method, 0.0)
+    likely = profile_hit_rate(profile, rec) >= 0.5
     bars, t0 = [], 0.0
     for i, outcome in enumerate(rec.outcomes[:max_steps]):
-        step, dur = step_bars(cal, rec.method, outcome, host, profile.tail)
+        if outcome == IN_TURN and profile.in_turn is not None:
+            step, dur = in_turn_bars(profile.in_turn, host)
+        else:
+            step, dur = step_bars(cal, rec.method, likely if outcome == IN_TURN else outcome, host,
+                                  profile.tail)
         bars += [(lane, label, t0 + a, t0 + b, i) for lane, label, a, b in step]
         t0 += dur
     return {"bars": bars, "end_s": t0, "steps": min(max_steps, rec.steps), "projection": True}

@@ -70,24 +70,34 @@ def tail_at_budget(profile: wi.Profile, budget: int, run_budget: int, window: fl
     return max(0.0, hit + (before - now) * one), miss
 
 
-def _mirror_candidates(recorded, profile: wi.Profile, settings: dict, run_budget: int, group: str):
-    """(candidates, can replay budgets) for one Mirror-SD variant under `profile`."""
+def mirror_at_budget(recorded, profile: wi.Profile, budget: int, run_budget: int, gamma: int,
+                     replayable: bool = True) -> tuple[dict | None, list]:
+    """(Mirror-SD's projected row, its recorded steps) at `budget` branches under `profile`:
+    the hits the verdict ranks give at that budget, the draft's rows and tail scaled to it."""
     mine = [r for r in recorded if r.method == "mirror"]
     others = [r for r in recorded if r.method != "mirror"]
-    replayable = all(wi.at_budget(r, 1) is not None for r in mine) and mine
-    budgets = range(1, MAX_BUDGET + 1) if replayable else [run_budget]
     windows = [w for r in mine for w in r.windows]
-    window = sum(windows) / len(windows) if windows else float(settings.get("gamma") or 1)
+    window = sum(windows) / len(windows) if windows else float(gamma or 1)
+    steps = [wi.at_budget(r, budget) for r in mine] if replayable and budget != run_budget else mine
+    cal = profile.calibration_for("mirror")
+    if budget != run_budget:
+        cal = lm.apply_changes(cal, branch_budget=budget)
+    prof = replace(profile, mirror=cal if profile.mirror is not None else None,
+                   calibration=profile.calibration if profile.mirror is not None else cal,
+                   tail=tail_at_budget(profile, budget, run_budget, window))
+    return wi.project(others + steps, prof).get("mirror"), steps
+
+
+def _mirror_candidates(recorded, profile: wi.Profile, settings: dict, run_budget: int, group: str):
+    """(candidates, can replay budgets) for one Mirror-SD variant under `profile`. A profile
+    whose hit rate is not the run's own (profile.reweight) keeps the run's budget: that rate
+    was measured at it, and the ranks of a few steps cannot move it."""
+    mine = [r for r in recorded if r.method == "mirror"]
+    replayable = all(wi.at_budget(r, 1) is not None for r in mine) and mine and not profile.reweight
+    budgets = range(1, MAX_BUDGET + 1) if replayable else [run_budget]
     out = []
     for b in budgets:
-        steps = [wi.at_budget(r, b) for r in mine] if replayable else mine
-        cal = profile.calibration_for("mirror")
-        if b != run_budget:
-            cal = lm.apply_changes(cal, branch_budget=b)
-        prof = replace(profile, mirror=cal if profile.mirror is not None else None,
-                       calibration=profile.calibration if profile.mirror is not None else cal,
-                       tail=tail_at_budget(profile, b, run_budget, window))
-        row = wi.project(others + steps, prof).get("mirror")
+        row, steps = mirror_at_budget(recorded, profile, b, run_budget, settings.get("gamma"), bool(replayable))
         if row and row.get("speedup"):
             out.append({"method": group, "settings": {**settings, "branch_budget": b},
                         "speedup": row["speedup"], "decode_s": row["decode_s"],
@@ -99,7 +109,7 @@ def _mirror_candidates(recorded, profile: wi.Profile, settings: dict, run_budget
 def search(groups: dict, profile_for, settings_of: dict, run_budget: int) -> dict:
     """{method: [candidates]} over recorded variants. `groups`: {variant name: recorded steps
     (AR's and the variant's)}; `profile_for(name)`: the profile calibrated with that variant."""
-    out = {"sd": [], "mirror": [], "unpriced": []}
+    out = {"sd": [], "mirror": [], "unpriced": [], "budgets_held": False}
     budgets_ok = True
     for name, recorded in groups.items():
         base = wi.base_method(name)
@@ -111,6 +121,7 @@ def search(groups: dict, profile_for, settings_of: dict, run_budget: int) -> dic
         if base == "mirror":
             cands, ok = _mirror_candidates(recorded, profile, settings_of[name], run_budget, name)
             budgets_ok &= ok
+            out["budgets_held"] |= bool(profile.reweight)
             out["mirror"] += cands
             if not cands:  # the run's spans could not price this variant on this profile
                 out["unpriced"].append(name)
@@ -123,7 +134,7 @@ def search(groups: dict, profile_for, settings_of: dict, run_budget: int) -> dic
     return out
 
 
-def not_replayable(settings_of: dict, budgets_ok: bool, run_budget: int) -> list[str]:
+def not_replayable(settings_of: dict, budgets_ok: bool, run_budget: int, held: bool = False) -> list[str]:
     """What the search could not try, and why (said, not guessed)."""
     def seen(key, base=None):
         return sorted({str(s.get(key)) for n, s in settings_of.items()
@@ -134,7 +145,11 @@ def not_replayable(settings_of: dict, budgets_ok: bool, run_budget: int) -> list
              f"window policy: only {', '.join(seen('window'))} as recorded",
              f"exit layer: only {', '.join(seen('exit_layer', 'mirror')) or 'the run`s'} as recorded (a hit "
              f"rate at another exit layer needs a run there, e.g. mirror:exit_layer=21)"]
-    if budgets_ok:
+    if held:
+        notes.append(f"branch budget: only the run's {run_budget} (the hit rate is not this run's own: "
+                     f"it was measured or set at that budget, and this run's few overlapped steps "
+                     f"cannot say what another budget buys)")
+    elif budgets_ok:
         notes.append(f"branch budget 1..{MAX_BUDGET} replayed from the verdict ranks (a root "
                      f"rolled out counts as ready in time; the profile prices the time)")
     else:

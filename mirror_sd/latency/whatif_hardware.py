@@ -37,6 +37,7 @@ from mirror_sd import measured
 from mirror_sd.latency import latency_model as lm
 from mirror_sd.latency import whatif as wi
 from mirror_sd.latency import whatif_choice as wc
+from mirror_sd.latency import whatif_hits as wh
 from mirror_sd.latency.whatif_costs import PROFILE_D, many_cores_profile, split_costs
 from mirror_sd.latency.whatif import PROFILE_NAMES, Profile
 
@@ -207,19 +208,39 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
 
 def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
                         run_gamma: int | None = None) -> Profile:
-    """Profile (c). The recorded steps are replayed when it keeps the run's window and its
-    acceptance; otherwise the expected number of steps from tau and the hit rate."""
+    """Profile (c). The recorded steps are replayed (their windows priced again with the
+    pair's costs) when it keeps the run's acceptance; a hit rate set by hand re-weights every
+    drafted step at it (whatif_hits.with_source), the run's windows and acceptance kept. Only
+    a tau set by hand falls back to the expected number of steps from tau and the hit rate
+    (alpha fitted to tau)."""
     cal = accelerator_calibration(hw, run)
-    from_run = hw.tau is None and hw.hit_rate is None and run_gamma == hw.gamma
+    from_run = hw.tau is None and run_gamma == hw.gamma
     host = hw.host_ms / 1e3
-    return Profile("c", PROFILE_NAMES["c"], cal, {m: host for m in ("ar", "sd", "mirror")},
+    prof = Profile("c", PROFILE_NAMES["c"], cal, {m: host for m in ("ar", "sd", "mirror")},
                    list(cal.notes) + list(hw.notes), acceptance_from_run=from_run,
-                   reprice_windows=hw.tau is None and hw.hit_rate is None)
+                   reprice_windows=hw.tau is None)
+    if hw.hit_rate is not None:
+        prof = replace(prof, hit_rate=float(hw.hit_rate), reweight=True)
+    return prof
+
+
+def hit_sources(recorded: list, settings: dict | None, pair: dict | None, hw: Accelerators) -> dict:
+    """{profile key: whatif_hits.HitSource} for (b), (c) and (d): the rule's rate; in (c) a
+    rate set in its inputs wins."""
+    own = wh.hit_source(recorded, settings, pair)
+    by_hand = wh.hit_source(recorded, settings, pair, hw.hit_rate) if hw.hit_rate is not None else own
+    return {"b": own, "c": by_hand, "d": own}
+
+
+def _sourced(profiles: dict, sources: dict) -> dict:
+    """The profiles (b), (c), (d) pricing their expected overlapped steps by `sources`."""
+    return {k: (wh.with_source(p, sources[k]) if p is not None and k in sources else p)
+            for k, p in profiles.items()}
 
 
 def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_layer: int | None = None,
                 branch_budget: int = 2, kappa: int = 8, accelerators=None, source: str = "",
-                settings: dict | None = None, precision: str | None = None) -> dict:
+                settings: dict | None = None, precision: str | None = None, pair: dict | None = None) -> dict:
     """Profiles (a), (b), (c) and, where the thread scaling grounds it, (d) for `records`
     (record dicts, see recorded_steps): measured speedups, per-profile projections, the
     profiles, the recorded steps, the two costs of sharing the CPU (`costs`,
@@ -227,7 +248,11 @@ def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_lay
     (b), (c), (d) the settings it would pick among those the run can replay (`choices`,
     whatif_choice). Variants (`mirror:...`) enter the choices only. `accelerators`:
     Accelerators (None: its defaults); `settings`: the run's settings (gamma, window,
-    branch_extend, ...); `precision`: the run's (for the core split)."""
+    branch_extend, ...); `precision`: the run's (for the core split); `pair`: {target, draft}
+    names, for the measured hit rate (whatif_hits.py). (b), (c) and (d) price the steps the
+    run ran with its lanes in turn at the hit rate that rule gives (`hit_sources`); per profile
+    (b) and (c) `hit_series` is Mirror-SD over SD against the hit rate at the settings it
+    picks, with the break-even rate."""
     main = [r for r in records if r["method"] in wi.METHODS] or list(records)
     recorded = [r for r in (wi.recorded_steps(rec, gamma) for rec in main) if r is not None]
     kw = dict(target_layers=target_layers, exit_layer=exit_layer, branch_budget=branch_budget,
@@ -240,13 +265,17 @@ def project_all(records: list[dict], *, target_layers: int, gamma: int, exit_lay
     many = many_cores_profile(profiles, costs)
     if many is not None:
         profiles["d"] = many
+    sources = hit_sources(recorded, settings, pair, hw)
+    profiles = _sourced(profiles, sources)
     base = {"gamma": gamma, "branch_budget": branch_budget, "exit_layer": exit_layer, "kappa": kappa,
             "window": None, "branch_extend": None, **(settings or {})}
+    series: dict = {}
+    choices = profile_choices(records, base, hw, precision, target_layers, source, settings, pair, series)
     return {"projection": True, "note": lm.PROJECTION_NOTE, "calibration": cal,
             "measured_speedup": wi.measured_speedups(recorded), "recorded": recorded,
             "profiles": profiles, "projected": {k: wi.project(recorded, p) for k, p in profiles.items()},
-            "costs": costs, "windows": window_summary(records),
-            "choices": profile_choices(records, base, hw, precision, target_layers, source)}
+            "costs": costs, "windows": window_summary(records), "choices": choices,
+            "hit_source": sources, "hit_series": series}
 
 
 def window_summary(records: list[dict]) -> dict:
@@ -266,9 +295,13 @@ def window_summary(records: list[dict]) -> dict:
 
 
 def profile_choices(records: list[dict], base: dict, hw: Accelerators, precision: str | None,
-                    target_layers: int, source: str = "") -> dict:
+                    target_layers: int, source: str = "", settings: dict | None = None,
+                    pair: dict | None = None, series: dict | None = None) -> dict:
     """{profile key: whatif_choice.choose(...)} for (b), (c) and (d): per method, the recorded
-    variant and branch budget that profile projects fastest."""
+    variant and branch budget that profile projects fastest, each variant's in-turn steps at
+    the hit rate the rule gives it (whatif_hits.py: its own overlapped steps, or the measured
+    rate where its settings are the measured ones). `series` (a dict) gets (b)'s and (c)'s
+    Mirror-SD over SD against the hit rate at the picked settings."""
     usable = [r for r in records if not r.get("error")]
     names = sorted({r["method"] for r in usable if wi.base_method(r["method"]) in ("sd", "mirror")})
     ar = [r for r in usable if r["method"] == "ar"]
@@ -292,17 +325,57 @@ def profile_choices(records: list[dict], base: dict, hw: Accelerators, precision
         profiles["d"] = many_cores_profile(profiles, split_costs(profiles, precision))
         if n.startswith("sd"):  # SD never runs two lanes at once: more cores change nothing for it
             profiles["d"] = replace(profiles["b"], key="d", name=PROFILE_D)
-        built[n] = profiles
         groups[n] = [r for r in (wi.recorded_steps(rec, g) for rec in ar + mine) if r is not None]
+        built[n] = _sourced(profiles, hit_sources(groups[n], wh.variant_settings(n, settings), pair, hw))
     out = {}
     for key in ("b", "c", "d"):
-        if key == "c" and (hw.tau is not None or hw.hit_rate is not None):
+        if key == "c" and hw.tau is not None:
             continue  # the profile's acceptance is set by hand: nothing of the run to replay
         cands = wc.search(groups, lambda n, k=key: built[n].get(k), settings_of, run_budget)
         if not cands["mirror"]:
             continue  # (d) without the thread scaling: not grounded
         name = next(p[key].name for p in built.values() if p.get(key) is not None)
-        notes = wc.not_replayable(settings_of, cands["budgets_replayed"], run_budget)
+        notes = wc.not_replayable(settings_of, cands["budgets_replayed"], run_budget, cands["budgets_held"])
         notes += [f"{n}: not priced (this run's spans could not calibrate it)" for n in cands["unpriced"]]
         out[key] = wc.choose(cands, key, name, notes)
+        picked = out[key]["mirror"]
+        if picked is not None:
+            prof = built[picked["method"]][key]
+            source = _picked_source(groups[picked["method"]], prof, picked, run_budget)
+            out[key]["hit_source"] = source.words() if source is not None else None
+            if series is not None and key in ("b", "c") and out[key]["sd"] is not None:
+                series[key] = _series(groups[picked["method"]], prof, picked, out[key]["sd"]["speedup"],
+                                      run_budget, source)
     return out
+
+
+def _picked_source(recorded: list, profile: Profile, picked: dict, run_budget: int):
+    """The hit-rate source of the pick: where it is the run's own, its hits at the picked budget
+    (the verdict ranks replayed), which is the rate the pick was projected at."""
+    source = profile.hit_source
+    budget = int(picked["settings"].get("branch_budget") or run_budget)
+    if source is None or source.kind != "run" or budget == run_budget:
+        return source
+    _, steps = wc.mirror_at_budget(recorded, profile, budget, run_budget, picked["settings"].get("gamma"))
+    mine = [r for r in steps if r.method == "mirror"]
+    overlapped = sum(r.overlapped for r in mine)
+    if not overlapped:
+        return source
+    return replace(source, rate=sum(r.hits for r in mine) / overlapped,
+                   note=f"at budget {budget}, from the verdict ranks")
+
+
+def _series(recorded: list, profile: Profile, picked: dict, sd_speedup: float, run_budget: int,
+            source) -> dict:
+    """Mirror-SD over SD against the hit rate on `profile`, at the picked variant's settings
+    (every drafted step at each rate; SD does not change with it); at `source`'s own rate the
+    pick itself."""
+    budget = int(picked["settings"].get("branch_budget") or run_budget)
+    gamma = picked["settings"].get("gamma")
+
+    def project_at(h):
+        at = replace(profile, hit_rate=h, reweight=True)
+        row, _ = wc.mirror_at_budget(recorded, at, budget, run_budget, gamma)
+        return sd_speedup, (row or {}).get("speedup")
+
+    return wh.hit_rate_series(project_at, source, own=picked["speedup"] / sd_speedup if sd_speedup else None)

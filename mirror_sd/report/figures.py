@@ -161,7 +161,8 @@ def projection_figures(results: dict) -> dict:
     meta, s = results["meta"], results["meta"]["settings"]
     out = project_all(records_from_results(results), target_layers=meta["target_layers"],
                       gamma=s["gamma"], exit_layer=meta["exit_layer"],
-                      branch_budget=s["branch_budget"], kappa=s["kappa"],
+                      branch_budget=s["branch_budget"], kappa=s["kappa"], settings=s,
+                      pair={"target": meta.get("target"), "draft": meta.get("draft")},
                       source="the pair report's run")
     profiles = {}
     for key, prof in out["profiles"].items():
@@ -170,7 +171,9 @@ def projection_figures(results: dict) -> dict:
                          "speedup_at_run_settings": {m: proj[m]["speedup"] for m in proj},
                          "replayed": all(p["replayed"] for p in proj.values()),
                          "best_settings": best_settings(prof, {m: proj[m]["speedup"] for m in proj}),
-                         "notes": list(prof.notes)}
+                         "notes": list(prof.notes),
+                         # where Mirror-SD's hit rate comes from here, and the steps behind it
+                         "hit_source": prof.hit_source.words() if prof.hit_source is not None else None}
     return {"projection": True, "note": lm.PROJECTION_NOTE,
             "settings_note": "(a) and (b) replay the recorded steps at the run's settings; (c) "
                              "uses its own window (gamma 7, the paper's) with the run's "

@@ -81,6 +81,10 @@ def _projection_lines(p: dict) -> list[str]:
                      f"{times(bs.get('projected_speedup'))} ({bs.get('gamma', 'n/a')}) | "
                      f"{times(bm.get('projected_speedup'))} ({bm.get('gamma', 'n/a')}, "
                      f"{bm.get('branch_budget', 'n/a')}) |")
+    sources = [f"{PROFILE_LABELS.get(k, k)}: {prof['hit_source']}" for k, prof in pr["profiles"].items()
+               if prof.get("hit_source")]
+    if sources:
+        lines += ["", "Mirror-SD's hit rate where its lanes would overlap: " + "; ".join(sources) + "."]
     return lines + ["", pr["settings_note"] + ".", ""]
 
 
