@@ -606,6 +606,16 @@ def test_the_hit_rate_comes_from_the_run_the_measured_pair_or_is_unknown():
         assert src.kind == "unknown" and src.rate is None and src.used == wh.UNKNOWN_RATE
         assert "hit rate unknown" in src.words()
     assert wh.hit_source([few], settings, pair, by_hand=0.9).words() == "hit rate 90%, set by hand"
+    # the exit check's steps in turn, read after the run, count in before the benchmark's rate
+    checked = replace(few, checked=10, checked_hits=7)
+    src = wh.hit_source([checked], settings, pair)
+    assert (src.kind, src.steps, src.rate) == ("checked", 12, pytest.approx((1 + 7) / 12)) and not src.reweight
+    assert "2 with the lanes overlapped, 10 in turn checked after the run" in src.words()
+    assert wh.with_source(wi.Profile("c", "x", lm.Calibration(target_layers=4, exit_layer=2, gamma=4), {}), src).hit_rate == src.rate
+    assert wh.hit_source([replace(few, checked=5, checked_hits=5)], settings, pair).kind == "measured"  # 2 + 5 < 8
+    stats = {"steps": 3, "exit_check": {"in_turn": 10, "would_hit": 7}}
+    rec = wi.recorded_steps({"method": "mirror", "stats": stats, "spans": []}, 4)
+    assert (rec.checked, rec.checked_hits) == (10, 7)
     assert wh.variant_settings("mirror:branch_budget=4", settings)["branch_budget"] == "4"
     assert not wh.measured_applies(wh.variant_settings("mirror:branch_budget=4", settings), pair)
 

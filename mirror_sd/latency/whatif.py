@@ -99,6 +99,10 @@ class RecordedSteps:
     ranks: list = field(default_factory=list)
     # SD: drafted tokens that came from a prompt lookup (no model: no draft cost)
     looked_up: int = 0
+    # Mirror-SD's exit check (engine/mirror/exit_check.py): steps in turn checked after the run,
+    # and how many of them would have hit had the lanes overlapped
+    checked: int = 0
+    checked_hits: int = 0
 
     @property
     def steps(self) -> int:
@@ -290,6 +294,8 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
                         ranks=list(stats.get("verdict_ranks") or []) if method == "mirror" else [])
     if method == "mirror":
         rec.tail_hit, rec.tail_miss, rec.hit_work = mirror_tails(outcomes, spans)
+        check = stats.get("exit_check") or {}
+        rec.checked, rec.checked_hits = int(check.get("in_turn") or 0), int(check.get("would_hit") or 0)
     if method == "sd":
         rec.looked_up = sum(_drafted_tokens(s) or 0 for s in spans
                             if _get(s, "label") == "lookup" and _get(s, "step", 0) > 0)

@@ -6,10 +6,14 @@ steps with the lanes in turn; only the overlapped steps hit or miss, often 0-2 o
 overlapped ones at a hit rate, and the rule for that rate is:
 
   1. the run's own, pooled over its overlapped steps, when it has at least MIN_OVERLAPPED;
-  2. else the rate measured on this pair in a benchmark with the lanes always overlapped
+  2. else the run's own with its steps in turn that the exit check (engine/mirror/exit_check.py)
+     read after the run counted in (would they have hit had the lanes overlapped: measured to
+     agree with the lanes' own outcome on 366 of 366 overlapped steps, docs/algorithm.md), when
+     the two make at least MIN_OVERLAPPED;
+  3. else the rate measured on this pair in a benchmark with the lanes always overlapped
      (mirror_sd/data/measured.json "mirror_hit_rate_overlapped"), only for the pair and the
      settings it was measured at;
-  3. else unknown: the figures take UNKNOWN_RATE and the series below shows the range.
+  4. else unknown: the figures take UNKNOWN_RATE and the series below shows the range.
 
 MIN_OVERLAPPED = 8: at 8 steps a rate's binomial standard error is at most 0.5 / sqrt(8) =
 0.18, about the spread of the per-run rates in the measuring benchmark (0.19 over its runs
@@ -34,7 +38,7 @@ SERIES_RATES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(frozen=True)
 class HitSource:
-    kind: str  # "run" | "measured" | "set" (by hand) | "unknown"
+    kind: str  # "run" | "checked" (the run's, the exit check's steps in) | "measured" | "set" (by hand) | "unknown"
     rate: float | None  # None: unknown
     steps: int  # overlapped steps behind the rate (this run's, or the benchmark's)
     run_steps: int  # this run's overlapped steps
@@ -49,13 +53,16 @@ class HitSource:
     @property
     def reweight(self) -> bool:
         """Whether every drafted step is priced at the rate (it is not this run's own)."""
-        return self.kind != "run"
+        return self.kind not in ("run", "checked")
 
     def words(self) -> str:
         """The source in a few words, with the steps behind it."""
         if self.kind == "run":
             return (f"hit rate {self.rate:.0%}, this run's {_steps(self.steps, 'overlapped step')}"
                     + (f" ({self.note})" if self.note else ""))
+        if self.kind == "checked":
+            return (f"hit rate {self.rate:.0%}, this run's {_steps(self.steps)}: {self.run_steps} with the lanes "
+                    f"overlapped, {self.steps - self.run_steps} in turn checked after the run (the exit check)")
         if self.kind == "measured":
             return (f"hit rate {self.rate:.0%}, measured on this pair over {_steps(self.steps, 'overlapped step')} "
                     f"in a benchmark (lanes always overlapped; this run: {self.run_steps}, fewer than "
@@ -71,6 +78,8 @@ class HitSource:
         if self.kind == "run":
             return (f"this run's {self.rate:.0%} ({_steps(self.steps, 'overlapped step')}"
                     + (f", {self.note})" if self.note else ")"))
+        if self.kind == "checked":
+            return f"this run's {self.rate:.0%} ({_steps(self.steps)}, {self.steps - self.run_steps} checked after the run)"
         if self.kind == "measured":
             return (f"this pair's measured {self.rate:.0%} ({_steps(self.steps, 'overlapped step')} in a "
                     f"benchmark with the lanes always overlapped)")
@@ -127,6 +136,9 @@ def hit_source(recorded: list, settings: dict | None = None, pair: dict | None =
         return HitSource("set", float(by_hand), 0, steps, hits)
     if steps >= MIN_OVERLAPPED:
         return HitSource("run", hits / steps, steps, steps, hits)
+    checked, found = sum(r.checked for r in mine), sum(r.checked_hits for r in mine)
+    if checked and steps + checked >= MIN_OVERLAPPED:
+        return HitSource("checked", (hits + found) / (steps + checked), steps + checked, steps, hits)
     if measured_applies(settings, pair):
         m = measured.values(MEASURED)
         return HitSource("measured", m["hits"] / m["overlapped_steps"], m["overlapped_steps"], steps, hits)
