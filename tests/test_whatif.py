@@ -686,3 +686,13 @@ def test_the_timeline_draws_an_in_turn_step_as_it_ran_here_and_a_rate_elsewhere_
     cands, searched = wc._mirror_candidates([ar, ranked], replace(prof, hit_rate=None, reweight=False),
                                             {"gamma": 3}, 2, "mirror")
     assert len(cands) == lm.MAX_BUDGET and searched
+
+
+def test_windows_priced_again_take_sd_and_mirror_sds_pooled_acceptance():
+    """One draft, one window policy: SD's and Mirror-SD's drafted steps pool into one acceptance
+    (a run whose Mirror-SD drafted little does not price its windows from a handful of steps)."""
+    sd = wi.RecordedSteps("sd", 4, [None] * 4, 12, 1.0, windows=[2, 2, 2, 2], accepted=[2, 2, 2, 1])
+    mirror = wi.RecordedSteps("mirror", 4, [wi.IN_TURN] * 4, 6, 1.0, windows=[0, 0, 2, 0], accepted=[0, 0, 0, 0])
+    assert mirror.drafted_alpha() == pytest.approx(0.0) and sd.drafted_alpha() == pytest.approx(7 / 8)
+    assert wi.shared_alpha([sd, mirror]) == pytest.approx(7 / 9)  # 7 taken of 9 tested
+    assert wi.shared_alpha([wi.RecordedSteps("ar", 4, [], 1, 1.0)]) is None

@@ -574,12 +574,15 @@ def step_seconds(cal: lm.Calibration, method: str, hit: bool | None = None,
     return lm.step_time(cal, method)
 
 
-def project_run(rec: RecordedSteps, profile: Profile, hit_rate: float | None = None) -> dict:
+def project_run(rec: RecordedSteps, profile: Profile, hit_rate: float | None = None,
+                alpha: float | None = None) -> dict:
     """Projected decode time of one recorded run under `profile`: the recorded steps when the
     profile keeps the run's window and acceptance, else their expected number (tokens over
     tau, hits at the profile's hit rate). `hit_rate`: the rate of Mirror-SD's steps priced as
     expected overlapped ones when the profile sets none (project() passes the pooled rate of
-    the runs' overlapped steps; without either, 0)."""
+    the runs' overlapped steps; without either, 0). `alpha`: the per-token acceptance windows
+    priced again assume (project() passes SD's and Mirror-SD's pooled: one draft, one policy,
+    the engine shares their acceptance), else the run's own drafted steps'."""
     m = rec.method
     cal, host = profile.calibration_for(m), profile.host_s.get(m, 0.0)
     h = profile_hit_rate(profile, rec, hit_rate)
@@ -594,7 +597,8 @@ def project_run(rec: RecordedSteps, profile: Profile, hit_rate: float | None = N
         tau = lm.tokens_per_step(cal, m) or 1.0
         steps = rec.tokens / tau
         hits = steps * h if m == "mirror" else 0.0
-    priced = priced_steps(rec, cal, hit=h) if m in ("sd", "mirror") and profile.reprice_windows else None
+    priced = (priced_steps(rec, cal, hit=h, alpha=alpha) if m in ("sd", "mirror") and profile.reprice_windows
+              else None)
     if priced is not None:
         steps, window, busy, hit = priced
         decode = steps * (busy + host)
@@ -659,14 +663,15 @@ def priced_sd_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12):
     return None if got is None else got[:3]
 
 
-def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12, hit: float | None = None):
+def priced_steps(rec: RecordedSteps, cal: lm.Calibration, longest: int = 12, hit: float | None = None,
+                 alpha: float | None = None):
     """SD or Mirror-SD as priced windows would run it under `cal`'s costs, at the acceptance
     the run's drafted steps showed: the window k with the most expected tokens per second
     (k = 0..longest, 0 a plain decode; Mirror-SD's drafted steps each a hit at `hit`, else
     the hit rate of the run's overlapped steps, kept whatever k: a stated assumption). (steps,
     k, seconds per step, hit rate or None), or None when the run recorded no per-step
     acceptance or `cal` lacks a cost."""
-    alpha = rec.drafted_alpha()
+    alpha = alpha if alpha is not None else rec.drafted_alpha()
     draft = lm.step_terms(cal)["T_draft(gamma)"]
     if alpha is None or draft is None or cal.t_target_1 is None:
         return None
@@ -761,14 +766,24 @@ def at_budget(rec: RecordedSteps, budget: int) -> RecordedSteps | None:
     return replace(rec, outcomes=outcomes)
 
 
+def shared_alpha(recorded: list[RecordedSteps]) -> float | None:
+    """Per-token acceptance over SD's and Mirror-SD's drafted steps together (drafted_alpha)."""
+    both = [r for r in recorded if r.method in ("sd", "mirror") and len(r.accepted) == len(r.windows)]
+    if not both:
+        return None
+    return RecordedSteps("sd", 0, [], 0, None, windows=[w for r in both for w in r.windows],
+                         accepted=[a for r in both for a in r.accepted]).drafted_alpha()
+
+
 def project(recorded: list[RecordedSteps], profile: Profile) -> dict:
     """{method: pooled projection over runs, with speedup over AR}: decode tokens/s ratios."""
     out = {}
     mirror = [r for r in recorded if r.method == "mirror"]
     overlapped = sum(r.overlapped for r in mirror)
     pooled = sum(r.hits for r in mirror) / overlapped if overlapped else None
+    shared = shared_alpha(recorded)
     for m in METHODS:
-        parts = [project_run(r, profile, pooled) for r in recorded if r.method == m]
+        parts = [project_run(r, profile, pooled, shared) for r in recorded if r.method == m]
         if not parts or any(p["decode_s"] is None for p in parts):
             continue
         decode = sum(p["decode_s"] for p in parts)
