@@ -453,6 +453,10 @@ def test_the_hardware_box_says_what_the_what_if_rows_b_and_c_show():
     no_sd = hardware_line(records, meta, {"over_sd": {"b": None, "c": 0.9},
                                           "rows": {"b": {"speedups": {"mirror": 1.09}}}})
     assert "Mirror-SD projects 1.09× AR" in no_sd and "even on the accelerator pair it projects 0.90× SD" in no_sd
+    # the lead says plainly whether this machine showed Mirror-SD's gain (its speed against SD's)
+    lost = records["mirror"].finish.stats["tokens_per_s"] <= records["sd"].finish.stats["tokens_per_s"]
+    assert below.startswith("This machine cannot show what Mirror-SD gains") == lost
+    assert below.startswith("Here both models share") == (not lost)
 
 
 def test_statistics_leads_its_reason_as_the_verdict_does():

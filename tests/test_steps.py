@@ -228,7 +228,7 @@ def test_a_step_in_turn_says_what_the_exit_check_found(rank):
     assert (f"no. {rank + 1}" in words) == (rank >= 0)
     inspector = render_inspector(rec, 0)
     assert "Had the lanes overlapped" in inspector and inspector.count("w3") >= 1
-    assert (f"{int(would)} of 1 would have hit" in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"])
+    assert (f"of the 1 that drafted a window, {int(would)} would have hit" in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"])
     from ui.results import render_lanes
     lanes = render_lanes({"mirror": rec})
     assert f"of the 1 steps whose lanes ran in turn, <b>{int(would)}</b> would have hit" in lanes

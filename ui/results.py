@@ -39,15 +39,15 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     c = costs(done)
     share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
              else "a large share of a target forward")
-    lead = (f"Here both models share one machine ({machine_words(meta)}) and its memory bus, and the "
-            f"draft costs {share}.")
+    speeds = {m: done[m].finish.stats.get("tokens_per_s") for m in ("sd", "mirror") if m in done and done[m].finish}
+    lost = speeds.get("mirror") is not None and speeds.get("sd") is not None and speeds["mirror"] <= speeds["sd"]
+    lead = (f"{'This machine cannot show what Mirror-SD gains: ' if lost else 'Here '}both models share "
+            f"one machine ({machine_words(meta)}) and its memory bus, and the draft costs {share}.")
     p = projection or {}
     over = p.get("over_sd") or {}
     b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
     b, acc = over.get("b"), over.get("c")
-    source = (p.get("hit_source_of") or {}).get("b")
-    where = ("(What if, “its own settings” table, rows (b) and (c): projections"
-             + (f"; Mirror-SD's {source}" if source else "") + ")")
+    where = "(What if, “its own settings” table, rows (b) and (c): projections; the hit rate below)"
     cheap = ("" if acc is None else
              f"; with a much cheaper draft, on the accelerator pair, Mirror-SD projects {acc:.2f}× SD"
              if acc >= 1 else f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance")
@@ -288,7 +288,8 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
     if c.hits is not None:
         turn = f" · lanes in turn: {c.in_turn}" if c.in_turn else ""  # the steps neither hit nor missed
         if c.in_turn and c.would_hit:  # the exit check, after the run
-            turn += f" (checked after the run: {c.would_hit[0]} of {c.would_hit[1]} would have hit, lanes overlapped)"
+            turn += (f" (checked after the run: of the {c.would_hit[1]} that drafted a window, {c.would_hit[0]} "
+                     f"would have hit, lanes overlapped)")
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "

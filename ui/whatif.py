@@ -196,7 +196,7 @@ def settings_text(chosen: dict | None) -> str:
     st = (chosen or {}).get("settings") or {}
     parts = [(f"windows start at {st['gamma']} tokens and adapt" if st.get("window") == "adaptive"
               else f"windows of {st['gamma']} tokens") if st.get("gamma") else None,
-             f"{st['branch_budget']} branches" if st.get("branch_budget") else None,
+             f"{st['branch_budget']} branch{'' if int(st['branch_budget']) == 1 else 'es'}" if st.get("branch_budget") else None,
              f"exit layer {st['exit_layer']}" if st.get("exit_layer") else None,
              "branches grown to the window" if st.get("branch_extend") == "on" else None]
     return ", ".join(p for p in parts if p)
