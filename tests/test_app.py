@@ -241,7 +241,7 @@ def test_app_imports_without_launching():
 def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    status, ar, sd, mirror, noexit, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
+    status, ar, sd, mirror, noexit, overlap, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
     assert "Done" in status
     for pane in (ar, mirror, sd):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
@@ -275,7 +275,7 @@ def test_cached_result_and_trace_replay(client):
 
 def test_auto_gamma_and_budget(client):
     _, final = run_app(client, auto_tune=True, gamma=1, branch_budget=1)
-    status, summary = final[0], final[9]  # the statistics fold says the settings (after four panes)
+    status, summary = final[0], final[10]  # the statistics fold says the settings (after five panes)
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
@@ -554,7 +554,7 @@ def _toy_pane_card_and_lane(REGISTRY, build_demo):
 def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_what_the_exit_bought(client,
                                                                                                    drafting_pays):
     _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-noexit"], repeat=1)
-    status, ar, sd, mirror, noexit, verdict, *_ = final
+    status, ar, sd, mirror, noexit, overlap, verdict, *_ = final
     assert "Done" in status
     assert noexit["visible"] is True  # its pane shows when it ran
     noexit = noexit["value"]
@@ -562,6 +562,16 @@ def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_
     assert ">early exit off</span>" in noexit and ">early exit off</span>" not in mirror  # says the exit is off
     assert "What the early exit bought" in verdict and "tok/s with it against" in verdict
     assert re.search(r"\d+ hits of \d+ verdicts with it.* against \d+ of \d+ without", verdict), verdict
+    assert overlap["visible"] is False  # not ticked: no pane
+
+
+def test_mirror_sd_with_its_lanes_at_once_runs_when_ticked_and_races_every_verdict(client):
+    _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-overlap"], repeat=1)
+    status, ar, sd, mirror, noexit, overlap, verdict, *_ = final
+    assert "Done" in status and overlap["visible"] is True and noexit["visible"] is False
+    overlap = overlap["value"]
+    assert 'data-state="done"' in overlap and "Mirror-SD (lanes at once)" in overlap
+    assert ">lanes always at once</span>" in overlap
 
 
 def test_the_running_status_says_the_round_the_method_and_one_timer():

@@ -190,7 +190,7 @@ def test_a_cross_pair_run_matches_ar_and_says_what_the_draft_could_propose():
                                                 draft="gemma-3-270m", max_new_tokens=24, use_cache=False)
         list(job)
         final = job.outputs()[-1]
-        status, cards, summary = final[0], final[6], final[9]  # the status, cards, statistics (after 5 panes)
+        status, cards, summary = final[0], final[7], final[10]  # the status, cards, statistics (after 6 panes)
         trace = json.load(open(final[-1]))
     finally:
         demo.close()

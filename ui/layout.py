@@ -83,7 +83,9 @@ def _speculation(c: dict) -> None:
                                    info="Each runs alone, one after another, on the same weights. "
                                         "“Mirror-SD (no exit)” adds a fourth run: Mirror-SD with the "
                                         "draft's own guesses picking the branches, so the verdict "
-                                        "can say what the early exit bought.")
+                                        "can say what the early exit bought. “Mirror-SD (lanes at "
+                                        "once)” races every verdict as on two devices, so its hits "
+                                        "and misses show (on shared cores it runs slower).")
         gamma = gr.Slider(1, 12, value=INPUTS.gamma, step=1, label="Drafted tokens per window (γ)",
                           info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
         kappa = gr.Slider(1, 32, value=INPUTS.kappa, step=1, label="Early-exit guesses per position (κ)",

@@ -379,7 +379,8 @@ def _lanes_line(rec: RunRecord) -> str:
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
                 f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
                 f'them measured slower on this machine, so the other steps ran one lane after the '
-                f'other, as SD does.</b>{_checked_words(rec)} <span class="msd-more">(how the lanes shared the cores: '
+                f'other, as SD does.</b>{_checked_words(rec)} To watch every step race its verdict, tick '
+                f'“Mirror-SD (lanes at once)” under Methods. <span class="msd-more">(how the lanes shared the cores: '
                 f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'

@@ -39,6 +39,12 @@ VARIANTS: dict[str, Variant] = {
     "mirror-noexit": Variant("mirror", (("early_exit", "off"),), "Mirror-SD (no exit)",
                              "Mirror-SD without its early exit: the draft's own guesses pick "
                              "the branches", "#a21caf", "early exit off"),
+    "mirror-overlap": Variant("mirror", (("lane_overlap", "always"), ("window", "adaptive")),
+                              "Mirror-SD (lanes at once)",
+                              "Mirror-SD with its two lanes at once in every step, as on devices of their "
+                              "own (here they share the cores, so it runs slower), and adaptive windows: "
+                              "every step races the verdict, so its hits and misses show",
+                              "#4338ca", "lanes always at once"),
 }
 
 
