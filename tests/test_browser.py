@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -307,6 +308,8 @@ def check_rejections_struck_through(page, trace: dict) -> None:
 
 def check_page_height(page) -> None:
     height = page.evaluate("() => document.documentElement.scrollHeight")
+    if height > MAX_PAGE_PX:  # what made it long, for whoever reads the failure
+        page.screenshot(path=str(Path(tempfile.gettempdir()) / "msd-too-tall.png"), full_page=True)
     assert height <= MAX_PAGE_PX, height
 
 

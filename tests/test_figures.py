@@ -447,12 +447,12 @@ def test_the_hardware_box_says_what_the_what_if_rows_b_and_c_show():
     meta = {"target_device": "cpu", "draft_device": "cpu"}
     below = hardware_line(records, meta, {"over_sd": {"b": 0.95, "c": 1.41}})
     assert "a device of its own for the draft is not enough" in below and "0.95× SD" in below
-    assert "1.41× SD" in below and "rows (b) and (c)" in below
+    assert "row (b)" in below and "1.41" not in below  # row (c) is the projection line's, below it
     above = hardware_line(records, meta, {"over_sd": {"b": 1.12, "c": 1.41}})
     assert "would let Mirror-SD pass SD with this pair: 1.12× SD" in above and "not enough" not in above
     no_sd = hardware_line(records, meta, {"over_sd": {"b": None, "c": 0.9},
                                           "rows": {"b": {"speedups": {"mirror": 1.09}}}})
-    assert "Mirror-SD projects 1.09× AR" in no_sd and "even on the accelerator pair it projects 0.90× SD" in no_sd
+    assert "Mirror-SD projects 1.09× AR" in no_sd
     # the lead says plainly whether this machine showed Mirror-SD's gain (its speed against SD's)
     lost = records["mirror"].finish.stats["tokens_per_s"] <= records["sd"].finish.stats["tokens_per_s"]
     assert below.startswith("This machine cannot show what Mirror-SD gains") == lost

@@ -47,10 +47,9 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     over = p.get("over_sd") or {}
     b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
     b, acc = over.get("b"), over.get("c")
-    where = "(What if, “its own settings” table, rows (b) and (c): projections; the hit rate below)"
-    cheap = ("" if acc is None else
-             f"; with a much cheaper draft, on the accelerator pair, Mirror-SD projects {acc:.2f}× SD"
-             if acc >= 1 else f"; even on the accelerator pair it projects {acc:.2f}× SD with this run's acceptance")
+    where = "(What if, “its own settings” table, row (b): a projection)"
+    # the accelerator pair, row (c), is the projection line's, right below
+    cheap = "" if acc is None or b is not None or b_mirror is not None else f"; on the accelerator pair {acc:.2f}× SD"
     if b is not None:
         own = (f"a device of its own for the draft would let Mirror-SD pass SD with this pair: {b:.2f}× SD"
                if b >= 1 else f"a device of its own for the draft is not enough with this pair: Mirror-SD "
@@ -363,9 +362,9 @@ def _checked_words(rec: RunRecord) -> str:
     if not c:
         return ""
     n, k = c["in_turn"], c["would_hit"]
-    return (f' Checked after the run (untimed), <b>{k} of those {n} steps would have hit</b> had the lanes '
-            f'overlapped: the early exit, read at each, ranked the target\'s own token among the '
-            f'{c["budget"]} branches the draft would have written beside it (marked on the step strip).')
+    return (f' <span title="The early exit, read at each step after the run, ranked the target\'s own token '
+            f'among the {c["budget"]} branches the draft would have written beside it.">Checked after the run '
+            f'(untimed), <b>{k} of those {n} steps would have hit</b> with the lanes overlapped.</span>')
 
 
 def _lanes_line(rec: RunRecord) -> str:
@@ -379,8 +378,7 @@ def _lanes_line(rec: RunRecord) -> str:
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
                 f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
                 f'them measured slower on this machine, so the other steps ran one lane after the '
-                f'other, as SD does.</b>{_checked_words(rec)} To watch every step race its verdict, tick '
-                f'“Mirror-SD (lanes at once)” under Methods. <span class="msd-more">(how the lanes shared the cores: '
+                f'other, as SD does.</b>{_checked_words(rec)} <span class="msd-more">(how the lanes shared the cores: '
                 f'Statistics)</span></p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
