@@ -26,6 +26,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
+\nimport torch
 
 from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch
@@ -63,7 +64,7 @@ class StepJob:
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)  # the worker's part is over
     raced: tuple | None = None  # (batch, scored roots or None): handed to DraftWorker.finish
-    exit_rows: object = None  # lanes in turn: the exit layer's hidden rows, kept for the exit check (exit_check.py)
+    exit_rows: torch.Tensor | None = None  # lanes in turn: the exit layer's hidden rows, kept for the exit check (exit_check.py)
 
     def post_proposals(self, proposals):
         self.proposals = proposals

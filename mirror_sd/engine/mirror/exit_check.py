@@ -98,23 +98,26 @@ def verdict_rank(window: Window, verdict: tuple[int, int], proposals: tuple, kap
     """The verdict root's place among the roots scored from `window`'s draft distributions,
     the early exit's `proposals` and the draft's view after d_gamma `q_bonus` (when unknown:
     the exit's guesses there); -1: not scored."""
-    q_rows = window.q_rows.to(torch.float64)
-    width = max([q_rows.shape[1]] + [int(t) + 1 for row in proposals[0] for t in row])
-    if q_rows.shape[1] < width:  # an exit id past the draft's vocabulary: probability 0 there
-        q_rows = torch.cat([q_rows, q_rows.new_zeros(q_rows.shape[0], width - q_rows.shape[1])], 1)
+    ids, lps = proposals[0][len(window.tokens)], proposals[1][len(window.tokens)]
+    width = max([window.q_rows.shape[1], 0 if q_bonus is None else q_bonus.numel()]
+                + [int(t) + 1 for row in proposals[0] for t in row])
+    q_rows = _widen(window.q_rows, width)  # an exit id past the draft's vocabulary: probability 0
     if q_bonus is not None:
-        q_bonus = q_bonus.to(torch.float64)
-        q_bonus = torch.cat([q_bonus, q_bonus.new_zeros(max(0, width - q_bonus.numel()))])
-        width = max(width, q_bonus.numel())
-        q_rows = torch.cat([q_rows, q_rows.new_zeros(q_rows.shape[0], width - q_rows.shape[1])], 1)
+        q_bonus = _widen(q_bonus, width)
     else:  # the draft's view after d_gamma, unknown: the exit's guesses in its place
         q_bonus = q_rows.new_zeros(width)
-        ids, lps = proposals[0][len(window.tokens)], proposals[1][len(window.tokens)]
         if ids:
             p = torch.tensor(lps, dtype=torch.float64).exp()
             q_bonus[torch.tensor([int(t) for t in ids])] = p / p.sum()
     roots = score_roots(window.tokens, q_rows, q_bonus, proposals, kappa, exit_weight, accept_weight)
     return rank_of(roots).get((int(verdict[0]), int(verdict[1])), -1)
+
+
+def _widen(t: torch.Tensor, width: int) -> torch.Tensor:
+    """`t` in float64 with zeros appended on its last axis up to `width`."""
+    t = t.to(torch.float64)
+    pad = width - t.shape[-1]
+    return torch.cat([t, t.new_zeros(*t.shape[:-1], pad)], -1) if pad > 0 else t
 
 
 @torch.inference_mode()
