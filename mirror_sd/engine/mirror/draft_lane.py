@@ -26,7 +26,8 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-\nimport torch
+
+import torch
 
 from mirror_sd.engine.drafting import Window, to_probs
 from mirror_sd.engine.events import DraftBranch
