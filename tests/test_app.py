@@ -238,26 +238,30 @@ def test_app_imports_without_launching():
     assert app.demo is not None and not getattr(app.demo, "is_running", False)
 
 
-def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
+def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
     status, ar, sd, mirror, noexit, overlap, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
-    assert "Done" in status
-    for pane in (ar, mirror, sd):
+    assert "Done" in status and overlap["visible"] is True
+    overlap = overlap["value"]
+    for pane in (ar, mirror, sd, overlap):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
     assert "k-plain" in ar
     assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "fallback", "correction", "bonus"))
+    # the twin with its lanes at once in every step races each verdict: hits or misses show
+    assert any(f"k-{k}" in overlap for k in ("hit", "fallback"))
     assert (" won" in verdict or "cannot tell" in verdict) and "CPU cores" in verdict
     assert noexit.get("visible") is False  # the variant without the early exit runs only when ticked
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
-    for name in (">AR<", ">SD<", ">Mirror-SD<"):  # the three panes' titles
-        assert sum(name in pane for pane in (ar, mirror, sd)) == 1
+    for name in (">AR<", ">SD<", ">Mirror-SD<", ">Mirror-SD (lanes at once)<"):  # the four panes' titles
+        assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1
     assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
     assert "msd-ee" in inspector and "msd-verify" in inspector
     data = json.load(open(trace))
-    assert set(data["runs"]) == {"ar", "mirror", "sd"} and data["prompt"] == "def hello ( x ) :"
+    ran = {"ar", "mirror", "sd", "mirror-overlap"}
+    assert set(data["runs"]) == ran and data["prompt"] == "def hello ( x ) :"
     race = json.loads(live)  # the race the page plays: every run, its tokens as in its pane
-    assert race["op"] == "race" and race["autoplay"] and set(race["runs"]) == {"ar", "mirror", "sd"}
+    assert race["op"] == "race" and race["autoplay"] and set(race["runs"]) == ran
     assert sum(len(it["x"]) for it in race["runs"]["mirror"]["items"] if it["k"] == "c") == 16
 
 

@@ -219,7 +219,7 @@ def _results(c: dict) -> None:
                             apply_default_css=False, elem_id="board")
         with gr.Row(equal_height=False, elem_id="panes"):
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
-                                  elem_id=f"pane-{m}", min_width=300, visible=m not in VARIANTS)
+                                  elem_id=f"pane-{m}", min_width=300, visible=m in default_methods() or m not in VARIANTS)
                           for m in method_names()]
         gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
                 elem_id="board-timeline")

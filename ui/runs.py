@@ -57,8 +57,9 @@ def method_names() -> tuple[str, ...]:
 
 
 def default_methods() -> tuple[str, ...]:
-    """What a run runs unless told otherwise: every registry method, no variant."""
-    return tuple(REGISTRY)
+    """What a run runs unless told otherwise: every registry method, and Mirror-SD with its
+    lanes at once in every step (its mechanism, which the overlap gate may not run here)."""
+    return tuple(REGISTRY) + ("mirror-overlap",)
 
 
 def variant_of(method: str) -> tuple[str, dict[str, str]]:
