@@ -365,6 +365,7 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     steps, on the verdict's line and in Statistics alike (the engine's own count is replaced)."""
     from ui.why import lanes_at_once
     records = dict(tiny_records())
+    twin = records["mirror"]  # its lanes at once wherever the gate let them: the twin's stand-in
     records["mirror"] = rec = _serial_after(records["mirror"], 2)
     steps = cards(records)["mirror"].verify_steps
     at_once, n = lanes_at_once(rec)
@@ -373,12 +374,23 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
                                       f"alone 2; lanes overlapped in {at_once} of {steps - 1} steps")
     try:
         html = render_verdict(records, {})
+        with_twin = render_verdict(dict(records, **{"mirror-overlap": twin}), {})
         without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
         stats = render_statistics(records, {}, {})
     finally:
         del rec.finish.stats["lane_split"]
     assert f"at once in only {at_once} of its {steps} verify steps here" in html
-    assert "(how the lanes shared the cores: Statistics)" in html
+    # the twin with its lanes at once in every step: what overlapping measured, beside the gate's choice
+    assert "With its lanes at once in every step" not in html
+    c = cards(dict(records, **{"mirror-overlap": twin}))
+    said = re.search(r"With its lanes at once in every step, Mirror-SD (hit (\d+) of its (\d+) verdicts .*?and )?"
+                     r"ran ([\d.]+) tok/s .*? against the gated Mirror-SD&#x27;s ([\d.]+) tok/s", with_twin)
+    assert said, with_twin
+    assert float(said.group(4)) == round(c["mirror-overlap"].e2e_tps, 2)
+    assert float(said.group(5)) == round(c["mirror"].e2e_tps, 2)
+    if c["mirror-overlap"].hits:
+        assert (int(said.group(2)), int(said.group(3))) == (c["mirror-overlap"].hits,
+                                                             c["mirror-overlap"].hits + c["mirror-overlap"].misses)
     assert "Mirror-SD's two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
     assert f"both lanes at once in {at_once} of its {steps} verify steps" in stats
     assert f"of {steps - 1} steps" not in stats + html  # one count: never the engine's other one
@@ -540,3 +552,25 @@ def test_the_cards_say_why_the_same_prompt_gives_other_speeds_run_to_run():
     many = render_cards(records, {}, repeat_summary(rounds), {"window": "priced"})
     assert "the range across the interleaved runs shows that spread" in many
     assert "choose each window" not in render_cards(records, {}, None, {"window": "fixed"})
+
+
+def test_the_zoom_draws_the_twin_s_step_when_mirror_sd_ran_no_step_with_its_lanes_at_once():
+    """The gate may run every Mirror-SD step in turn (no early-exit split, no branches beside
+    the target): the zoom then draws a step of the run with its lanes at once, and names it."""
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord
+    from ui.zoom import render_zoom, zoom_record
+    records = dict(tiny_records())
+    own = records["mirror"]
+    kept = [i for i, e in enumerate(own.events)
+            if not (isinstance(e, Span) and e.label in ("prefix", "branches"))]
+    in_turn = RunRecord("mirror", [own.events[i] for i in kept], [own.times_ns[i] for i in kept], own.t0_ns,
+                        list(own.token_texts), dict(own.id_texts))
+    twin = RunRecord("mirror-overlap", list(own.events), list(own.times_ns), own.t0_ns,
+                     list(own.token_texts), dict(own.id_texts))
+    assert zoom_record(dict(records)) is own  # Mirror-SD's own run when it has such a step
+    assert zoom_record(dict(records, mirror=in_turn)) is in_turn  # no twin: its own, whatever it holds
+    picked = zoom_record(dict(records, mirror=in_turn, **{"mirror-overlap": twin}))
+    assert picked is twin
+    assert "One Mirror-SD (lanes at once) step, measured" in render_zoom(picked, {})
+    assert zoom_record({"ar": records["ar"], "sd": records["sd"]}) is None

@@ -499,3 +499,31 @@ def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict
     runs = runs_of(spreads)
     many = f" (speeds: medians of {runs} interleaved runs)" if runs > 1 else ", this run"
     return f"What the early exit bought{many}: " + "; ".join(parts) + "."
+
+
+def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
+    """What Mirror-SD's lanes at once did here, when its twin with both lanes at once in every
+    step ran beside it: that twin's hits of its verdicts and its end-to-end speed against the
+    gated Mirror-SD's, which the overlap gate's choice rests on ('' otherwise)."""
+    from .runs import VARIANTS
+    pairs = [(v, x.base) for v, x in VARIANTS.items() if dict(x.changes).get("lane_overlap") == "always"]
+    v, base = next(((v, b) for v, b in pairs if v in c and b in c), (None, None))
+    if v is None:
+        return ""
+    sp = speeds(c, spreads)
+    twin, gated = sp[v], sp[base]
+    parts = []
+    if c[v].hits is not None and c[v].hits + (c[v].misses or 0):
+        n = c[v].hits + (c[v].misses or 0)
+        parts.append(f"hit {c[v].hits} of its {n} verdicts ({c[v].hits / n:.0%}; the last run)")
+    if twin[0] and gated[0]:
+        pair = {base: c[base], v: c[v]}
+        apart = level_with(pair, winner(pair, spreads), spreads)
+        faster = twin[0] > gated[0]
+        parts.append(f"ran {twin[0]:.2f} tok/s ({_x(twin[1])} AR) against the gated {label(base)}'s "
+                     f"{gated[0]:.2f} tok/s" + (": the runs cannot tell them apart" if apart else
+                                                 ": overlapping paid here" if faster else
+                                                 ": both lanes on the same cores cost more than a hit saves"))
+    if not parts:
+        return ""
+    return f"With its lanes at once in every step, {label(base)} " + " and ".join(parts) + "."

@@ -29,7 +29,7 @@ from .texts import CPU_PRECISION_TIP
 from .timeline import build_timeline
 from .traces import export_trace, write_trace
 from .whatif import best_projection
-from .zoom import instructive_step, render_zoom
+from .zoom import instructive_step, render_zoom, zoom_record
 
 DEFAULT_PRECISION = "int8"  # several times faster than fp32 here; every pane runs the same weights
 EXIT_LAYER_CEILING = 127  # the slider's range until the target's layer count is known
@@ -176,7 +176,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         render_status(status, level), panes(records, methods, pane_state),
         verdict=render_verdict(records, meta, best_projection(state), spreads),
         cards=render_cards(records, meta, spreads, settings),
-        zoom=render_zoom(records.get("mirror"), dict(meta, branch_budget=settings.get("branch_budget"))),
+        zoom=render_zoom(zoom_record(records), dict(meta, branch_budget=settings.get("branch_budget"))),
         how=render_how(records, meta),
         statistics=render_statistics(records, settings, meta, len(rounds or []) or 1, spreads),
         timeline=build_timeline(records),

@@ -210,7 +210,6 @@ def _prompt_row(c: dict) -> None:
 def _results(c: dict) -> None:
     """The results of a run: shown once a run starts (nothing empty before)."""
     with gr.Column(visible=False, elem_id="results") as results:
-        c["verdict"] = gr.HTML("", elem_id="verdict")
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
             show_rejected = gr.Checkbox(True, label="show rejected drafts (struck through)",
@@ -223,6 +222,8 @@ def _results(c: dict) -> None:
                           for m in method_names()]
         gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
                 elem_id="board-timeline")
+        # the verdict under the race: the runs play first, then what they measured
+        c["verdict"] = gr.HTML("", elem_id="verdict")
         c["zoom"] = gr.HTML("", elem_id="zoom")
         c["cards"] = gr.HTML("", elem_id="cards")
         _folds(c)

@@ -10,7 +10,7 @@ import html
 import re
 from statistics import median
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, exit_bought, runs_of, level_with, machine_words, one_device, speeds,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, exit_bought, overlap_measured, runs_of, level_with, machine_words, one_device, speeds,
                       verdict_parts, verdict_sub, verify_slowdown, winner)
 from .render import narrow_fold, term
 from .whatif import projection_line
@@ -77,7 +77,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
     if "mirror" in done:
-        parts.append(_lanes_line(done["mirror"]))
+        parts.append(_lanes_line(done["mirror"], overlap_measured(c, spreads)))
     bought = exit_bought(c, done, spreads)
     if bought:
         parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
@@ -250,8 +250,8 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
 
 def _projection_line(projection: dict) -> str:
     """The What-if fold's row (c) of its "own settings" table in one short line (the same
-    function prints it at the top of the fold)."""
-    return projection_line(projection)
+    function prints it at the top of the fold, with the hit-rate series under it)."""
+    return projection_line(projection, series=False)
 
 
 # ---- the cards ----------------------------------------------------------------------------
@@ -367,22 +367,24 @@ def _checked_words(rec: RunRecord) -> str:
             f'(untimed), <b>{k} of those {n} steps would have hit</b> with the lanes overlapped.</span>')
 
 
-def _lanes_line(rec: RunRecord) -> str:
+def _lanes_line(rec: RunRecord, twin: str = "") -> str:
     """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
-    overlap gate), that in one bold line; else the engine's words (`lane_words`: how they shared
-    the cores, in how many verify steps both worked at once), in full in Statistics."""
+    overlap gate), that in one bold line, with what its twin with the lanes at once in every
+    step measured (`twin`, figures.overlap_measured) where it ran; else the engine's words
+    (`lane_words`: how they shared the cores, in how many verify steps both worked at once), in
+    full in Statistics."""
     split, at_once, steps = lane_words(rec)
     if not split:
         return ""
+    measured_twin = f' <span class="msd-twin">{esc(twin)}</span>' if twin else ""
     if steps and 2 * at_once < steps:  # most steps ran one lane after the other
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
                 f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
                 f'them measured slower on this machine, so the other steps ran one lane after the '
-                f'other, as SD does.</b>{_checked_words(rec)} <span class="msd-more">(how the lanes shared the cores: '
-                f'Statistics)</span></p>')
+                f'other, as SD does.</b>{_checked_words(rec)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
-            f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span></p>')
+            f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span>{measured_twin}</p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------

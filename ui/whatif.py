@@ -510,11 +510,12 @@ def _over_sd(projected: dict) -> dict:
     return out
 
 
-def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)") -> str:
+def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)",
+                    series: bool = True) -> str:
     """The projection in one short line, its inputs named (the hit rate's source and the steps
     behind it among them), the same words in the verdict and at the top of the What-if fold;
-    under it one line of Mirror-SD over SD against the hit rate (where the hit rate is unknown,
-    the range over hit rates 0-100%)."""
+    with `series`, under it one line of Mirror-SD over SD against the hit rate (where the hit
+    rate is unknown, the range over hit rates 0-100%): the fold's, not the verdict's."""
     row = p["row"]
     settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
                          if row.get(m + "_settings"))
@@ -524,7 +525,7 @@ def projection_line(p: dict, where: str = "What if, “its own settings” table
             f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
             f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD <span class="msd-more">({esc(where)})'
             f'</span></p>')
-    if p.get("series_line"):
+    if series and p.get("series_line"):
         line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
                  f'{esc(p["series_line"])}.</p>')
     return line

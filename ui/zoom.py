@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from statistics import median
 
-from .runs import RunRecord, StepView, analyse, verdict_outcome
+from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
 from .steps import quoted, redraft_s
 
 esc = html.escape
@@ -43,6 +43,22 @@ def instructive_step(rec: RunRecord | None) -> int:
         if found:
             return found[0]
     return 0
+
+
+def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
+    """The Mirror-SD run the zoom draws: Mirror-SD's own, unless none of its steps had the lanes
+    at once (the overlap gate ran them in turn) and a variant with the early exit on has one,
+    its twin with the lanes at once in every step among them; None without a Mirror-SD run."""
+    runs = [r for m, r in records.items() if r is not None and r.finish is not None
+            and variant_of(m)[0] == "mirror" and variant_of(m)[1].get("early_exit") != "off"]
+    runs.sort(key=lambda r: r.method != "mirror")  # Mirror-SD's own first
+
+    def overlapped(r: RunRecord) -> bool:
+        have: dict[int, set[str]] = {}
+        for sp in r.spans:
+            have.setdefault(sp.step, set()).add(sp.label)
+        return any({"prefix", "branches"} <= x for x in have.values())
+    return next((r for r in runs if overlapped(r)), runs[0] if runs else None)
 
 
 def zoom_step(rec: RunRecord) -> int | None:
@@ -141,7 +157,7 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     present = [k for k in SEGMENTS if any(s.label == k for s in spans)]
     axis += ('<div class="msd-zlegend">' + "".join(
         f'<span><i class="{SEGMENTS[k][1]}"></i>{esc(names[k])}</span>' for k in present) + '</div>')
-    return (f'<div class="msd-zoom"><div class="msd-sub">One Mirror-SD step, measured: step '
+    return (f'<div class="msd-zoom"><div class="msd-sub">One {esc(label(rec.method))} step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
             f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
