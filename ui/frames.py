@@ -161,7 +161,7 @@ def _inspect_target(records: dict) -> str | None:
 
 def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, prompt: str,
                   status: str, level: str = "info", pane_state: str | None = None,
-                  methods=None, rounds: list | None = None) -> tuple:
+                  methods=None, rounds: list | None = None, projected: list | None = None) -> tuple:
     """Everything rendered from finished records (a run, a cached result or a trace)."""
     methods = methods or tuple(records)
     which = _inspect_target(records)
@@ -171,7 +171,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     greedy = float(settings.get("temperature", 0.0)) == 0.0
     spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
     state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,
-             "rounds": rounds or []}
+             "rounds": rounds or [], "projected": projected or []}
     return frame(
         render_status(status, level), panes(records, methods, pane_state),
         verdict=render_verdict(records, meta, best_projection(state), spreads),

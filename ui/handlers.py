@@ -32,6 +32,7 @@ from .session import Job, RunRequest, target_layers
 from .state import AppState
 from .texts import DEFAULT_EXAMPLE, EXAMPLES
 from .traces import TraceError, read_trace
+from .whatif import over_sd_of
 from .zoom import instructive_step
 
 log = logging.getLogger(__name__)
@@ -72,12 +73,14 @@ class Handlers:
                 yield final_outputs(cached["records"], vars(settings).copy(), cached["meta"],
                                     req.prompt, f"Cached result for these settings (measured at "
                                     f"{cached['when']}). Untick “reuse cached results” to measure "
-                                    f"again.", pane_state="cached", rounds=cached["rounds"])
+                                    f"again.", pane_state="cached", rounds=cached["rounds"],
+                                    projected=cached.get("projected"))
                 return
             if cancel.is_set():
                 yield frame(render_status("Stopped before the run started.", "warning"))
                 return
             rounds: list = []
+            projected: list = []  # per round, Mirror-SD over SD in the verdict's projections
             t_start = time.monotonic()
             for round_no in range(1, rounds_wanted + 1):
                 job = Job(req, self.app.pairs, cancel)
@@ -86,7 +89,10 @@ class Handlers:
                 if job.error or cancel.is_set():
                     break
                 rounds.append(cards(dict(job.records)))
-            yield from self._finish(job, req, key, rounds, cancel)
+                # between timed runs (a few ms): how the projection moves from round to round
+                projected.append(over_sd_of({"records": dict(job.records), "meta": dict(job.meta),
+                                             "settings": _settings_used(req, job.meta)}))
+            yield from self._finish(job, req, key, rounds, cancel, projected)
         except Exception as e:  # a bug here must not leave a traceback or a silent stall
             log.exception("run handler failed")
             gr.Warning(f"Internal error: {type(e).__name__}: {e}")
@@ -96,18 +102,16 @@ class Handlers:
                 cancel.set()  # the viewer left (or the handler died): free the lanes
             self.app.cancels.release(session, cancel)
 
-    def _finish(self, job: Job, req: RunRequest, key, rounds: list, cancel):
+    def _finish(self, job: Job, req: RunRequest, key, rounds: list, cancel, projected: list | None = None):
         records, meta = dict(job.records), dict(job.meta)
         meta.setdefault("machine", _machine())
-        settings_d = vars(req.settings).copy()
-        if meta.get("auto"):  # the settings the runs really used
-            settings_d.update(gamma=meta["auto"]["gamma"], branch_budget=meta["auto"]["branch_budget"])
+        settings_d = _settings_used(req, meta)
         if job.error and not self.app.pairs.loaded(req.spec):
             self.app.remember_load_error(req.spec, job.error)
         else:
             self.app.load_errors.pop(req.spec, None)
         out = dict(settings=settings_d, meta=meta, prompt=req.prompt, methods=req.methods,
-                   rounds=rounds)
+                   rounds=rounds, projected=projected)
         if job.error:
             gr.Warning(job.error)
             if not records:
@@ -120,7 +124,7 @@ class Handlers:
                        else "Stopped before the first run started.")
             yield final_outputs(records, status=message, level="warning", **out)
         else:
-            self.app.results.put(key, {"records": records, "meta": meta, "rounds": rounds,
+            self.app.results.put(key, {"records": records, "meta": meta, "rounds": rounds, "projected": projected,
                                        "when": time.strftime("%H:%M:%S")})
             yield final_outputs(records, status=done_message(records, meta, rounds), **out)
 
@@ -225,6 +229,14 @@ def _problem(inputs: RunInputs) -> str | None:
     except (MirrorSDError, TypeError, ValueError) as e:
         return str(e)
     return None
+
+
+def _settings_used(req: RunRequest, meta: dict) -> dict:
+    """The run's settings as the runs used them (auto-tuned window and branch budget applied)."""
+    settings = vars(req.settings).copy()
+    if meta.get("auto"):
+        settings.update(gamma=meta["auto"]["gamma"], branch_budget=meta["auto"]["branch_budget"])
+    return settings
 
 
 def _stream(job: Job, methods, t_start: float, round_no: int, rounds: int):

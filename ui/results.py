@@ -13,7 +13,7 @@ from statistics import median
 from .figures import (ITEM, LEVEL, Card, Spread, cards, exit_bought, overlap_measured, runs_of, level_with, machine_words, one_device, speeds,
                       verdict_parts, verdict_sub, verify_slowdown, winner)
 from .render import narrow_fold, term
-from .whatif import projection_line
+from .whatif import projection_line, rounds_words
 from .runs import RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
@@ -53,7 +53,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     if b is not None:
         own = (f"a device of its own for the draft would let Mirror-SD pass SD with this pair: {b:.2f}× SD"
                if b >= 1 else f"a device of its own for the draft is not enough with this pair: Mirror-SD "
-                              f"projects {b:.2f}× SD there")
+                              f"projects {b:.2f}× SD there") + rounds_words(p, "b")
     elif b_mirror is not None:
         own = f"with a device of its own for the draft Mirror-SD projects {b_mirror:.2f}× AR"
     else:

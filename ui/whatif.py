@@ -176,7 +176,8 @@ def render_costs(result: dict) -> str:
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
 
-def render_panel(result: dict | None, message: str = "", hw: Accelerators | None = None, runs: int = 1) -> str:
+def render_panel(result: dict | None, message: str = "", hw: Accelerators | None = None, runs: int = 1,
+                 projected: list | None = None) -> str:
     if result is None:
         return EMPTY if not message else (f'<div class="msd-whatif"><p>{esc(message)}</p></div>')
     lead = ("<p><b>A projection, not a measurement</b>: this run's recorded steps (accepted "
@@ -185,6 +186,8 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
             "the measured row, and the gap is the model's error.</p>")
     p = projection_of(result, hw or Accelerators())
     default = hw is None or hw == Accelerators()
+    if p is not None and default:  # the verdict's line: the same range over the rounds
+        p["over_sd_rounds"] = _rounds(projected)
     top = projection_line(p, "the verdict's line; below: the second table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults") if p else ""
     return (f'<div class="msd-whatif">{top}{lead}{render_table(result, runs)}{render_choices(result)}'
@@ -385,7 +388,8 @@ def update(state, profile, *values):
         return render_panel(None), build_figure(None, None)
     result, by_method = got
     runs = len((state or {}).get("rounds") or []) or 1
-    return render_panel(result, hw=hw, runs=runs), build_figure(result, by_method, profile)
+    return (render_panel(result, hw=hw, runs=runs, projected=(state or {}).get("projected")),
+            build_figure(result, by_method, profile))
 
 
 def input_defaults() -> dict:
@@ -469,7 +473,34 @@ def best_projection(state: dict) -> dict | None:
         return None
     if got is None:
         return None
-    return projection_of(got[0], hw)
+    p = projection_of(got[0], hw)
+    if p is not None:
+        # Mirror-SD over SD in each interleaved round (state["projected"], over_sd_of): how far
+        # one run's projection moves on the same prompt, shown beside it
+        p["over_sd_rounds"] = _rounds((state or {}).get("projected"))
+    return p
+
+
+def _rounds(projected: list | None) -> dict:
+    """{profile key: Mirror-SD over SD per round} from the rounds' `over_sd_of` figures."""
+    rounds = [r for r in projected or [] if r]
+    return {k: [r[k] for r in rounds if r.get(k) is not None] for k in ("b", "c")}
+
+
+def over_sd_of(state: dict) -> dict:
+    """{profile key: Mirror-SD over SD} of the verdict's projection for one round's records
+    ({} where it cannot be made)."""
+    p = best_projection(state)
+    return {k: v for k, v in ((p or {}).get("over_sd") or {}).items() if v is not None}
+
+
+def rounds_words(p: dict, key: str) -> str:
+    """' (its 3 runs: 0.98–1.25×)': the range of Mirror-SD over SD over the interleaved rounds
+    at profile `key` ('' from fewer than two)."""
+    values = ((p or {}).get("over_sd_rounds") or {}).get(key) or []
+    if len(values) < 2:
+        return ""
+    return f" (over the {len(values)} runs: {min(values):.2f}–{max(values):.2f}×)"
 
 
 def projection_of(result: dict, hw: Accelerators) -> dict | None:
@@ -523,8 +554,8 @@ def projection_line(p: dict, where: str = "What if, “its own settings” table
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
             f'On an accelerator pair ({esc(p["inputs"])}): <b class="msd-proj-figures">SD '
             f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
-            f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD <span class="msd-more">({esc(where)})'
-            f'</span></p>')
+            f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD{esc(rounds_words(p, "c"))} '
+            f'<span class="msd-more">({esc(where)})</span></p>')
     if series and p.get("series_line"):
         line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
                  f'{esc(p["series_line"])}.</p>')
