@@ -257,6 +257,13 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
         assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1
     assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
     assert "msd-ee" in inspector and "msd-verify" in inspector
+    # the zoom draws a step whose lanes were at once, of the run it names; How it works says
+    # which run its figure is from, and why two Mirror-SD runs
+    zoomed = re.search(r"One (Mirror-SD(?: \(lanes at once\))?) step, measured", zoom)
+    assert zoomed, zoom
+    assert "Two runs of Mirror-SD." in how and "overlap gate" in how
+    if "left the draft of" in how:
+        assert f"left the draft of {zoomed.group(1)} about" in how
     data = json.load(open(trace))
     ran = {"ar", "mirror", "sd", "mirror-overlap"}
     assert set(data["runs"]) == ran and data["prompt"] == "def hello ( x ) :"

@@ -7,7 +7,8 @@ import html
 from statistics import median
 
 from .runs import RunRecord
-from .zoom import zoom_step
+from .runs import label
+from .zoom import zoom_record, zoom_step
 
 esc = html.escape
 
@@ -26,6 +27,13 @@ MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass 
           "the draft is faster than the rest of the target; here, on shared cores, often some "
           "milliseconds after the verdict); if not (a <b>miss</b>) the draft writes it after the "
           "verdict, as in plain SD. Every token is still checked by the full target, so the text does not change.")
+GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the lanes pays only when each has hardware of "
+        "its own. Where both models share one device, as on this CPU, Mirror-SD times its steps and "
+        "runs a step with the lanes one after the other (<i>in turn</i>, as SD does) whenever that "
+        "measured faster (the <i>overlap gate</i>); after the run it checks, untimed, whether each such "
+        "step would have hit. <b>Mirror-SD (lanes at once)</b> overlaps the lanes in every step, "
+        "whatever they cost here, so its hits, misses and branches show: the two runs side by side "
+        "are the gate's choice and what it chose against.")
 CROSS = ("<b>Another tokenizer.</b> This run's draft spells text with other tokens than the "
          "target. It proposes only the tokens both vocabularies spell the same, and the target "
          "checks them as usual, so the text still does not change; the pair check says how many "
@@ -43,7 +51,7 @@ def _suffix_ms(rec: RunRecord) -> float | None:
 
 
 def _this_run(records: dict[str, RunRecord], meta: dict) -> str:
-    mirror = records.get("mirror")
+    mirror = zoom_record(records)  # the run the zoom above draws a step of
     layer, layers = meta.get("exit_layer"), meta.get("target_layers")
     if mirror is None or not layer or not layers:
         return ""
@@ -51,8 +59,9 @@ def _this_run(records: dict[str, RunRecord], meta: dict) -> str:
             f"{layer} ({layer / layers:.0%} of the way through)")
     after = _suffix_ms(mirror)
     if after is not None:
-        text += (f", which left the draft about {after:.0f} ms per step (the median over the "
-                 f"steps) to write its branches while the target ran layers {layer + 1}–{layers}")
+        text += (f", which left the draft of {label(mirror.method)} about {after:.0f} ms per step (the "
+                 f"median over its steps split at the exit) to write its branches while the target ran "
+                 f"layers {layer + 1}–{layers}")
         step = zoom_step(mirror)
         shown = _step_suffix_ms(mirror, step) if step is not None else None
         if shown is not None:
@@ -132,6 +141,8 @@ def render_how(records: dict[str, RunRecord], meta: dict) -> str:
         parts.append(f"<p>{MIRROR}</p><h4>One step of Mirror-SD</h4>"
                      f"{flow(meta.get('exit_layer'), meta.get('target_layers'))}"
                      f"<h4>On a time axis, against SD (not to scale)</h4>{diagram()}")
+    if not records or "mirror" in records:
+        parts.append(f"<p>{GATE}</p>")
     if records:
         parts.append(_this_run(records, meta))
     if (meta or {}).get("cross"):
