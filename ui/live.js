@@ -68,7 +68,8 @@ function build(heads) {
   if (tl) { const key = mk('div', 'msd-btl-key');  // one entry a swatch and its words (a list of two columns on a phone)
     key.innerHTML = '<b>bars:</b>' + KEY.map(([sw, text]) => '<span class="msd-btl-k">' + sw + '<span>' + text + '</span></span>').join('') +
       '<span class="msd-btl-long">time from each run\'s own start (the runs took turns on the hardware, each warm)</span>';
-    tl.append(key); }
+    const old = tl.parentElement.querySelector(':scope > .msd-btl-key'); if (old) old.remove();
+    tl.after(key); }  // under the timeline, out of the "now" line's reach
 }
 
 function setState(run, state) {
