@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 import socket
+from html import unescape
+from pathlib import Path
 
 import pytest
 
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
 from ui.inspector import render_inspector
-from ui.render import render_legend, render_pane
+from ui.render import render_legend, render_pane, shown, token_spans
 from ui.results import render_cards, render_checks, render_statistics, render_verdict
 from ui.runs import RunRecord, analyse, compare_tokens, label
 from ui.texts import LEGEND, LEGEND_MARKS, parse_prompt
@@ -89,9 +91,12 @@ def test_token_text_is_escaped_and_whitespace_kept():
     html = render_pane("ar", rec, "done")
     assert "<script>" not in html
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
-    assert "\n    return  x &amp; y" in html  # indentation kept verbatim, inside a <pre>
+    assert "    return  x &amp; y" in html  # indentation kept verbatim, inside a <pre>
     assert '<pre class="msd-tokens">' in html
-    assert html.count('class="msd-tok k-plain"') == 2
+    assert html.count('class="msd-tok k-plain"') == 2  # the second token cut at its line break:
+    assert html.count('class="msd-tok k-plain is-cont"') == 1  # its second piece on the next line
+    text = re.sub(r"<[^>]+>", "", html.split('<pre class="msd-tokens">')[1].split("</pre>")[0])
+    assert unescape(text) == shown(evil) + "\n    return  x & y"  # the text itself unchanged
 
 
 def test_legend_lists_every_kind_with_a_tooltip():
@@ -496,9 +501,27 @@ def test_cjk_is_kept_undrawable_characters_are_escaped_and_whitespace_is_quiet()
     assert "回文" in html  # drawn by the CJK fonts of the stack
     assert "U+0007" in html and "U+E000x" in html and "\x07" not in html
     assert 'class="msd-tok k-plain ws"' in html and ">    </span>" in html  # kept, marked quietly
-    from pathlib import Path
     css = (Path(__file__).parents[1] / "ui" / "panes.css").read_text()
     assert '"Noto Sans CJK SC"' in css
+
+
+def test_whitespace_tokens_carry_marks_and_each_line_is_a_box():
+    """A token of whitespace alone: its spaces in a msd-sp span (a faint dot each), its line
+    breaks in a msd-nl span (↵), the characters themselves kept; the text in one msd-ln box per
+    line, a token with a line break inside cut there."""
+    texts = ["def f():", "\n", "    ", "return", " ", "1\n\n", "x"]
+    html = token_spans(ar_record(list(range(len(texts))), texts=texts))
+    assert re.sub(r"<[^>]+>", "", html) == "".join(texts)  # what a copy gets: unchanged
+    assert '<span class="msd-tok k-plain ws" data-step="1"' in html and '<span class="msd-nl">\n</span>' in html
+    assert '<span class="msd-sp">    </span>' in html and '<span class="msd-sp"> </span>' in html
+    assert "msd-sp" not in html.split('data-step="5"')[1]  # "1\n\n" has a digit: no dots
+    lines = re.findall(r'<span class="msd-ln">(.*?)</span>(?=<span class="msd-ln">|$)', html, re.S)
+    assert [re.sub(r"<[^>]+>", "", ln) for ln in lines] == ["def f():\n", "    return 1\n", "\n", "x"]
+    assert 'k-plain is-cont" data-step="5"' in html  # "1\n\n": its second line break a piece of its own
+    css = (Path(__file__).parents[1] / "ui" / "style.css").read_text()
+    assert '.ws .msd-nl::before' in css and 'content: "↵"' in css and ".msd-sp {" in css
+    legend = render_legend()  # the legend's whitespace entry: the same marks
+    assert '<span class="msd-sp">  </span><span class="msd-nl"></span>' in legend
 
 
 def test_the_background_preparation_loads_and_warms_so_the_first_run_starts_warm(monkeypatch):
@@ -586,8 +609,9 @@ def test_mirror_sd_with_its_lanes_at_once_runs_when_ticked_and_races_every_verdi
 
 
 def test_the_running_status_says_the_round_the_method_and_one_timer():
-    """'Round 1 of 3: SD running, 2 s so far.': no doubled counts or timers; while loading, the
-    loader's own timer when it has one, else one."""
+    """'Round 1 of 3: SD running, job 2 s so far.': no doubled counts or timers, the timer named
+    the job's (each pane's clock is its own run's); while loading, the loader's own timer when
+    it has one, else one."""
     import time
     from types import SimpleNamespace
 
@@ -596,10 +620,10 @@ def test_the_running_status_says_the_round_the_method_and_one_timer():
     methods = ("ar", "sd", "mirror")
     job = SimpleNamespace(current="sd", message="", records={}, fraction=None)
     text = live_status(job, methods, time.monotonic() - 2.2, 1, 3)
-    assert "Round 1 of 3: SD running, 2 s so far." in text and "of 3," not in text
+    assert "Round 1 of 3: SD running, job 2 s so far." in text and "of 3," not in text
     assert "take turns, each timed alone" in text
     one = live_status(job, methods, time.monotonic(), 1, 1)
-    assert "SD running, 0 s so far." in one and "Round" not in one
+    assert "SD running, job 0 s so far." in one and "Round" not in one
     job = SimpleNamespace(current=None, records={}, fraction=0.1,
                           message="Loading the models: waiting for the CPU kernels to compile (3 s so far, once per machine)")
     assert live_status(job, methods, time.monotonic() - 9, 1, 3).count("so far") == 1

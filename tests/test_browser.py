@@ -175,7 +175,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
     size = page.eval_on_selector("#verdict .msd-verdict-text", "e => parseFloat(getComputedStyle(e).fontSize)")
     assert size >= 20, size
     cards = page.evaluate(CARDS_JS)
-    assert set(cards) == set(LABELS), cards
+    assert set(cards) == set(LABELS), cards  # the default run: its four methods
     for m, rows in cards.items():
         assert {"time to first token", "decode speed", "end to end"} <= set(rows), rows
         if m != "ar":
@@ -404,7 +404,7 @@ def test_a_page_closed_during_a_run_ends_it(browser, monkeypatch):
 
 
 LIVE_TOKENS_JS = """() => Object.fromEntries([...document.querySelectorAll('#board .msd-bpane')].map(
-  p => [p.className.match(/\\bm-([\\w-]+)/)[1], [p.dataset.state, p.querySelectorAll('pre .msd-tok').length,
+  p => [p.className.match(/\\bm-([\\w-]+)/)[1], [p.dataset.state, p.querySelectorAll('pre .msd-tok:not(.is-cont)').length,
           (p.querySelector('.msd-stat') || {}).textContent || '']]))"""
 
 
@@ -429,6 +429,63 @@ BOARD_AXIS_JS = """() => {
 # the live timeline's lane labels cut short (text wider than its box), as shown
 LANE_NAMES_CUT_JS = """() => [...document.querySelectorAll('#board-timeline .msd-btl-name, #board-timeline .msd-btl-group')]
   .filter(e => e.offsetWidth && e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)"""
+
+
+# the board's panes at a phone's width (drawn again after the race, as they ended): each step's
+# lines above the text and none of their pieces over another; the text in line boxes, none
+# wider than its pane; the clocks named the run's; the key a list whose entries overlap nothing
+NARROW_BOARD_JS = """() => {
+  const board = document.querySelector('#board .msd-board');
+  board.classList.add('is-on');
+  const r = e => e.getBoundingClientRect();
+  const apart = (a, b) => a.right <= b.left + .5 || b.right <= a.left + .5 || a.bottom <= b.top + .5 || b.bottom <= a.top + .5;
+  const out = {steps: 0, under: [], overlaps: [], wide: [], clocks: [], lines: 0};
+  for (const pane of board.querySelectorAll('.msd-bpane')) {
+    const box = pane.querySelector('.msd-bstep'), pre = pane.querySelector('pre.msd-tokens');
+    out.lines += pre.querySelectorAll(':scope > .msd-ln').length;
+    if (pre.scrollWidth > pre.clientWidth + 1) out.wide.push(pane.className);
+    out.clocks.push(pane.querySelector('.msd-clock').textContent);
+    if (!box.offsetHeight) continue;
+    out.steps += 1;
+    if (r(box).bottom > r(pre).top + .5) out.under.push(pane.className);
+    for (const line of box.querySelectorAll('.msd-bline')) {
+      const kids = [...line.querySelectorAll('.msd-blab, .msd-chip, .msd-barrow, .msd-bsum')].filter(e => e.offsetWidth);
+      kids.forEach((a, i) => kids.slice(i + 1).forEach(b => {
+        if (!apart(r(a), r(b))) out.overlaps.push(a.textContent + ' / ' + b.textContent); }));
+      if (r(line).right > r(pane).right + .5) out.wide.push(line.textContent);
+    }
+  }
+  const key = [...document.querySelectorAll('#board-timeline .msd-btl-k')].map(r);
+  out.key = key.length;
+  key.forEach((a, i) => key.slice(i + 1).forEach(b => { if (!apart(a, b)) out.overlaps.push('key entries'); }));
+  board.classList.remove('is-on');
+  return out;
+}"""
+# the board's builders on made-up items: a step that drafted nothing, a whitespace token
+BOARD_WORDS_JS = """() => {
+  const none = window.msdBoard.verdictLine({k: 'v', s: 57, a: 0, d: [], y: 'x', kd: 'bonus'}).textContent;
+  const some = window.msdBoard.verdictLine({k: 'v', s: 3, a: 1, d: ['a', 'b'], y: 'c', kd: 'correction'}).textContent;
+  const pre = document.createElement('pre'); pre.className = 'msd-tokens';
+  document.querySelector('#board').append(pre);
+  for (const [t] of window.msdBoard.tokPieces(' \\n    ', 'accepted')) pre.append(t);
+  const nl = pre.querySelector('.msd-nl'), sp = pre.querySelector('.msd-sp');
+  const got = {none, some, text: pre.textContent, mark: nl && getComputedStyle(nl, '::before').content,
+               dots: sp && getComputedStyle(sp).backgroundImage, pieces: pre.children.length};
+  pre.remove();
+  return got;
+}"""
+
+
+def check_narrow_board(page) -> None:
+    got = page.evaluate(NARROW_BOARD_JS)
+    assert got["steps"] >= 1 and got["lines"] >= 4 and got["key"] >= 6, got
+    assert not got["under"] and not got["overlaps"] and not got["wide"], got
+    assert all(re.fullmatch(r"run (took )?\d+\.\d+ s", c) for c in got["clocks"] if c), got
+    words = page.evaluate(BOARD_WORDS_JS)
+    assert "no draft" in words["none"] and "of 0" not in words["none"], words
+    assert "verdict" in words["some"] and "kept 1 of 2" in words["some"], words
+    assert words["text"] == " \n    " and words["pieces"] == 2, words  # the characters kept
+    assert words["mark"] == '"↵"' and "radial-gradient" in words["dots"], words  # and marked
 
 
 def check_board_axis(page) -> None:
@@ -478,6 +535,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         check_board_axis(page)
         page.set_viewport_size({"width": 400, "height": 1200})
         check_board_axis(page)
+        check_narrow_board(page)
         cut = page.evaluate(LANE_NAMES_CUT_JS)
         assert not cut, cut  # a phone's lane labels whole: the method above its lanes
         page.set_viewport_size({"width": 1600, "height": 1200})

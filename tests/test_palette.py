@@ -69,6 +69,6 @@ def test_the_css_draws_tokens_and_bars_in_the_palette_s_colours():
 
 def test_the_live_timeline_s_key_uses_lane_colours_only():
     js = (UI / "live.js").read_text(encoding="utf-8")
-    key = js[js.index("key.innerHTML"):js.index("tl.append(key)")]
+    key = js[js.index("const KEY = "):js.index("]];", js.index("const KEY = "))]  # the key's swatches
     colours = set(re.findall(r"background:(#[0-9a-f]{6})", key))
     assert colours and colours <= set(LANES.values()), colours

@@ -188,7 +188,8 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
 
 def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:
     """The status line while a run is under way, one timer in it: 'Round 1 of 3: SD running,
-    2 s so far. ...' (the time since Run was pressed)."""
+    job 2 s so far. ...' (the time since Run was pressed: every run and round so far, named the
+    job's so that it reads apart from each pane's clock, 'run 1.2 s', its own run's time)."""
     so_far = f"{time.monotonic() - t_start:.0f} s so far"
     if job.current is None:  # loading or warming up: the message, and one timer
         timed = re.search(r"\d+ s (ago|so far)", job.message)
@@ -203,7 +204,7 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
              " The methods take turns, each timed alone on the hardware." if len(methods) > 1 else "")
     # no token count here: the pane counts the tokens it has drawn, and a count read at the
     # poll would run ahead of or behind it
-    return render_status(f"{again}{name if again else name[:1].upper() + name[1:]} running, {so_far}.{turns}",
+    return render_status(f"{again}{name if again else name[:1].upper() + name[1:]} running, job {so_far}.{turns}",
                          "info", ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
 
 

@@ -12,6 +12,10 @@ const mk = (tag, cls, text) => { const e = document.createElement(tag); if (cls)
   if (text !== undefined) e.textContent = text; return e; };
 const secs = (ms) => (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s';
 const board = () => element.querySelector('.msd-board');
+const KEY = [['<i style="background:#334155"></i>', 'target'], ['<i style="background:#94a3b8"></i>', 'target after the early exit'],
+             ['<i style="background:#be185d"></i>', 'early exit'], ['<i style="background:#22d3ee"></i>', 'draft beside the target'],
+             ['<i style="background:#0e7490"></i>', 'draft, the target waits'], ['<i class="msd-btl-fkey"></i>', 'finish'],
+             ['<i class="msd-btl-ckey"></i>', 'now']];
 const host = () => document.querySelector('#board-timeline .msd-btl-host');
 
 function header(text) { const h = $('.msd-board-say'); if (h) h.textContent = text; }
@@ -45,7 +49,8 @@ function build(heads) {
     const head = mk('div', 'msd-pane-head');
     const name = mk('span', 'msd-name', h.label); name.style.color = h.colour;
     run.badge = mk('span', 'msd-badge'); run.stat = mk('span', 'msd-stat');
-    run.clock = mk('span', 'msd-clock');
+    run.clock = mk('span', 'msd-clock');  // this run's own time: the status line's counts the whole job
+    run.clock.title = 'Time since this run\'s start (the methods run in turn; the status line\'s "job" time counts every run and round)';
     head.append(name, run.badge);
     if (h.tag) head.append(mk('span', 'msd-badge s-variant', h.tag));  // a variant: what it changes
     head.append(run.stat, run.clock);
@@ -60,11 +65,11 @@ function build(heads) {
   }
   if (tl) { const cur = mk('div', 'msd-btl-cursor'); tl.append(cur); B.cursor = cur;
             B.axisLabel = mk('div', 'msd-btl-axis'); tl.append(B.axisLabel); axis(1000); }
-  if (tl) { const key = mk('div', 'msd-btl-key');
-    key.innerHTML = '<b>bars:</b><span><i style="background:#334155"></i>target (<i style="background:#94a3b8"></i>after the early exit)</span><span><i style="background:#be185d"></i>early exit</span>' +
-      '<span><i style="background:#22d3ee"></i>draft beside the target</span><span><i style="background:#0e7490"></i>draft, the target waits</span><span><i class="msd-btl-fkey"></i>finish</span><span><i class="msd-btl-ckey"></i>now</span>' +
+  if (tl) { const key = mk('div', 'msd-btl-key');  // one entry a swatch and its words (a list of two columns on a phone)
+    key.innerHTML = '<b>bars:</b>' + KEY.map(([sw, text]) => '<span class="msd-btl-k">' + sw + '<span>' + text + '</span></span>').join('') +
       '<span class="msd-btl-long">time from each run\'s own start (the runs took turns on the hardware, each warm)</span>';
-    tl.append(key); }
+    const old = tl.parentElement.querySelector(':scope > .msd-btl-key'); if (old) old.remove();
+    tl.after(key); }  // under the timeline, out of the "now" line's reach
 }
 
 function setState(run, state) {
@@ -86,10 +91,57 @@ function axis(ms) {
 // a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
 function visible(text) {
   if (text === '') return '∅';
-  const t = text.replace(/\n/g, '⏎').replace(/\t/g, '⇥');
+  const t = text.replace(/\n/g, '↵').replace(/\t/g, '⇥');
   return t.trim() ? t : t.replace(/ /g, '␣');
 }
 function chip(text, cls) { return mk('span', 'msd-chip ' + (cls || ''), visible(text)); }
+
+// a token in a pane, as ui/render.py draws it: each line break in a span.msd-nl and, in a token
+// of whitespace alone (class ws), each run of spaces or tabs in a span.msd-sp; the CSS marks
+// them (↵, a faint dot per space) with generated content, so the text and a copy keep the
+// real characters
+const isWs = (text) => text !== '' && !text.trim();
+function fill(el, text, ws) {
+  for (const part of text.split(/(\n|[ \t]+)/)) {
+    if (part === '\n') el.append(mk('span', 'msd-nl', '\n'));
+    else if (part && ws && !part.replace(/[ \t]/g, '')) el.append(mk('span', 'msd-sp', part));
+    else if (part) el.append(document.createTextNode(part));
+  }
+  return el;
+}
+function tokEl(tag, cls, text) { const ws = isWs(text); return fill(mk(tag, cls + (ws ? ' ws' : '')), text, ws); }
+// a committed token's pieces, cut after each line break (the later ones are-cont), each
+// with whether it ends its line
+function tokPieces(text, kind) {
+  const ws = isWs(text);
+  return text.split(/(?<=\n)/).filter((p, n) => p || !n).map((p, n) => [
+    fill(mk('span', 'msd-tok k-' + kind + (ws ? ' ws' : '') + (n ? ' is-cont' : '')), p, ws), p.endsWith('\n')]);
+}
+// the pane's text in one box per line (span.msd-ln): a long line wraps under a hanging
+// indent with a bar beside its continuation (ui/style.css)
+function put(run, el, endsLine) {
+  if (!run.line) { run.line = mk('span', 'msd-ln'); run.pre.append(run.line); }
+  run.line.append(el);
+  if (endsLine) run.line = null;
+}
+
+// the verdict's line in a step: what the target kept of the window and its own token; a step
+// that drafted nothing (the window priced at 0) says so, not "kept 0 of 0"
+function verdictLine(item) {
+  const line = mk('div', 'msd-bline');
+  if (!item.d.length) {
+    line.append(mk('span', 'msd-blab', 'no draft, the target\'s own token:'), chip(item.y, 'c-plain'));
+    return line;
+  }
+  line.append(mk('span', 'msd-blab', 'verdict'));
+  const kept = mk('span', 'msd-bchips');
+  item.d.forEach((d, j) => kept.append(chip(d, j < item.a ? 'c-ok' : (j === item.a ? 'c-no' : 'c-gone'))));
+  const own = mk('span', 'msd-bown');
+  own.append(mk('span', 'msd-barrow', '→ target:'), chip(item.y, item.kd === 'bonus' ? 'c-bonus' : 'c-corr'));
+  line.append(kept, own, mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length));
+  return line;
+}
+window.msdBoard = {verdictLine, tokPieces, tokEl};  // the pure builders, for the browser test
 
 function stepBox(run, item) {
   if (run.step !== item.s) { run.step = item.s; run.stepBox.textContent = '';
@@ -114,11 +166,7 @@ function stepBox(run, item) {
     for (const t of item.d) grp.append(chip(t, 'c-branch'));
     line.append(grp);
   } else if (item.k === 'v') {
-    const line = mk('div', 'msd-bline'); line.append(mk('span', 'msd-blab', 'verdict'));
-    item.d.forEach((d, j) => line.append(chip(d, j < item.a ? 'c-ok' : (j === item.a ? 'c-no' : 'c-gone'))));
-    line.append(mk('span', 'msd-barrow', '→ target:'), chip(item.y, item.kd === 'bonus' ? 'c-bonus' : 'c-corr'));
-    line.append(mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length));
-    box.append(line);
+    box.append(verdictLine(item));
   }
 }
 
@@ -127,16 +175,15 @@ function pending(run, texts) {
   run.pend = null;
   if (!texts) return;
   run.pend = mk('span', 'msd-pend');
-  for (const t of texts) run.pend.append(mk('span', 'msd-tok k-pending', t));
-  run.pre.append(run.pend);
+  for (const t of texts) run.pend.append(tokEl('span', 'msd-tok k-pending', t));
+  put(run, run.pend, false);
 }
 
 function commit(run, item) {
   pending(run, null);
-  if (item.r !== undefined) { const s = mk('s', 'msd-rej', item.r); s.title = 'rejected draft token at step ' + (item.s + 1); s.dataset.step = item.s; run.pre.append(s); }
+  if (item.r !== undefined) { const s = tokEl('s', 'msd-rej', item.r); s.title = 'rejected draft token at step ' + (item.s + 1); s.dataset.step = item.s; put(run, s, false); }
   for (const [text, kind] of item.x) {
-    const t = mk('span', 'msd-tok k-' + kind + (text && !text.trim() ? ' ws' : ''), text);
-    t.dataset.step = item.s; run.pre.append(t);
+    for (const [t, ends] of tokPieces(text, kind)) { t.dataset.step = item.s; put(run, t, ends); }
   }
   run.tokens += item.x.length;
   run.pre.scrollTop = run.pre.scrollHeight;
@@ -154,7 +201,7 @@ function finish(run, item) {
   run.ended = true; run.endT = item.w;
   setState(run, item.c ? 'stopped' : 'done');
   pending(run, null);
-  run.clock.textContent = 'finished at ' + secs(item.w); run.clock.classList.add('is-done');
+  run.clock.textContent = 'run took ' + secs(item.w); run.clock.classList.add('is-done');
   if (item.c) run.note.textContent = 'Stopped: the run ended at the next step after Stop, ' + item.n + ' tokens in.';
   for (const track of Object.values(run.lanes || {})) {
     const flag = mk('i', 'msd-btl-flag'); flag.style.setProperty('--a', item.w);
@@ -176,7 +223,7 @@ function advance(run, clock) {
   while (run.drawn < run.items.length && run.items[run.drawn].t <= clock) draw(run, run.items[run.drawn++]);
   // the count after every draw, the run's last one included (its end may come in the same tick)
   if (run.drawn) run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
-  if (!run.ended && run.drawn) run.clock.textContent = 't = ' + secs(Math.max(0, clock));
+  if (!run.ended && run.drawn) run.clock.textContent = 'run ' + secs(Math.max(0, clock));  // its own run's clock
 }
 
 function feed(msg) {

@@ -1,11 +1,15 @@
 """Pure functions from run records to HTML: the token panes, the legend, the status line.
 
 Every piece of model or user text goes through `html.escape`; tokens sit in a <pre> with
-`white-space: pre-wrap`, so code keeps its indentation and copies out unchanged.
+`white-space: pre-wrap`, so code keeps its indentation and copies out unchanged. Each line of
+the text is a box of its own (`msd-ln`): a line too long for the pane wraps under a hanging
+indent with a bar in the margin, so a wrapped line never reads as a new one (ui/live.js builds
+the same boxes while a run is live).
 """
 from __future__ import annotations
 
 import html
+import re
 import unicodedata
 
 from mirror_sd.engine.events import Verify
@@ -35,8 +39,34 @@ def _rejections(rec: RunRecord) -> dict[int, Verify]:
     return {e.step: e for e in rec.events if isinstance(e, Verify) and e.kind == "correction"}
 
 
+def is_ws(text: str) -> bool:
+    """A token of whitespace alone (spaces, tabs, line breaks)."""
+    return bool(text) and not text.strip()
+
+
+def fill(text: str, ws: bool) -> str:
+    """A token's text as HTML: each line break in a `msd-nl` span and, for a token of whitespace
+    alone, each run of spaces or tabs in a `msd-sp` span; the CSS draws a faint ↵ and a faint dot
+    per space over them (generated content: the characters, and so the copied text, unchanged)."""
+    out = []
+    for part in re.split(r"(\n|[ \t]+)", text):
+        if part == "\n":
+            out.append('<span class="msd-nl">\n</span>')
+        elif part and ws and not part.strip(" \t"):
+            out.append(f'<span class="msd-sp">{part}</span>')
+        elif part:
+            out.append(esc(shown(part)))
+    return "".join(out)
+
+
+def pieces(text: str) -> list[str]:
+    """`text` cut after each line break: each piece but the last ends a line."""
+    return re.split(r"(?<=\n)", text)
+
+
 def _rejected(rec: RunRecord, v: Verify, step_no: int) -> str:
-    """The drafted token the target rejected, struck through, before the target's own token."""
+    """The drafted token the target rejected, struck through, before the target's own token
+    (a line break in it drawn as ↵ in the line, never a break: it is not in the output)."""
     i = v.accepted
     if i >= len(v.drafted):
         return ""
@@ -44,24 +74,36 @@ def _rejected(rec: RunRecord, v: Verify, step_no: int) -> str:
     text = rec.id_texts.get(tok, f"#{tok}")
     tip = (f"rejected draft token at step {step_no}: the draft gave it q = {v.q_probs[i]:.2f}, "
            f"the target p = {v.p_probs[i]:.2f}; the target wrote the next token instead")
-    return f'<s class="msd-rej" data-step="{v.step}" title="{esc(tip)}">{esc(shown(text))}</s>'
+    ws = " ws" if is_ws(text) else ""
+    return f'<s class="msd-rej{ws}" data-step="{v.step}" title="{esc(tip)}">{fill(text, bool(ws))}</s>'
 
 
 def token_spans(rec: RunRecord) -> str:
-    """The committed tokens, one <span> per token, coloured by kind; a rejected drafted token
-    struck through before the target's correction (a toggle hides them); a token of whitespace
-    alone is marked quietly (a dotted underline in its kind's colour), not as a blank brick."""
-    out = []
+    """The committed tokens, one <span> per token, coloured by kind, in one box per line (a
+    token with a line break inside is cut there: its later pieces are `is-cont`); a rejected
+    drafted token struck through before the target's correction (a toggle hides them); a token
+    of whitespace alone is marked quietly (a dotted underline in its kind's colour, a faint dot
+    per space and ↵ per line break), not as a blank brick."""
+    lines, line = [], []
     rejected = _rejections(rec)
     numbers = {s: i + 1 for i, s in enumerate(sorted({t.step for t in analyse(rec).tokens}))}
     for t in analyse(rec).tokens:
         kind_label = LEGEND.get(t.kind, (t.kind, ""))[0]
         if t.kind == "correction" and t.step in rejected:
-            out.append(_rejected(rec, rejected.pop(t.step), numbers.get(t.step, t.step + 1)))
-        ws = " ws" if t.text and not t.text.strip() else ""
-        out.append(f'<span class="msd-tok k-{esc(t.kind)}{ws}" data-step="{t.step}" '
-                   f'title="step {t.step} · {esc(kind_label)} · id {t.token_id}">{esc(shown(t.text))}</span>')
-    return "".join(out)
+            line.append(_rejected(rec, rejected.pop(t.step), numbers.get(t.step, t.step + 1)))
+        ws = " ws" if is_ws(t.text) else ""
+        for n, piece in enumerate(pieces(t.text)):
+            if not piece and n:
+                continue
+            cont = " is-cont" if n else ""
+            line.append(f'<span class="msd-tok k-{esc(t.kind)}{ws}{cont}" data-step="{t.step}" '
+                        f'title="step {t.step} · {esc(kind_label)} · id {t.token_id}">{fill(piece, bool(ws))}</span>')
+            if piece.endswith("\n"):
+                lines.append(line)
+                line = []
+    if line:
+        lines.append(line)
+    return "".join(f'<span class="msd-ln">{"".join(parts)}</span>' for parts in lines)
 
 
 def render_legend() -> str:
@@ -74,7 +116,9 @@ def render_legend() -> str:
         f'<span class="msd-legend-title">{esc(title)}:</span>'
         + "".join(item(f"msd-tok k-{kind}", short, LEGEND[kind][1]) for kind, short in kinds) + "</span>"
         for title, kinds in LEGEND_GROUPS)
-    marks = "".join(item(cls, text, tip) for cls, (text, tip) in LEGEND_MARKS.items())
+    marks = "".join(  # a whitespace token's sample: two spaces and a line break, as the panes mark them
+        f'<span class="msd-legend-item" title="{esc(tip)}"><span class="{cls}"><span class="msd-sp">  </span>'
+        f'<span class="msd-nl"></span></span> {esc(text)}</span>' for cls, (text, tip) in LEGEND_MARKS.items())
     return (f'<div class="msd-legend" role="list" aria-label="token colours">'
             f'<b class="msd-legend-lead">Text colours:</b>{groups}{marks}'
             f'<span class="msd-legend-hint">hover for details</span></div>')

@@ -34,9 +34,10 @@ LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "fro
                                              ("plain", "alone (AR)"))))
 # marks that are not a kind: css class -> (label, tooltip)
 LEGEND_MARKS = {
-    "msd-tok k-accepted ws": ("␣ whitespace",
-                              "A token of spaces or a line break: only a dotted line in its "
-                              "colour, so indentation stays readable."),
+    "msd-tok k-accepted ws": ("whitespace",
+                              "A token of spaces or a line break: no coloured box, a dotted line "
+                              "in its colour, a faint · for each space and ↵ for a line break "
+                              "(marks only: copied text keeps the real spaces and line breaks)."),
 }
 
 # word -> definition, shown on hover wherever the word appears (abbr title=)
