@@ -279,9 +279,11 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
         rows.append(("over AR, decode / end to end",
                      f"<b>{x(decode_x)}</b> / <b>{x(e2e_x)}</b>", "speedup"))
     if c.verify_steps:
-        none = f"; {c.undrafted} drafted nothing (a plain target forward)" if c.undrafted else ""
-        rows.append(("target forwards (verify steps)", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per forward "
-                     f"({c.tokens} / {c.verify_steps}){none}", "verify step"))
+        none = (f'; <span title="a window of none: a plain target forward for one token">{c.undrafted} drafted '
+                f'nothing</span>' if c.undrafted else "")
+        rows.append(("target forwards (verify steps)", f'{c.verify_steps}, <span title="{c.tokens} tokens / '
+                     f'{c.verify_steps} target forwards">{c.tokens_per_step:.1f} tokens each</span>{none}',
+                     "verify step"))
     if c.windows:
         lo, mid, hi = c.windows
         rows.append(("drafted tokens per window", f"{lo} / {mid:g} / {hi} (min / median / max)", "window"))
@@ -289,7 +291,8 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
     if c.hits is not None:
         turn = f" · lanes in turn: {c.in_turn}" if c.in_turn else ""  # the steps neither hit nor missed
         if c.in_turn and c.turns:  # the exit check, after the run
-            turn += f" (checked after the run, untimed: {checked_words(c.turns)})"
+            turn += (f' (<span title="the exit check: read after the run, untimed">checked after the run</span>: '
+                     f'{esc(checked_words(c.turns))})')
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
