@@ -290,9 +290,9 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
         rows.append(("rejections", f"{c.rejections} of {c.verify_steps} steps", "rejection"))
     if c.hits is not None:
         turn = f" · lanes in turn: {c.in_turn}" if c.in_turn else ""  # the steps neither hit nor missed
-        if c.in_turn and c.turns:  # the exit check, after the run
-            turn += (f' (<span title="the exit check: read after the run, untimed">checked after the run</span>: '
-                     f'{esc(checked_words(c.turns))})')
+        if c.in_turn and c.turns:  # the exit check, after the run: its words count every step in turn
+            turn = (f' · <span title="the exit check: read after the run, untimed">checked after the run</span>: '
+                    f'{esc(checked_words(c.turns))}')
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
