@@ -179,7 +179,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
     for m, rows in cards.items():
         assert {"time to first token", "decode speed", "end to end"} <= set(rows), rows
         if m != "ar":
-            assert "over AR, decode / end to end" in rows and "verify steps" in rows, rows
+            assert "over AR, decode / end to end" in rows and "target forwards (verify steps)" in rows, rows
     assert "hits / misses" in cards["mirror"] and "hits / misses" in cards["mirror-overlap"]
     unreadable = page.evaluate(UNREADABLE_JS)
     assert not unreadable, "\n".join(unreadable)
@@ -268,7 +268,7 @@ def check_figures_agree(page, trace: dict) -> None:
             x = rows["over AR, decode / end to end"]
             if "[" not in rows["end to end"]:  # over interleaved runs: the median ratio
                 assert close(x, f["decode_x"]) and close(x, f["e2e_x"]), (m, x, f)
-            assert rows["verify steps"].startswith(f"{f['verify_steps']},"), (m, rows, f)
+            assert rows["target forwards (verify steps)"].startswith(f"{f['verify_steps']},"), (m, rows, f)
             assert rows["rejections"].startswith(f"{f['rejections']} of"), (m, rows, f)
         pane = page.inner_text(f"#pane-{m} .msd-pane-head")
         assert close(pane, f["ttft"]) and close(pane, f["decode"]), (m, pane, f)

@@ -297,11 +297,16 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
         assert settings in html  # the settings the row names, also in the verdict
     from ui.whatif import render_panel
     line = re.search(r'<p class="msd-projection".*?</p>', html).group(0)
-    assert line.split("(What if")[0] in render_panel(result)  # the fold opens with the same line
+    # the fold opens with the same line, the hit rate's source in full there and in short here
+    top = re.search(r'<p class="msd-projection".*?</p>', render_panel(result)).group(0)
+    figures = lambda x: re.search(r'msd-proj-figures">(.*?)</b>.*?msd-proj-ratio">([^<]+)<', x).groups()  # noqa: E731
+    assert figures(line) == figures(top) and line.split(" (a ")[0] == top.split(" (a ")[0]
+    assert proj["hit_source"] in top and proj["hit_source"] not in line
+    assert "source: What if" in line and "source: What if" not in top
     # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
     from ui.whatif import render_table
     other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
-    assert "this run: 4" in other and "the verdict&#x27;s figures are the next table" in other
+    assert "this run&#x27;s window setting: 4" in other and "the verdict&#x27;s figures are the next table" in other
 
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
@@ -608,3 +613,21 @@ def test_the_zoom_draws_the_twin_s_step_when_mirror_sd_ran_no_step_with_its_lane
     assert picked is twin
     assert "One Mirror-SD (lanes at once) step, measured" in render_zoom(picked, {})
     assert zoom_record({"ar": records["ar"], "sd": records["sd"]}) is None
+
+
+def test_the_settings_line_says_what_the_window_setting_bounds_beside_the_windows_drafted():
+    """Priced windows (the default) are priced each step, from none up to the longest allowed:
+    the settings line says so, never a bare "window setting 4" beside windows of 0-3 or 8, and
+    gives the windows each run drafted as the cards do."""
+    records = tiny_records()
+    c = cards(records)
+    settings = {"gamma": 4, "kappa": 8, "branch_budget": 2, "temperature": 0.0, "max_new_tokens": 24,
+                "window": "priced", "window_max": 12}
+    text = re.sub(r"<[^>]+>", "", render_statistics(records, settings, {}))
+    assert "windows priced each step from the measured costs, none up to 12 tokens (window setting 4 tokens: " \
+           "not their length here)" in text
+    drafted = ", ".join(f"{label(m)} {x.windows[0]} / {x.windows[1]:g} / {x.windows[2]}"
+                        for m, x in c.items() if x.windows)
+    assert f"windows drafted (min / median / max): {drafted}" in text
+    fixed = re.sub(r"<[^>]+>", "", render_statistics(records, dict(settings, window="fixed"), {}))
+    assert "window setting 4 tokens (every window)" in fixed

@@ -228,12 +228,13 @@ def test_a_step_in_turn_says_what_the_exit_check_found(rank):
     assert (f"no. {rank + 1}" in words) == (rank >= 0)
     inspector = render_inspector(rec, 0)
     assert "Had the lanes overlapped" in inspector and inspector.count("w3") >= 1
-    assert (f"of the 1 that drafted a window, {int(would)} would have hit" in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"])
+    # one count in the same words on the card, in Statistics and in the verdict's lanes line
+    same = f"of the 1 in-turn step that drafted a window, {int(would)} would have hit, lanes overlapped"
+    assert same in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"]
     from ui.results import render_lanes
-    lanes = render_lanes({"mirror": rec})
-    assert f"of the 1 steps whose lanes ran in turn, <b>{int(would)}</b> would have hit" in lanes
+    assert same in render_lanes({"mirror": rec})
     from ui.results import _checked_words
-    assert f"{int(would)} of those 1 steps would have hit" in _checked_words(rec)
+    assert same in _checked_words(rec)
     plain = _gated_record(raced=False)  # no check: none of it
     assert "exit check" not in render_lanes({"mirror": plain})
     assert "Had the lanes overlapped" not in render_inspector(plain, 0) and "w-hit" not in render_strip(plain, 0)
@@ -318,3 +319,90 @@ def test_the_zoom_says_instead_of_a_new_window_only_when_the_hit_saved_time():
         assert wait[2].startswith("longer than a window drafted after the verdict took in this run")
     else:
         assert wait[2] == "instead of a whole new window"
+
+
+def _record_with_an_empty_window_in_turn():
+    """Four steps, every one with its lanes in turn: step 0 drafts [1, 2] and is checked after
+    the run; the window after step 1 is empty (a priced window of none), so step 2 is a plain
+    target forward whose own next window is drafted in turn; step 3 ends the run."""
+    check = {"in_turn": 1, "would_hit": 1, "budget": 2, "overlapped": 0, "agree": 0,
+             "steps": [{"step": 0, "rank": 0, "would_hit": True, "exit_top": [1, 2, 3]}]}
+    events = [
+        Span("target", "prefill", T0, T0 + 10**8, 0),
+        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.8], "serial"),
+        StepStart(0, 0, [1, 2]),
+        Verify(0, [1, 2], 2, [0.9, 0.9], [0.9, 0.8], 3, "bonus"),
+        Commit(0, [1, 2, 3], ["accepted", "accepted", "bonus"], "", hit=False),
+        DraftBranch(0, 2, 3, 0.0, [4, 5], [0.8, 0.8], "serial", None),
+        StepStart(1, 3, [4, 5]),
+        Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
+        Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], "", hit=False),
+        StepStart(2, 6, []),
+        Verify(2, [], 0, [], [], 7, "plain", stop="price",
+               price="drafting 2 (draft) would cost 120 ms for 1.9 expected tokens (decoding: 1 in 80 ms); decoded instead"),
+        Commit(2, [7], ["plain"], "", hit=False),
+        DraftBranch(2, 0, 7, 0.0, [8, 9], [0.8, 0.8], "serial", None),
+        StepStart(3, 7, [8, 9]),
+        Verify(3, [8, 9], 2, [0.9, 0.9], [0.8, 0.8], 1, "bonus"),
+        Commit(3, [8, 9, 1], ["accepted", "accepted", "bonus"], "", hit=False),
+        Finish({"new_tokens": 10, "wall_s": 1.0, "tokens_per_s": 10.0, "hits": 0, "fallbacks": 0,
+                "hit_rate": None, "exit_check": check,
+                "lane_split": "2 cores: target 1 thread and draft 1 while both work; lanes overlapped in 0 of 3 steps"},
+               list(range(10)), ""),
+    ]
+    rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
+    for i, ev in enumerate(events):
+        rec.add(ev, i * 10**8)
+    return rec
+
+
+def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
+    """The card's "lanes in turn", the verdict's lanes line and Statistics state one count of
+    the steps the exit check read, in the same words, and why the steps in turn it did not read
+    differ (a step that drafted nothing has nothing to check); the hit-rate row shows the
+    checked rate the projection quotes; an empty window counts as a plain target forward."""
+    from ui.figures import card, turn_check
+    from ui.results import _card_rows, _lanes_line, render_lanes, render_statistics
+    rec = _record_with_an_empty_window_in_turn()
+    t = turn_check(rec)
+    assert (t["in_turn"], t["checked"], t["would_hit"], t["undrafted"], t["unread"]) == (2, 1, 1, 1, 0)
+    assert t["no_next"] == 2 and not t["only_last"] and t["rate"] == 1.0
+    same = ("of the 1 in-turn step that drafted a window, 1 would have hit, lanes overlapped "
+            "(1 more in turn drafted nothing: nothing to check")
+    rows = {k: v for k, v, _ in _card_rows(card(rec), {})}
+    # the card's count of the steps in turn is the check's: 1 read + 1 that drafted nothing
+    assert re.sub(r"<[^>]+>", "", rows["hits / misses"]).startswith("0 / 0 · checked after the run: " + same)
+    line = _lanes_line(rec)
+    assert same in line and "at once in only 0 of its 4 verify steps" in line and "of those" not in line
+    assert "2 more had no next window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window
+    assert same in render_lanes({"mirror": rec})
+    # the empty window's step is a target forward, not a verify of a window
+    forwards = re.sub(r"<[^>]+>", "", rows["target forwards (verify steps)"])
+    assert forwards == "4, 2.5 tokens each; 1 drafted nothing", forwards
+    assert 'title="10 tokens / 4 target forwards"' in rows["target forwards (verify steps)"]
+    stats = render_statistics({"mirror": rec})
+    hit_row = re.search(r"hits / \(hits \+ misses\).*?</tr>", stats).group(0)
+    assert "<td>– · 100% checked</td>" in hit_row and "after the run (untimed)" in hit_row
+
+
+def test_a_priced_window_in_the_inspector_is_a_short_sentence_and_a_table_of_its_figures():
+    """The price of a window (the engine's words in the trace) reads as one plain sentence and
+    a two-column table, every figure of it kept."""
+    from ui.inspector import render_inspector
+    from ui.steps import price_figures
+    lead, rows = price_figures("drafting 5 (draft): 4.5 expected tokens in 381 ms (decoding: 1 in 100 ms); "
+                               "up to 12 while each next token pays")
+    assert lead == "Drafting paid. Priced before drafting:"
+    assert rows == [("best window priced", "5 tokens, the draft model"), ("its expected tokens", "4.5"),
+                    ("its expected time", "381 ms"), ("decoding one token instead", "100 ms"),
+                    ("longest it may grow (while each next token pays)", "12 tokens")]
+    assert price_figures("probing: drafting 2 (lookup): 1.2 expected tokens in 90 ms")[0].startswith("A probe")
+    assert price_figures("decoded: 1 token in 80 ms")[1] == [("one target forward", "80 ms")]
+    rec = _record_with_an_empty_window_in_turn()
+    html = render_inspector(rec, 2)
+    head = html.split('class="msd-step-head"')[1].split('<p class="msd-narration"', 1)[0]
+    assert "Drafting did not pay: the target decoded one token instead." in head
+    cells = re.findall(r"<tr><th>([^<]+)</th><td>([^<]+)</td></tr>", head)
+    assert cells == [("best window priced", "2 tokens, the draft model"), ("its expected tokens", "1.9"),
+                     ("its expected time", "120 ms"), ("decoding one token instead", "80 ms")]
+    assert "would cost 120 ms for 1.9 expected tokens" not in html  # the run-on words are gone

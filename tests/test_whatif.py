@@ -696,3 +696,30 @@ def test_windows_priced_again_take_sd_and_mirror_sds_pooled_acceptance():
     assert mirror.drafted_alpha() == pytest.approx(0.0) and sd.drafted_alpha() == pytest.approx(7 / 8)
     assert wi.shared_alpha([sd, mirror]) == pytest.approx(7 / 9)  # 7 taken of 9 tested
     assert wi.shared_alpha([wi.RecordedSteps("ar", 4, [], 1, 1.0)]) is None
+
+
+def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_elsewhere(runs):
+    """The source of the hit rate (its steps, how they were counted) in full once, at the top
+    of the What-if fold; the fold's rows and notes and the verdict's line name the rate in short.
+    The fold's row (c) tells the window setting picked in its inputs from this run's."""
+    import html as h
+    from ui.results import render_verdict
+    state = state_of(runs[0])
+    result, _ = panel.project_state(state)
+    page = panel.render_panel(result)
+    sources = {p.hit_source.words() for p in result["profiles"].values() if p.hit_source is not None}
+    sources |= {ch["hit_source"] for ch in result["choices"].values() if ch.get("hit_source")}
+    assert sources
+    for words in sources:
+        assert page.count(h.escape(words)) <= 1, words
+    p = panel.projection_of(result, Accelerators())
+    assert page.count(h.escape(p["hit_source"])) == 1
+    verdict = render_verdict(runs[0], state["meta"], p)
+    assert h.escape(p["hit_source"]) not in verdict
+    assert h.escape(panel.short_source(p["hit_source"]) + ", source: What if") in verdict
+    # (c): the window setting the inputs pick, beside this run's; the second table: the pick
+    row_c = panel.render_table(result).split("projection (c)")[1].split("</tr>")[0]
+    picked = result["profiles"]["c"].calibration.gamma
+    assert f"at the window setting picked in the inputs below, {picked}," in row_c
+    assert f"this run&#x27;s window setting: {GAMMA}" in row_c and "window setting 7" not in row_c
+    assert "the settings it picks there" in panel.render_choices(result)

@@ -48,6 +48,8 @@ class Card:
     e2e_speedup: float | None = None  # over AR's end-to-end speed
     in_turn: int = 0  # Mirror-SD: steps whose lanes ran one after the other (neither hit nor miss)
     would_hit: tuple[int, int] | None = None  # exit check after the run: (would have hit, steps checked)
+    undrafted: int = 0  # verify steps whose window was empty: a plain target forward for one token
+    turns: dict | None = None  # Mirror-SD: `turn_check`, the counts every place states
 
     @property
     def tokens_per_step(self) -> float | None:
@@ -83,8 +85,54 @@ def card(rec: RunRecord) -> Card | None:
         misses=int(stats.get("fallbacks") or 0) if has_branches else None,
         draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
-        complete=rec.complete, in_turn=in_turn,
+        complete=rec.complete, in_turn=in_turn, undrafted=sum(not v.drafted for v in verifies),
+        turns=turn_check(rec),
         would_hit=(int(check["would_hit"]), int(check["in_turn"])) if (check := exit_check(rec)) else None)
+
+
+def turn_check(rec: RunRecord) -> dict | None:
+    """Mirror-SD's steps whose lanes ran in turn and the exit check of them, counted once for
+    every place that states them (the verdict's lanes line, the card's hits row, Statistics):
+    {"in_turn": steps whose next window was drafted after the verdict, the lanes in turn;
+    "checked": of them, those the exit check read, "would_hit": of those, the ones that would
+    have hit; "undrafted": in turn but drafted nothing (nothing to check), "unread": in turn,
+    drafted, not read (past the check's row limit); "hits", "misses": the overlapped steps'
+    outcomes; "rate": (hits + would_hit) / (hits + misses + checked)}. None without a check."""
+    check = exit_check(rec)
+    if not check:
+        return None
+    a = analyse(rec)
+    turn = [s for s, sv in a.steps.items() if verdict_outcome(sv) == "turn"]
+    read = {int(x["step"]) for x in check.get("steps", [])}
+    undrafted = sum(1 for s in turn if s not in read and a.steps[s].verify is not None
+                    and not a.steps[s].verify.drafted)
+    stats = rec.finish.stats if rec.finish else {}
+    hits, misses = int(stats.get("hits") or 0), int(stats.get("fallbacks") or 0)
+    checked, would = int(check["in_turn"]), int(check["would_hit"])
+    steps = hits + misses + checked
+    # neither at once nor in turn: no next window followed (the run's last step, or one before an empty window)
+    at_once = steps_at_once(rec)
+    no_next = [s for s, sv in a.steps.items() if sv.verify is not None and s not in at_once
+               and verdict_outcome(sv) is None]
+    return {"in_turn": len(turn), "checked": checked, "would_hit": would, "undrafted": undrafted,
+            "no_next": len(no_next), "only_last": no_next == [max(a.steps)],
+            "unread": max(0, len(turn) - checked - undrafted), "hits": hits, "misses": misses,
+            "rate": (hits + would) / steps if steps else None}
+
+
+def checked_words(t: dict, apart: bool = False) -> str:
+    """The exit check's count in the one form every place uses: 'of the 22 in-turn steps that
+    drafted a window, 20 would have hit, lanes overlapped', then why the steps in turn not read
+    differ; `apart`: where the steps whose lanes did not work at once are counted beside it,
+    also those not in turn either (no next window followed)."""
+    n = t["no_next"] if apart else 0
+    why = ([f"{t['undrafted']} more in turn drafted nothing: nothing to check"] if t["undrafted"] else []) + \
+          ([f"{t['unread']} more past the check's row limit"] if t["unread"] else []) + \
+          (["the run's last step has no next window" if t["only_last"] else
+            f"{n} more had no next window (the run's last step, or a step before a window of none)"] if n else [])
+    steps = "step that" if t["checked"] == 1 else "steps that"
+    return (f"of the {t['checked']} in-turn {steps} drafted a window, {t['would_hit']} would have hit, "
+            f"lanes overlapped" + (f" ({'; '.join(why)})" if why else ""))
 
 
 def cards(records: dict[str, RunRecord]) -> dict[str, Card]:

@@ -19,7 +19,8 @@ import gradio as gr
 
 from . import texts
 from .runs import RunRecord, StepView, analyse, checked_step, drafts, exit_off, label, verdict_outcome
-from .steps import lanes_in_turn, narrate, render_strip, step_kind, visible, window_note, would_hit_words
+from .steps import (lanes_in_turn, narrate, price_table, render_strip, step_kind, visible, window_note,
+                    would_hit_words)
 
 esc = html.escape
 ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
@@ -265,7 +266,7 @@ def _verification(rec: RunRecord, sv: StepView, greedy: bool) -> str:
 
 def _window(v) -> str:
     """' · window of n drafted tokens, stopped: why' (engine/windows.py), '' without a verify."""
-    note = window_note(v)
+    note = window_note(v, figures=False)
     return f" · <span class=\"msd-window-note\">{esc(note)}</span>" if note else ""
 
 
@@ -305,7 +306,7 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
             f'{esc(ORIGINS.get(origin, kind))}{_window(v)}{verdict} · committed '
-            f'<code>{esc(committed)}</code></div>')
+            f'<code>{esc(committed)}</code>{price_table(v)}</div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
     return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'
             f'<p class="msd-narration">{replay}{esc(narrate(rec, step))}</p>{head}'

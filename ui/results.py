@@ -10,8 +10,9 @@ import html
 import re
 from statistics import median
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, exit_bought, overlap_measured, runs_of, level_with, machine_words, one_device, speeds,
-                      verdict_parts, verdict_sub, verify_slowdown, winner)
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, exit_bought, overlap_measured, runs_of,
+                      level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
+                      verify_slowdown, winner)
 from .render import narrow_fold, term
 from .whatif import projection_line, rounds_words
 from .runs import RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names
@@ -278,17 +279,20 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
         rows.append(("over AR, decode / end to end",
                      f"<b>{x(decode_x)}</b> / <b>{x(e2e_x)}</b>", "speedup"))
     if c.verify_steps:
-        rows.append(("verify steps", f"{c.verify_steps}, {c.tokens_per_step:.1f} tokens per step "
-                     f"({c.tokens} / {c.verify_steps})", "verify step"))
+        none = (f'; <span title="a window of none: a plain target forward for one token">{c.undrafted} drafted '
+                f'nothing</span>' if c.undrafted else "")
+        rows.append(("target forwards (verify steps)", f'{c.verify_steps}, <span title="{c.tokens} tokens / '
+                     f'{c.verify_steps} target forwards">{c.tokens_per_step:.1f} tokens each</span>{none}',
+                     "verify step"))
     if c.windows:
         lo, mid, hi = c.windows
         rows.append(("drafted tokens per window", f"{lo} / {mid:g} / {hi} (min / median / max)", "window"))
         rows.append(("rejections", f"{c.rejections} of {c.verify_steps} steps", "rejection"))
     if c.hits is not None:
         turn = f" · lanes in turn: {c.in_turn}" if c.in_turn else ""  # the steps neither hit nor missed
-        if c.in_turn and c.would_hit:  # the exit check, after the run
-            turn += (f" (checked after the run: of the {c.would_hit[1]} that drafted a window, {c.would_hit[0]} "
-                     f"would have hit, lanes overlapped)")
+        if c.in_turn and c.turns:  # the exit check, after the run: its words count every step in turn
+            turn = (f' · <span title="the exit check: read after the run, untimed">checked after the run</span>: '
+                    f'{esc(checked_words(c.turns))}')
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
@@ -356,15 +360,15 @@ def lane_words(rec: RunRecord) -> tuple[str, int, int]:
     return split, at_once, steps
 
 
-def _checked_words(rec: RunRecord) -> str:
+def _checked_words(rec: RunRecord, apart: bool = False) -> str:
     """The exit check's finding for the steps in turn, one sentence (empty without a check)."""
-    c = exit_check(rec)
-    if not c:
+    t = turn_check(rec)
+    if not t:
         return ""
-    n, k = c["in_turn"], c["would_hit"]
+    c = exit_check(rec)
     return (f' <span title="The early exit, read at each step after the run, ranked the target\'s own token '
             f'among the {c["budget"]} branches the draft would have written beside it.">Checked after the run '
-            f'(untimed), <b>{k} of those {n} steps would have hit</b> with the lanes overlapped.</span>')
+            f'(untimed), <b>{esc(checked_words(t, apart))}</b>.</span>')
 
 
 def _lanes_line(rec: RunRecord, twin: str = "") -> str:
@@ -381,7 +385,7 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
                 f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
                 f'them measured slower on this machine, so the other steps ran one lane after the '
-                f'other, as SD does.</b>{_checked_words(rec)}{measured_twin}</p>')
+                f'other, as SD does.</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
             f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span>{measured_twin}</p>')
@@ -397,7 +401,8 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
     ("target forwards", "target_forwards", "d", None),
     ("tokens per target forward", "mean_accepted", ".2f", "tau"),
     ("drafted tokens accepted", "acceptance_rate", ".0%", None),
-    ("hits / (hits + misses)", "hit_rate", ".0%", "hit"),
+    ("hits / (hits + misses) · checked: with the in-turn steps the exit check read after the run (untimed)",
+     "hit_rate", ".0%", "hit"),
     ("misses (branches raced the verdict, none matched)", "fallbacks", "d", "fallback"),
     ("draft time beside the target (all of the run)", "draft_hidden_fraction", ".0%", None),
     ("draft proposal vocabulary (token ids)", "draft_vocab", "vocab", None),
@@ -407,6 +412,9 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
 def _metric(stats: dict, key: str, spec: str) -> str:
     if spec == "vocab":  # None: the draft's full head; absent: no draft (AR)
         return ("full" if stats.get(key) is None else f"{stats[key]:,}") if key in stats else "–"
+    if key == "hit_rate" and stats.get("checked_rate") is not None:
+        own = "–" if stats.get("hit_rate") is None else format(stats["hit_rate"], spec)
+        return f"{own} · {stats['checked_rate']:.0%} checked"
     if key == "fallbacks" and stats.get("hit_rate") is None:
         return "–"  # no prepared branches (AR, SD): every SD window is drafted after its verdict
     return _fmt(stats.get(key), spec)
@@ -495,12 +503,13 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
             f"started from one of its guesses and {ee['hits_from_draft']} from the draft's own")
     check = exit_check(done["mirror"]) if "mirror" in done else None
     if check:
+        rec = done["mirror"]
+        t = turn_check(rec)
         agree = (f"; on the {check['overlapped']} overlapped steps the check agreed with the lanes' own outcome "
                  f"in {check['agree']}" if check.get("overlapped") else "")
-        lines.append(f"exit check, after the run (untimed): of the {check['in_turn']} steps whose lanes ran in "
-                     f"turn, <b>{check['would_hit']}</b> would have hit with the lanes overlapped (the early "
-                     f"exit read at each, the verdict's root within the {check['budget']} branches the draft "
-                     f"would have rolled out){agree}")
+        lines.append(f"exit check, after the run (untimed): {esc(checked_words(t, apart=True))}; "
+                     f"the early exit read at each, the verdict's root within the {check['budget']} branches the "
+                     f"draft would have rolled out{agree}")
     if not lines:
         return ""
     which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
@@ -516,7 +525,8 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
     if not done:
         return ""
     order = list(done)
-    values = {m: {**done[m].finish.stats, **measured(done[m])} for m in order}
+    values = {m: {**done[m].finish.stats, **measured(done[m]),
+                  "checked_rate": (turn_check(done[m]) or {}).get("rate")} for m in order}
     rows = "".join(
         f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
             f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
@@ -527,8 +537,9 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)
     cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
+    facts = " · ".join(x for x in (_settings_line(settings, meta), windows_drafted(done) if settings else "") if x)
     return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs)}{table}'
-            f'<div class="msd-facts">{_with_terms(esc(_settings_line(settings, meta)))}</div></div>')
+            f'<div class="msd-facts">{_with_terms(esc(facts))}</div></div>')
 
 
 def render_checks(records: dict[str, RunRecord], settings: dict, meta: dict) -> str:
@@ -589,7 +600,7 @@ def _settings_line(settings: dict, meta: dict) -> str:
                      + (f", draft {dp}" if dp and dp not in ("same", meta["precision"]) else ""))
     if settings:
         t = float(settings.get("temperature", 0.0))
-        parts.append(f"window setting {settings.get('gamma')} tokens · early-exit guesses {settings.get('kappa')} "
+        parts.append(f"{window_setting(settings)} · early-exit guesses {settings.get('kappa')} "
                      f"per position · exit layer {meta.get('exit_layer', settings.get('exit_layer'))} · "
                      f"branch budget {settings.get('branch_budget')}")
         auto = meta.get("auto")
@@ -604,3 +615,23 @@ def _settings_line(settings: dict, meta: dict) -> str:
     if meta.get("prompt_tokens"):
         parts.append(f"prompt {meta['prompt_tokens']} tokens")
     return " · ".join(parts)
+
+
+def window_setting(settings: dict) -> str:
+    """The window setting as what it bounds: fixed windows draft it every step; adaptive ones
+    start there; priced ones (the default) are priced each step from the measured costs, from
+    none up to the longest window allowed, so the windows drafted can be shorter than it."""
+    gamma, policy, top = settings.get("gamma"), str(settings.get("window") or "fixed"), settings.get("window_max")
+    if policy == "priced":
+        return (f"windows priced each step from the measured costs, none up to {top or gamma} tokens "
+                f"(window setting {gamma} tokens: not their length here)")
+    if policy == "adaptive":
+        return f"window setting {gamma} tokens (adaptive windows start there, {settings.get('window_min', 1)} to {top})"
+    return f"window setting {gamma} tokens (every window)"
+
+
+def windows_drafted(done: dict[str, RunRecord]) -> str:
+    """The windows each speculative run drafted, beside the setting: 'SD 1 / 4 / 8, ...'."""
+    c = cards(done)
+    got = [f"{label(m)} {x.windows[0]} / {x.windows[1]:g} / {x.windows[2]}" for m, x in c.items() if x.windows]
+    return f"windows drafted (min / median / max): {', '.join(got)}" if got else ""

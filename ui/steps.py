@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import statistics
 
 from .runs import RunRecord, StepView, analyse, checked_step, exit_check, variant_of, verdict_outcome
@@ -57,25 +58,74 @@ WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows
     "confidence": "the draft's probability of its last token fell below the threshold",
     "eos": "the draft wrote an end-of-sequence token",
     "room": "no more tokens were left to generate",
-    "price": "the length with the most expected tokens per second at the costs this run measured (0: drafting did not pay, the target decoded one token)",
+    "price": "its price (at this run's measured costs, one more token would not raise the expected tokens per second)",
     "probe": "a short window after decoded steps, to measure whether drafting pays again",
     "match": "the prompt lookup's continuation ended there",
 }
 
 
-def window_note(verify) -> str:
+SOURCES = {"draft": "the draft model", "lookup": "prompt lookup"}
+_DECODED = re.compile(r"^decoded: 1 token in (?P<dec>\d+ ms)$")
+_PASSED = re.compile(r"^drafting (?P<k>\d+) \((?P<src>\w+)\) would cost (?P<ms>\d+ ms) for (?P<tok>[\d.]+) expected "
+                     r"tokens \(decoding: 1 in (?P<dec>\d+ ms)\); decoded instead$")
+_DRAFTED = re.compile(r"^(?P<probe>probing: )?drafting (?P<k>\d+) \((?P<src>\w+)\): (?P<tok>[\d.]+) expected tokens in "
+                      r"(?P<ms>\d+ ms)(?: \(decoding: 1 in (?P<dec>\d+ ms)\))?(?:; up to (?P<cap>\d+) while each next "
+                      r"token pays)?$")
+
+
+def price_figures(price: str) -> tuple[str, list[tuple[str, str]]]:
+    """A priced window's price (the engine's words, engine/pricing.explain, kept in traces) as a
+    short plain sentence and its figures as (plain name, value) rows, every figure kept; an
+    unknown form: the words as they are, no rows."""
+    price = (price or "").strip()
+    if m := _DECODED.match(price):
+        return "No window could be priced: the target decoded one token.", [("one target forward", m["dec"])]
+    if m := _PASSED.match(price):
+        return ("Drafting did not pay: the target decoded one token instead. Priced:",
+                [("best window priced", f"{m['k']} tokens, {SOURCES.get(m['src'], m['src'])}"),
+                 ("its expected tokens", m["tok"]), ("its expected time", m["ms"]),
+                 ("decoding one token instead", m["dec"])])
+    if m := _DRAFTED.match(price):
+        lead = ("A probe: a short window drafted to measure whether drafting pays again. Priced:" if m["probe"] else
+                "Drafting paid. Priced before drafting:")
+        rows = [("best window priced", f"{m['k']} tokens, {SOURCES.get(m['src'], m['src'])}"),
+                ("its expected tokens", m["tok"]), ("its expected time", m["ms"])]
+        if m["dec"]:
+            rows.append(("decoding one token instead", m["dec"]))
+        if m["cap"]:
+            rows.append(("longest it may grow (while each next token pays)", f"{m['cap']} tokens"))
+        return lead, rows
+    return price, []
+
+
+def window_note(verify, figures: bool = True) -> str:
     """'n drafted tokens, stopped at ...' for a step's Verify event ('' without one; the
-    reason is left out for traces recorded before windows had one)."""
+    reason is left out for traces recorded before windows had one); `figures`: the price's
+    figures in words after it (the inspector lists them in a table instead, `price_table`)."""
     if verify is None:
         return ""
     n = len(verify.drafted)
     price = getattr(verify, "price", "") or ""
+    lead, rows = price_figures(price) if price else ("", [])
+    said = f"{lead} " + "; ".join(f"{name}: {value}" for name, value in rows) if rows else lead
     if n == 0 and price:
-        return f"no window, decoded: {price}"
+        return "no window, decoded" + (f": {said}" if figures else "")
     why = WINDOW_STOPS.get(getattr(verify, "stop", "") or "")
     by = " by prompt lookup" if getattr(verify, "source", "") == "lookup" else ""
     note = f"window of {n} drafted token{'' if n == 1 else 's'}{by}" + (f", stopped: {why}" if why else "")
-    return note + (f" ({price})" if price else "")
+    return note + (f" ({said})" if price and figures else "")
+
+
+def price_table(verify) -> str:
+    """A priced window's price in the inspector: its sentence and a two-column table of its
+    figures ('' without a price)."""
+    price = (getattr(verify, "price", "") or "") if verify is not None else ""
+    if not price:
+        return ""
+    lead, rows = price_figures(price)
+    body = "".join(f"<tr><th>{esc(name)}</th><td>{esc(value)}</td></tr>" for name, value in rows)
+    table = f'<table class="msd-price-figures">{body}</table>' if rows else ""
+    return f'<div class="msd-price"><span class="msd-price-lead">{esc(lead)}</span>{table}</div>'
 
 
 OUTCOMES = {  # verify kind -> (label, definition)

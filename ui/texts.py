@@ -69,9 +69,10 @@ GLOSSARY = {
     "speedup": ("This method's speed divided by AR's (the target alone), in decode and end to end: "
                 "the speeds shown (over interleaved runs, the median speeds) divided by AR's. "
                 "Above 1.00×: faster than AR."),
-    "verify step": ("One check by the target: one forward over a drafted window, keeping the "
-                    "tokens it agrees with plus one of its own. Tokens per step = all tokens / "
-                    "verify steps."),
+    "verify step": ("One target forward of a speculative run: over a drafted window, keeping the "
+                    "tokens it agrees with plus one of its own. A step whose window is empty (a priced "
+                    "window that drafted nothing) is a plain target forward for one token; the card "
+                    "counts it here and says how many. Tokens per forward = all tokens / target forwards."),
     "window": ("A window: the drafted tokens the target checks in one verify step. Its length "
                "can change from step to step (the draft stops early when unsure)."),
     "rejection": ("A rejection: the target disagreed with a drafted token, wrote its own there "

@@ -120,16 +120,16 @@ def render_table(result: dict, runs: int = 1) -> str:
         proj = result["projected"][key]
         cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
         run_gamma = result["calibration"].gamma
-        how = (f"this run's steps and settings (window setting {run_gamma})" if profile.acceptance_from_run else
-               f"at the window setting {profile.calibration.gamma} and {profile.calibration.branch_budget} branches "
-               f"of the inputs below (this run: {run_gamma}), "
+        how = ("this run's own steps and windows, replayed" if profile.acceptance_from_run else
+               f"at the window setting picked in the inputs below, {profile.calibration.gamma}, and "
+               f"{profile.calibration.branch_budget} branches (this run's window setting: {run_gamma}), "
                + ("windows priced again with its costs at this run's acceptance per drafted token"
                   if profile.reprice_windows else "steps expected from the run's fitted acceptance")
                + f", not replayed; the verdict's figures are the next table's row ({key})")
         name = profile.name
         if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
             steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"
-            how = f"{how}; Mirror-SD's {steps} as expected overlapped ones at {profile.hit_source.words()}"
+            how = f"{how}; Mirror-SD's {steps} as expected overlapped ones at {short_source(profile.hit_source.words())}"
         if key == "a":  # the model on the measured machine: an estimate, not a second measurement
             name = "this machine, the latency model's estimate (not a measurement)"
             how = (f"{how}, each step priced at this run's median measured costs: a check of the "
@@ -147,7 +147,7 @@ def render_costs(result: dict) -> str:
     cal = result["calibration"]
     rec = {r.method: r for r in result["recorded"]}
     m = rec.get("mirror")
-    fed = [f"window setting {cal.gamma}"]
+    fed = [f"this run's window setting {cal.gamma}"]
     if cal.alpha_mirror is not None or cal.alpha_sd is not None:
         alpha = cal.alpha_mirror if cal.alpha_mirror is not None else cal.alpha_sd
         fed.append(f"per-token acceptance {alpha:.2f}")
@@ -171,7 +171,7 @@ def render_costs(result: dict) -> str:
                          "or the acceptance)")
         if profile.hit_source is not None:
             notes.append(f"Mirror-SD's {'drafted steps' if profile.reweight else 'steps with the lanes in turn'} "
-                         f"priced as expected overlapped ones at {profile.hit_source.words()}")
+                         f"priced as expected overlapped ones at {short_source(profile.hit_source.words())}")
         items.append(f"<li><b>projection ({key}), {esc(profile.name)}</b>: {esc('; '.join(notes))}</li>")
     return f'<details class="msd-whatif-costs"><summary>costs each projection used</summary><ul>{"".join(items)}</ul></details>'
 
@@ -189,7 +189,7 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
     if p is not None and default:  # the verdict's line: the same range over the rounds
         p["over_sd_rounds"] = _rounds(projected)
     top = projection_line(p, "the verdict's line; below: the second table, row (c)" if default else
-                          "at the inputs set below; the verdict's line uses their defaults") if p else ""
+                          "at the inputs set below; the verdict's line uses their defaults", full=True) if p else ""
     return (f'<div class="msd-whatif">{top}{lead}{render_table(result, runs)}{render_choices(result)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
@@ -240,21 +240,22 @@ def render_choices(result: dict) -> str:
     if shared and next(iter(missing.values())):
         notes.append("Not searched, for every profile (the run cannot replay it): "
                      + "; ".join(next(iter(missing.values()))) + ".")
-    said = {key: ch.get("hit_source") for key, ch in choices.items() if ch.get("hit_source")}
+    said = {key: short_source(ch.get("hit_source")) for key, ch in choices.items() if ch.get("hit_source")}
     if said:
-        notes.append("Mirror-SD's hit rate: " + ("in every profile, " + next(iter(said.values()))
-                                                 if len(set(said.values())) == 1 else
-                                                 "; ".join(f"({k}) {w}" for k, w in said.items())) + ".")
+        notes.append("Mirror-SD's " + (next(iter(said.values())) + " in every profile"
+                                       if len(set(said.values())) == 1 else
+                                       "; ".join(f"({k}) {w}" for k, w in said.items()))
+                     + " (its source: the line at the top).")
     c = (result.get("profiles") or {}).get("c")
     if "c" in choices and c is not None and not c.acceptance_from_run and _c_figures_differ(result):
-        notes.append(f"The first table's row (c) runs the pair at its configured window setting {c.calibration.gamma} "
+        notes.append(f"The first table's row (c) runs the pair at the window setting picked in its inputs, {c.calibration.gamma}, "
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
     return ('<table class="msd-whatif-table"><caption>A projection, not a measurement: each '
             'profile with the settings it would pick among those this run can replay</caption>'
-            '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (its settings)</th>'
-            '<th scope="col">Mirror-SD over AR (its settings)</th><th scope="col">Mirror-SD over '
+            '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (the settings it picks there)</th>'
+            '<th scope="col">Mirror-SD over AR (the settings it picks there)</th><th scope="col">Mirror-SD over '
             f'SD</th>{column}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
 
@@ -518,6 +519,9 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
               f"a {DRAFTS[hw.draft].name} draft on an NPU ({hw.draft_bw_gbs:.0f} GB/s), this run's "
               f"acceptance, " + (source or "this run's hits"))
     series = result.get("hit_series") or {}
+    short = short_source(source) if source else "this run's hits"
+    brief = {**series.get("c"), "source_short": short.replace("hit rate ", "the ", 1) + " hit rate"} \
+        if series.get("c") and short.startswith("hit rate ") and "unknown" not in short else series.get("c")
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
             "inputs": inputs, "row": row, "speedups": row["speedups"],
             "rows": {key: choice_row(ch) for key, ch in choices.items()},
@@ -528,7 +532,10 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
             "hit_sources": {k: src.to_dict() for k, src in sources.items()},
             "hit_series": series,
             "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
-            "series_line": wh.series_words(series.get("c"), "On the accelerator pair")}
+            # the source in full once in the What-if fold, in short elsewhere (`projection_line`)
+            "inputs_short": inputs.replace(source, f"{short}, source: What if") if source else inputs,
+            "series_line": wh.series_words(series.get("c"), "On the accelerator pair"),
+            "series_short": wh.series_words(brief, "On the accelerator pair")}
 
 
 def _over_sd(projected: dict) -> dict:
@@ -541,8 +548,18 @@ def _over_sd(projected: dict) -> dict:
     return out
 
 
+def short_source(words: str | None) -> str:
+    """A hit rate's source in short ('hit rate 94%'), for every place but the one that says it
+    in full (the top of the What-if fold, its verdict line)."""
+    if not words:
+        return ""
+    if words.startswith("hit rate unknown") and "the figures take " in words:
+        return "hit rate unknown, the figures take " + words.rsplit("the figures take ", 1)[1]
+    return words.split(",")[0].split(" (")[0]
+
+
 def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)",
-                    series: bool = True) -> str:
+                    series: bool = True, full: bool = False) -> str:
     """The projection in one short line, its inputs named (the hit rate's source and the steps
     behind it among them), the same words in the verdict and at the top of the What-if fold;
     with `series`, under it one line of Mirror-SD over SD against the hit rate (where the hit
@@ -552,11 +569,12 @@ def projection_line(p: dict, where: str = "What if, “its own settings” table
                          if row.get(m + "_settings"))
     line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
-            f'On an accelerator pair ({esc(p["inputs"])}): <b class="msd-proj-figures">SD '
+            f'On an accelerator pair ({esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))}): <b class="msd-proj-figures">SD '
             f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
             f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD{esc(rounds_words(p, "c"))} '
             f'<span class="msd-more">({esc(where)})</span></p>')
-    if series and p.get("series_line"):
+    said = p.get("series_short", p.get("series_line"))  # the source said in full in the line above
+    if series and said:
         line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
-                 f'{esc(p["series_line"])}.</p>')
+                 f'{esc(said)}.</p>')
     return line
