@@ -53,12 +53,16 @@ def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
             and variant_of(m)[0] == "mirror" and variant_of(m)[1].get("early_exit") != "off"]
     runs.sort(key=lambda r: r.method != "mirror")  # Mirror-SD's own first
 
-    def overlapped(r: RunRecord) -> bool:
-        have: dict[int, set[str]] = {}
-        for sp in r.spans:
-            have.setdefault(sp.step, set()).add(sp.label)
-        return any({"prefix", "branches"} <= x for x in have.values())
-    return next((r for r in runs if overlapped(r)), runs[0] if runs else None)
+    return next((r for r in runs if any({"prefix", "branches"} <= x for x in _labels(r).values())),
+                runs[0] if runs else None)
+
+
+def _labels(rec: RunRecord) -> dict[int, set[str]]:
+    """Each step's span labels."""
+    labels: dict[int, set[str]] = {}
+    for sp in rec.spans:
+        labels.setdefault(sp.step, set()).add(sp.label)
+    return labels
 
 
 def zoom_step(rec: RunRecord) -> int | None:
@@ -68,9 +72,7 @@ def zoom_step(rec: RunRecord) -> int | None:
     best; then one with branches, then one split at the exit. A step with nothing to draw but
     its verdict is never picked; None when no step has more."""
     steps = analyse(rec).steps
-    labels: dict[int, set[str]] = {}
-    for sp in rec.spans:
-        labels.setdefault(sp.step, set()).add(sp.label)
+    labels = _labels(rec)
     best, best_key = None, None
     for s in sorted(steps):
         have = labels.get(s, set())
