@@ -393,7 +393,12 @@ def test_strip_and_inspector_show_a_decode_step_and_its_reason(fixed_prices):
     decoded = next(v for v in events if isinstance(v, Verify) and not v.drafted)
     assert ">0d·<" in render_strip(rec, selected=decoded.step)
     page = render_inspector(rec, decoded.step)
-    assert html.escape(decoded.price) in page and "decoded instead" in page
+    from ui.steps import price_figures
+    lead, rows = price_figures(decoded.price)
+    assert rows, decoded.price  # the engine's words parse into figures
+    assert html.escape(lead) in page and "decoded one token instead" in page
+    for name, value in rows:  # every figure of the price is on the page, with its name
+        assert f"<th>{html.escape(name)}</th><td>{html.escape(value)}</td>" in page
     assert not any(isinstance(b, DraftBranch) and b.step == decoded.step for b in events)
 
 
