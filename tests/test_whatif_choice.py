@@ -110,7 +110,7 @@ def test_variant_settings_read_the_method_name():
 
 
 def _profiles(contention: float, rows: int = 5):
-    pooled = replace(lm.default_calibration(), t_target_k=0.2, gamma=rows - 1, gamma_measured=rows - 1)
+    pooled = replace(lm.default_calibration(), t_target_k=0.2, gamma=int(rows) - 1, gamma_measured=rows - 1)
     mirror = replace(pooled, t_target_k=0.2 * contention)
     return wi.machine_profiles(pooled, {m: 0.0 for m in wi.METHODS}, mirror, (0.05, 0.01))
 
@@ -127,6 +127,9 @@ def test_contention_is_named_as_core_split_times_interference(monkeypatch):
     busy = costs.split_costs(_profiles(1.2), "int8")  # less than the split alone: not readable
     assert busy["interference"] is None and "did not show the whole split" in busy["note"]
     assert costs.many_cores_profile(_profiles(1.2), busy) is None
+    mean = costs.split_costs(_profiles(2.0, rows=1 + 10 / 3), "int8")  # a mean window: one decimal
+    assert "4.3 rows" in mean["note"] and "4.333" not in mean["note"]
+    assert "(one thread instead of two, 5 rows)" in c["note"]
 
 
 def test_profile_d_sits_between_this_machine_and_a_device_of_its_own(monkeypatch):

@@ -57,6 +57,7 @@ def split_costs(profiles: dict, precision: str | None) -> dict:
     rows = (mirror.gamma_measured or mirror.gamma) + 1
     c = max(1.0, mirror.t_target_k / pooled.t_target_k)
     s = core_split(precision, rows)
+    shown = f"{rows:.0f}" if float(rows).is_integer() else f"{rows:.1f}"  # a mean window: one decimal
     out.update(contention=c, rows=rows, core_split=s)
     if s is None:
         out["note"] = (f"no one- against two-thread measurement at precision {precision}: "
@@ -64,13 +65,13 @@ def split_costs(profiles: dict, precision: str | None) -> dict:
         return out
     if c < s:  # the run's two-thread forwards did not have two free cores
         out["note"] = (f"Mirror-SD's verify beside the draft {c:.2f}x SD's alone, less than the core "
-                       f"split alone ({s:.2f}x at {rows} rows, measured on an idle machine): this run's "
+                       f"split alone ({s:.2f}x at {shown} rows, measured on an idle machine): this run's "
                        f"forwards did not show the whole split (a busy machine, or verifies of other "
-                       f"lengths than {rows} rows), so the interference cannot be read from it")
+                       f"lengths than {shown} rows), so the interference cannot be read from it")
         return out
     out["interference"] = c / s
     out["note"] = (f"Mirror-SD's verify beside the draft {c:.2f}x SD's alone: the core split "
-                   f"{s:.2f}x (one thread instead of two, {rows} rows) times {c / s:.2f}x "
+                   f"{s:.2f}x (one thread instead of two, {shown} rows) times {c / s:.2f}x "
                    f"interference (the shared memory bus)")
     return out
 
