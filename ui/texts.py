@@ -24,14 +24,15 @@ LEGEND = {
     "bonus": ("bonus token",
               "The target accepted the whole window and added one more token of its own for "
               "free, from the same forward pass."),
-    "plain": ("target only (AR)",
-              "Written by the target alone, one forward pass per token (the AR baseline)."),
+    "plain": ("target alone",
+              "Written by the target alone, one forward pass for one token: every AR token, and "
+              "the token of an SD or Mirror-SD step that drafted nothing."),
 }
 # the legend's groups: (title, ((kind, its short name in the group), ...))
 LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a hit (ready early)"),
                                     ("fallback", "after a miss (redrafted)"))),
                  ("the target's own token", (("correction", "after a rejection"), ("bonus", "bonus token"),
-                                             ("plain", "alone (AR)"))))
+                                             ("plain", "alone (AR, or no draft)"))))
 # marks that are not a kind: css class -> (label, tooltip)
 LEGEND_MARKS = {
     "msd-tok k-accepted ws": ("whitespace",
