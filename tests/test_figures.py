@@ -631,3 +631,30 @@ def test_the_settings_line_says_what_the_window_setting_bounds_beside_the_window
     assert f"windows drafted (min / median / max): {drafted}" in text
     fixed = re.sub(r"<[^>]+>", "", render_statistics(records, dict(settings, window="fixed"), {}))
     assert "window setting 4 tokens (every window)" in fixed
+
+
+def test_a_method_whose_range_overlaps_ar_s_is_named_in_the_same_sentence_without_nesting():
+    records = tiny_records()
+    records["mirror-overlap"] = records["mirror"]
+    rounds = [cards(records) for _ in range(3)]
+    speeds = {"ar": (10.0, 10.2, 9.8), "sd": (12.0, 12.5, 11.8), "mirror": (11.9, 12.4, 11.7),
+              "mirror-overlap": (10.1, 9.5, 10.6)}
+    for i, r in enumerate(rounds):
+        for m, x in speeds.items():
+            r[m].e2e_tps, r[m].e2e_speedup, r[m].complete = x[i], x[i] / speeds["ar"][i], True
+    text = verdict(rounds[0], records, {}, repeat_summary(rounds))
+    head = text.split(".")[0] + "."
+    assert ("these 3 runs cannot tell SD and Mirror-SD apart, nor Mirror-SD (lanes at once) and AR "
+            "(their ranges overlap)") in text, head
+    assert "((" not in text and "))" not in text
+    # SD ahead of everything: the method level with AR follows after a semicolon
+    for i, r in enumerate(rounds):
+        r["mirror"].e2e_tps = 9.0 + i * 0.1
+    text = verdict(rounds[0], records, {}, repeat_summary(rounds))
+    assert "; these 3 runs cannot tell Mirror-SD (lanes at once) and AR apart (their ranges overlap)." in text, text
+    # within 3% of AR but the ranges do not overlap: the runs do tell them apart
+    for i, r in enumerate(rounds):
+        r["mirror-overlap"].e2e_tps = 10.25 + i * 0.05
+        r["ar"].e2e_tps = 10.0 + i * 0.05
+    text = verdict(rounds[0], records, {}, repeat_summary(rounds))
+    assert "(lanes at once) and AR" not in text, text

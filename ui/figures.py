@@ -287,13 +287,14 @@ def _names(methods: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _apart(names: list[str], runs: int, every: bool = False) -> str:
+def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | None = None) -> str:
     """The plain clause for methods a run cannot separate ("them" when they are all the
-    methods shown)."""
+    methods shown; `nor`, a second group the runs cannot separate either)."""
     who = "them" if every else _names(names)
+    also = f", nor {_names(nor)}" if nor else ""
     if runs > 1:
-        return f"these {runs} runs cannot tell {who} apart (their ranges overlap)"
-    return (f"one run cannot tell {who} apart (within {LEVEL:.0%}, about one run's noise here; "
+        return f"these {runs} runs cannot tell {who} apart{also} (their ranges overlap)"
+    return (f"one run cannot tell {who} apart{also} (within {LEVEL:.0%}, about one run's noise here; "
             f"choose “3, interleaved” runs)")
 
 
@@ -312,10 +313,10 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     sp, runs = speeds(c, spreads), runs_of(spreads)
     level = level_with(c, best, spreads)
     ratios = _ratio_list(c, sp)
-    near = _near_ar(c, best, level, sp)
-    also = f" ({_apart(near + [ar], runs)})" if near else ""
+    near = _near_ar(c, best, level, sp, spreads)
+    also = f"; {_apart(near + [ar], runs)}" if near else ""
     if level:
-        head = f"{ratios} end to end: {_apart(level, runs, set(level) == set(c))}{also}."
+        head = f"{ratios} end to end: {_apart(level, runs, set(level) == set(c), near and near + [ar])}."
     elif best == ar:
         head = f"Plain decoding (AR) won end to end: {ratios}."
     else:
@@ -347,13 +348,20 @@ def runs_of(spreads: dict | None) -> int:
     return max((x.n for s in (spreads or {}).values() for x in s.values()), default=1)
 
 
-def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict) -> list[str]:
-    """Methods other than the winner's group that end within LEVEL of AR ([] for none)."""
+def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict,
+             spreads: dict | None = None) -> list[str]:
+    """Methods other than the winner's group that the runs cannot tell from AR ([] for none):
+    over several interleaved runs, those whose end-to-end range overlaps AR's; from one run,
+    those within LEVEL of AR."""
     ar = baseline()
     if best == ar or ar in level:
         return []
-    return [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete
-            and sp[m][1] is not None and abs(sp[m][1] - 1) <= LEVEL]
+    ranges = {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
+    rest = [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete]
+    if ar in ranges:
+        base = ranges[ar]
+        return [m for m in rest if m in ranges and ranges[m].low <= base.high and ranges[m].high >= base.low]
+    return [m for m in rest if sp[m][1] is not None and abs(sp[m][1] - 1) <= LEVEL]
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):
