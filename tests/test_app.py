@@ -246,7 +246,8 @@ def test_app_imports_without_launching():
 def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    status, ar, sd, mirror, noexit, overlap, verdict, cards, zoom, how, statistics, timeline, step, inspector, live, trace = final
+    (status, ar, sd, mirror, noexit, overlap, verdict, cards, zoom, how, statistics, timeline, which, step,
+     inspector, live, trace) = final
     assert "Done" in status and overlap["visible"] is True
     overlap = overlap["value"]
     for pane in (ar, mirror, sd, overlap):
@@ -257,6 +258,8 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     assert any(f"k-{k}" in overlap for k in ("hit", "fallback"))
     assert (" won" in verdict or "cannot tell" in verdict) and "CPU cores" in verdict
     assert noexit.get("visible") is False  # the variant without the early exit runs only when ticked
+    # the inspector offers the runs that drafted, not the variant that did not run
+    assert [v for _, v in which["choices"]] == ["sd", "mirror", "mirror-overlap"] and which["value"] == "mirror"
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
     for name in (">AR<", ">SD<", ">Mirror-SD<", ">Mirror-SD (lanes at once)<"):  # the four panes' titles
         assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
+from mirror_sd.engine.registry import baseline
 from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
@@ -37,10 +38,10 @@ EXIT_LAYER_LABEL = "Early-exit layer (0 = chosen automatically)"
 EXIT_LAYER_INFO = ("The target layer after which Mirror-SD peeks at its likely next tokens. "
                    "Earlier: more overlap, weaker guesses. Later: better guesses, less time to "
                    "hide the draft.")
-RESULT_OUTPUTS = ("verdict", "cards", "zoom", "how", "statistics", "timeline", "step",
+RESULT_OUTPUTS = ("verdict", "cards", "zoom", "how", "statistics", "timeline", "which", "step",
                   "inspector", "live", "trace", "state")
 SKIPPED_NOTE = "Not ticked under “Methods”."
-DEFAULT_TOKENS = 64  # room for the default example's whole answer (58 tokens with its end); the default run stays within about 35 s here
+DEFAULT_TOKENS = 64  # room for the default example's whole answer (58 tokens with its end), about 6 s a run here
 # the run's inputs that are settings of engine/settings.py (same names, converted to its types)
 SETTING_INPUTS = ("max_new_tokens", "temperature", "top_p", "seed", "gamma", "kappa", "exit_layer",
                   "branch_budget", "streams", "draft_vocab", "proposer")
@@ -151,10 +152,15 @@ def panes(records: dict, methods, pane_state: str | None = None, pending: str = 
     return out
 
 
+def _drafting_runs(records: dict) -> list[str]:
+    """The runs with steps to inspect (every method but the baseline), in registry order."""
+    return [m for m in records if m != baseline() and records[m] is not None
+            and any(True for _ in analyse(records[m]).steps)]
+
+
 def _inspect_target(records: dict) -> str | None:
     """The run the inspector opens on: the last drafting method that ran (Mirror-SD)."""
-    drafting = [m for m in records if records[m] is not None and any(
-        True for _ in analyse(records[m]).steps)]
+    drafting = _drafting_runs(records)
     own = [m for m in drafting if m not in VARIANTS] or drafting  # a variant only when alone
     return own[-1] if own else None
 
@@ -180,6 +186,8 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         how=render_how(records, meta),
         statistics=render_statistics(records, settings, meta, len(rounds or []) or 1, spreads),
         timeline=build_timeline(records),
+        # the inspector offers the runs this result holds, not every registered method
+        which=gr.update(choices=[(label(m), m) for m in _drafting_runs(records)], value=which) if which else None,
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),
         trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from mirror_sd.engine.registry import baseline
 from mirror_sd.engine.settings import PROPOSER_CHOICES
 
 from . import whatif, zerogpu
@@ -239,7 +240,7 @@ def _folds(c: dict) -> None:
     with gr.Accordion("Step inspector: what happened inside one step", open=False,
                       elem_id="inspector-fold"):
         with gr.Row():
-            drafting = [(label(m), m) for m in method_names() if m != "ar"]
+            drafting = [(label(m), m) for m in method_names() if m != baseline()]
             own = [m for _, m in drafting if m not in VARIANTS] or [m for _, m in drafting]
             # the run the inspector opens on after a run (frames._inspect_target): Mirror-SD, not a variant
             c["which"] = gr.Radio(drafting, value=own[-1] if own else None, label="run", scale=1)
