@@ -306,7 +306,11 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
     from ui.whatif import render_table
     other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
-    assert "this run&#x27;s window setting: 4" in other and "the verdict&#x27;s figures are the next table" in other
+    assert "this run&#x27;s window setting: 4" in other and "not the verdict&#x27;s figures (those are the table above" in other
+    # the verdict's table (each profile at its own settings) comes first; the replay table's other (c) row is greyed
+    panel = render_panel(result)
+    assert panel.index("the settings it picks there") < panel.index("projection profile")
+    assert 'class="w-projection w-other"' in render_table(result)
 
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():

@@ -125,7 +125,7 @@ def render_table(result: dict, runs: int = 1) -> str:
                f"{profile.calibration.branch_budget} branches (this run's window setting: {run_gamma}), "
                + ("windows priced again with its costs at this run's acceptance per drafted token"
                   if profile.reprice_windows else "steps expected from the run's fitted acceptance")
-               + f", not replayed; the verdict's figures are the next table's row ({key})")
+               + f", not replayed: not the verdict's figures (those are the table above, row ({key}))")
         name = profile.name
         if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
             steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"
@@ -134,7 +134,8 @@ def render_table(result: dict, runs: int = 1) -> str:
             name = "this machine, the latency model's estimate (not a measurement)"
             how = (f"{how}, each step priced at this run's median measured costs: a check of the "
                    f"model, whose gap from the measured row is its error{_model_gap(proj, methods)}")
-        rows.append(f'<tr class="w-projection"><th scope="row" title="{esc("; ".join(profile.notes))}">'
+        other = "" if profile.acceptance_from_run else " w-other"  # not the verdict's settings
+        rows.append(f'<tr class="w-projection{other}"><th scope="row" title="{esc("; ".join(profile.notes))}">'
                     f'projection ({key}): {esc(name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
     return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
             f'method: the measured run, then the projection of the same recorded steps on each '
@@ -188,9 +189,9 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
     default = hw is None or hw == Accelerators()
     if p is not None and default:  # the verdict's line: the same range over the rounds
         p["over_sd_rounds"] = _rounds(projected)
-    top = projection_line(p, "the verdict's line; below: the second table, row (c)" if default else
+    top = projection_line(p, "the verdict's line; below: the first table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults", full=True) if p else ""
-    return (f'<div class="msd-whatif">{top}{lead}{render_table(result, runs)}{render_choices(result)}'
+    return (f'<div class="msd-whatif">{top}{render_choices(result)}{lead}{render_table(result, runs)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
@@ -248,7 +249,7 @@ def render_choices(result: dict) -> str:
                      + " (its source: the line at the top).")
     c = (result.get("profiles") or {}).get("c")
     if "c" in choices and c is not None and not c.acceptance_from_run and _c_figures_differ(result):
-        notes.append(f"The first table's row (c) runs the pair at the window setting picked in its inputs, {c.calibration.gamma}, "
+        notes.append(f"The next table's row (c) runs the pair at the window setting picked in its inputs, {c.calibration.gamma}, "
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
@@ -463,7 +464,7 @@ def build_panel() -> Panel:
 def best_projection(state: dict) -> dict | None:
     """For the verdict, the one projection the What-if fold shows with the same figures: profile
     (c), the accelerator pair at the fold's default inputs, each method at the settings it would
-    pick there among those this run can replay (the fold's second table, row (c)); its inputs
+    pick there among those this run can replay (the fold's first table, row (c)); its inputs
     named; with every profile's row of that table ("rows": (b) is the draft on a device of its
     own). None without a finished run or where the projection fails (the fold says why)."""
     hw = Accelerators()
@@ -539,7 +540,7 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
 
 
 def _over_sd(projected: dict) -> dict:
-    """Mirror-SD over SD per profile in the first table (this run's own settings)."""
+    """Mirror-SD over SD per profile in the replay table (this run's own settings)."""
     out = {}
     for key, proj in projected.items():
         sd, mirror = (proj.get(m) or {} for m in ("sd", "mirror"))
