@@ -14,7 +14,7 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, exit_boug
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, winner)
 from .render import narrow_fold, term
-from .whatif import projection_line, rounds_words
+from .whatif import projection_line, rounds_span_one, rounds_words
 from .runs import RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
@@ -51,7 +51,9 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     where = "(What if, “its own settings” table, row (b): a projection)"
     # the accelerator pair, row (c), is the projection line's, right below
     cheap = "" if acc is None or b is not None or b_mirror is not None else f"; on the accelerator pair {acc:.2f}× SD"
-    if b is not None:
+    if b is not None and rounds_span_one(p, "b"):
+        own = f"with a device of its own for the draft Mirror-SD projects {b:.2f}× SD" + rounds_words(p, "b")
+    elif b is not None:
         own = (f"a device of its own for the draft would let Mirror-SD pass SD with this pair: {b:.2f}× SD"
                if b >= 1 else f"a device of its own for the draft is not enough with this pair: Mirror-SD "
                               f"projects {b:.2f}× SD there") + rounds_words(p, "b")

@@ -502,7 +502,16 @@ def rounds_words(p: dict, key: str) -> str:
     values = ((p or {}).get("over_sd_rounds") or {}).get(key) or []
     if len(values) < 2:
         return ""
-    return f" (over the {len(values)} runs: {min(values):.2f}–{max(values):.2f}×)"
+    either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
+              if rounds_span_one(p, key) else "")
+    return f" (over the {len(values)} runs: {min(values):.2f}–{max(values):.2f}×{either})"
+
+
+def rounds_span_one(p: dict, key: str) -> bool:
+    """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round and
+    above it in another (the rounds cannot tell which of the two would be faster there)."""
+    values = ((p or {}).get("over_sd_rounds") or {}).get(key) or []
+    return len(values) > 1 and min(values) < 1 < max(values)
 
 
 def projection_of(result: dict, hw: Accelerators) -> dict | None:
