@@ -124,6 +124,16 @@ def test_the_race_holds_every_run_and_plays_only_when_all_finished():
     for m, rec in records.items():
         assert race["runs"][m]["items"] == LiveFeed(m).pull(rec)
         assert abs(race["runs"][m]["wall"] - rec.duration_ns / 1e6) < 0.1
+    # Mirror-SD's pane says in how many of its verify steps the lanes ran at once, counted from its spans
+    from mirror_sd.engine.events import Verify
+    from ui.why import steps_at_once
+    mirror = records["mirror"]
+    steps = {e.step for e in mirror.events if isinstance(e, Verify)}
+    assert race["runs"]["mirror"]["lanes"] == f"lanes at once in {len(steps_at_once(mirror) & steps)} of {len(steps)} steps"
+    assert "lanes" not in race["runs"]["sd"] and "lanes" not in race["runs"]["ar"] and race["lanesTip"]
+    from ui.render import render_pane  # the settled pane says the same
+    assert race["runs"]["mirror"]["lanes"] in render_pane("mirror", mirror, "done")
+    assert "s-lanes" not in render_pane("sd", records["sd"], "done")
     partial = json.loads(race_message({"ar": records["ar"]}, ("ar", "sd")))
     assert partial["autoplay"] is False  # SD never ran: nothing to race
     assert "<" not in race_message({"x": _record_with_text("<script>")}, ("x",))

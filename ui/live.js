@@ -289,6 +289,9 @@ function startRace() {
   for (const [m, part] of Object.entries(msg.runs)) {
     const run = B.runs[m]; if (!run) continue;
     run.items = part.items; setState(run, 'race'); end = Math.max(end, part.wall);
+    if (part.lanes) {  // Mirror-SD's overlap gate: in how many steps its lanes ran at once
+      const b = mk('span', 'msd-badge s-lanes', part.lanes); b.title = msg.lanesTip || '';
+      run.stat.before(b); }
   }
   axis(end);
   B.race = {start: performance.now(), end: end};

@@ -26,6 +26,7 @@ from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Fini
                                      StepStart, Verify)
 
 from .runs import VARIANTS, RunRecord, colour, drafted_in_turn, label, measured, method_names, tag
+from .why import LANES_TIP, lanes_badge
 
 # the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
 # this one has no ${value} in it, so the JSON messages never touch what the script drew
@@ -247,6 +248,9 @@ def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = T
             feed = LiveFeed(m)
             feed.pull(rec)
             runs[m] = {"items": feed.items, "wall": round(rec.duration_ns / 1e6, 1)}
+            lanes = lanes_badge(m, rec)
+            if lanes:
+                runs[m]["lanes"] = lanes
     complete = all(records.get(m) is not None and records[m].complete for m in methods)
-    return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods),
+    return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods), "lanesTip": LANES_TIP,
                   "note": race_note(records), "autoplay": bool(autoplay and complete and runs)})

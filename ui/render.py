@@ -17,6 +17,7 @@ from mirror_sd.engine.events import Verify
 from .runs import RunRecord, analyse, colour, label, live_stats, tag
 from .runs import title as method_title
 from .texts import GLOSSARY, LEGEND, LEGEND_GROUPS, LEGEND_MARKS
+from .why import LANES_TIP, lanes_badge
 
 esc = html.escape
 KEEP = {"\n", "\t", "\r"}
@@ -159,6 +160,9 @@ def render_pane(method: str, rec: RunRecord | None, state: str, now_ns: int | No
             f'<span class="msd-badge s-{esc(state)}">{esc(PANE_STATES.get(state, state))}</span>']
     if tag(method):  # a variant: what it changes, e.g. the early exit off
         head.append(f'<span class="msd-badge s-variant" title="{esc(method_title(method))}">{esc(tag(method))}</span>')
+    lanes = lanes_badge(method, rec) if rec is not None and rec.finish is not None else ""
+    if lanes:  # Mirror-SD's overlap gate: in how many verify steps its lanes ran at once
+        head.append(f'<span class="msd-badge s-lanes" title="{esc(LANES_TIP)}">{esc(lanes)}</span>')
     if stats is not None:
         head.append(f'<span class="msd-stat"><b>{stats["tokens"]}</b> tokens in '
                     f'<b>{stats["elapsed_s"]:.1f}</b> s</span>')

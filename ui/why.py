@@ -22,7 +22,7 @@ from statistics import median
 
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Verify
 
-from .runs import RunRecord, measured
+from .runs import VARIANTS, RunRecord, measured
 
 TARGET_FORWARD = {"decode"}
 VERIFY = {"verify_forward", "prefix", "exit_head", "suffix", "accept"}
@@ -229,3 +229,18 @@ def cross_sentence(meta: dict) -> str:
                      f"({cross.get('ar_tokens', '?')} tokens) are among them, the rest only the "
                      f"target can write (a correction or a bonus token)")
     return sentence + "."
+
+
+LANES_TIP = ("Verify steps in which the draft wrote its branches while the target finished the "
+             "verify (the lanes at once); the other steps ran one lane after the other, as SD does: "
+             "the overlap gate chose, from the step times it measured.")
+
+
+def lanes_badge(method: str, rec: RunRecord) -> str:
+    """'lanes at once in 1 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
+    ('' for the other methods and for the variant with the lanes at once in every step)."""
+    variant = VARIANTS.get(method)
+    if (variant.base if variant else method) != "mirror" or ("lane_overlap", "always") in (variant.changes if variant else ()):
+        return ""
+    at_once, steps = lanes_at_once(rec)
+    return f"lanes at once in {at_once} of {steps} steps" if steps else ""
