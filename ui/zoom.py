@@ -222,11 +222,15 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
             f"forwards in all. The verdict {kept}. ")
     if outcome == "hit" and wait_ms > 0.5:
         redraft = _redraft_ms(rec)
-        instead = ("instead of a whole new window" if redraft is None or redraft > wait_ms else
-                   f"longer than a window drafted after the verdict took in this run ({redraft:.0f} ms, median)")
+        if redraft is not None and redraft <= wait_ms:  # the hit came later than a fresh window would have
+            return text + (f"Hit, but it cost time here: one branch started exactly there and became the "
+                           f"next window, yet the draft finished it {wait_ms:.0f} ms after the verdict, "
+                           f"while a window drafted fresh after the verdict took {redraft:.0f} ms in this "
+                           f"run (median). Both models sharing the cores slowed the branches more than "
+                           f"the head start gained.")
         return text + (f"Hit: one branch started exactly there and became the next window; the "
                        f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
-                       f"that long, {instead}.")
+                       f"that long instead of for a whole new window.")
     if outcome == "hit":
         return text + ("Hit: one branch started exactly there and was ready before the verdict, "
                        "so it became the next window with no wait.")
