@@ -26,7 +26,8 @@ def test_steps_are_numbered_from_one_and_the_first_window_is_no_miss():
     html = render_inspector(rec, order[0])
     assert f"<b>Step 1</b> of {len(order)}" in html
     head = re.search(r'<div class="msd-step-head">(.*?)</div>', html).group(1)
-    assert "a miss" not in head and "fallback" not in head and "first window" in head
+    window = head.split("next window</b>")[0]  # its own window, not what its verdict found for the next
+    assert "a miss" not in window and "fallback" not in window and "first window" in window
     last = render_inspector(rec, order[-1])
     assert f"<b>Step {len(order)}</b> of {len(order)}" in last
 
@@ -150,3 +151,25 @@ def test_an_end_of_sequence_token_reads_end_on_the_page_not_the_tokenizers_marku
     texts.on_event(Commit(1, [9], ["plain"], ""))
     assert rec.token_texts == [" w1", " w2", TokenTexts.END] and TokenTexts.END == "[end]"
     assert rec.id_texts[9] == "[end]" and rec.id_texts[2] == " w2"
+
+
+def test_the_step_head_names_the_next_window_as_the_strip_cell_colours_it():
+    """A step's own window comes from the step before; its cell in the strip is coloured by what
+    its verdict found for the next window: the head says both, apart, and the second agrees
+    with the cell."""
+    from ui.steps import render_strip
+    rec = tiny_records()["mirror"]
+    steps = sorted(analyse(rec).steps)
+    cells = dict((int(s), cls) for cls, s in re.findall(r'class="msd-step ([^"]*)"[^>]*data-step="(\d+)"',
+                                                        render_strip(rec, selected=steps[0])))
+    seen = set()
+    for s in steps:
+        head = re.search(r'<div class="msd-step-head">(.*?)</div>', render_inspector(rec, s), re.S).group(1)
+        said = re.search(r"next window</b> \(the cell's colour\): a (hit|miss)", head)
+        kind = re.search(r"k-(\w+)", cells[s]).group(1)
+        if kind in ("hit", "miss"):
+            assert said and said.group(1) == kind, (s, kind, head)
+            seen.add(kind)
+        else:
+            assert not said, (s, kind)
+    assert seen, "the tiny run has a hit or a miss"

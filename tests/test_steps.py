@@ -373,7 +373,8 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
             "(1 more in turn drafted nothing: nothing to check")
     rows = {k: v for k, v, _ in _card_rows(card(rec), {})}
     # the card's count of the steps in turn is the check's: 1 read + 1 that drafted nothing
-    assert re.sub(r"<[^>]+>", "", rows["hits / misses"]).startswith("0 / 0 · checked after the run: " + same)
+    assert re.sub(r"<[^>]+>", "", rows["hits / misses"]).startswith("0 / 0 with the lanes at once · checked after the run: " + same)
+    assert re.sub(r"<[^>]+>", "", rows["hits / misses"]).endswith(" · hit rate 1 of 1, 100%")
     line = _lanes_line(rec)
     assert same in line and "at once in only 0 of its 4 verify steps" in line and "of those" not in line
     assert "2 more had no next window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window

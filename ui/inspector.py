@@ -30,6 +30,11 @@ ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothi
            "turn": "drafted after the previous verdict, the lanes in turn (neither a hit nor a miss)",
            "in turn": "drafted after the previous verdict: that step ran its lanes one after the other",
            "plain": "no draft (a plain target step)"}
+# what this step's verdict found for the next window (the strip cell's colour): its window above
+# says how this step's own window came about, which is the previous step's outcome
+NEXT = {"hit": "a hit, a branch drafted beside this verify became the next window",
+        "miss": "a miss, no branch matched the verdict, so the draft wrote the next one after it",
+        "turn": "drafted after the verdict, the lanes in turn (neither a hit nor a miss)"}
 STATUS = {"taken": ("taken", "Reused as the next window: a hit."),
           "cancelled": ("cancelled", "Dropped: the verdict landed elsewhere (or the early exit "
                                      "ranked this root below the branch budget)."),
@@ -303,10 +308,12 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
         verdict = (f" · the target kept <b>{v.accepted}</b> of {len(v.drafted)} drafted tokens, then "
                    f"{own} {_chip(rec, v.token, _target_cls(v.kind))}")
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
+    after = NEXT.get(verdict_outcome(sv) or "")
+    after = f" · <b>next window</b> (the cell's colour): {esc(after)}" if after else ""
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
             f'{esc(ORIGINS.get(origin, kind))}{_window(v)}{verdict} · committed '
-            f'<code>{esc(committed)}</code>{price_table(v)}</div>')
+            f'<code>{esc(committed)}</code>{after}{price_table(v)}</div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
     return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'
             f'<p class="msd-narration">{replay}{esc(narrate(rec, step))}</p>{head}'

@@ -257,7 +257,8 @@ def _folds(c: dict) -> None:
 
 def _about(c: dict) -> None:
     """How it works (the run's own figures after a run) and the glossary."""
-    with gr.Accordion("How it works", open=False, elem_id="how-fold"):
+    # open before the first run, where the page has room for it; Run folds it (_wire_run)
+    with gr.Accordion("How it works", open=True, elem_id="how-fold") as c["how_fold"]:
         c["how"] = gr.HTML(render_how({}, {}), elem_id="how-it-works")
         with gr.Accordion("In the paper's notation", open=False):
             gr.Markdown(HOW_IN_NOTATION)
@@ -314,6 +315,7 @@ def _wire_run(c: dict, handlers: Handlers, box: PairBox) -> None:
         lambda: gr.update(interactive=False), None, c["stop_btn"], api_visibility="private", **free).then(
         box.after_run, [c["state"]] + pair_inputs, [c["pair_check"], c["check_poll"]],
         api_visibility="private", **free).then(**layer_range)  # the loaded pair's real layer count
+    c["run_btn"].click(lambda: gr.Accordion(open=False), None, c["how_fold"], api_visibility="private", **free)
     c["stop_btn"].click(handlers.stop, None, c["status"], api_name="stop", **free)
     c["trace_upload"].upload(lambda path: (gr.update(visible=True), *handlers.load_trace(path)),
                              c["trace_upload"], [c["results"], *_outputs(c), c["prompt"]],
