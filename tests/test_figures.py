@@ -676,3 +676,12 @@ def test_a_method_whose_range_overlaps_ar_s_is_named_in_the_same_sentence_withou
         r["ar"].e2e_tps = 10.0 + i * 0.05
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
     assert "(lanes at once) and AR" not in text, text
+
+
+def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why():
+    from ui.results import hardware_line
+    records = tiny_records()
+    line = hardware_line(records, {}, {"over_sd": {"b": 1.4, "c": 1.02}})
+    assert "a device of its own for the draft would let Mirror-SD pass SD with this pair: 1.40× SD" in line
+    assert "gains most where the draft is dear" in line and "(1.02× SD there, the line below)" in line
+    assert "dear" not in hardware_line(records, {}, {"over_sd": {"b": 1.04, "c": 1.02}})

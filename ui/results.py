@@ -62,7 +62,12 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     else:
         return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
-    return f"{lead} By the projections, {own}{cheap} {where}."
+    why = ""
+    if b is not None and acc is not None and b > acc + 0.05:  # (b) above (c): say why, or it reads as a contradiction
+        why = (f" Mirror-SD gains over SD by hiding the drafting that SD's target waits for, so it gains "
+               f"most where the draft is dear, as here; on the accelerator pair the draft is cheap beside "
+               f"its target, which leaves it less to hide ({acc:.2f}× SD there, the line below).")
+    return f"{lead} By the projections, {own}{cheap} {where}.{why}"
 
 
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
