@@ -498,13 +498,22 @@ def check_board_axis(page) -> None:
     assert got["bars"] and all(abs(off) <= 2 for off in got["bars"]), got
 
 
-def watch_live(page, methods=tuple(LABELS), timeout_s: float = 120) -> dict:
+# a pane of a later round that still shows, faded, its run of the round before: (method, tokens, note)
+CARRIED_JS = """() => [...document.querySelectorAll('#board .msd-bpane.is-stale')].map(p => [
+  p.className.match(/\\bm-([\\w-]+)/)[1], p.querySelectorAll('pre .msd-tok').length,
+  p.querySelector('.msd-note').textContent])"""
+
+
+def watch_live(page, methods=tuple(LABELS), timeout_s: float = 120, carried: list | None = None) -> dict:
     """Polls the board while the runs go: for each run, the most tokens its pane showed while
-    the pane still said running (its run not ended)."""
+    the pane still said running (its run not ended); `carried` collects the panes of a later
+    round that still show the round before's run."""
     import time
     seen, ended = {m: 0 for m in methods}, {}
     deadline = time.time() + timeout_s
     while time.time() < deadline:
+        if carried is not None:
+            carried.extend(page.evaluate(CARRIED_JS))
         for m, (state, n, stat) in page.evaluate(LIVE_TOKENS_JS).items():
             if state == "running" and m in seen:
                 seen[m] = max(seen[m], n)
@@ -525,8 +534,11 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
         page.wait_for_selector("#run-btn", timeout=60_000)
         assert not page.locator("#verdict").is_visible()  # nothing empty before a run
         page.click("#run-btn")
-        live, ended = watch_live(page)
+        carried = []
+        live, ended = watch_live(page, carried=carried)
         assert all(n >= 1 for n in live.values()), live  # each pane grew while its run ran
+        # in rounds 2 and 3 a pane keeps the round before's run, faded, until its own run starts
+        assert carried and all(n >= 1 and note.startswith("Round ") for _, n, note in carried), carried[:5]
         # the race plays by itself after the last run, then the full panes show
         page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)
         assert "Race replay" in page.inner_text("#board .msd-board-say")

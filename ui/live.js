@@ -226,10 +226,28 @@ function advance(run, clock) {
   if (!run.ended && run.drawn) run.clock.textContent = 'run ' + secs(Math.max(0, clock));  // its own run's clock
 }
 
+// a later round keeps each pane's previous run on screen, faded, until its own run starts
+function carryOver(round) {
+  for (const m of B.order) {
+    const run = B.runs[m]; if (!run.on || !run.items.length) continue;
+    run.stale = true; run.pane.classList.add('is-stale'); setState(run, 'waiting');
+    run.note.textContent = 'Round ' + (round - 1) + '\'s run, until this round\'s starts.';
+  }
+}
+function resetRun(run) {
+  Object.assign(run, {items: [], drawn: 0, tokens: 0, lastT: 0, lastWall: 0, ended: false, endT: null,
+                      step: null, line: null, pend: null, stale: false});
+  for (const el of [run.pre, run.stepBox, run.note, run.stat, run.clock]) el.textContent = '';
+  run.clock.classList.remove('is-done'); run.pane.classList.remove('is-stale');
+  for (const track of Object.values(run.lanes || {})) track.textContent = '';
+}
+window.msdBoardRounds = {carryOver, resetRun};
+
 function feed(msg) {
   const now = performance.now();
   for (const [m, part] of Object.entries(msg.runs)) {
     const run = B.runs[m]; if (!run) continue;
+    if (run.stale) resetRun(run);
     if (part.from > run.items.length) continue;  // a gap: the race at the end has it all
     for (let i = run.items.length - part.from; i < part.items.length; i++) run.items.push(part.items[i]);
     if (run.items.length) { run.lastT = run.items[run.items.length - 1].t; run.lastWall = now; }
@@ -304,7 +322,10 @@ function handle(msg) {
   if (!msg || msg.seq === B.seq) return;
   B.seq = msg.seq;
   if (msg.op === 'start') {
-    build(msg.runs); B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
+    const same = B.order.length && msg.runs.map(h => h.m).join() === B.order.join();
+    if (msg.round && msg.round[0] > 1 && same && B.mode === 'live') carryOver(msg.round[0]);
+    else build(msg.runs);
+    B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
     boardNote('');
     board().classList.add('is-on');
     header((msg.round && msg.round[1] > 1 ? 'Round ' + msg.round[0] + ' of ' + msg.round[1] + ', live: ' : 'Live: ') +
