@@ -1,5 +1,5 @@
 """Screenshots of a default run as it happens, in Debian's chromium (Playwright): the panes
-growing during the runs, the race after the last one, and the page once it has settled, at
+growing during the runs (the second round: a pane not yet rerun shows the first, faded), the race after the last one, and the page once it has settled, at
 1600 px and at a phone's 400 px. Saves PNGs under --out (docs/screenshots by default).
 
     python scripts/live_screens.py [--out docs/screenshots] [--tiny] [--widths 1600,400]
@@ -19,7 +19,9 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 READY = "() => /loaded and warm|Ready/.test(document.querySelector('#status')?.innerText || '')"
-RUNNING = "m => document.querySelector(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`)"
+# Mirror-SD running in the second round: the pane after it still shows, faded, its first round's run
+RUNNING = ("m => document.querySelector(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`)"
+           " && document.querySelector('#board .msd-bpane.is-stale')")
 SETTLED = "() => { const b = document.querySelector('#board .msd-board'); return b && b.classList.contains('has-race') && !b.classList.contains('is-on'); }"
 
 
