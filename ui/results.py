@@ -395,7 +395,7 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
     measured_twin = f' <span class="msd-twin">{esc(twin)}</span>' if twin else ""
     if steps and 2 * at_once < steps:  # most steps ran one lane after the other
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
-                f'its two lanes at once in only {at_once} of its {steps} verify steps here: overlapping '
+                f'its two lanes at once in {"none" if at_once == 0 else f"only {at_once}"} of its {steps} verify steps here: overlapping '
                 f'them measured slower on this machine, so the other steps ran one lane after the '
                 f'other, as SD does.</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '

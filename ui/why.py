@@ -243,4 +243,7 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     if (variant.base if variant else method) != "mirror" or ("lane_overlap", "always") in (variant.changes if variant else ()):
         return ""
     at_once, steps = lanes_at_once(rec)
-    return f"lanes at once in {at_once} of {steps} steps" if steps else ""
+    if not steps:
+        return ""
+    return (f"gated: lanes in turn in all {steps} steps, as SD" if at_once == 0 else
+            f"gated: lanes at once in {at_once} of {steps} steps")

@@ -198,7 +198,9 @@ def _redraft_ms(rec: RunRecord) -> float | None:
     """The median time the draft took to write a window after a verdict in this run (a miss's
     redraft, or a step whose lanes ran in turn), in ms; None when no step did."""
     steps = analyse(rec).steps
-    times = [redraft_s(rec, s) for s in steps if steps[s].fallback is not None]
+    times = [redraft_s(rec, s) for s in steps
+             if steps[s].fallback is not None or verdict_outcome(steps[s]) == "turn"]
+    times = [t for t in times if t > 0]
     return median(times) * 1e3 if times else None
 
 
