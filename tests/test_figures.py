@@ -328,23 +328,24 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
     assert proj["over_sd_rounds"]["c"] == [own["c"], own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    words = f"(over the 3 runs: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
+    words = f"(the last run's; over the 3 runs: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = own["c"] * 0.5 < 1 < own["c"] * 2
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
+    words = words.replace("'", "&#x27;")  # as the page escapes it
     assert words in render_verdict(records, base["meta"], proj)
     result, _ = project_state(state)
     assert words in render_panel(result, projected=projected)
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        " (over the 3 runs: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
+        " (the last run's; over the 3 runs: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
         "would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (over the 2 runs: 1.05–1.28×)"
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the last run's; over the 2 runs: 1.05–1.28×)"
     # the hardware line then claims neither "not enough" nor "would let Mirror-SD pass SD"
     from ui.results import hardware_line
     span = dict(proj, over_sd={"b": 0.95, "c": 1.0}, over_sd_rounds={"b": [0.95, 1.28, 1.1]})
     line = hardware_line(records, base["meta"], span)
-    assert "Mirror-SD projects 0.95× SD (over the 3 runs: 0.95–1.28×: on both sides" in line, line
+    assert "Mirror-SD projects 0.95× SD (the last run's; over the 3 runs: 0.95–1.28×: on both sides" in line, line
     assert "not enough" not in line and "would let" not in line
     single = best_projection(dict(base, records=records, projected=[own]))
     assert "runs: " not in render_verdict(records, base["meta"], single)  # one round: no range

@@ -504,7 +504,7 @@ def rounds_words(p: dict, key: str) -> str:
         return ""
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    return f" (over the {len(values)} runs: {min(values):.2f}–{max(values):.2f}×{either})"
+    return f" (the last run's; over the {len(values)} runs: {min(values):.2f}–{max(values):.2f}×{either})"
 
 
 def rounds_span_one(p: dict, key: str) -> bool:
