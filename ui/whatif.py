@@ -127,6 +127,9 @@ def render_table(result: dict, runs: int = 1) -> str:
                   if profile.reprice_windows else "steps expected from the run's fitted acceptance")
                + f", not replayed: not the verdict's figures (those are the table above, row ({key}))")
         name = profile.name
+        if not profile.acceptance_from_run:  # say first that it is not the verdict's row (c)
+            name = (f"{name}, at window {profile.calibration.gamma} from the inputs below "
+                    f"(this run's: {run_gamma}), not the verdict's figures")
         if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
             steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"
             how = f"{how}; Mirror-SD's {steps} as expected overlapped ones at {short_source(profile.hit_source.words())}"
