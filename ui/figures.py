@@ -243,13 +243,18 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 LEVEL = 0.03
 
 
+def _e2e_ranges(spreads: dict | None) -> dict:
+    """Each method's end-to-end speed over the interleaved runs (a Spread), where there were several."""
+    return {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
+
+
 def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None) -> list[str]:
     """The methods the run cannot tell from the winner, the winner first ([] when the winner is
     clear): over several interleaved runs, those whose end-to-end range overlaps the winner's;
     from one run, those within LEVEL of its end-to-end speed (about one run's noise here)."""
     if best is None or not c[best].e2e_tps:
         return []
-    ranges = {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
+    ranges = _e2e_ranges(spreads)
     if best in ranges:
         top = ranges[best]
         near = [m for m in c if m != best and m in ranges and ranges[m].high >= top.low]
@@ -356,7 +361,7 @@ def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict,
     ar = baseline()
     if best == ar or ar in level:
         return []
-    ranges = {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
+    ranges = _e2e_ranges(spreads)
     rest = [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete]
     if ar in ranges:
         base = ranges[ar]

@@ -242,7 +242,6 @@ function resetRun(run) {
   run.clock.classList.remove('is-done'); run.pane.classList.remove('is-stale');
   for (const track of Object.values(run.lanes || {})) track.textContent = '';
 }
-window.msdBoardRounds = {carryOver, resetRun};
 
 function feed(msg) {
   const now = performance.now();
