@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ui.live import LiveFeed, LivePush, race_message, race_note
+from ui.live import LiveFeed, LivePush, race_items, race_message, race_note
 from ui.runs import RunRecord, analyse
 from ui_records import tiny_records
 
@@ -122,7 +122,9 @@ def test_the_race_holds_every_run_and_plays_only_when_all_finished():
     race = json.loads(race_message(records, ("ar", "sd", "mirror")))
     assert race["op"] == "race" and race["autoplay"] is True
     for m, rec in records.items():
-        assert race["runs"][m]["items"] == LiveFeed(m).pull(rec)
+        items = LiveFeed(m).pull(rec)
+        key = lambda it: {k: v for k, v in it.items() if k != "t"}
+        assert sorted(map(json.dumps, map(key, race["runs"][m]["items"]))) == sorted(map(json.dumps, map(key, items)))
         assert abs(race["runs"][m]["wall"] - rec.duration_ns / 1e6) < 0.1
     # Mirror-SD's pane says in how many of its verify steps the lanes ran at once, counted from its spans
     from mirror_sd.engine.events import Verify
@@ -206,3 +208,34 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         for m, rec in records.items():
             rec.finish.stats.clear()
             rec.finish.stats.update(saved[m])
+
+
+def _mirror_yielding_late() -> RunRecord:
+    """Mirror-SD's record with each step's events yielded 300 ms after its verdict, as the
+    engine yields them once the draft lane's work of the step is done."""
+    rec = tiny_records()["mirror"]
+    late = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        late.add(ev, t + 300_000_000)
+    return late
+
+
+def test_the_race_shows_each_step_at_the_engine_s_times_not_at_arrival():
+    from mirror_sd.engine.events import Span
+    rec = _mirror_yielding_late()
+    arrived = LiveFeed("mirror").pull(rec)
+    raced = race_items(rec, arrived)
+    assert len(raced) == len(arrived) and [it["t"] for it in raced] == sorted(it["t"] for it in raced)
+    verdict = {e.step: (e.end_ns - rec.t0_ns) / 1e6 for e in rec.events
+               if isinstance(e, Span) and e.lane == "verify" and e.label == "accept"}
+    commits = [it for it in raced if it["k"] == "c"]
+    assert commits and all(abs(it["t"] - verdict[it["s"]]) < 0.02 for it in commits if it["s"] in verdict)
+    by_arrival = {json.dumps({k: v for k, v in it.items() if k != "t"}): it["t"] for it in arrived}
+    for it in raced:  # never later than it arrived; a span at its own start
+        assert it["t"] <= by_arrival[json.dumps({k: v for k, v in it.items() if k != "t"})] + 1e-6
+        if it["k"] == "p":
+            assert it["t"] == it["a"]
+    steps = [it["s"] for it in raced if it["k"] in "wxbvc"]
+    assert steps == sorted(steps)  # a step's items never before the step before's
+    # a step's tokens come when its verdict is in, 300 ms before they reached the page
+    assert commits[0]["t"] < next(it for it in arrived if it["k"] == "c")["t"] - 250

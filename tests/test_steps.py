@@ -22,6 +22,8 @@ SECOND_STEP = [
 ]
 
 
+CHECKED_ROW = "lanes in turn: would they have hit? (checked after the run, untimed)"
+
 def mirror_record(events) -> RunRecord:
     rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
     for i, ev in enumerate(events):
@@ -230,7 +232,7 @@ def test_a_step_in_turn_says_what_the_exit_check_found(rank):
     assert "Had the lanes overlapped" in inspector and inspector.count("w3") >= 1
     # one count in the same words on the card, in Statistics and in the verdict's lanes line
     same = f"of the 1 in-turn step that drafted a window, {int(would)} would have hit, lanes overlapped"
-    assert same in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))["hits / misses"]
+    assert same in dict((k, v) for k, v, _ in _card_rows(card(rec), {}))[CHECKED_ROW]
     from ui.results import render_lanes
     assert same in render_lanes({"mirror": rec})
     from ui.results import _checked_words
@@ -376,8 +378,9 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
             "(1 more in turn drafted nothing: nothing to check")
     rows = {k: v for k, v, _ in _card_rows(card(rec), {})}
     # the card's count of the steps in turn is the check's: 1 read + 1 that drafted nothing
-    assert re.sub(r"<[^>]+>", "", rows["hits / misses"]).startswith("0 / 0 with the lanes at once · checked after the run: " + same)
-    assert re.sub(r"<[^>]+>", "", rows["hits / misses"]).endswith(" · hit rate 1 of 1, 100%")
+    assert rows["hits / misses"] == "0 / 0 (timed, lanes at once) · 2 steps with the lanes in turn, below"
+    assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).startswith(same)
+    assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).endswith(" · hit rate 1 of 1, 100%")
     line = _lanes_line(rec)
     assert same in line and "at once in none of its 4 verify steps" in line and "of those" not in line
     assert "2 more had no next window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window

@@ -318,7 +318,7 @@ def test_inputs_map_onto_the_accelerators():
     d = panel.input_defaults()
     values = [d[k] for k in panel.INPUTS]
     hw = panel.accelerators_from(values)
-    assert (hw.target, hw.draft, hw.gamma, hw.tau, hw.hit_rate) == ("14B", "0.6B", 7, None, None)
+    assert (hw.target, hw.draft, hw.gamma, hw.tau, hw.hit_rate) == ("14B", "0.6B", None, None, None)
     hw = panel.accelerators_from(["32B", "0.5B", 1000, 100, 5, 4, 0.25, 4.5, 0.8, 2])
     assert (hw.target, hw.draft, hw.target_bw_gbs, hw.gamma, hw.exit_fraction, hw.tau, hw.hit_rate,
             hw.draft_tokens_per_forward) == ("32B", "0.5B", 1000.0, 5, 0.25, 4.5, 0.8, 2.0)
@@ -717,9 +717,15 @@ def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_else
     verdict = render_verdict(runs[0], state["meta"], p)
     assert h.escape(p["hit_source"]) not in verdict
     assert h.escape(panel.short_source(p["hit_source"]) + ", source: What if") in verdict
-    # (c): the window setting the inputs pick, beside this run's; the second table: the pick
-    row_c = panel.render_table(result).split("projection (c)")[1].split("</tr>")[0]
-    picked = result["profiles"]["c"].calibration.gamma
-    assert f"at the window setting picked in the inputs below, {picked}," in row_c
-    assert f"this run&#x27;s window setting: {GAMMA}" in row_c and "window setting 7" not in row_c
+    # (c) at the inputs' defaults: this run's own window setting and steps, as the verdict's row
+    table = panel.render_table(result)
+    row_c = table.split("projection (c)")[1].split("</tr>")[0]
+    assert result["profiles"]["c"].calibration.gamma == GAMMA
+    assert "this run&#x27;s own steps and windows, replayed" in row_c and "w-other" not in table
+    # a window set in the inputs: that window, beside this run's, and not the verdict's figures
+    other = GAMMA + 2
+    result5, _ = panel.project_state(state, Accelerators(gamma=other))
+    row_c = panel.render_table(result5).split("projection (c)")[1].split("</tr>")[0]
+    assert f"at the window setting picked in the inputs below, {other}," in row_c
+    assert f"this run&#x27;s window setting: {GAMMA}" in row_c and "not the verdict&#x27;s figures" in row_c
     assert "the settings it picks there" in panel.render_choices(result)

@@ -21,18 +21,19 @@ const host = () => document.querySelector('#board-timeline .msd-btl-host');
 function header(text) { const h = $('.msd-board-say'); if (h) h.textContent = text; }
 function boardNote(text) { const n = $('.msd-board-note'); if (n) n.textContent = text || ''; }
 
+// one block per run: its name on the left (wrapping), then a row per lane named by the lane
 function laneRows(run, tl) {
   const lanes = run.m === 'ar' ? [['t', 'target']] : [['t', 'target'], ['d', 'draft']];
   run.lanes = {};
-  tl.append(mk('div', 'msd-btl-group', run.label));  // a narrow page's rows name only the lane, under this
+  const block = mk('div', 'msd-btl-run'), rows = mk('div', 'msd-btl-rows');
+  block.append(mk('div', 'msd-btl-group', run.label), rows);
   for (const [code, name] of lanes) {
     const row = mk('div', 'msd-btl-row');
-    const label = mk('span', 'msd-btl-name'); label.title = run.label + ' · ' + name;
-    label.append(mk('span', 'msd-btl-m', run.label + ' · '), document.createTextNode(name));
-    row.append(label);
+    const label = mk('span', 'msd-btl-name', name); label.title = run.label + ' · ' + name;
     const track = mk('div', 'msd-btl-track');
-    row.append(track); tl.append(row); run.lanes[code] = track;
+    row.append(label, track); rows.append(row); run.lanes[code] = track;
   }
+  tl.append(block);
 }
 
 function build(heads) {
@@ -77,15 +78,21 @@ function setState(run, state) {
   run.badge.className = 'msd-badge s-' + state; run.badge.textContent = STATES[state] || state;
 }
 
-function axis(ms) {
+// the axis's end and ticks: a round step (0.25 s .. 10 s) giving two to five intervals; live,
+// with room ahead (the run goes on), the race to just past its last finish
+const STEPS = [250, 500, 1000, 2000, 5000, 10000];
+function axis(ms, tight) {
   const tl = host(); if (!tl) return;
   const cur = Number(tl.style.getPropertyValue('--axis')) || 1000;
-  if (ms <= cur && B.axisSet) return;
-  const nice = Math.max(1000, Math.ceil(ms * 1.25 / 1000) * 1000);
+  if (!tight && ms <= cur && B.axisSet) return;
+  const want = Math.max(1000, ms * (tight ? 1.02 : 1.25));
+  const step = STEPS.find(st => want / st <= 5) || 20000;
+  const nice = Math.ceil(want / step) * step;
   tl.style.setProperty('--axis', nice); B.axisSet = true;
+  const ticks = []; for (let t = 0; t <= nice + 1; t += step) ticks.push(t);
   // ticks placed on the bars' own scale (--a ms over --axis ms of the same track width)
-  if (B.axisLabel) B.axisLabel.innerHTML = [0, nice / 2, nice].map(ms =>
-    '<span class="msd-btl-tick" style="--a:' + ms + '">' + (ms / 1000).toFixed(ms ? 1 : 0) + ' s</span>').join('');
+  if (B.axisLabel) B.axisLabel.innerHTML = ticks.map(t =>
+    '<span class="msd-btl-tick" style="--a:' + t + '">' + String(+(t / 1000).toFixed(2)) + ' s</span>').join('');
 }
 
 // a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
@@ -189,13 +196,19 @@ function commit(run, item) {
   run.pre.scrollTop = run.pre.scrollHeight;
 }
 
-function span(run, item) {
+// a span's bar from its start; in the race it grows with the clock to its end (live, a span
+// arrives once it has ended)
+function span(run, item, clock) {
   const track = run.lanes && run.lanes[item.l]; if (!track) return;
   const bar = mk('i', 'msd-btl-bar n-' + item.n.replace(/[^a-z_]/g, '_'));
-  bar.style.setProperty('--a', item.a); bar.style.setProperty('--d', Math.max(item.b - item.a, 0.3));
+  bar.style.setProperty('--a', item.a);
   bar.title = run.label + ' · ' + item.n + ' · ' + (item.b - item.a).toFixed(1) + ' ms';
-  track.append(bar); axis(item.b);
+  track.append(bar);
+  if (clock < item.b) (run.growing = run.growing || []).push([bar, item]);
+  grow(bar, item, clock);
+  if (B.mode !== 'race') axis(item.b);
 }
+function grow(bar, item, clock) { bar.style.setProperty('--d', Math.max(Math.min(item.b, clock) - item.a, 0.3)); }
 
 function finish(run, item) {
   run.ended = true; run.endT = item.w;
@@ -207,12 +220,12 @@ function finish(run, item) {
     const flag = mk('i', 'msd-btl-flag'); flag.style.setProperty('--a', item.w);
     flag.title = run.label + ' finished at ' + secs(item.w); track.append(flag);
   }
-  axis(item.w);
+  if (B.mode !== 'race') axis(item.w);
 }
 
-function draw(run, item) {
+function draw(run, item, clock) {
   if (item.k === 'c') commit(run, item);
-  else if (item.k === 'p') span(run, item);
+  else if (item.k === 'p') span(run, item, clock);
   else if (item.k === 'f') finish(run, item);
   else if (item.k === 'e') { setState(run, 'error'); run.note.textContent = item.m; }
   else if (item.k === 'n') run.note.textContent = item.m;
@@ -220,7 +233,11 @@ function draw(run, item) {
 }
 
 function advance(run, clock) {
-  while (run.drawn < run.items.length && run.items[run.drawn].t <= clock) draw(run, run.items[run.drawn++]);
+  while (run.drawn < run.items.length && run.items[run.drawn].t <= clock) draw(run, run.items[run.drawn++], clock);
+  if (run.growing && run.growing.length) {
+    for (const [bar, item] of run.growing) grow(bar, item, clock);
+    run.growing = run.growing.filter(([, item]) => item.b > clock);
+  }
   // the count after every draw, the run's last one included (its end may come in the same tick)
   if (run.drawn) run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
   if (!run.ended && run.drawn) run.clock.textContent = 'run ' + secs(Math.max(0, clock));  // its own run's clock
@@ -237,7 +254,7 @@ function carryOver(round) {
 }
 function resetRun(run) {
   Object.assign(run, {items: [], drawn: 0, tokens: 0, lastT: 0, lastWall: 0, ended: false, endT: null,
-                      step: null, line: null, pend: null, stale: false});
+                      step: null, line: null, pend: null, stale: false, growing: []});
   for (const el of [run.pre, run.stepBox, run.note, run.stat, run.clock]) el.textContent = '';
   run.clock.classList.remove('is-done'); run.pane.classList.remove('is-stale');
   for (const track of Object.values(run.lanes || {})) track.textContent = '';
@@ -311,7 +328,7 @@ function startRace() {
       const b = mk('span', 'msd-badge s-lanes', part.lanes); b.title = msg.lanesTip || '';
       run.stat.before(b); }
   }
-  axis(end);
+  axis(end, true);
   B.race = {start: performance.now(), end: end};
   B.mode = 'race'; board().classList.remove('is-settled');
   board().classList.add('is-on');

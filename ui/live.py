@@ -4,8 +4,8 @@ While a method's run is timed, the server renders no HTML for it: the polling ha
 the events that arrived since its last poll into items (token texts, kinds, times in ms: a
 few hundred bytes per step) and sends them, with those of the last two seconds again, as JSON
 in one hidden value; the page draws them.
-When the last run ends, the page gets every run's items again with their final times and
-replays the runs together (the race), then shows the panes rendered from the full records.
+When the last run ends, the page gets every run's items again at the engine's own times
+(race_items) and replays the runs together (the race), then shows the panes rendered from the full records.
 
 Items (each has `k`, its kind, and `t`, its arrival in ms from the run's start):
   w  a window of drafted tokens, before the target's verdict (`d`: texts)
@@ -239,15 +239,65 @@ def race_note(records: dict[str, RunRecord]) -> str:
             f"speed leaves the time to the first token out.")
 
 
+def _step_marks(rec: RunRecord) -> dict[int, dict[str, float]]:
+    """Per step, from the engine's own clock (ms from the run's start): when the target began
+    checking its window (`check`, prefill left out), when the early exit's guesses were ready
+    (`exit`) and when the verdict was in (`verdict`: the acceptance rule's end, or the end of the
+    step's last target span where no rule ran, as in AR)."""
+    marks: dict[int, dict[str, float]] = {}
+    for ev in rec.events:
+        if not isinstance(ev, Span):
+            continue
+        m = marks.setdefault(ev.step, {})
+        a, b = _ms(ev.start_ns - rec.t0_ns), _ms(ev.end_ns - rec.t0_ns)
+        if ev.lane == "target" and ev.label != "prefill":
+            m["check"] = min(m.get("check", a), a)
+        if ev.lane == "target":
+            m["target_end"] = max(m.get("target_end", b), b)
+        if ev.label == "exit_head":
+            m["exit"] = b
+        if ev.lane == "verify" and ev.label == "accept":
+            m["verdict"] = b
+    for m in marks.values():
+        if "verdict" not in m and "target_end" in m:
+            m["verdict"] = m["target_end"]
+    return marks
+
+
+RACE_AT = {"w": "check", "x": "exit", "b": "verdict", "v": "verdict", "c": "verdict"}
+
+
+def race_items(rec: RunRecord, items: list[dict]) -> list[dict]:
+    """The run's items for the race, at the engine's times. An event reaches the page when the
+    engine's generator yields it, which can be later than the moment it stands for: Mirror-SD
+    yields a step's verdict and tokens after the draft lane's work of that step (its next window
+    or its branches), so at arrival times the race would show its tokens late and its timeline
+    blank while it already decoded. Here a step's items move to the engine's marks (never later
+    than their arrival, and in their order), and a span starts at its own start (the page grows
+    it to its end)."""
+    marks = _step_marks(rec)
+    out, floor = [], 0.0
+    for item in items:
+        item = dict(item)
+        if item["k"] == "p":
+            item["t"] = item["a"]
+        else:
+            at = marks.get(item.get("s"), {}).get(RACE_AT.get(item["k"], ""))
+            t = min(item["t"], at) if at is not None else item["t"]
+            item["t"] = floor = max(floor, t)  # in order: a step's items never before the last one's
+        out.append(item)
+    return sorted(out, key=lambda it: it["t"])  # stable: the items of a moment keep their order
+
+
 def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True) -> str:
-    """Every finished run's items with their final times: the page replays them together."""
+    """Every finished run's items at the engine's times: the page replays them together."""
     methods = tuple(methods or records)
     runs = {}
     for m, rec in records.items():
         if rec is not None:
             feed = LiveFeed(m)
             feed.pull(rec)
-            runs[m] = {"items": feed.items, "wall": round(rec.duration_ns / 1e6, 1)}
+            runs[m] = {"items": race_items(rec, feed.items), "wall": round(rec.duration_ns / 1e6, 1)}
             lanes = lanes_badge(m, rec)
             if lanes:
                 runs[m]["lanes"] = lanes

@@ -297,15 +297,18 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
         rows.append(("rejections", f"{c.rejections} of {c.verify_steps} steps", "rejection"))
     if c.hits is not None:
         turn = f" · lanes in turn: {c.in_turn}" if c.in_turn else ""  # the steps neither hit nor missed
+        checked = None
         if c.in_turn and c.turns:  # the exit check, after the run: its words count every step in turn
             t = c.turns
             seen = t["hits"] + t["misses"] + t["checked"]
             rate = (f' · <span title="measured hits and the checked steps that would have hit, over every step '
                     f'either counts: the hit rate the What-if projections use">hit rate {t["hits"] + t["would_hit"]} '
                     f'of {seen}, {t["rate"]:.0%}</span>' if t["rate"] is not None and seen else "")
-            turn = (f' with the lanes at once · <span title="the exit check: read after the run, untimed">checked '
-                    f'after the run</span>: {esc(checked_words(t))}{rate}')
+            turn = f" (timed, lanes at once) · {c.in_turn} step{'' if c.in_turn == 1 else 's'} with the lanes in turn, below"
+            checked = f"{esc(checked_words(t))}{rate}"
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
+        if checked:  # apart from the timed count: read after the run, untimed
+            rows.append(("lanes in turn: would they have hit? (checked after the run, untimed)", checked, "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
                      f"{c.draft_hidden_s:.2f} s (after the first token)", "exposed"))

@@ -44,7 +44,7 @@ EMPTY = ('<div class="msd-whatif"><p><b>What if (projection)</b>: appears when a
 
 
 def accelerators_from(values) -> Accelerators:
-    """Accelerators from the panel's inputs (INPUTS order); tau / hit rate 0 = the run's."""
+    """Accelerators from the panel's inputs (INPUTS order); window, tau, hit rate 0 = the run's."""
     d = dict(zip(INPUTS, values))
     hw = Accelerators()
     hw.target = str(d.get("target") or hw.target)
@@ -398,11 +398,11 @@ def update(state, profile, *values):
 
 
 def input_defaults() -> dict:
-    """Profile (c)'s defaults for the layout's inputs, in INPUTS order (tau / hit rate 0 = the
-    run's own)."""
+    """Profile (c)'s defaults for the layout's inputs, in INPUTS order (window, tau, hit rate 0 =
+    the run's own)."""
     hw = Accelerators()
     d = {k: getattr(hw, k) for k in INPUTS}
-    d.update(tau=0, hit_rate=0)
+    d.update(tau=0, hit_rate=0, gamma=0)
     return d
 
 
@@ -443,7 +443,8 @@ def build_panel() -> Panel:
                 target_bw = gr.Number(d["target_bw_gbs"], label="target GPU bandwidth, GB/s (achieved)")
                 draft_bw = gr.Number(d["draft_bw_gbs"], label="draft NPU bandwidth, GB/s (achieved)")
             with gr.Row():
-                gamma = gr.Slider(1, 12, value=d["gamma"], step=1, label="drafted tokens per window (γ)")
+                gamma = gr.Slider(0, 12, value=d["gamma"], step=1,
+                                  label="drafted tokens per window (γ; 0 = the run's, as the verdict)")
                 kappa = gr.Slider(1, 32, value=d["kappa"], step=1, label="early-exit guesses per position (κ)",
                                   info="no cost term: the hit rate stays the run's unless set")
                 exit_fraction = gr.Slider(0.1, 0.9, value=d["exit_fraction"], step=0.05,

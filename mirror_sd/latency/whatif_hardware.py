@@ -106,7 +106,7 @@ class Accelerators:
     launch_ms: float = 0.2  # fixed cost per forward (kernel launches), each device
     comm_ms: float = 0.05  # one message between the devices (a few hundred bytes)
     host_ms: float = 0.5  # host work per step, every method
-    gamma: int = 7
+    gamma: int | None = None  # drafted tokens per window (None: the run's window setting)
     kappa: int = 8
     exit_fraction: float = 0.5  # early-exit layer as a fraction of the target's layers
     branch_budget: int = 2
@@ -144,7 +144,7 @@ def _check(hw: Accelerators) -> None:
             raise ValueError(f"{name} must be positive")
     if not 0.0 < hw.exit_fraction < 1.0:
         raise ValueError("exit_fraction must be between 0 and 1")
-    if hw.gamma < 1 or hw.branch_budget < 1:
+    if (hw.gamma is not None and hw.gamma < 1) or hw.branch_budget < 1:
         raise ValueError("gamma and branch_budget must be at least 1")
     if hw.costs not in COSTS_CHOICES:
         raise ValueError(f"costs must be one of {', '.join(COSTS_CHOICES)}")
@@ -155,7 +155,7 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
     recorded run's calibration) unless `hw` sets tau / hit_rate."""
     _check(hw)
     tgt, dft = TARGETS[hw.target], DRAFTS[hw.draft]
-    g, bpw = hw.gamma, hw.bytes_per_weight
+    g, bpw = window_of(hw, run), hw.bytes_per_weight
 
     def t_target(k):
         if hw.costs == "measured-h200":
@@ -206,6 +206,14 @@ def accelerator_calibration(hw: Accelerators, run: lm.Calibration | None = None)
         notes=notes)
 
 
+DEFAULT_GAMMA = 7  # the window of a profile (c) with neither a window set nor a run
+
+
+def window_of(hw: Accelerators, run: lm.Calibration | None = None, run_gamma: int | None = None) -> int:
+    """The window profile (c) prices: the one set in its inputs, else the run's."""
+    return int(hw.gamma or run_gamma or (run.gamma if run is not None else None) or DEFAULT_GAMMA)
+
+
 def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
                         run_gamma: int | None = None) -> Profile:
     """Profile (c). The recorded steps are replayed (their windows priced again with the
@@ -213,6 +221,7 @@ def accelerator_profile(hw: Accelerators, run: lm.Calibration | None = None,
     drafted step at it (whatif_hits.with_source), the run's windows and acceptance kept. Only
     a tau set by hand falls back to the expected number of steps from tau and the hit rate
     (alpha fitted to tau)."""
+    hw = replace(hw, gamma=window_of(hw, run, run_gamma))
     cal = accelerator_calibration(hw, run)
     from_run = hw.tau is None and run_gamma == hw.gamma
     host = hw.host_ms / 1e3
