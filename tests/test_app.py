@@ -608,7 +608,7 @@ def test_mirror_sd_with_its_lanes_at_once_runs_when_ticked_and_races_every_verdi
     assert "Done" in status and overlap["visible"] is True and noexit["visible"] is False
     overlap = overlap["value"]
     assert 'data-state="done"' in overlap and "Mirror-SD (lanes at once)" in overlap
-    assert ">lanes always at once</span>" in overlap
+    assert ">draft beside the target, every step</span>" in overlap
 
 
 def test_the_running_status_says_the_round_the_method_and_one_timer():

@@ -154,7 +154,8 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     assert badges[best] == ("top speed" if level else "fastest")
     for m in c:
         if m != best:
-            assert badges[m] == (f"ties {label(best)}" if m in level else f"behind {label(best)}")
+            assert badges[m] == (f"ties {label(best)}" if m in level else "baseline" if m == "ar"
+                                 else f"behind {label(best)}")
     assert ("“ties " in html) == bool(level)  # the legend beside the tiles, when a tile ties
     for m in c:  # each tile: its own tok/s, then its ratio over AR in words
         big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
@@ -303,14 +304,19 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     assert figures(line) == figures(top) and line.split(" (a ")[0] == top.split(" (a ")[0]
     assert proj["hit_source"] in top and proj["hit_source"] not in line
     assert "source: What if" in line and "source: What if" not in top
-    # the fold's other (c) row (the inputs' γ, not replayed) says its γ and that it is not the verdict's
+    # at the default inputs the replay table's (c) row replays this run's own steps at its window
+    from mirror_sd.latency.whatif_hardware import Accelerators
     from ui.whatif import render_table
-    other = render_table(result).split("projection (c)")[1].split("</tr>")[0]
+    own = render_table(result).split("projection (c)")[1].split("</tr>")[0]
+    assert "this run&#x27;s own steps and windows, replayed" in own and "w-other" not in render_table(result)
+    # a window set in the inputs: that (c) row (not replayed) says its γ and that it is not the verdict's
+    moved, _ = project_state(state, Accelerators(gamma=6))
+    other = render_table(moved).split("projection (c)")[1].split("</tr>")[0]
     assert "this run&#x27;s window setting: 4" in other and "not the verdict&#x27;s figures (those are the table above" in other
-    # the verdict's table (each profile at its own settings) comes first; the replay table's other (c) row is greyed
+    assert 'class="w-projection w-other"' in render_table(moved)  # greyed
+    # the verdict's table (each profile at its own settings) comes first
     panel = render_panel(result)
     assert panel.index("the settings it picks there") < panel.index("projection profile")
-    assert 'class="w-projection w-other"' in render_table(result)
 
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():

@@ -203,7 +203,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
     rest, else "top median"; every other method "ties <winner>" when the runs cannot tell it
-    from the winner (`level_with`), else "behind <winner>"."""
+    from the winner (`level_with`), else "behind <winner>" (AR: "baseline")."""
     best = winner(c, spreads)
     if best is None:
         return {}
@@ -216,6 +216,8 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
     for m in c:
         if m != best:
             out[m] = ((f"ties {top}", f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
+                      ("baseline", f"the target alone, what the others are measured against; clearly slower "
+                                   f"than {top} end to end") if m == "ar" else
                       (f"behind {top}", f"clearly slower than {top} end to end"))
     return out
 

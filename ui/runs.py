@@ -44,7 +44,7 @@ VARIANTS: dict[str, Variant] = {
                               "Mirror-SD with its two lanes at once in every step, as on devices of their "
                               "own (here they share the cores, so it runs slower), and adaptive windows: "
                               "every step races the verdict, so its hits and misses show",
-                              "#4338ca", "lanes always at once"),
+                              "#4338ca", "draft beside the target, every step"),
 }
 
 

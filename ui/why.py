@@ -233,11 +233,11 @@ def cross_sentence(meta: dict) -> str:
 
 LANES_TIP = ("Verify steps in which the draft wrote its branches while the target finished the "
              "verify (the lanes at once); the other steps ran one lane after the other, as SD does: "
-             "the overlap gate chose, from the step times it measured.")
+             "Mirror-SD chose per step, from the step times it measured, whichever was faster.")
 
 
 def lanes_badge(method: str, rec: RunRecord) -> str:
-    """'lanes at once in 1 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
+    """'draft beside the target in 1 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
     ('' for the other methods and for the variant with the lanes at once in every step)."""
     variant = VARIANTS.get(method)
     if (variant.base if variant else method) != "mirror" or ("lane_overlap", "always") in (variant.changes if variant else ()):
@@ -245,5 +245,5 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     at_once, steps = lanes_at_once(rec)
     if not steps:
         return ""
-    return (f"gated: lanes in turn in all {steps} steps, as SD" if at_once == 0 else
-            f"gated: lanes at once in {at_once} of {steps} steps")
+    return (f"draft and target in turn in all {steps} steps, as SD (measured faster here)" if at_once == 0 else
+            f"draft beside the target in {at_once} of {steps} steps")
