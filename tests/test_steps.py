@@ -117,7 +117,8 @@ def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window
     assert first.startswith("Step 1: The first window")
     assert "miss" not in first.split(";")[0]
     assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
-    assert "built 1 branch in 300 ms while layers 3+ ran (400 ms)" in first  # the zoom's unit
+    assert "built 1 branch in 300 ms, beside the target's remaining layers (3 and up, 400 ms)" in first  # the zoom's unit
+    assert "longer than those layers" not in first
     assert "kept 1 of 2 and wrote ‘w3’" in first
     assert "matched branch no. 1, whose window was ready when the verdict came" in first
     assert second.startswith("Step 2: The window was a branch prepared during the previous step (a hit)")

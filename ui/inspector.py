@@ -19,7 +19,7 @@ import gradio as gr
 
 from . import texts
 from .runs import RunRecord, StepView, analyse, checked_step, drafts, exit_off, label, verdict_outcome
-from .steps import (lanes_in_turn, narrate, price_table, render_strip, step_kind, visible, window_note,
+from .steps import (lanes_in_turn, narrate_html, price_table, render_strip, step_kind, visible, window_note,
                     would_hit_words)
 
 esc = html.escape
@@ -316,7 +316,7 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
             f'<code>{esc(committed)}</code>{after}{price_table(v)}</div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
     return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'
-            f'<p class="msd-narration">{replay}{esc(narrate(rec, step))}</p>{head}'
+            f'<p class="msd-narration">{replay}{narrate_html(rec, step)}</p>{head}'
             f'<h4>1 · Early exit: the target\'s guesses part-way through</h4>{_early_exit(rec, sv, last)}'
             f'<h4>2 · Draft branches</h4>{_branches(rec, sv, last, kind, origin)}'
             f'<h4>3 · Verification (p = target, q = draft)</h4>{_verification(rec, sv, greedy)}'

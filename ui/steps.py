@@ -170,9 +170,24 @@ def visible(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
 
 
+OPEN, CLOSE = "\ue000", "\ue001"  # around a token in a sentence: ‘…’ in plain text, a chip in HTML
+
+
 def quoted(rec: RunRecord, token_id: int) -> str:
+    """A token in a sentence, between markers that `plain` turns into quotes and `chipped` into
+    a chip (a token of quotes itself then reads as no quote in quotes)."""
     text = rec.id_texts.get(token_id)
-    return f"‘{visible(text)}’" if text is not None else f"token #{token_id}"
+    return f"{OPEN}{visible(text)}{CLOSE}" if text is not None else f"token #{token_id}"
+
+
+def plain(text: str) -> str:
+    """A sentence with its tokens in quotes."""
+    return text.replace(OPEN, "‘").replace(CLOSE, "’")
+
+
+def chipped(text: str) -> str:
+    """A sentence as HTML, escaped, each of its tokens in a chip."""
+    return (html.escape(text).replace(OPEN, '<code class="msd-qtok">').replace(CLOSE, "</code>"))
 
 
 def _mirror(rec: RunRecord) -> bool:
@@ -277,9 +292,12 @@ def _branches(rec: RunRecord, sv: StepView) -> str:
     if not built or sv.early_exit is None:
         return ""
     n = len(built)
-    return (f"the draft built {n} branch{'es' if n != 1 else ''} in "
-            f"{_fmt_s(_seconds(rec, sv.step, 'branches'))} while layers {sv.early_exit.layer + 1}+ "
-            f"ran ({_fmt_s(_seconds(rec, sv.step, 'suffix'))})")
+    took, rest = _seconds(rec, sv.step, 'branches'), _seconds(rec, sv.step, 'suffix')
+    words = (f"the draft built {n} branch{'es' if n != 1 else ''} in {_fmt_s(took)}, beside the "
+             f"target's remaining layers ({sv.early_exit.layer + 1} and up, {_fmt_s(rest)})")
+    if took and rest and took > rest * 1.05:  # the draft's side of the step was the longer one
+        words += f": {_fmt_s(took - rest)} longer than those layers"
+    return words
 
 
 def _verdict(rec: RunRecord, sv: StepView) -> str:
@@ -335,6 +353,15 @@ def would_hit_words(rec: RunRecord, step: int, lead: str = "", who: str = "check
 
 def narrate(rec: RunRecord, step: int) -> str:
     """One sentence (plain text) about one step, from its events and measured spans."""
+    return plain(_narration(rec, step))
+
+
+def narrate_html(rec: RunRecord, step: int) -> str:
+    """`narrate` as HTML, its tokens in chips."""
+    return chipped(_narration(rec, step))
+
+
+def _narration(rec: RunRecord, step: int) -> str:
     a = analyse(rec)
     order = sorted(a.steps)
     if step not in a.steps:

@@ -12,7 +12,7 @@ import html
 from statistics import median
 
 from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
-from .steps import quoted, redraft_s
+from .steps import chipped, quoted, redraft_s
 
 esc = html.escape
 
@@ -162,7 +162,7 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     return (f'<div class="msd-zoom"><div class="msd-sub">One {esc(label(rec.method))} step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
-            f'<p class="msd-zcaption">{esc(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
+            f'<p class="msd-zcaption">{chipped(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
