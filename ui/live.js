@@ -159,7 +159,7 @@ function stepBox(run, item) {
     for (const d of item.d) line.append(chip(d, 'c-draft'));
     box.append(line);
   } else if (item.k === 'x') {
-    const line = mk('div', 'msd-bline'); line.append(mk('span', 'msd-blab', 'early exit (layer ' + item.l + ') guesses'));
+    const line = mk('div', 'msd-bline is-exit'); line.append(mk('span', 'msd-blab', 'early exit (layer ' + item.l + ') guesses'));
     item.g.forEach((g, j) => { const grp = mk('span', 'msd-bgrp'); grp.title = 'position ' + (j + 1) + ': the target\'s three likeliest tokens at its early exit';
       for (const t of g) grp.append(chip(t, 'c-exit')); line.append(grp); });
     box.append(line);
