@@ -433,7 +433,7 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     finally:
         del rec.finish.stats["lane_split"]
     said = "none" if at_once == 0 else f"only {at_once}"
-    assert f"at once in {said} of its {steps} verify steps here" in html
+    assert f"(the lanes at once) in {said} of its {steps} verify steps" in html
     # the twin with its lanes at once in every step: what overlapping measured, beside the gate's choice
     assert "With its lanes at once in every step" not in html
     c = cards(dict(records, **{"mirror-overlap": twin}))

@@ -132,7 +132,7 @@ def test_the_race_holds_every_run_and_plays_only_when_all_finished():
     mirror = records["mirror"]
     steps = {e.step for e in mirror.events if isinstance(e, Verify)}
     at_once = len(steps_at_once(mirror) & steps)
-    assert race["runs"]["mirror"]["lanes"] == (f"draft and target in turn in all {len(steps)} steps, as SD (measured faster here)"
+    assert race["runs"]["mirror"]["lanes"] == (f"draft then target in all {len(steps)} steps, as SD"
                                                if at_once == 0 else f"draft beside the target in {at_once} of {len(steps)} steps")
     assert "lanes" not in race["runs"]["sd"] and "lanes" not in race["runs"]["ar"] and race["lanesTip"]
     from ui.render import render_pane  # the settled pane says the same
@@ -195,12 +195,13 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         for m, t in (("ar", 0.45), ("sd", 0.50), ("mirror", 0.78)):
             records[m].finish.stats["prefill_s"] = t
         note = race_note(records)
-        assert note.startswith("Mirror-SD's first token came 0.33 s after AR's (0.78 s against 0.45 s)")
+        assert note.startswith("AR's first token came at 0.45 s; Mirror-SD's at 0.78 s, after drafting and "
+                               "checking a first window, so it starts the race 0.33 s behind.")
         assert "SD's" not in note.replace("Mirror-SD's", "") and "decode speed leaves" in note
         assert json.loads(race_message(records))["note"] == note
         records["sd"].finish.stats["prefill_s"] = 0.78
-        assert race_note(records).startswith("SD's and Mirror-SD's first tokens both came 0.33 s after AR's "
-                                             "(0.78 s against 0.45 s), so they start")
+        assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD's at 0.78 s and "
+                                             "0.78 s, after drafting and checking a first window, so they start")
         records["sd"].finish.stats["prefill_s"] = 0.50
         records["mirror"].finish.stats["prefill_s"] = 0.52
         assert race_note(records) == ""  # within 0.1 s of the earliest: nothing to say

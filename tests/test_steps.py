@@ -383,7 +383,7 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
     assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).startswith(same)
     assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).endswith(" · hit rate 1 of 1, 100%")
     line = _lanes_line(rec)
-    assert same in line and "at once in none of its 4 verify steps" in line and "of those" not in line
+    assert same in line and "(the lanes at once) in none of its 4 verify steps" in line and "of those" not in line
     assert "2 more had no next window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window
     assert same in render_lanes({"mirror": rec})
     # the empty window's step is a target forward, not a verify of a window

@@ -122,8 +122,9 @@ def flow(layer: int | None = None, layers: int | None = None) -> str:
         '<div class="f-down" style="grid-area:a2">↓ guesses</div>',
         '<div class="f-down" style="grid-area:a4">↓</div>',
         '<div class="f-name" style="grid-area:dn">draft</div>',
-        box("f-d", "d3", "branches, beside the target", "next windows grown from the exit's top "
-                                                       "guesses, all at once (the branch budget)"),
+        box("f-d", "d3", "branches, beside the target", "a few possible next windows, each grown from "
+                                                       "one of the exit's top guesses (as many as the "
+                                                       "branch budget allows)"),
         box("f-hit", "o1", "hit → reuse", "a branch starts with the verdict's token: it is the next "
                                          "window, already written"),
         box("f-miss", "o2", "miss → fall back", "no branch matches: the draft writes the next window "

@@ -227,16 +227,14 @@ def race_note(records: dict[str, RunRecord]) -> str:
     late = [m for m in first if first[m] - first[lead] >= LATE_START_S]
     if not late:
         return ""
-    gaps = [f"{first[m] - first[lead]:.2f} s" for m in late]
-    times = [f"{first[m]:.2f} s" for m in late]
-    whose = _names([f"{label(m)}'s" for m in late])
     one = len(late) == 1
-    same = len(set(gaps)) == 1 and len(set(times)) == 1  # 'both came 0.12 s after', not '0.12 s and 0.12 s'
-    gap, at = (gaps[0], times[0]) if same else (_names(gaps), _names(times))
-    both = "" if one or not same else "both " if len(late) == 2 else "all "
-    return (f"{whose} first token{'' if one else 's'} {both}came {gap} after {label(lead)}'s ({at} against {first[lead]:.2f} s), so "
-            f"{'it starts' if one else 'they start'} the race that far behind; the cards' decode "
-            f"speed leaves the time to the first token out.")
+    times = _names([f"{first[m]:.2f} s" for m in late])
+    behind = f"{first[late[0]] - first[lead]:.2f} s behind" if one else "behind by the difference"
+    whose = _names([f"{label(m)}'s" for m in late])
+    why = "" if "ar" in late else ", after drafting and checking a first window"
+    return (f"{label(lead)}'s first token came at {first[lead]:.2f} s; {whose} at {times}{why}, so "
+            f"{'it starts' if one else 'they start'} the race {behind}. The cards' decode speed leaves "
+            f"this time out.")
 
 
 def _step_marks(rec: RunRecord) -> dict[int, dict[str, float]]:

@@ -399,10 +399,13 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
         return ""
     measured_twin = f' <span class="msd-twin">{esc(twin)}</span>' if twin else ""
     if steps and 2 * at_once < steps:  # most steps ran one lane after the other
+        how = (f"in none of its {steps} verify steps: all of them ran the draft, then the target, as SD does"
+               if at_once == 0 else
+               f"in only {at_once} of its {steps} verify steps; the others ran the draft, then the target, as SD does")
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
-                f'its two lanes at once in {"none" if at_once == 0 else f"only {at_once}"} of its {steps} verify steps here: overlapping '
-                f'them measured slower on this machine, so the other steps ran one lane after the '
-                f'other, as SD does.</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
+                f'its draft beside the target (the lanes at once) {how}. It chooses per step from the '
+                f'times it measures, and here, with both models on the same cores, at once was the slower.'
+                f'</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
             f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span>{measured_twin}</p>')

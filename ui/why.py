@@ -245,5 +245,5 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     at_once, steps = lanes_at_once(rec)
     if not steps:
         return ""
-    return (f"draft and target in turn in all {steps} steps, as SD (measured faster here)" if at_once == 0 else
+    return (f"draft then target in all {steps} steps, as SD" if at_once == 0 else
             f"draft beside the target in {at_once} of {steps} steps")
