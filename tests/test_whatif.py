@@ -722,6 +722,11 @@ def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_else
     row_c = table.split("projection (c)")[1].split("</tr>")[0]
     assert result["profiles"]["c"].calibration.gamma == GAMMA
     assert "this run&#x27;s own steps and windows, replayed" in row_c and "w-other" not in table
+    # in the fold at its default inputs that row gives no second set of (c) figures: it points
+    # to the verdict's (the first table's row (c))
+    replay = page.split("projection profile")[1]
+    row_c = replay.split("projection (c)")[1].split("</tr>")[0]
+    assert "the first table, row (c)" in row_c and "×" not in row_c
     # a window set in the inputs: that window, beside this run's, and not the verdict's figures
     other = GAMMA + 2
     result5, _ = panel.project_state(state, Accelerators(gamma=other))

@@ -102,10 +102,13 @@ def _model_gap(proj: dict, methods: list[str]) -> str:
     return f"; here {label(worst)}'s projected decode time is {gaps[worst]:.2f}× its measured one"
 
 
-def render_table(result: dict, runs: int = 1) -> str:
+def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
     """The speedup table: the measured row (the last run's, the one the projections replay),
     then one projection row per profile; row (a), the latency model on this machine, says it
-    is the model's estimate and how far it is from the measurement."""
+    is the model's estimate and how far it is from the measurement. `own_c` (profile (c) at
+    its default inputs): its row points to the first table's row (c), the verdict's figures,
+    each method at the settings it picks there, rather than pricing every method at this
+    run's settings beside it."""
     methods = [m for m in wi.METHODS if m in result["projected"]["a"]]
     recorded = {r.method: r for r in result["recorded"]}
     head = "".join(f"<th>{esc(label(m))}</th>" for m in methods)
@@ -118,6 +121,12 @@ def render_table(result: dict, runs: int = 1) -> str:
             f'with the projections</th>{measured}</tr>']
     for key, profile in result["profiles"].items():
         proj = result["projected"][key]
+        if key == "c" and own_c and (result.get("choices") or {}).get("c"):
+            rows.append(f'<tr class="w-projection w-pointer"><th scope="row">projection (c): '
+                        f'{esc(profile.name)}</th><td colspan="{len(methods)}">the verdict\'s figures, '
+                        f'each method at the settings it picks there: the first table, row (c). Set an '
+                        f'input of the projection below to price this run\'s steps at it here.</td></tr>')
+            continue
         cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
         run_gamma = result["calibration"].gamma
         how = ("this run's own steps and windows, replayed" if profile.acceptance_from_run else
@@ -194,7 +203,7 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
         p["over_sd_rounds"] = _rounds(projected)
     top = projection_line(p, "the verdict's line; below: the first table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults", full=True) if p else ""
-    return (f'<div class="msd-whatif">{top}{render_choices(result)}{lead}{render_table(result, runs)}'
+    return (f'<div class="msd-whatif">{top}{render_choices(result)}{lead}{render_table(result, runs, own_c=default)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
