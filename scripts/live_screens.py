@@ -22,6 +22,9 @@ READY = "() => /loaded and warm|Ready/.test(document.querySelector('#status')?.i
 # Mirror-SD running in the second round: the pane after it still shows, faded, its first round's run
 RUNNING = ("m => document.querySelector(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`)"
            " && document.querySelector('#board .msd-bpane.is-stale')")
+# the race's clock in its header ("t = 3.10 s of 9.50 s") past 45% of the race
+RACE_MID = ("() => { const m = ((document.querySelector('#board .msd-board-say') || {}).textContent || '')"
+            ".match(/t = ([\\d.]+) s of ([\\d.]+) s/); return !!m && +m[1] >= 0.45 * +m[2]; }")
 SETTLED = "() => { const b = document.querySelector('#board .msd-board'); return b && b.classList.contains('has-race') && !b.classList.contains('is-on'); }"
 
 
@@ -47,7 +50,7 @@ def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
         page.wait_for_function(f"() => document.querySelector('#board .msd-bpane[data-state=\"race\"]') || ({SETTLED})()",
                                timeout=900_000)
         if page.locator('#board .msd-bpane[data-state="race"]').count():  # not over yet
-            page.wait_for_timeout(1200)
+            page.wait_for_function(RACE_MID, timeout=120_000)  # mid-race: every pane under way
             page.locator("#board").scroll_into_view_if_needed()
             page.screenshot(path=str(out / f"live-{width}-race.png"))
     page.wait_for_function(SETTLED, timeout=900_000)
