@@ -22,7 +22,7 @@ SECOND_STEP = [
 ]
 
 
-CHECKED_ROW = "lanes in turn: would they have hit? (checked after the run, untimed)"
+CHECKED_ROW = "in turn, checked after the run"
 
 def mirror_record(events) -> RunRecord:
     rec = RunRecord("mirror", t0_ns=T0, id_texts={i: f"w{i}" for i in range(10)})
@@ -379,7 +379,7 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
             "(1 more in turn drafted nothing: nothing to check")
     rows = {k: v for k, v, _ in _card_rows(card(rec), {})}
     # the card's count of the steps in turn is the check's: 1 read + 1 that drafted nothing
-    assert rows["hits / misses"] == "0 / 0 (timed, lanes at once) · 2 steps with the lanes in turn, below"
+    assert rows["hits / misses"] == "0 / 0 · 2 steps in turn (next row)"
     assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).startswith(same)
     assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).endswith(" · hit rate 1 of 1, 100%")
     line = _lanes_line(rec)

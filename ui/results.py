@@ -306,11 +306,11 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
             rate = (f' · <span title="measured hits and the checked steps that would have hit, over every step '
                     f'either counts: the hit rate the What-if projections use">hit rate {t["hits"] + t["would_hit"]} '
                     f'of {seen}, {t["rate"]:.0%}</span>' if t["rate"] is not None and seen else "")
-            turn = f" (timed, lanes at once) · {c.in_turn} step{'' if c.in_turn == 1 else 's'} with the lanes in turn, below"
+            turn = f" · {c.in_turn} step{'' if c.in_turn == 1 else 's'} in turn (next row)"
             checked = f"{esc(checked_words(t))}{rate}"
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
         if checked:  # apart from the timed count: read after the run, untimed
-            rows.append(("lanes in turn: would they have hit? (checked after the run, untimed)", checked, "hit"))
+            rows.append(("in turn, checked after the run", checked, "hit"))
     if c.draft_exposed_s is not None:
         rows.append(("draft time exposed / hidden", f"{c.draft_exposed_s:.2f} s / "
                      f"{c.draft_hidden_s:.2f} s (after the first token)", "exposed"))
