@@ -259,7 +259,10 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     assert (" won" in verdict or "cannot tell" in verdict) and "CPU cores" in verdict
     assert noexit.get("visible") is False  # the variant without the early exit runs only when ticked
     # the inspector offers the runs that drafted, not the variant that did not run
-    assert [v for _, v in which["choices"]] == ["sd", "mirror", "mirror-overlap"] and which["value"] == "mirror"
+    assert [v for _, v in which["choices"]] == ["sd", "mirror", "mirror-overlap"]
+    # it opens on the Mirror-SD run the zoom draws (one whose steps overlapped its lanes)
+    shown = dict((v, n) for n, v in which["choices"])[which["value"]]
+    assert which["value"] in ("mirror", "mirror-overlap") and f"One {shown} step" in zoom
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
     for name in (">AR<", ">SD<", ">Mirror-SD<", ">Mirror-SD (lanes at once)<"):  # the four panes' titles
         assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1
@@ -627,6 +630,11 @@ def test_the_running_status_says_the_round_the_method_and_one_timer():
     assert "take turns, each timed alone" in text
     one = live_status(job, methods, time.monotonic(), 1, 1)
     assert "SD running, job 0 s so far." in one and "Round" not in one
+    # from round 2 on, the time left at the pace so far: AR of round 2 begins after 3 of 9 runs in 30 s
+    job.current = "ar"
+    assert "Round 2 of 3: AR running, job 30 s so far, about 60 s left." in live_status(
+        job, methods, time.monotonic() - 30.2, 2, 3)
+    job.current = "sd"
     job = SimpleNamespace(current=None, records={}, fraction=0.1,
                           message="Loading the models: waiting for the CPU kernels to compile (3 s so far, once per machine)")
     assert live_status(job, methods, time.monotonic() - 9, 1, 3).count("so far") == 1

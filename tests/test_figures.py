@@ -693,3 +693,18 @@ def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why(
     assert "a device of its own for the draft would let Mirror-SD pass SD with this pair: 1.40× SD" in line
     assert "gains most where the draft is dear" in line and "(1.02× SD there, the line below)" in line
     assert "dear" not in hardware_line(records, {}, {"over_sd": {"b": 1.04, "c": 1.02}})
+
+
+def test_the_zoom_states_the_rule_a_hit_rests_on_with_the_step_s_figures():
+    """A hit's zoom names the condition: the draft's time after the early exit against the
+    target's layers after it, and whether the target waited at the verdict."""
+    from mirror_sd.engine.events import Span
+    from ui.zoom import _rule
+    ms = 1_000_000
+    spans = [Span("target", "prefix", 0, 100 * ms, 3, ""), Span("target", "exit_head", 100 * ms, 110 * ms, 3, ""),
+             Span("target", "suffix", 110 * ms, 170 * ms, 3, ""), Span("draft", "branches", 110 * ms, 400 * ms, 3, "")]
+    late = _rule(spans, 24, 28, "hit", 400 * ms, 170 * ms)
+    assert "<b>290 ms</b>" in late and "layers 25–28 took <b>60 ms</b>" in late and "waited 230 ms" in late
+    early = _rule(spans, 24, 28, "hit", 150 * ms, 170 * ms)
+    assert "<b>40 ms</b>" in early and "the drafting was hidden" in early
+    assert _rule(spans, 24, 28, "miss", 400 * ms, 170 * ms) == ""  # the next window was no branch

@@ -159,8 +159,13 @@ def _drafting_runs(records: dict) -> list[str]:
 
 
 def _inspect_target(records: dict) -> str | None:
-    """The run the inspector opens on: the last drafting method that ran (Mirror-SD)."""
+    """The run the inspector opens on: the Mirror-SD run the zoom draws (Mirror-SD's own, or its
+    twin with the lanes at once when the gate ran every step of its own in turn, so that the
+    early exit, the branches and a hit show), else the last drafting method that ran."""
     drafting = _drafting_runs(records)
+    zoomed = zoom_record(records)
+    if zoomed is not None and zoomed.method in drafting:
+        return zoomed.method
     own = [m for m in drafting if m not in VARIANTS] or drafting  # a variant only when alone
     return own[-1] if own else None
 
@@ -212,8 +217,12 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
              " The methods take turns, each timed alone on the hardware." if len(methods) > 1 else "")
     # no token count here: the pane counts the tokens it has drawn, and a count read at the
     # poll would run ahead of or behind it
-    return render_status(f"{again}{name if again else name[:1].upper() + name[1:]} running, job {so_far}.{turns}",
-                         "info", ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds))
+    fraction = ((round_no - 1) * len(methods) + i - 1) / (len(methods) * rounds)
+    elapsed = time.monotonic() - t_start
+    # after a whole round, the rounds left at that round's pace (an estimate, said as one)
+    left = f", about {elapsed * (1 - fraction) / fraction:.0f} s left" if round_no > 1 and fraction > 0 else ""
+    return render_status(f"{again}{name if again else name[:1].upper() + name[1:]} running, job {so_far}{left}.{turns}",
+                         "info", fraction)
 
 
 def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:

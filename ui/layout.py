@@ -242,7 +242,7 @@ def _folds(c: dict) -> None:
         with gr.Row():
             drafting = [(label(m), m) for m in method_names() if m != baseline()]
             own = [m for _, m in drafting if m not in VARIANTS] or [m for _, m in drafting]
-            # the run the inspector opens on after a run (frames._inspect_target): Mirror-SD, not a variant
+            # before a run: Mirror-SD, not a variant (after one, frames._inspect_target picks)
             c["which"] = gr.Radio(drafting, value=own[-1] if own else None, label="run", scale=1)
             c["step"] = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False,
                                   elem_id="step-slider", scale=4)

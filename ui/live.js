@@ -298,7 +298,8 @@ function raceTick(now) {
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
   const last = B.rounds > 1 ? ' (round ' + B.rounds + ' of ' + B.rounds + ')' : '';
   const whose = B.rounds > 1 ? "Below: this round's runs in full, their own figures in each pane's head (the cards give the medians over all " + B.rounds + ' rounds)' : 'Below: each run in full';
-  header('Race over' + last + ': ' + order.join(', then ') + ' finished. ' + whose + ' (click a token for its step).');
+  const noisy = B.rounds > 1 ? ' One round\'s order can differ from the medians on the cards (this machine is noisy).' : '';
+  header('Race over' + last + ': ' + order.join(', then ') + ' finished.' + noisy + ' ' + whose + ' (click a token for its step).');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
 }

@@ -404,7 +404,8 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
                f"in only {at_once} of its {steps} verify steps; the others ran the draft, then the target, as SD does")
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
                 f'its draft beside the target (the lanes at once) {how}. It chooses per step from the '
-                f'times it measures, and here, with both models on the same cores, at once was the slower.'
+                f'times it measures; here, with both models on the same cores, its step timings found '
+                f'at once the slower.'
                 f'</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'

@@ -116,7 +116,8 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
         f'<td><b>{result["measured_speedup"].get(m, 0):.2f}×</b> '
         f'<small>{recorded[m].decode_s:.3g} s</small></td>' if recorded[m].decode_s else "<td>–</td>"
         for m in methods)
-    last = f" (the last of the {runs} runs: the steps replayed below)" if runs > 1 else ""
+    last = (f", the last run only (the steps replayed below; the cards give the medians of {runs})"
+            if runs > 1 else "")
     rows = [f'<tr class="w-measured"><th scope="row">measured on this machine{last}, for comparison '
             f'with the projections</th>{measured}</tr>']
     for key, profile in result["profiles"].items():

@@ -162,7 +162,26 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     return (f'<div class="msd-zoom"><div class="msd-sub">One {esc(label(rec.method))} step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
+            f'{_rule(spans, layer, layers, outcome, ready_ns, verdict_ns)}'
             f'<p class="msd-zcaption">{chipped(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
+
+
+def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) -> str:
+    """The one condition Mirror-SD's gain rests on, with this step's figures: the branches cost
+    the target nothing only when the draft finishes them within the target's layers after the
+    early exit ('' for a step without an exit or whose next window was no branch)."""
+    exit_end = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)
+    if exit_end is None or outcome != "hit":
+        return ""
+    need, have = (ready_ns - exit_end) / 1e6, _ms(spans, "suffix")
+    after = f"layers {layer + 1}–{layers}" if isinstance(layer, int) else "the layers after it"
+    fits = ready_ns <= verdict_ns
+    then = ("so the next window was ready at the verdict: the drafting was hidden" if fits else
+            f"so the target waited {(ready_ns - verdict_ns) / 1e6:.0f} ms for it at the verdict")
+    return (f'<p class="msd-zrule"><b>The rule:</b> the draft\'s branches are free only when they '
+            f'fit beside the target\'s layers after the early exit. In this step the draft needed '
+            f'<b>{need:.0f} ms</b> after the exit to finish the branch that became the next window, '
+            f'and the target\'s {esc(after)} took <b>{have:.0f} ms</b>, {then}.</p>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
