@@ -527,7 +527,7 @@ def watch_live(page, methods=tuple(LABELS), timeout_s: float = 120, carried: lis
     return seen, ended
 
 
-def test_tiny_pair_in_the_browser(browser, page, monkeypatch):
+def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
     OUT.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")  # runs long enough to watch
     demo, url = start_app(tiny=True)
