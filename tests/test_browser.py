@@ -342,18 +342,22 @@ def check_step_strip_and_token_jump(page) -> None:
     n = cells.count()
     head = page.inner_text(HEAD)
     assert re.match(rf"Step \d+ of {n}\b", head), head
+    # the run it opens on: the Mirror-SD run the zoom draws (its twin when the gate ran every
+    # step of its own in turn)
+    run = cells.nth(0).get_attribute("data-run")
+    assert run in ("mirror", "mirror-overlap"), run
     # a cell selects its step
     target = cells.nth(n - 1)
     number = int(target.get_attribute("aria-label").split(",")[0].split()[1])
     assert number == n
     target.click()
-    wait_for_step(page, n, "mirror")
-    # a token in the Mirror-SD pane jumps to the step that committed it
-    token = page.locator("#pane-mirror .msd-tok[data-step]").nth(0)
+    wait_for_step(page, n, run)
+    # a token in that run's pane jumps to the step that committed it
+    token = page.locator(f"#pane-{run} .msd-tok[data-step]").nth(0)
     step = token.get_attribute("data-step")
     want = page.locator(f'#inspector .msd-step[data-step="{step}"]').get_attribute("aria-label")
     token.click()
-    wait_for_step(page, int(want.split(",")[0].split()[1]), "mirror")
+    wait_for_step(page, int(want.split(",")[0].split()[1]), run)
     # a token in the SD pane shows SD's step
     tokens = page.locator("#pane-sd .msd-tok[data-step]")
     if tokens.count():
