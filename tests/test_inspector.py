@@ -26,7 +26,7 @@ def test_steps_are_numbered_from_one_and_the_first_window_is_no_miss():
     html = render_inspector(rec, order[0])
     assert f"<b>Step 1</b> of {len(order)}" in html
     head = re.search(r'<div class="msd-step-head">(.*?)</div>', html).group(1)
-    window = head.split("next window</b>")[0]  # its own window, not what its verdict found for the next
+    window = head.split("step's window</b>")[0]  # its own window, not what its verdict found for the next
     assert "a miss" not in window and "fallback" not in window and "first window" in window
     last = render_inspector(rec, order[-1])
     assert f"<b>Step {len(order)}</b> of {len(order)}" in last
@@ -165,7 +165,7 @@ def test_the_step_head_names_the_next_window_as_the_strip_cell_colours_it():
     seen = set()
     for s in steps:
         head = re.search(r'<div class="msd-step-head">(.*?)</div>', render_inspector(rec, s), re.S).group(1)
-        said = re.search(r"next window</b> \(the cell's colour\): a (hit|miss)", head)
+        said = re.search(r"next step's window</b> \(the cell's colour\): a (hit|miss)", head)
         kind = re.search(r"k-(\w+)", cells[s]).group(1)
         if kind in ("hit", "miss"):
             assert said and said.group(1) == kind, (s, kind, head)

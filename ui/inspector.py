@@ -309,9 +309,9 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
                    f"{own} {_chip(rec, v.token, _target_cls(v.kind))}")
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
     after = NEXT.get(verdict_outcome(sv) or "")
-    after = f" · <b>next window</b> (the cell's colour): {esc(after)}" if after else ""
+    after = f" · <b>the next step's window</b> (the cell's colour): {esc(after)}" if after else ""
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
-            f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · window: '
+            f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · <b>the window of this step</b> (how it came): '
             f'{esc(ORIGINS.get(origin, kind))}{_window(v)}{verdict} · committed '
             f'<code>{esc(committed)}</code>{after}{price_table(v)}</div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
