@@ -45,7 +45,7 @@ function build(heads) {
   B.runs = {}; B.order = [];
   for (const h of heads) {
     const run = {m: h.m, label: h.label, on: h.on, items: [], drawn: 0, tokens: 0, lastT: 0,
-                 lastWall: 0, ended: false, endT: null, step: null};
+                 lastWall: 0, ended: false, endT: null, step: null, growing: []};
     const pane = mk('div', 'msd-pane msd-bpane m-' + h.m);
     const head = mk('div', 'msd-pane-head');
     const name = mk('span', 'msd-name', h.label); name.style.color = h.colour;
@@ -204,7 +204,7 @@ function span(run, item, clock) {
   bar.style.setProperty('--a', item.a);
   bar.title = run.label + ' · ' + item.n + ' · ' + (item.b - item.a).toFixed(1) + ' ms';
   track.append(bar);
-  if (clock < item.b) (run.growing = run.growing || []).push([bar, item]);
+  if (clock < item.b) run.growing.push([bar, item]);
   grow(bar, item, clock);
   if (B.mode !== 'race') axis(item.b);
 }
@@ -234,10 +234,8 @@ function draw(run, item, clock) {
 
 function advance(run, clock) {
   while (run.drawn < run.items.length && run.items[run.drawn].t <= clock) draw(run, run.items[run.drawn++], clock);
-  if (run.growing && run.growing.length) {
-    for (const [bar, item] of run.growing) grow(bar, item, clock);
-    run.growing = run.growing.filter(([, item]) => item.b > clock);
-  }
+  for (const [bar, item] of run.growing) grow(bar, item, clock);
+  run.growing = run.growing.filter(([, item]) => item.b > clock);
   // the count after every draw, the run's last one included (its end may come in the same tick)
   if (run.drawn) run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
   if (!run.ended && run.drawn) run.clock.textContent = 'run ' + secs(Math.max(0, clock));  // its own run's clock
