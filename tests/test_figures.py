@@ -708,3 +708,34 @@ def test_the_zoom_states_the_rule_a_hit_rests_on_with_the_step_s_figures():
     early = _rule(spans, 24, 28, "hit", 150 * ms, 170 * ms)
     assert "<b>40 ms</b>" in early and "the drafting was hidden" in early
     assert _rule(spans, 24, 28, "miss", 400 * ms, 170 * ms) == ""  # the next window was no branch
+
+
+def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside_it():
+    """A hit whose branch was done sooner after the verdict than a fresh window takes is the
+    step the zoom draws, and its caption says what it saved and what a miss nearby cost."""
+    import dataclasses
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord, analyse, verdict_outcome
+    from ui.steps import after_verdict_s
+    from ui.zoom import _redraft_ms, nearest_miss, zoom_step
+    rec = tiny_records()["mirror"]
+    steps = analyse(rec).steps
+    hits = [s for s in steps if verdict_outcome(steps[s]) == "hit"]
+    assert hits and any(verdict_outcome(steps[s]) == "miss" for s in steps)
+    hit = hits[0]
+    verdict = max(sp.end_ns for sp in rec.spans if sp.step == hit and sp.label in ("suffix", "accept"))
+    fresh_ms = _redraft_ms(rec)
+    # the same run with the hit's branch done 1 ms after its verdict: a wait shorter than a fresh window
+    quick = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        if isinstance(ev, Span) and ev.step == hit and ev.label == "branches" and ev.end_ns > verdict:
+            ev = dataclasses.replace(ev, end_ns=verdict + 1_000_000)
+        quick.add(ev, t)
+    assert abs(after_verdict_s(quick, hit) * 1e3 - 1.0) < 1e-6 and fresh_ms > 1.0
+    assert zoom_step(quick) == hit
+    text = re.sub(r"<[^>]+>", "", render_zoom(quick, {"target_layers": 4}))
+    assert f"this hit saved {fresh_ms - 1:.0f} ms" in text, text
+    n, miss_ms = nearest_miss(quick, hit)
+    assert verdict_outcome(steps[sorted(steps)[n - 1]]) == "miss"
+    assert f"Compare step {n}, a miss: no branch started at its verdict, so the target waited {miss_ms:.0f} ms" in text
+    assert "it cost time here" not in text

@@ -223,7 +223,7 @@ def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
     return sum(s.end_ns - s.start_ns for s in rec.spans if s.step == step and s.label in labels) / 1e9
 
 
-def _after_verdict(rec: RunRecord, step: int) -> float:
+def after_verdict_s(rec: RunRecord, step: int) -> float:
     """Seconds from the verdict (the end of the step's target forward and acceptance rule) to
     the end of the draft's branch rollouts; <= 0 when they were done by then."""
     spans = [s for s in rec.spans if s.step == step]
@@ -317,7 +317,7 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     taken = next((b for b in sv.rollouts if b.status == "taken"), None)
     if taken is not None:
         rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
-        late = _after_verdict(rec, sv.step)  # the draft's branch work still left at the verdict
+        late = after_verdict_s(rec, sv.step)  # the draft's branch work still left at the verdict
         redraft = f"; a serial redraft took {_fmt_s(saved_s)} in this run" if saved_s else ""
         if late * 1e3 > 0.5:  # in the zoom's words
             return (f"so the verdict matched branch{rank}, begun beside the target before the verdict; "

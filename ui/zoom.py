@@ -12,7 +12,7 @@ import html
 from statistics import median
 
 from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
-from .steps import chipped, quoted, redraft_s
+from .steps import after_verdict_s, chipped, quoted, redraft_s
 
 esc = html.escape
 
@@ -68,11 +68,14 @@ def _labels(rec: RunRecord) -> dict[int, set[str]]:
 def zoom_step(rec: RunRecord) -> int | None:
     """The step the zoom draws, the most telling one after the first: a step with a window to
     verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
-    target's layers split at the early exit while the draft wrote branches beside them, a hit
-    best; then one with branches, then one split at the exit. A step with nothing to draw but
-    its verdict is never picked; None when no step has more."""
+    target's layers split at the early exit while the draft wrote branches beside them; a hit
+    best, one that saved time best of all (the target waited less for its branch than a window
+    drafted fresh after a verdict took, `_redraft_ms`), the shortest wait first; then one with
+    branches, then one split at the exit. A step with nothing to draw but its verdict is never
+    picked; None when no step has more."""
     steps = analyse(rec).steps
     labels = _labels(rec)
+    fresh = _redraft_ms(rec)
     best, best_key = None, None
     for s in sorted(steps):
         have = labels.get(s, set())
@@ -82,10 +85,24 @@ def zoom_step(rec: RunRecord) -> int | None:
         windowed = sv.verify is None or bool(sv.verify.drafted)
         overlapped = "prefix" in have and "branches" in have
         hit = any(b.status == "taken" for b in sv.rollouts)
-        key = (windowed, overlapped, hit, bool(sv.rollouts), "prefix" in have)
+        wait = after_verdict_s(rec, s) * 1e3 if hit else 0.0
+        saved = hit and (wait <= 0.5 or (fresh is not None and wait < fresh))
+        key = (windowed, overlapped, hit, saved, bool(sv.rollouts), "prefix" in have, -wait)
         if best_key is None or key > best_key:
             best, best_key = s, key
     return best
+
+
+def nearest_miss(rec: RunRecord, step: int) -> tuple[int, float] | None:
+    """The miss nearest `step` (its index among the run's steps, 1-based, as the page numbers
+    them, and the ms the target waited for its redraft), to set beside a hit; None without one."""
+    steps = analyse(rec).steps
+    order = sorted(steps)
+    misses = [s for s in order if verdict_outcome(steps[s]) == "miss"]
+    if not misses:
+        return None
+    s = min(misses, key=lambda m: (abs(m - step), m))
+    return order.index(s) + 1, redraft_s(rec, s) * 1e3
 
 
 # a bar's label at the zoom's width, labels at about 6.5 px a character: the share of the width
@@ -223,6 +240,16 @@ def _redraft_ms(rec: RunRecord) -> float | None:
     return median(times) * 1e3 if times else None
 
 
+def _miss_beside(rec: RunRecord, sv: StepView) -> str:
+    """' Compare step 9, a miss: …', the nearest miss's wait set beside a hit ('' without one)."""
+    near = nearest_miss(rec, sv.step)
+    if near is None:
+        return ""
+    n, ms = near
+    return (f" Compare step {n}, a miss: no branch started at its verdict, so the target waited "
+            f"{ms:.0f} ms while the draft wrote the next window.")
+
+
 def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
              wait_ms: float, budget: int | None = None) -> str:
     v = sv.verify
@@ -249,12 +276,14 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
                            f"while a window drafted fresh after the verdict took {redraft:.0f} ms in this "
                            f"run (median). Both models sharing the cores slowed the branches more than "
                            f"the head start gained.")
+        fresh = (f" A window drafted fresh after a verdict took {redraft:.0f} ms in this run (median): "
+                 f"this hit saved {redraft - wait_ms:.0f} ms." if redraft is not None else "")
         return text + (f"Hit: one branch started exactly there and became the next window; the "
                        f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
-                       f"that long instead of for a whole new window.")
+                       f"that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
     if outcome == "hit":
         return text + ("Hit: one branch started exactly there and was ready before the verdict, "
-                       "so it became the next window with no wait.")
+                       f"so it became the next window with no wait.{_miss_beside(rec, sv)}")
     if outcome == "end":
         return text + "The run ended at this step: no next window."
     if outcome == "turn":
