@@ -254,7 +254,7 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     shown = dict((v, n) for n, v in which["choices"])[which["value"]]
     assert which["value"] in ("mirror", "mirror-overlap") and f"One {shown} step" in zoom
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
-    for name in (">AR<", ">SD<", ">Mirror-SD<", ">Mirror-SD (lanes at once)<"):  # the four panes' titles
+    for name in (">AR<", ">SD<", ">Mirror-SD<", ">Mirror-SD (always overlapped)<"):  # the four panes' titles
         assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1
     assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
     assert "msd-ee" in inspector and "msd-verify" in inspector
@@ -600,8 +600,8 @@ def test_mirror_sd_with_its_lanes_at_once_runs_when_ticked_and_races_every_verdi
     status, ar, sd, mirror, noexit, overlap, verdict, *_ = final
     assert "Done" in status and overlap["visible"] is True and noexit["visible"] is False
     overlap = overlap["value"]
-    assert 'data-state="done"' in overlap and "Mirror-SD (lanes at once)" in overlap
-    assert ">draft beside the target, every step</span>" in overlap
+    assert 'data-state="done"' in overlap and "Mirror-SD (always overlapped)" in overlap
+    assert ">no gate: draft beside the target, every step</span>" in overlap
 
 
 def test_the_running_status_says_the_round_the_method_and_one_timer():

@@ -637,7 +637,7 @@ def test_the_zoom_draws_the_twin_s_step_when_mirror_sd_ran_no_step_with_its_lane
     assert zoom_record(dict(records, mirror=in_turn)) is in_turn  # no twin: its own, whatever it holds
     picked = zoom_record(dict(records, mirror=in_turn, **{"mirror-overlap": twin}))
     assert picked is twin
-    assert "One Mirror-SD (lanes at once) step, measured" in render_zoom(picked, {})
+    assert "One Mirror-SD (always overlapped) step, measured" in render_zoom(picked, {})
     assert zoom_record({"ar": records["ar"], "sd": records["sd"]}) is None
 
 
@@ -670,20 +670,20 @@ def test_a_method_whose_range_overlaps_ar_s_is_named_in_the_same_sentence_withou
             r[m].e2e_tps, r[m].e2e_speedup, r[m].complete = x[i], x[i] / speeds["ar"][i], True
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
     head = text.split(".")[0] + "."
-    assert ("these 3 runs cannot tell SD and Mirror-SD apart, nor Mirror-SD (lanes at once) and AR "
+    assert ("these 3 runs cannot tell SD and Mirror-SD apart, nor Mirror-SD (always overlapped) and AR "
             "(their ranges overlap)") in text, head
     assert "((" not in text and "))" not in text
     # SD ahead of everything: the method level with AR follows after a semicolon
     for i, r in enumerate(rounds):
         r["mirror"].e2e_tps = 9.0 + i * 0.1
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
-    assert "; these 3 runs cannot tell Mirror-SD (lanes at once) and AR apart (their ranges overlap)." in text, text
+    assert "; these 3 runs cannot tell Mirror-SD (always overlapped) and AR apart (their ranges overlap)." in text, text
     # within 3% of AR but the ranges do not overlap: the runs do tell them apart
     for i, r in enumerate(rounds):
         r["mirror-overlap"].e2e_tps = 10.25 + i * 0.05
         r["ar"].e2e_tps = 10.0 + i * 0.05
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
-    assert "(lanes at once) and AR" not in text, text
+    assert "(always overlapped) and AR" not in text, text
 
 
 def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why():

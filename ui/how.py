@@ -32,7 +32,7 @@ GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the lanes pays only when each
         "its own. Where both models share one device, as on this CPU, Mirror-SD times its steps and "
         "runs a step with the lanes one after the other (<i>in turn</i>, as SD does) whenever that "
         "measured faster (the <i>overlap gate</i>); after the run it checks, untimed, whether each such "
-        "step would have hit. <b>Mirror-SD (lanes at once)</b> overlaps the lanes in every step, "
+        "step would have hit. <b>Mirror-SD (always overlapped)</b> overlaps the lanes in every step, "
         "whatever they cost here, so its hits, misses and branches show: the two runs side by side "
         "are the gate's choice and what it chose against.")
 CROSS = ("<b>Another tokenizer.</b> This run's draft spells text with other tokens than the "

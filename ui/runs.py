@@ -40,11 +40,11 @@ VARIANTS: dict[str, Variant] = {
                              "Mirror-SD without its early exit: the draft's own guesses pick "
                              "the branches", "#a21caf", "early exit off"),
     "mirror-overlap": Variant("mirror", (("lane_overlap", "always"), ("window", "adaptive")),
-                              "Mirror-SD (lanes at once)",
+                              "Mirror-SD (always overlapped)",
                               "Mirror-SD with its two lanes at once in every step, as on devices of their "
                               "own (here they share the cores, so it runs slower), and adaptive windows: "
                               "every step races the verdict, so its hits and misses show",
-                              "#4338ca", "draft beside the target, every step"),
+                              "#4338ca", "no gate: draft beside the target, every step"),
 }
 
 

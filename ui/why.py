@@ -245,5 +245,5 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     at_once, steps = lanes_at_once(rec)
     if not steps:
         return ""
-    return (f"draft then target in all {steps} steps, as SD" if at_once == 0 else
-            f"draft beside the target in {at_once} of {steps} steps")
+    return (f"gated: draft then target in all {steps} steps, as SD" if at_once == 0 else
+            f"gated: draft beside the target in {at_once} of {steps} steps")
