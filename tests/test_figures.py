@@ -739,3 +739,26 @@ def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside
     assert verdict_outcome(steps[sorted(steps)[n - 1]]) == "miss"
     assert f"Compare step {n}, a miss: no branch started at its verdict, so the target waited {miss_ms:.0f} ms" in text
     assert "it cost time here" not in text
+
+
+def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
+    """The one-sentence takeaway reads SD's gain from the interleaved ranges (proven only when
+    every SD run beat every AR run), says that the gated Mirror-SD ran as SD where it ran its
+    lanes in turn, and labels its figures for other hardware as projections."""
+    from ui.results import takeaway
+    from ui.why import lanes_at_once
+    records = dict(tiny_records())
+    sd = lambda lo, hi: {"ar": {"e2e_tps": Spread(4.0, 3.6, 4.2, 3)},  # noqa: E731
+                         "sd": {"e2e_tps": Spread(5.0, lo, hi, 3)}}
+    assert "beat plain decoding in all 3 runs" in takeaway(records, sd(4.5, 5.5))
+    unproven = takeaway(records, sd(4.1, 5.5))
+    assert "not proven: the slowest of its 3 runs was no faster than AR's fastest" in unproven
+    assert "beat" not in unproven
+    records["mirror"] = _serial_after(records["mirror"], 0)
+    assert lanes_at_once(records["mirror"])[0] == 0
+    gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
+    assert "in one run" in gated
+    assert "its gate ran the draft, then the target, in every step, exactly as SD does" in gated, gated
+    assert "Projected from this run's steps, not measured: Mirror-SD 1.70× SD with the draft on a device " \
+           "of its own and 1.20× SD on an accelerator pair (medians over the runs)." in gated, gated
+    assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""

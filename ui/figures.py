@@ -243,7 +243,7 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 LEVEL = 0.03
 
 
-def _e2e_ranges(spreads: dict | None) -> dict:
+def e2e_ranges(spreads: dict | None) -> dict:
     """Each method's end-to-end speed over the interleaved runs (a Spread), where there were several."""
     return {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
 
@@ -254,7 +254,7 @@ def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None
     from one run, those within LEVEL of its end-to-end speed (about one run's noise here)."""
     if best is None or not c[best].e2e_tps:
         return []
-    ranges = _e2e_ranges(spreads)
+    ranges = e2e_ranges(spreads)
     if best in ranges:
         top = ranges[best]
         near = [m for m in c if m != best and m in ranges and ranges[m].high >= top.low]
@@ -361,7 +361,7 @@ def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict,
     ar = baseline()
     if best == ar or ar in level:
         return []
-    ranges = _e2e_ranges(spreads)
+    ranges = e2e_ranges(spreads)
     rest = [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete]
     if ar in ranges:
         base = ranges[ar]

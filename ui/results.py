@@ -10,12 +10,13 @@ import html
 import re
 from statistics import median
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, exit_bought, overlap_measured, runs_of,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, winner)
 from .render import narrow_fold, term
-from .whatif import projection_line, rounds_span_one, rounds_words
-from .runs import RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names
+from .whatif import round_values, projection_line, rounds_span_one, rounds_words
+from .runs import (RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names,
+                   variant_of)
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
 esc = html.escape
@@ -70,6 +71,65 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     return f"{lead} By the projections, {own}{cheap} {where}.{why}"
 
 
+def _proven(a: Spread | None, b: Spread | None) -> bool:
+    """Whether every run of `a` was faster than every run of `b` (their ranges apart)."""
+    return a is not None and b is not None and a.low > b.high
+
+
+def _projected(p: dict, key: str) -> float | None:
+    """Mirror-SD over SD at profile `key`: the median over the interleaved rounds' projections
+    where there were several (one round's swings), else the last run's."""
+    values = round_values(p, key)
+    return median(values) if len(values) > 1 else ((p.get("over_sd") or {}).get(key))
+
+
+def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
+    """The run in one or two plain sentences, before any figure: whether speculation (SD) beat
+    plain decoding here, proven by the interleaved runs or not; what the gated Mirror-SD did and
+    why; where its overlap would pay, as a projection ('' without AR, SD and Mirror-SD)."""
+    c = cards(done)
+    if not {"ar", "sd"} <= set(c) or winner(c, spreads) is None:
+        return ""
+    sp, ranges, runs = speeds(c, spreads), e2e_ranges(spreads), runs_of(spreads)
+    sd = sp["sd"][1]
+    if sd is None:
+        return ""
+    if runs > 1 and "sd" in ranges and "ar" in ranges:
+        if _proven(ranges["sd"], ranges["ar"]):
+            first = f"Speculative decoding (SD) beat plain decoding in all {runs} runs: {sd:.2f}× AR"
+        elif _proven(ranges["ar"], ranges["sd"]):
+            first = f"Speculative decoding (SD) lost to plain decoding in all {runs} runs: {sd:.2f}× AR"
+        else:
+            first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but that gain is not "
+                     f"proven: the slowest of its {runs} runs was no faster than AR's fastest")
+    else:
+        first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
+                 + (", within one run's noise" if abs(sd - 1) < LEVEL else ""))
+    parts = [first + "."]
+    if "mirror" in done:
+        at_once, steps = lanes_at_once(done["mirror"])
+        if steps and at_once * 2 < steps:
+            how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
+            twin = next((m for m in c if variant_of(m) == ("mirror", {"lane_overlap": "always", "window": "adaptive"})), None)
+            forced = (f"; forced to overlap every step, it ran {sp[twin][0] / sp['sd'][0]:.2f}× SD"
+                      if twin and sp[twin][0] and sp["sd"][0] else "")
+            parts.append(f"Mirror-SD's gain, the draft working beside the target, cannot pay on this machine: "
+                         f"the two models share its cores, so its gate ran the draft, then the target, "
+                         f"{how}, exactly as SD does{forced}.")
+        elif steps:
+            vs = f" and ran {sp['mirror'][0] / sp['sd'][0]:.2f}× SD" if sp.get("mirror", (None,))[0] and sp["sd"][0] else ""
+            parts.append(f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps{vs}.")
+    p = projection or {}
+    b, acc = _projected(p, "b"), _projected(p, "c")
+    where = [f"{b:.2f}× SD with the draft on a device of its own" if b is not None else "",
+             f"{acc:.2f}× SD on an accelerator pair" if acc is not None else ""]
+    where = [w for w in where if w]
+    if where and "mirror" in done:
+        many = " (medians over the runs)" if len(round_values(p, "b")) > 1 else ""
+        parts.append(f"Projected from this run's steps, not measured: Mirror-SD {' and '.join(where)}{many}.")
+    return " ".join(parts)
+
+
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
                    spreads: dict | None = None) -> str:
     """The verdict sentence, the hardware and its consequence in large type, the projection."""
@@ -78,7 +138,9 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     head, reason = verdict_parts(c, done, meta, spreads)
     if not head:
         return ""
-    parts = [_scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
+    short = takeaway(done, spreads, projection)
+    parts = [f'<p class="msd-takeaway"><b>In short:</b> {esc(short)}</p>' if short else "",
+             _scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
     sub = verdict_sub(c, meta, spreads)
     if sub:
         parts.append(f'<p class="msd-verdict-sub">{esc(sub)}</p>')

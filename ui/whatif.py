@@ -513,7 +513,7 @@ def over_sd_of(state: dict) -> dict:
 def rounds_words(p: dict, key: str) -> str:
     """' (its 3 runs: 0.98–1.25×)': the range of Mirror-SD over SD over the interleaved rounds
     at profile `key` ('' from fewer than two)."""
-    values = _round_values(p, key)
+    values = round_values(p, key)
     if len(values) < 2:
         return ""
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
@@ -524,11 +524,11 @@ def rounds_words(p: dict, key: str) -> str:
 def rounds_span_one(p: dict, key: str) -> bool:
     """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round and
     above it in another (the rounds cannot tell which of the two would be faster there)."""
-    values = _round_values(p, key)
+    values = round_values(p, key)
     return len(values) > 1 and min(values) < 1 < max(values)
 
 
-def _round_values(p: dict | None, key: str) -> list[float]:
+def round_values(p: dict | None, key: str) -> list[float]:
     """Mirror-SD over SD at profile `key`, one value per interleaved round."""
     return ((p or {}).get("over_sd_rounds") or {}).get(key) or []
 
