@@ -759,6 +759,38 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
     assert "in one run" in gated
     assert "its gate ran the draft, then the target, in every step, exactly as SD does" in gated, gated
-    assert "Projected from this run's steps, not measured: Mirror-SD 1.70× SD with the draft on a device " \
-           "of its own and 1.20× SD on an accelerator pair (medians over the runs)." in gated, gated
+    assert "Projected from the last run's steps, not measured (the chart below): Mirror-SD 1.60× SD with the " \
+           "draft on a device of its own (0.90–2.00× over the 3 runs) and 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
+
+
+def test_the_pay_chart_draws_the_what_if_series_with_each_row_s_figure_and_the_measured_runs():
+    """The chart's lines are the What-if fold's hit-rate series for rows (b) and (c), each dot
+    the row's own figure at the rate the row uses, the measured squares each overlapping
+    Mirror-SD run's decode speed over SD's; all labelled as what they are."""
+    from mirror_sd.models.tiny import LAYERS
+    from ui.paychart import measured_points, render_pay_chart
+    from ui.whatif import best_projection
+    records = tiny_records()
+    state = {"records": records, "settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
+             "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
+    proj = best_projection(state)
+    c = cards(records)
+    html = render_pay_chart(proj, c)
+    assert "projection, not a measurement" in html and "(What if, row (b))" in html and "(What if, row (c))" in html
+    assert html.count("<polyline") == 2
+    for k in ("b", "c"):  # each dot carries its row's figure, the one the fold's table prints
+        assert f">{proj['over_sd'][k]:.2f}×</text>" in html
+        share = proj["draft_share"][k]
+        assert f"a draft forward {share:.0%} of a target forward" in html
+    here = measured_points(c)
+    assert [m["method"] for m in here] == ["mirror"]  # the tiny run overlaps most of its steps
+    m = here[0]
+    assert abs(m["over_sd"] - c["mirror"].decode_tps / c["sd"].decode_tps) < 1e-12
+    assert m["hit_rate"] == c["mirror"].hits / (c["mirror"].hits + c["mirror"].misses)
+    assert f">{m['over_sd']:.2f}×</text>" in html and "measured here, both models on the same cores" in html
+    # a gated run that raced few of its verdicts is mostly SD: no square for it
+    c["mirror"].verify_steps = 3 * (c["mirror"].hits + c["mirror"].misses)
+    assert measured_points(c) == []
+    assert render_pay_chart({}, c) == ""
+    assert 'class="msd-paychart"' in render_verdict(records, state["meta"], proj)

@@ -13,6 +13,7 @@ from statistics import median
 from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, winner)
+from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .whatif import round_values, projection_line, rounds_span_one, rounds_words
 from .runs import (RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names,
@@ -76,11 +77,16 @@ def _proven(a: Spread | None, b: Spread | None) -> bool:
     return a is not None and b is not None and a.low > b.high
 
 
-def _projected(p: dict, key: str) -> float | None:
-    """Mirror-SD over SD at profile `key`: the median over the interleaved rounds' projections
-    where there were several (one round's swings), else the last run's."""
+def _projected(p: dict, key: str, words: str) -> str:
+    """'1.84× SD <words> (0.97–1.98× over the 3 runs)': the last run's Mirror-SD over SD at
+    profile `key`, as the chart and the What-if fold give it, with its range over the
+    interleaved rounds ('' without it)."""
+    last = (p.get("over_sd") or {}).get(key)
+    if last is None:
+        return ""
     values = round_values(p, key)
-    return median(values) if len(values) > 1 else ((p.get("over_sd") or {}).get(key))
+    spread = f" ({min(values):.2f}–{max(values):.2f}× over the {len(values)} runs)" if len(values) > 1 else ""
+    return f"{last:.2f}× SD {words}{spread}"
 
 
 def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
@@ -111,22 +117,20 @@ def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection
         if steps and at_once * 2 < steps:
             how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
             twin = next((m for m in c if variant_of(m) == ("mirror", {"lane_overlap": "always", "window": "adaptive"})), None)
-            forced = (f"; forced to overlap every step, it ran {sp[twin][0] / sp['sd'][0]:.2f}× SD"
+            forced = (f"; forced to overlap every step, it ran {sp[twin][0] / sp['sd'][0]:.2f}× SD end to end"
                       if twin and sp[twin][0] and sp["sd"][0] else "")
             parts.append(f"Mirror-SD's gain, the draft working beside the target, cannot pay on this machine: "
                          f"the two models share its cores, so its gate ran the draft, then the target, "
                          f"{how}, exactly as SD does{forced}.")
         elif steps:
-            vs = f" and ran {sp['mirror'][0] / sp['sd'][0]:.2f}× SD" if sp.get("mirror", (None,))[0] and sp["sd"][0] else ""
+            vs = f" and ran {sp['mirror'][0] / sp['sd'][0]:.2f}× SD end to end" if sp.get("mirror", (None,))[0] and sp["sd"][0] else ""
             parts.append(f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps{vs}.")
     p = projection or {}
-    b, acc = _projected(p, "b"), _projected(p, "c")
-    where = [f"{b:.2f}× SD with the draft on a device of its own" if b is not None else "",
-             f"{acc:.2f}× SD on an accelerator pair" if acc is not None else ""]
-    where = [w for w in where if w]
+    where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
+                         _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        many = " (medians over the runs)" if len(round_values(p, "b")) > 1 else ""
-        parts.append(f"Projected from this run's steps, not measured: Mirror-SD {' and '.join(where)}{many}.")
+        parts.append(f"Projected from the last run's steps, not measured (the chart below): "
+                     f"Mirror-SD {' and '.join(where)}.")
     return " ".join(parts)
 
 
@@ -152,6 +156,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if bought:
         parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
                      f'{esc(bought.split(":", 1)[1])}</p>')
+    parts.append(render_pay_chart(projection, c) if "mirror" in c else "")
     if one_device(meta) and "mirror" in c:
         parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
     if projection:

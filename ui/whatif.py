@@ -560,11 +560,22 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
             "hit_source": source, "hit_source_of": said,
             "hit_sources": {k: src.to_dict() for k, src in sources.items()},
             "hit_series": series,
+            "draft_share": _draft_shares(result.get("profiles") or {}),
             "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
             # the source in full once in the What-if fold, in short elsewhere (`projection_line`)
             "inputs_short": inputs.replace(source, f"{short}, source: What if") if source else inputs,
             "series_line": wh.series_words(series.get("c"), "On the accelerator pair"),
             "series_short": wh.series_words(brief, "On the accelerator pair")}
+
+
+def _draft_shares(profiles: dict) -> dict:
+    """{profile key: one draft token's forward over a one-token target forward} for (b) and (c)."""
+    out = {}
+    for key in ("b", "c"):
+        cal = getattr(profiles.get(key), "calibration", None)
+        if cal is not None and cal.t_draft_token and cal.t_target_1:
+            out[key] = cal.t_draft_token / cal.t_target_1
+    return out
 
 
 def _over_sd(projected: dict) -> dict:
