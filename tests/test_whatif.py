@@ -660,10 +660,11 @@ def test_the_projection_names_its_hit_rate_source_and_the_series(runs):
     text = re.sub(r"<[^>]+>", "", html)
     assert "On the accelerator pair Mirror-SD" in text and text.count("projection") >= 2
     assert html.count('<p class="msd-projection') == 2
-    # the hardware box cites row (b); row (c) and the source are the projection line's
-    from ui.results import hardware_line
-    box = hardware_line(runs[0], {"target_device": "cpu", "draft_device": "cpu"}, p)
-    assert "row (b)" in box
+    # rows (b) and (c) are the chart's lines, each named by its row
+    from ui.figures import cards
+    from ui.paychart import render_pay_chart
+    chart = render_pay_chart(p, cards(runs[0]))
+    assert "(What if, row (b))" in chart and "(What if, row (c))" in chart
 
 
 def test_the_timeline_draws_an_in_turn_step_as_it_ran_here_and_a_rate_elsewhere_holds_the_budget():

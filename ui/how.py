@@ -104,6 +104,16 @@ def diagram() -> str:
             f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg></div>')
 
 
+def race_key() -> str:
+    """Beside the race: the two schedules it compares, in one small picture (the diagram of How
+    it works, which folds away once a run starts)."""
+    return ('<div class="msd-race-key"><div class="msd-sub">What the race compares</div>'
+            '<p>Every pane writes the same text. <b>SD</b>: the draft writes a window, then the '
+            'target checks it, in turn. <b>Mirror-SD</b>: from the target\'s early exit the draft '
+            'writes branches beside the target\'s last layers; a <b>hit</b> means the next window '
+            f'is already written. Its <i>gate</i> falls back to SD\'s order where overlapping measured slower.</p>{diagram()}</div>')
+
+
 def flow(layer: int | None = None, layers: int | None = None) -> str:
     """The algorithm of one Mirror-SD step as a plain diagram (HTML and CSS): the target's lane
     (layers before the early exit, the exit, the layers after it, the verdict) beside the

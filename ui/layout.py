@@ -21,7 +21,7 @@ from . import whatif, zerogpu
 from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, EXIT_LAYER_LABEL, RESULT_OUTPUTS,
                      RunInputs)
 from .handlers import Handlers, pick_example
-from .how import render_how
+from .how import race_key, render_how
 from .inspector import pick, render_inspector
 from .live import BOARD_JS, BOARD_TEMPLATE, TIMELINE_TEMPLATE
 from .pairbox import PairBox
@@ -213,6 +213,7 @@ def _results(c: dict) -> None:
     with gr.Column(visible=False, elem_id="results") as results:
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
+            gr.HTML(race_key(), elem_id="race-key")
             show_rejected = gr.Checkbox(True, label="show rejected drafts (struck through)",
                                         elem_id="show-rejected", scale=0, min_width=230)
         c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,

@@ -91,13 +91,13 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card]) -> str:
                  f'<text x="{X1 - 4}" y="{py(1) - 5:.1f}" class="pc-note" text-anchor="end">SD\'s speed</text>'
                  f'<text x="{X0 + 6}" y="{Y0 + 14}" class="pc-note">Mirror-SD faster than SD</text>'
                  f'<text x="{X1 - 6}" y="{Y1 - 6}" class="pc-note" text-anchor="end">Mirror-SD slower than SD</text>')
-    for k, pts in series.items():
+    for i, (k, pts) in enumerate(series.items()):
         path = " ".join(f"{px(h):.1f},{py(r):.1f}" for h, r in pts)
         parts.append(f'<polyline points="{path}" fill="none" stroke="{LINES[k][1]}" class="pc-line"/>')
         if k in dots:
             h, r = dots[k]
             parts.append(f'<circle cx="{px(h):.1f}" cy="{py(r):.1f}" r="5" fill="{LINES[k][1]}"/>'
-                         f'<text x="{px(h) + 8:.1f}" y="{py(r) - 7:.1f}" class="pc-val" fill="{LINES[k][1]}">'
+                         f'<text x="{px(h) + 8:.1f}" y="{py(r) + (17 if i else -7):.1f}" class="pc-val" fill="{LINES[k][1]}">'
                          f'{r:.2f}×</text>')
     for m in here:
         x, y = px(m["hit_rate"]), py(m["over_sd"])

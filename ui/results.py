@@ -15,7 +15,7 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_range
                       verify_slowdown, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
-from .whatif import round_values, projection_line, rounds_span_one, rounds_words
+from .whatif import projection_line, round_values
 from .runs import (RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names,
                    variant_of)
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
@@ -36,9 +36,10 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 # ---- the verdict ------------------------------------------------------------------------
 
 def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
-    """What Mirror-SD lacks on a machine whose lanes share one device, in the words the What-if
-    fold's figures allow (its "own settings" table): a device of its own for the draft (row
-    (b)) and a draft much cheaper than the target (row (c), the accelerator pair)."""
+    """What Mirror-SD lacks on a machine whose lanes share one device, leading into the chart
+    of where it would pay (`paychart`): the projections' figures are the chart's, and the
+    takeaway's, never restated here; only why a device of its own for this pair's draft
+    (row (b)) can gain more than the accelerator pair (row (c)), where it does."""
     c = costs(done)
     share = (f"{c['draft'] / c['target']:.0%} of a target forward" if c.get("draft") and c.get("target")
              else "a large share of a target forward")
@@ -46,30 +47,18 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     lost = speeds.get("mirror") is not None and speeds.get("sd") is not None and speeds["mirror"] <= speeds["sd"]
     lead = (f"{'This machine cannot show what Mirror-SD gains: ' if lost else 'Here '}both models share "
             f"one machine ({machine_words(meta)}) and its memory bus, and the draft costs {share}.")
-    p = projection or {}
-    over = p.get("over_sd") or {}
-    b_mirror = (((p.get("rows") or {}).get("b") or {}).get("speedups") or {}).get("mirror")
+    over = (projection or {}).get("over_sd") or {}
     b, acc = over.get("b"), over.get("c")
-    where = "(What if, “its own settings” table, row (b): a projection)"
-    # the accelerator pair, row (c), is the projection line's, right below
-    cheap = "" if acc is None or b is not None or b_mirror is not None else f"; on the accelerator pair {acc:.2f}× SD"
-    if b is not None and rounds_span_one(p, "b"):
-        own = f"with a device of its own for the draft Mirror-SD projects {b:.2f}× SD" + rounds_words(p, "b")
-    elif b is not None:
-        own = (f"a device of its own for the draft would let Mirror-SD pass SD with this pair: {b:.2f}× SD"
-               if b >= 1 else f"a device of its own for the draft is not enough with this pair: Mirror-SD "
-                              f"projects {b:.2f}× SD there") + rounds_words(p, "b")
-    elif b_mirror is not None:
-        own = f"with a device of its own for the draft Mirror-SD projects {b_mirror:.2f}× AR"
-    else:
+    if b is None and acc is None:
         return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
     why = ""
     if b is not None and acc is not None and b > acc + 0.05:  # (b) above (c): say why, or it reads as a contradiction
-        why = (f" Mirror-SD gains over SD by hiding the drafting that SD's target waits for, so it gains "
-               f"most where the draft is dear, as here; on the accelerator pair the draft is cheap beside "
-               f"its target, which leaves it less to hide ({acc:.2f}× SD there, the line below).")
-    return f"{lead} By the projections, {own}{cheap} {where}.{why}"
+        why = (" Mirror-SD gains over SD by hiding the drafting that SD's target waits for, so it gains "
+               "most where the draft is dear, as here; on the accelerator pair the draft is cheap beside "
+               "its target, which leaves it less to hide.")
+    return (f"{lead} The chart shows what the same steps would give where the lanes do not share a "
+            f"device.{why}")
 
 
 def _proven(a: Spread | None, b: Spread | None) -> bool:
@@ -156,9 +145,9 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if bought:
         parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
                      f'{esc(bought.split(":", 1)[1])}</p>')
-    parts.append(render_pay_chart(projection, c) if "mirror" in c else "")
     if one_device(meta) and "mirror" in c:
         parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
+    parts.append(render_pay_chart(projection, c) if "mirror" in c else "")
     if projection:
         parts.append(_projection_line(projection))
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
