@@ -22,6 +22,8 @@ READY = "() => /loaded and warm|Ready/.test(document.querySelector('#status')?.i
 # Mirror-SD running in the second round: the pane after it still shows, faded, its first round's run
 RUNNING = ("m => document.querySelector(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`)"
            " && document.querySelector('#board .msd-bpane.is-stale')")
+# the method's pane a dozen tokens into its run
+GROWN = ("m => document.querySelectorAll(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`).length >= 12")
 # the race's clock in its header ("t = 3.10 s of 9.50 s") past 45% of the race
 RACE_MID = ("() => { const m = ((document.querySelector('#board .msd-board-say') || {}).textContent || '')"
             ".match(/t = ([\\d.]+) s of ([\\d.]+) s/); return !!m && +m[1] >= 0.45 * +m[2]; }")
@@ -44,7 +46,10 @@ def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
     page.click("#run-btn")
     if live:
         page.wait_for_function(RUNNING, arg="mirror", timeout=900_000)
-        page.wait_for_timeout(500)  # a few steps in: a warm Mirror-SD run takes about 2.5 s here
+        try:  # several steps in: a dozen tokens written (a warm Mirror-SD run takes 3-12 s here)
+            page.wait_for_function(GROWN, arg="mirror", timeout=30_000)
+        except Exception:  # a run too short to catch there: its pane as it is
+            pass
         page.locator("#board").scroll_into_view_if_needed()
         page.screenshot(path=str(out / f"live-{width}-running.png"))
         page.wait_for_function(f"() => document.querySelector('#board .msd-bpane[data-state=\"race\"]') || ({SETTLED})()",
