@@ -10,7 +10,7 @@ import pytest
 
 from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.latency.whatif_costs import core_split
-from ui.figures import Spread, cards, level_with, repeat_summary, split_words, verdict, winner
+from ui.figures import LEVEL, Spread, cards, level_with, repeat_summary, split_words, verdict, winner
 from ui.results import render_statistics, render_verdict
 from ui.runs import label
 from ui.why import PARTS, breakdown
@@ -743,43 +743,55 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     unproven = takeaway(records, sd(4.1, 5.5))
     assert "not proven: the slowest of its 3 runs was no faster than AR's fastest" in unproven
     assert "beat" not in unproven
+    loss = takeaway(records, {"ar": {"e2e_tps": Spread(4.0, 3.6, 4.2, 3)}, "sd": {"e2e_tps": Spread(3.8, 3.5, 4.0, 3)}})
+    assert "but that loss is not proven: the fastest of its 3 runs was no slower than AR's slowest" in loss
+    at_once, steps = lanes_at_once(records["mirror"])
+    if 2 * at_once >= steps:  # the tiny pair's lanes overlap in most steps
+        assert f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps, " in takeaway(records)
+    records["mirror-overlap"] = records["mirror"]  # its twin, the lanes at once in every step
     records["mirror"] = _serial_after(records["mirror"], 0)
     assert lanes_at_once(records["mirror"])[0] == 0
     gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
     assert "in one run" in gated
-    assert "its gate ran the draft, then the target, in every step, exactly as SD does" in gated, gated
+    assert ("Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
+            "target) in every step: here both models share the same cores") in gated, gated
+    c = cards(records)
+    ratio = c["mirror-overlap"].e2e_tps / c["sd"].e2e_tps
+    assert f"Forced to overlap every step, Mirror-SD ran {ratio:.2f}× SD end to end: " in gated, gated
+    said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
+    assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
+                           "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
     assert "Projected from the last run's steps, not measured (the chart below): Mirror-SD 1.60× SD with the " \
            "draft on a device of its own (0.90–2.00× over the 3 runs) and 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
-def test_the_pay_chart_draws_the_what_if_series_with_each_row_s_figure_and_the_measured_runs():
-    """The chart's lines are the What-if fold's hit-rate series for rows (b) and (c), each dot
-    the row's own figure at the rate the row uses, the measured squares each overlapping
-    Mirror-SD run's decode speed over SD's; all labelled as what they are."""
+def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_their_spread():
+    """The chart's measured bars are each Mirror-SD run's end-to-end speed over SD's, the tiles'
+    figures; its projected bars are the What-if rows (b) and (c), each with the range of the
+    interleaved runs' projections; every projected bar says it is one."""
     from mirror_sd.models.tiny import LAYERS
-    from ui.paychart import measured_points, render_pay_chart
+    from ui.figures import speeds
+    from ui.paychart import bars, render_pay_chart
     from ui.whatif import best_projection
     records = tiny_records()
     state = {"records": records, "settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
              "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
-    proj = best_projection(state)
+    proj = dict(best_projection(state), over_sd_rounds={"b": [0.7, 1.3, 0.9]})
     c = cards(records)
+    rows = bars(c, None, proj)
+    sp = speeds(c)
+    assert [r["kind"] for r in rows] == ["measured", "projected", "projected"]
+    assert rows[0]["value"] == sp["mirror"][0] / sp["sd"][0] and "this run" in rows[0]["note"]
+    assert [r["value"] for r in rows[1:]] == [proj["over_sd"]["b"], proj["over_sd"]["c"]]
+    assert (rows[1]["low"], rows[1]["high"]) == (0.7, 1.3) and rows[2]["low"] is None
     html = render_pay_chart(proj, c)
-    assert "projection, not a measurement" in html and "(What if, row (b))" in html and "(What if, row (c))" in html
-    assert html.count("<polyline") == 2
-    for k in ("b", "c"):  # each dot carries its row's figure, the one the fold's table prints
-        assert f">{proj['over_sd'][k]:.2f}×</text>" in html
-        share = proj["draft_share"][k]
-        assert f"a draft forward {share:.0%} of a target forward" in html
-    here = measured_points(c)
-    assert [m["method"] for m in here] == ["mirror"]  # the tiny run overlaps most of its steps
-    m = here[0]
-    assert abs(m["over_sd"] - c["mirror"].decode_tps / c["sd"].decode_tps) < 1e-12
-    assert m["hit_rate"] == c["mirror"].hits / (c["mirror"].hits + c["mirror"].misses)
-    assert f">{m['over_sd']:.2f}×</text>" in html and "measured here, both models on the same cores" in html
-    # a gated run that raced few of its verdicts is mostly SD: no square for it
-    c["mirror"].verify_steps = 3 * (c["mirror"].hits + c["mirror"].misses)
-    assert measured_points(c) == []
-    assert render_pay_chart({}, c) == ""
+    assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
+    assert "(0.70–1.30×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
+    assert f"a draft forward {proj['draft_share']['c']:.0%} of a target forward" in html
+    spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * .9, x.e2e_tps * 1.1, 3)} for m, x in c.items()}
+    assert "medians of 3 runs" in bars(c, spreads, proj)[0]["note"]
+    assert render_pay_chart({}, c) == ""  # nothing projected: no chart
     assert 'class="msd-paychart"' in render_verdict(records, state["meta"], proj)
+
+

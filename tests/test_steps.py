@@ -381,7 +381,7 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
     # the card's count of the steps in turn is the check's: 1 read + 1 that drafted nothing
     assert rows["hits / misses"] == "0 / 0 · 2 steps in turn (next row)"
     assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).startswith(same)
-    assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).endswith(" · hit rate 1 of 1, 100%")
+    assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).endswith(" · the projections' hit rate: 1 of 1 (timed hits and would-have-hits), 100%")
     line = _lanes_line(rec)
     assert same in line and "(the lanes at once) in none of its 4 verify steps" in line and "of those" not in line
     assert "2 more had no next window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window

@@ -123,7 +123,8 @@ def _early_exit(rec: RunRecord, sv: StepView, last: str) -> str:
         found = (f'<p class="msd-muted">The target\'s own token at row {A} '
                  f'{"<b>was</b>" if inside else "<b>was not</b>"} among the early exit\'s top '
                  f'{len(ee.token_ids[A])} guesses{how}.</p>')
-    lens = f" read through the {_term('exit lens', 'exit lens')}," if ee.lens else ""
+    lens = (f" read through the {_term('exit lens', 'exit lens')} (a small trained correction of the "
+            f"exit layer's state)," if ee.lens else "")
     return (f'<p class="msd-muted">After layer {ee.layer} (the {_term("exit layer", "exit layer")}),{lens} '
             f'the target\'s final norm and LM head give its early guesses. Row j guesses the token '
             f'after the last committed token and the first j drafted ones; the percentages are the '

@@ -78,6 +78,37 @@ def _projected(p: dict, key: str, words: str) -> str:
     return f"{last:.2f}× SD {words}{spread}"
 
 
+def _against_sd(m: str, c: dict[str, Card], sp: dict, spreads: dict | None) -> str:
+    """' 1.32× SD end to end: these runs cannot tell it from SD' and the like ('' without both speeds)."""
+    if not sp.get(m, (None,))[0] or not sp["sd"][0]:
+        return ""
+    pair = {"sd": c["sd"], m: c[m]}
+    level = level_with(pair, winner(pair, spreads), spreads)
+    ratio = sp[m][0] / sp["sd"][0]
+    said = ("these runs cannot tell it from SD" if level else
+            "overlapping paid even on these shared cores" if ratio > 1 else
+            "sharing the cores cost more than its hits saved")
+    return f"{ratio:.2f}× SD end to end: {said}"
+
+
+def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict | None) -> str:
+    """What the gated Mirror-SD did (its lanes at once or in SD's order, and why), and what its
+    twin with the lanes at once in every step measured against SD."""
+    at_once, steps = lanes_at_once(rec)
+    if not steps:
+        return ""
+    if at_once * 2 >= steps:
+        vs = _against_sd("mirror", c, sp, spreads)
+        return f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
+            f", {vs}." if vs else ".")
+    how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
+    text = (f"Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
+            f"target) {how}: here both models share the same cores, so running them at once slows each.")
+    twin = next((m for m in c if variant_of(m) == ("mirror", {"lane_overlap": "always", "window": "adaptive"})), None)
+    vs = _against_sd(twin, c, sp, spreads) if twin else ""
+    return text + (f" Forced to overlap every step, Mirror-SD ran {vs}." if vs else "")
+
+
 def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
     """The run in one or two plain sentences, before any figure: whether speculation (SD) beat
     plain decoding here, proven by the interleaved runs or not; what the gated Mirror-SD did and
@@ -96,24 +127,15 @@ def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection
             first = f"Speculative decoding (SD) lost to plain decoding in all {runs} runs: {sd:.2f}× AR"
         else:
             first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but that gain is not "
-                     f"proven: the slowest of its {runs} runs was no faster than AR's fastest")
+                     f"proven: the slowest of its {runs} runs was no faster than AR's fastest" if sd >= 1 else
+                     f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but that loss is not "
+                     f"proven: the fastest of its {runs} runs was no slower than AR's slowest")
     else:
         first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
                  + (", within one run's noise" if abs(sd - 1) < LEVEL else ""))
     parts = [first + "."]
     if "mirror" in done:
-        at_once, steps = lanes_at_once(done["mirror"])
-        if steps and at_once * 2 < steps:
-            how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
-            twin = next((m for m in c if variant_of(m) == ("mirror", {"lane_overlap": "always", "window": "adaptive"})), None)
-            forced = (f"; forced to overlap every step, it ran {sp[twin][0] / sp['sd'][0]:.2f}× SD end to end"
-                      if twin and sp[twin][0] and sp["sd"][0] else "")
-            parts.append(f"Mirror-SD's gain, the draft working beside the target, cannot pay on this machine: "
-                         f"the two models share its cores, so its gate ran the draft, then the target, "
-                         f"{how}, exactly as SD does{forced}.")
-        elif steps:
-            vs = f" and ran {sp['mirror'][0] / sp['sd'][0]:.2f}× SD end to end" if sp.get("mirror", (None,))[0] and sp["sd"][0] else ""
-            parts.append(f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps{vs}.")
+        parts.append(_mirror_takeaway(done["mirror"], c, sp, spreads))
     p = projection or {}
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
@@ -147,7 +169,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
                      f'{esc(bought.split(":", 1)[1])}</p>')
     if one_device(meta) and "mirror" in c:
         parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
-    parts.append(render_pay_chart(projection, c) if "mirror" in c else "")
+    parts.append(render_pay_chart(projection, c, spreads) if "mirror" in c else "")
     if projection:
         parts.append(_projection_line(projection))
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
@@ -360,8 +382,9 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str,
             t = c.turns
             seen = t["hits"] + t["misses"] + t["checked"]
             rate = (f' · <span title="measured hits and the checked steps that would have hit, over every step '
-                    f'either counts: the hit rate the What-if projections use">hit rate {t["hits"] + t["would_hit"]} '
-                    f'of {seen}, {t["rate"]:.0%}</span>' if t["rate"] is not None and seen else "")
+                    f'either counts: the hit rate the What-if projections use">the projections\' hit rate: '
+                    f'{t["hits"] + t["would_hit"]} of {seen} (timed hits and would-have-hits), {t["rate"]:.0%}</span>'
+                    if t["rate"] is not None and seen else "")
             turn = f" · {c.in_turn} step{'' if c.in_turn == 1 else 's'} in turn (next row)"
             checked = f"{esc(checked_words(t))}{rate}"
         rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}", "hit"))
@@ -459,9 +482,9 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
                if at_once == 0 else
                f"in only {at_once} of its {steps} verify steps; the others ran the draft, then the target, as SD does")
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
-                f'its draft beside the target (the lanes at once) {how}. It chooses per step from the '
-                f'times it measures; here, with both models on the same cores, its step timings found '
-                f'at once the slower.'
+                f'its draft beside the target (the lanes at once) {how}. Its overlap gate picks the faster '
+                f'order per step from the times it measures; with both models on the same cores, the '
+                f'lanes in turn were faster.'
                 f'</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'

@@ -152,7 +152,9 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
                     f'projection ({key}): {esc(name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
     return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
             f'method: the measured run, then the projection of the same recorded steps on each '
-            f'hardware profile</caption><thead><tr><th scope="col">projection profile</th>{head}'
+            f'hardware profile. Mirror-SD (always overlapped) has no column: where the lanes get devices '
+            f'of their own, (b) and (c), the Mirror-SD column already prices every step overlapped'
+            f'</caption><thead><tr><th scope="col">projection profile</th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
