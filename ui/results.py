@@ -481,11 +481,10 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
         how = (f"in none of its {steps} verify steps: all of them ran the draft, then the target, as SD does"
                if at_once == 0 else
                f"in only {at_once} of its {steps} verify steps; the others ran the draft, then the target, as SD does")
-        return (f'<p class="msd-lanes-line" title="{esc(split)}"><b class="msd-lanes-lead">Mirror-SD ran '
-                f'its draft beside the target (the lanes at once) {how}. Its overlap gate picks the faster '
-                f'order per step from the times it measures; with both models on the same cores, the '
-                f'lanes in turn were faster.'
-                f'</b>{_checked_words(rec, apart=True)}{measured_twin}</p>')
+        return (f'<p class="msd-lanes-line" title="{esc(split)}"><span class="msd-lanes-lead">Mirror-SD ran '
+                f'its draft beside the target (the lanes at once) {how} (its overlap gate picks the faster '
+                f'order per step from the times it measures).'
+                f'</span>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
             f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span>{measured_twin}</p>')
