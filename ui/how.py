@@ -107,11 +107,7 @@ def diagram() -> str:
 def race_key() -> str:
     """Beside the race: the two schedules it compares, in one small picture (the diagram of How
     it works, which folds away once a run starts)."""
-    return ('<div class="msd-race-key"><div class="msd-sub">What the race compares</div>'
-            '<p>Every pane writes the same text. <b>SD</b>: the draft writes a window, then the '
-            'target checks it, in turn. <b>Mirror-SD</b>: from the target\'s early exit the draft '
-            'writes branches beside the target\'s last layers; a <b>hit</b> means the next window '
-            f'is already written. Its <i>gate</i> falls back to SD\'s order where overlapping measured slower.</p>{diagram()}</div>')
+    return f'<div class="msd-race-key">{diagram()}</div>'
 
 
 def flow(layer: int | None = None, layers: int | None = None) -> str:
