@@ -795,3 +795,15 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     assert 'class="msd-paychart"' in render_verdict(records, state["meta"], proj)
 
 
+
+
+def test_the_inspector_opens_on_the_zoomed_step_of_the_zoomed_run():
+    """One step told twice: the inspector opens on the step the zoom draws when it opens on the
+    zoom's run, else on the run's first rejection or miss."""
+    from ui.zoom import opening_step, zoom_record, zoom_step
+    records = tiny_records()
+    zoomed = zoom_record(records)
+    assert zoomed is not None and zoom_step(zoomed) is not None
+    assert opening_step(records, zoomed) == zoom_step(zoomed)
+    assert opening_step(records, records["sd"]) == instructive_step(records["sd"])
+    assert opening_step(records, None) == 0

@@ -30,7 +30,7 @@ from .texts import CPU_PRECISION_TIP
 from .timeline import build_timeline
 from .traces import export_trace, write_trace
 from .whatif import best_projection
-from .zoom import instructive_step, render_zoom, zoom_record
+from .zoom import opening_step, render_zoom, zoom_record
 
 DEFAULT_PRECISION = "int8"  # several times faster than fp32 here; every pane runs the same weights
 EXIT_LAYER_CEILING = 127  # the slider's range until the target's layer count is known
@@ -178,7 +178,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     which = _inspect_target(records)
     rec = records.get(which) if which else None
     n_steps = len(analyse(rec).steps) if rec is not None else 0
-    step = instructive_step(rec)
+    step = opening_step(records, rec)
     greedy = float(settings.get("temperature", 0.0)) == 0.0
     spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
     state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,

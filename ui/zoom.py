@@ -45,6 +45,17 @@ def instructive_step(rec: RunRecord | None) -> int:
     return 0
 
 
+def opening_step(records: dict[str, RunRecord], rec: RunRecord | None) -> int:
+    """The step the inspector opens on: the zoom's own step when it opens on the run the zoom
+    draws (one step, drawn above and taken apart in the inspector, with the same figures),
+    else `instructive_step`."""
+    if rec is not None and rec is zoom_record(records):
+        step = zoom_step(rec)
+        if step is not None:
+            return step
+    return instructive_step(rec)
+
+
 def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
     """The Mirror-SD run the zoom draws: Mirror-SD's own, unless none of its steps had the lanes
     at once (the overlap gate ran them in turn) and a variant with the early exit on has one,
