@@ -115,6 +115,9 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
     html = render_verdict(records, {}, None, spreads)
     cards_html = render_cards(records, {}, spreads)
     status = done_message(records, {}, rounds)
+    from ui.results import takeaway
+    short = takeaway(records, spreads)
+    assert short and f"In short: {short}" in status and __import__("html").escape(short) in html  # alike in both
     for m in ("sd", "mirror"):
         ratio = f"{med[m] / med['ar']:.2f}×"
         tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()

@@ -23,7 +23,7 @@ from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
-from .results import render_cards, render_statistics, render_verdict
+from .results import render_cards, render_statistics, render_verdict, takeaway
 from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
@@ -236,8 +236,10 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
     if ratios:
         many = (f"; each method's median speed over {len(rounds)} interleaved runs divided by AR's"
                 if spreads else "")
-        message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many}; "
-                   f"the verdict below says why). The race below replays the last runs side by side.")
+        short = takeaway({m: r for m, r in records.items() if r is not None and r.finish is not None}, spreads)
+        message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many})."
+                   + (f" In short: {short}" if short else "")
+                   + " Below: the race replays the last runs side by side, then the verdict says why.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message
