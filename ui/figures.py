@@ -566,8 +566,8 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
     """What Mirror-SD's lanes at once did here, when its twin with both lanes at once in every
     step ran beside it: that twin's hits of its verdicts and its end-to-end speed against the
     gated Mirror-SD's, which the overlap gate's choice rests on ('' otherwise)."""
-    from .runs import VARIANTS
-    pairs = [(v, x.base) for v, x in VARIANTS.items() if dict(x.changes).get("lane_overlap") == "always"]
+    from .runs import VARIANTS, always_overlapped
+    pairs = [(v, x.base) for v, x in VARIANTS.items() if always_overlapped(v)]
     v, base = next(((v, b) for v, b in pairs if v in c and b in c), (None, None))
     if v is None:
         return ""

@@ -16,8 +16,8 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_range
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .whatif import projection_line, round_values
-from .runs import (RunRecord, analyse, colour, compare_tokens, exit_check, label, measured, method_names,
-                   variant_of)
+from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
+                   method_names, variant_of)
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
 
 esc = html.escape
@@ -104,7 +104,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
     how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
     text = (f"Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
             f"target) {how}: here both models share the same cores, so running them at once slows each.")
-    twin = next((m for m in c if variant_of(m) == ("mirror", {"lane_overlap": "always", "window": "adaptive"})), None)
+    twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     return text + (f" Forced to overlap every step, Mirror-SD ran {vs}." if vs else "")
 

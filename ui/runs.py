@@ -74,6 +74,12 @@ def exit_off(method: str) -> bool:
     return variant_of(method)[1].get("early_exit") == "off"
 
 
+def always_overlapped(method: str) -> bool:
+    """Whether the method runs Mirror-SD with its two lanes at once in every step (a variant:
+    no overlap gate)."""
+    return variant_of(method)[1].get("lane_overlap") == "always"
+
+
 def _entry(method: str):
     return REGISTRY.get(method) or VARIANTS.get(method)
 

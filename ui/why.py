@@ -22,7 +22,7 @@ from statistics import median
 
 from mirror_sd.engine.events import DraftBranch, EarlyExit, Verify
 
-from .runs import VARIANTS, RunRecord, measured
+from .runs import RunRecord, always_overlapped, measured, variant_of
 
 TARGET_FORWARD = {"decode"}
 VERIFY = {"verify_forward", "prefix", "exit_head", "suffix", "accept"}
@@ -239,8 +239,7 @@ LANES_TIP = ("Verify steps in which the draft wrote its branches while the targe
 def lanes_badge(method: str, rec: RunRecord) -> str:
     """'draft beside the target in 1 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
     ('' for the other methods and for the variant with the lanes at once in every step)."""
-    variant = VARIANTS.get(method)
-    if (variant.base if variant else method) != "mirror" or ("lane_overlap", "always") in (variant.changes if variant else ()):
+    if variant_of(method)[0] != "mirror" or always_overlapped(method):
         return ""
     at_once, steps = lanes_at_once(rec)
     if not steps:
