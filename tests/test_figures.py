@@ -3,6 +3,7 @@ the bars start with the same time to first token; the step the inspector and the
 median and range over repeated runs."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
     status = done_message(records, {}, rounds)
     from ui.results import takeaway
     short = takeaway(records, spreads)
-    assert short and f"In short: {short}" in status and __import__("html").escape(short) in html  # alike in both
+    assert short and __import__("html").escape(short) in html and short not in status  # said once, in the verdict
     for m in ("sd", "mirror"):
         ratio = f"{med[m] / med['ar']:.2f}×"
         tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
@@ -157,9 +158,15 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     assert badges[best] == ("top speed" if level else "fastest")
     for m in c:
         if m != best:
-            assert badges[m] == (f"ties {label(best)}" if m in level else "baseline" if m == "ar"
+            assert badges[m] == (f"within 3% of {label(best)}" if m in level else "baseline" if m == "ar"
                                  else f"behind {label(best)}")
-    assert ("“ties " in html) == bool(level)  # the legend beside the tiles, when a tile ties
+    assert ("“within 3% of " in html) == bool(level)  # the legend beside the tiles, when a tile ties
+    assert "msd-tile-range" not in html  # one run: no range
+    spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * 0.2, x.e2e_tps * 3, 3)} for m, x in c.items()}
+    many = render_verdict(records, {"target_device": "cpu", "draft_device": "cpu"}, None, spreads)
+    low, high = c["ar"].e2e_tps * 0.2, c["ar"].e2e_tps * 3
+    assert f"its 3 runs: {low:.2f}–{high:.2f} tok/s" in many
+    assert f"range overlaps {label(winner(c, spreads))}&#x27;s" in many  # every range overlaps the winner's
     for m in c:  # each tile: its own tok/s, then its ratio over AR in words
         big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
         assert big[0] == f"{c[m].e2e_tps:.2f} tok/s", big
@@ -324,7 +331,7 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     """Each round's records give their own projection (over_sd_of); the verdict's line and the
-    What-if fold's first line give the range over the rounds beside the last run's figure."""
+    What-if fold's first line give the range over the rounds beside the figure of the round shown."""
     from mirror_sd.models.tiny import LAYERS
     from ui.results import render_verdict
     from ui.whatif import best_projection, over_sd_of, project_state, render_panel
@@ -337,7 +344,7 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
     assert proj["over_sd_rounds"]["c"] == [own["c"], own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    words = f"(the last run's; over the 3 runs: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
+    words = f"(the round shown; over the 3 runs: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = own["c"] * 0.5 < 1 < own["c"] * 2
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
@@ -347,9 +354,9 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     assert words in render_panel(result, projected=projected)
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        " (the last run's; over the 3 runs: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
+        " (the round shown; over the 3 runs: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
         "would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the last run's; over the 2 runs: 1.05–1.28×)"
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the round shown; over the 2 runs: 1.05–1.28×)"
     single = best_projection(dict(base, records=records, projected=[own]))
     assert "runs: " not in render_verdict(records, base["meta"], single)  # one round: no range
 
@@ -764,7 +771,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
-    assert "Projected from the last run's steps, not measured (the chart below): Mirror-SD 1.60× SD with the " \
+    assert "Projected from the steps of this run, not measured (the chart below): Mirror-SD 1.60× SD with the " \
            "draft on a device of its own (0.90–2.00× over the 3 runs) and 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
@@ -791,7 +798,8 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     html = render_pay_chart(proj, c)
     assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
     assert "(0.70–1.30×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
-    assert f"a draft forward {proj['draft_share']['c']:.0%} of a target forward" in html
+    assert f"that pair&#x27;s draft forward {proj['draft_share']['c']:.0%} of its target&#x27;s" in html
+    assert f"a draft forward at {proj['draft_share']['b']:.0%} of a target forward (the latency model" in html
     spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * .9, x.e2e_tps * 1.1, 3)} for m, x in c.items()}
     assert "medians of 3 runs" in bars(c, spreads, proj)[0]["note"]
     assert render_pay_chart({}, c) == ""  # nothing projected: no chart
@@ -810,3 +818,28 @@ def test_the_inspector_opens_on_the_zoomed_step_of_the_zoomed_run():
     assert opening_step(records, zoomed) == zoom_step(zoomed)
     assert opening_step(records, records["sd"]) == instructive_step(records["sd"])
     assert opening_step(records, None) == 0
+
+
+def test_the_round_shown_is_the_one_nearest_the_medians_in_their_order():
+    """The race replays one round: the one that finished in the medians' order, nearest them;
+    where none did, the nearest one, and it says so."""
+    from ui.figures import replay_round
+    from ui.live import race_message
+    records = tiny_records()
+
+    def rounds_of(speeds):
+        out = []
+        for row in speeds:
+            r = cards(records)
+            for m, tps in zip(("ar", "sd", "mirror"), row):
+                r[m].e2e_tps = tps
+            out.append({m: r[m] for m in ("ar", "sd", "mirror")[:len(row)]})
+        return out
+    # medians: AR 10, SD 12 (SD ahead); round 1 has AR ahead, round 3 is far off
+    assert replay_round(rounds_of([(10.0, 9.0), (10.5, 12.0), (6.0, 20.0)])) == (1, True)
+    # the nearest of two in order, the later among equals
+    assert replay_round(rounds_of([(10.0, 12.0), (10.0, 12.0), (9.0, 14.0)])) == (1, True)
+    # no round in the medians' order (Mirror-SD, SD, AR): the nearest, flagged
+    assert replay_round(rounds_of([(10.05, 12.04, 9.05), (11.07, 13.06, 12.06), (10.05, 9.08, 13.09)])) == (1, False)
+    assert json.loads(race_message(records, shown=[2, 3, False]))["round"] == [2, 3, False]
+    assert json.loads(race_message(records))["round"] is None

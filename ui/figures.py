@@ -14,6 +14,7 @@ Every figure is a total, a ratio of totals, or says it is a median.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from statistics import median
@@ -87,7 +88,7 @@ def card(rec: RunRecord) -> Card | None:
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
         complete=rec.complete, in_turn=in_turn, undrafted=sum(not v.drafted for v in verifies),
         turns=turn_check(rec),
-        would_hit=(int(check["would_hit"]), int(check["in_turn"])) if (check := exit_check(rec)) else None)
+        would_hit=(t["would_hit"], t["checked"]) if (t := turn_check(rec)) else None)
 
 
 def turn_check(rec: RunRecord) -> dict | None:
@@ -103,12 +104,14 @@ def turn_check(rec: RunRecord) -> dict | None:
         return None
     a = analyse(rec)
     turn = [s for s, sv in a.steps.items() if verdict_outcome(sv) == "turn"]
-    read = {int(x["step"]) for x in check.get("steps", [])}
+    # the check also reads a step no next window followed (the run's last): counted with those
+    rows = [x for x in check.get("steps", []) if int(x["step"]) in set(turn)]
+    read = {int(x["step"]) for x in rows}
     undrafted = sum(1 for s in turn if s not in read and a.steps[s].verify is not None
                     and not a.steps[s].verify.drafted)
     stats = rec.finish.stats if rec.finish else {}
     hits, misses = int(stats.get("hits") or 0), int(stats.get("fallbacks") or 0)
-    checked, would = int(check["in_turn"]), int(check["would_hit"])
+    checked, would = len(rows), sum(1 for x in rows if x.get("would_hit"))
     steps = hits + misses + checked
     # neither at once nor in turn: no next window followed (the run's last step, or one before an empty window)
     at_once = steps_at_once(rec)
@@ -198,6 +201,32 @@ def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]
         out[m] = {k: v for k, v in per.items() if v is not None}
     return out
 
+
+
+def shown_run(spreads: dict | None) -> str:
+    """How the page names the run its per-run figures come from."""
+    return "the round shown" if runs_of(spreads) > 1 else "this run"
+
+def replay_round(rounds: list[dict[str, Card]]) -> tuple[int, bool]:
+    """(index, in order) of the round the page shows in full and the race replays: one whose
+    finishing order is the medians' order where a round has it (so that the race agrees with
+    the cards; `in order` says whether it does), then the one whose end-to-end speeds lie
+    nearest the medians (sum of squared log ratios); among equals, the later round."""
+    if not rounds:
+        return 0, True
+    summary = repeat_summary(rounds)
+    mid = {m: s["e2e_tps"].median for m, s in summary.items() if "e2e_tps" in s}
+
+    def order(speeds: dict) -> list[str]:
+        return sorted(speeds, key=lambda m: -speeds[m])
+
+    def score(i: int) -> tuple:
+        own = {m: rounds[i][m].e2e_tps for m in mid if m in rounds[i] and rounds[i][m].e2e_tps}
+        off = sum(math.log(own[m] / mid[m]) ** 2 for m in own)
+        return (order(own) != order({m: mid[m] for m in own}), len(mid) - len(own), off, -i)
+
+    best = min(range(len(rounds)), key=score)
+    return best, not score(best)[0]
 
 # ---- the verdict: who won, by how much, the one reason ------------------------------------
 
@@ -547,7 +576,7 @@ def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict
         rate = lambda x: f" ({x.hits / (x.hits + x.misses):.0%})" if x.hits + x.misses else ""  # noqa: E731
         parts.append(f"{c[base].hits} hits of {c[base].hits + c[base].misses} verdicts with it"
                      f"{rate(c[base])} against {c[v].hits} of {c[v].hits + c[v].misses} without"
-                     f"{rate(c[v])}, the draft's own guesses picking the branches (the last run)")
+                     f"{rate(c[v])}, the draft's own guesses picking the branches ({shown_run(spreads)})")
     with_, without = sp[base][0], sp[v][0]
     if with_ and without:
         pair = {base: c[base], v: c[v]}
@@ -576,7 +605,7 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
     parts = []
     if c[v].hits is not None and c[v].hits + (c[v].misses or 0):
         n = c[v].hits + (c[v].misses or 0)
-        parts.append(f"hit {c[v].hits} of its {n} verdicts ({c[v].hits / n:.0%}; the last run)")
+        parts.append(f"hit {c[v].hits} of its {n} verdicts ({c[v].hits / n:.0%}; {shown_run(spreads)})")
     if twin[0] and gated[0]:
         pair = {base: c[base], v: c[v]}
         apart = level_with(pair, winner(pair, spreads), spreads)

@@ -23,7 +23,7 @@ from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
-from .results import render_cards, render_statistics, render_verdict, takeaway
+from .results import render_cards, render_statistics, render_verdict
 from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
@@ -196,7 +196,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),
         trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,
-        live=race_message(records, methods), state=state)
+        live=race_message(records, methods, shown=meta.get("replayed_round")), state=state)
 
 
 def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:
@@ -236,10 +236,12 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
     if ratios:
         many = (f"; each method's median speed over {len(rounds)} interleaved runs divided by AR's"
                 if spreads else "")
-        short = takeaway({m: r for m, r in records.items() if r is not None and r.finish is not None}, spreads)
+        shown = meta.get("replayed_round")
+        which = (f"round {shown[0]} of {shown[1]}, the one nearest the medians," if shown and spreads
+                 else "the runs")
         message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many})."
-                   + (f" In short: {short}" if short else "")
-                   + " Below: the race replays the last runs side by side, then the verdict says why.")
+                   f" Below: the race replays {which} side by side; under it, “In short” says what "
+                   f"these runs show and the verdict says why.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

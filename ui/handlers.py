@@ -19,7 +19,7 @@ import gradio as gr
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards
+from .figures import cards, replay_round
 from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, RunInputs, done_message,
                      final_outputs, frame, live_status, panes, session_of)
 from .inspector import render_inspector
@@ -80,6 +80,7 @@ class Handlers:
                 yield frame(render_status("Stopped before the run started.", "warning"))
                 return
             rounds: list = []
+            kept: list = []  # per round, its records and meta: the page shows one round in full
             projected: list = []  # per round, Mirror-SD over SD in the verdict's projections
             t_start = time.monotonic()
             for round_no in range(1, rounds_wanted + 1):
@@ -89,10 +90,11 @@ class Handlers:
                 if job.error or cancel.is_set():
                     break
                 rounds.append(cards(dict(job.records)))
+                kept.append((dict(job.records), dict(job.meta)))
                 # between timed runs (a few ms): how the projection moves from round to round
                 projected.append(over_sd_of({"records": dict(job.records), "meta": dict(job.meta),
                                              "settings": _settings_used(req, job.meta)}))
-            yield from self._finish(job, req, key, rounds, cancel, projected)
+            yield from self._finish(job, req, key, rounds, cancel, projected, kept)
         except Exception as e:  # a bug here must not leave a traceback or a silent stall
             log.exception("run handler failed")
             gr.Warning(f"Internal error: {type(e).__name__}: {e}")
@@ -102,8 +104,13 @@ class Handlers:
                 cancel.set()  # the viewer left (or the handler died): free the lanes
             self.app.cancels.release(session, cancel)
 
-    def _finish(self, job: Job, req: RunRequest, key, rounds: list, cancel, projected: list | None = None):
+    def _finish(self, job: Job, req: RunRequest, key, rounds: list, cancel, projected: list | None = None,
+                kept: list | None = None):
         records, meta = dict(job.records), dict(job.meta)
+        if kept and len(kept) == len(rounds) > 1 and not job.error and not cancel.is_set():
+            shown, in_order = replay_round(rounds)  # the round nearest the medians, in their order
+            records, meta = dict(kept[shown][0]), dict(kept[shown][1])
+            meta["replayed_round"] = [shown + 1, len(rounds), in_order]
         meta.setdefault("machine", _machine())
         settings_d = _settings_used(req, meta)
         if job.error and not self.app.pairs.loaded(req.spec):

@@ -288,18 +288,24 @@ function raceTick(now) {
   const clock = B.speed === Infinity ? Infinity : (now - r.start) * B.speed;
   for (const m of B.order) { const run = B.runs[m]; if (run.on) advance(run, clock); }
   if (B.cursor) B.cursor.style.setProperty('--a', Math.min(clock, r.end));
-  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ' of the timed runs' +
-         (B.rounds > 1 ? ' (round ' + B.rounds + ' of ' + B.rounds + ')' : '') + ': t = ' +
+  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ' of the timed runs' + roundWords() + ': t = ' +
          secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ', each from its own start at its measured pace');
   if (clock < r.end) return true;
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
-  const last = B.rounds > 1 ? ' (round ' + B.rounds + ' of ' + B.rounds + ')' : '';
-  const whose = B.rounds > 1 ? "Below: this round's runs in full, their own figures in each pane's head (the cards give the medians over all " + B.rounds + ' rounds)' : 'Below: each run in full';
-  const noisy = B.rounds > 1 ? ' One round\'s order can differ from the medians on the cards (this machine is noisy).' : '';
-  header('Race over' + last + ': ' + order.join(', then ') + ' finished.' + noisy + ' ' + whose + ' (click a token for its step).');
+  const many = B.shown && B.shown[1] > 1;
+  const whose = many ? "Below: this round's runs in full, their own figures in each pane's head (the cards give the medians over all " + B.shown[1] + ' rounds)' : 'Below: each run in full';
+  header('Race over' + roundWords() + ': ' + order.join(', then ') + ' finished. ' + whose + ' (click a token for its step).');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
+}
+
+// which round the race replays: the one nearest the medians, so that its order is theirs
+function roundWords() {
+  const r = B.shown;
+  if (!r || r[1] < 2) return '';
+  return ' (round ' + r[0] + ' of ' + r[1] + ', the one nearest the medians on the cards' +
+         (r[2] ? ', in their order)' : '; no round finished in their order: this machine is noisy)');
 }
 
 function loop() {
@@ -352,7 +358,7 @@ function handle(msg) {
     if (B.mode !== 'live') return;
     feed(msg); kick();
   } else if (msg.op === 'race') {
-    B.raceMsg = msg; board().classList.add('has-race'); boardNote(msg.note);
+    B.raceMsg = msg; B.shown = msg.round || null; board().classList.add('has-race'); boardNote(msg.note);
     if (msg.autoplay) startRace();
     else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
   }

@@ -287,8 +287,9 @@ def race_items(rec: RunRecord, items: list[dict]) -> list[dict]:
     return sorted(out, key=lambda it: it["t"])  # stable: the items of a moment keep their order
 
 
-def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True) -> str:
-    """Every finished run's items at the engine's times: the page replays them together."""
+def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True, shown=None) -> str:
+    """Every finished run's items at the engine's times: the page replays them together.
+    `shown`: [round, rounds] of the round these runs come from, when there were several."""
     methods = tuple(methods or records)
     runs = {}
     for m, rec in records.items():
@@ -301,4 +302,5 @@ def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = T
                 runs[m]["lanes"] = lanes
     complete = all(records.get(m) is not None and records[m].complete for m in methods)
     return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods), "lanesTip": LANES_TIP,
-                  "note": race_note(records), "autoplay": bool(autoplay and complete and runs)})
+                  "note": race_note(records), "autoplay": bool(autoplay and complete and runs),
+                  "round": list(shown) if shown else None})

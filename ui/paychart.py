@@ -2,8 +2,8 @@
 
 Each bar is Mirror-SD's speed over SD's. Measured here (both models on the same cores): each
 Mirror-SD run's end-to-end median over SD's, the tiles' figures. Projected (the What-if fold's
-rows (b), a device of its own for the draft, and (c), the accelerator pair): the last run's
-steps replayed, a whisker over the interleaved runs' projections where there were several, so
+rows (b), a device of its own for the draft, and (c), the accelerator pair): the steps of
+the round shown replayed, a whisker over the interleaved runs' projections where there were several, so
 that how far one run's projection swings shows beside it. Pure HTML from figures: nothing is
 measured here.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from .figures import Card, runs_of, speeds
+from .figures import Card, runs_of, shown_run, speeds
 from .runs import colour, label, variant_of
 
 esc = html.escape
@@ -44,12 +44,15 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
             continue
         rounds = ((p.get("over_sd_rounds") or {}).get(key)) or []
         share = (p.get("draft_share") or {}).get(key)
-        cost = f"; a draft forward {share:.0%} of a target forward" if share is not None else ""
+        cost = ("" if share is None else
+                f"; priced with a draft forward at {share:.0%} of a target forward (the latency model's fit "
+                f"to this run's spans)" if key == "b" else
+                f"; that pair's draft forward {share:.0%} of its target's")
         spread = (f"; the whisker: its {len(rounds)} runs' projections" if len(rounds) > 1 else "")
         out.append({"label": words, "value": value, "low": min(rounds) if len(rounds) > 1 else None,
                     "high": max(rounds) if len(rounds) > 1 else None, "kind": "projected",
                     "colour": PROJECTED_COLOUR,
-                    "note": f"decode, the last run's steps replayed (What if, row ({key})){cost}{spread}"})
+                    "note": f"decode, the steps of {shown_run(spreads)} replayed (What if, row ({key})){cost}{spread}"})
     return out
 
 

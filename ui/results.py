@@ -10,7 +10,7 @@ import html
 import re
 from statistics import median
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, winner)
 from .paychart import render_pay_chart
@@ -67,7 +67,7 @@ def _proven(a: Spread | None, b: Spread | None) -> bool:
 
 
 def _projected(p: dict, key: str, words: str) -> str:
-    """'1.84× SD <words> (0.97–1.98× over the 3 runs)': the last run's Mirror-SD over SD at
+    """'1.84× SD <words> (0.97–1.98× over the 3 runs)': the round shown's Mirror-SD over SD at
     profile `key`, as the chart and the What-if fold give it, with its range over the
     interleaved rounds ('' without it)."""
     last = (p.get("over_sd") or {}).get(key)
@@ -140,7 +140,7 @@ def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        parts.append(f"Projected from the last run's steps, not measured (the chart below): "
+        parts.append(f"Projected from the steps of {shown_run(spreads)}, not measured (the chart below): "
                      f"Mirror-SD {' and '.join(where)}.")
     return " ".join(parts)
 
@@ -277,11 +277,17 @@ def _verify_title(slow: dict) -> str:
     return title + f": beside the draft {slow['factor']:.2f}× as long"
 
 
+def tie_words(top: str, runs: int) -> str:
+    """The badge of a method the runs cannot tell from the winner `top` (a label)."""
+    return f"range overlaps {top}'s" if runs > 1 else f"within {LEVEL:.0%} of {top}"
+
+
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
-    rest, else "top median"; every other method "ties <winner>" when the runs cannot tell it
-    from the winner (`level_with`), else "behind <winner>" (AR: "baseline")."""
+    rest, else "top median"; every other method "range overlaps <winner>'s" (from one run:
+    "within 3% of <winner>") when the runs cannot tell it from the winner (`level_with`), else
+    "behind <winner>" (AR: "baseline")."""
     best = winner(c, spreads)
     if best is None:
         return {}
@@ -293,7 +299,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
                   "the best end-to-end speed, clear of every other method")}
     for m in c:
         if m != best:
-            out[m] = ((f"ties {top}", f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
+            out[m] = ((tie_words(top, runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
                       ("baseline", f"the target alone, what the others are measured against; clearly slower "
                                    f"than {top} end to end") if m == "ar" else
                       (f"behind {top}", f"clearly slower than {top} end to end"))
@@ -318,19 +324,24 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
         text, tip = badges.get(m, ("", ""))
         behind = " is-behind" if text.startswith("behind ") else ""
         flag = f' <span class="msd-tile-best{behind}" title="{esc(tip)}">{esc(text)}</span>' if text else ""
+        r = e2e_ranges(spreads).get(m)
+        span = f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s</div>' if r else ""
         tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
                      f'<div class="msd-tile-big">{_fmt(tps)} tok/s</div>'
-                     f'<div class="msd-tile-small">{esc(small)}</div></div>')
+                     f'<div class="msd-tile-small">{esc(small)}</div>{span}</div>')
     runs = runs_of(spreads)
     many = f", medians of {runs} interleaved runs" if runs > 1 else ", this run"
-    ties = [m for m, (text, _) in badges.items() if text.startswith("ties ")]
+    ties = best is not None and tie_words(label(best), runs) in [text for text, _ in badges.values()]
     legend = ""
-    if ties and best is not None:
-        how = "its range overlaps" if runs > 1 else f"within {LEVEL:.0%} of"
-        legend = (f'<br>“ties {esc(label(best))}”: {how} {esc(label(best))}\'s, the top speed, so '
-                  f'{"these runs cannot" if runs > 1 else "one run cannot"} tell them apart')
+    if ties:
+        top = esc(label(best))
+        how = (f"its fastest run was at least as fast as {top}'s slowest" if runs > 1 else
+               "one run's noise here is about that much")
+        legend = (f'<br>“{esc(tie_words(label(best), runs))}”: {how}, so '
+                  f'{"these runs cannot" if runs > 1 else "one run cannot"} tell it from {top}'
+                  + (", even where the medians lie well apart" if runs > 1 else ""))
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
             f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
             f'this machine{legend}</div></div>')
@@ -416,7 +427,7 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
                    f'<table>{rows}</table></div>')
     runs = runs_of(spreads)
     many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
-            f"medians divided by AR's; the other rows: the last run." if runs > 1 else "")
+            f"medians divided by AR's; the other rows: the round shown (the race's)." if runs > 1 else "")
     cards_html = (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
                   f'alone, one after another, warm.{many}{esc(why_runs_differ(settings or {}, runs))} '
                   f'Hover a label for its definition.</div><div class="msd-cards">{"".join(out)}</div>')
@@ -611,7 +622,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
                      f"draft would have rolled out{agree}")
     if not lines:
         return ""
-    which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
+    which = f"the round shown (the race's) of {runs} interleaved runs" if runs > 1 else "this run"
     return (f'<div class="msd-sub">Measured on {which} (medians over the steps after the '
             f'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
@@ -630,7 +641,7 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
         f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
             f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
         for name, key, spec, tip in METRICS)
-    which = f"the last of {runs} interleaved runs" if runs > 1 else "this run"
+    which = f"the round shown (the race's) of {runs} interleaved runs" if runs > 1 else "this run"
     table = (f'<table class="msd-table"><thead><tr><th>{which}, totals</th>'
              + "".join(f"<th>{esc(label(m))}</th>" for m in order)
              + f"</tr></thead><tbody>{rows}</tbody></table>")

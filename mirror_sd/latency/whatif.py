@@ -296,6 +296,9 @@ def recorded_steps(record: dict, gamma: int) -> RecordedSteps | None:
         rec.tail_hit, rec.tail_miss, rec.hit_work = mirror_tails(outcomes, spans)
         check = stats.get("exit_check") or {}
         rec.checked, rec.checked_hits = int(check.get("in_turn") or 0), int(check.get("would_hit") or 0)
+        if isinstance(check.get("steps"), list):  # the run's last step has no next window to hit with
+            rows = [x for x in check["steps"] if int(_get(x, "step", 0)) < len(outcomes)]
+            rec.checked, rec.checked_hits = len(rows), sum(1 for x in rows if _get(x, "would_hit"))
     if method == "sd":
         rec.looked_up = sum(_drafted_tokens(s) or 0 for s in spans
                             if _get(s, "label") == "lookup" and _get(s, "step", 0) > 0)
