@@ -11,7 +11,7 @@ import pytest
 
 from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.latency.whatif_costs import core_split
-from ui.figures import LEVEL, Spread, cards, level_with, repeat_summary, split_words, verdict, winner
+from ui.figures import LEVEL, Spread, cards, level_with, repeat_summary, split_words, verdict, verify_slowdown, winner
 from ui.results import render_statistics, render_verdict
 from ui.runs import label
 from ui.why import PARTS, breakdown
@@ -843,3 +843,25 @@ def test_the_round_shown_is_the_one_nearest_the_medians_in_their_order():
     assert replay_round(rounds_of([(10.05, 12.04, 9.05), (11.07, 13.06, 12.06), (10.05, 9.08, 13.09)])) == (1, False)
     assert json.loads(race_message(records, shown=[2, 3, False]))["round"] == [2, 3, False]
     assert json.loads(race_message(records))["round"] is None
+
+
+def test_beside_the_draft_counts_only_steps_whose_lanes_worked_at_once():
+    """A gated Mirror-SD that ran its lanes in turn has no verify 'beside the draft': the
+    comparison then takes its always-overlapped twin's steps, or shows none."""
+    import copy
+    from mirror_sd.engine.events import Span
+    from ui.why import costs, steps_at_once
+    records = copy.deepcopy(tiny_records())
+    once = steps_at_once(records["mirror"])
+    assert once and costs(records).get("beside_method") == "mirror"
+    twin = copy.deepcopy(records["mirror"])
+    rec = records["mirror"]
+    keep = [i for i, e in enumerate(rec.events)
+            if not (isinstance(e, Span) and e.lane == "draft" and e.step in once)]
+    rec.events, rec.times_ns = [rec.events[i] for i in keep], [rec.times_ns[i] for i in keep]
+    assert not steps_at_once(records["mirror"])
+    assert "verify_beside" not in costs(records) and verify_slowdown(records) is None
+    records["mirror-overlap"] = twin
+    c = costs(records)
+    assert c["beside_method"] == "mirror-overlap" and len(c["verify_beside_all"]) <= len(once)
+    assert verify_slowdown(records)["method"] == "mirror-overlap"

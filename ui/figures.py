@@ -24,7 +24,7 @@ from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
 from .runs import RunRecord, analyse, exit_check, label, measured, variant_of, verdict_outcome
-from .why import breakdown, contention, costs, steps_at_once, verify_forwards
+from .why import breakdown, contention, costs, steps_at_once
 
 
 @dataclass
@@ -239,10 +239,9 @@ def verify_slowdown(records: dict[str, RunRecord]) -> dict | None:
     if not k:
         return None
     alone, beside = c["verify_alone_all"], c["verify_beside_all"]
-    mirror = records.get(roles()[1])
-    # of Mirror-SD's steps in the comparison, those whose draft really worked beside the target
-    at_once = len(set(verify_forwards(mirror, c["verify_window"])) & steps_at_once(mirror))
-    return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k, "at_once": at_once,
+    # only steps whose draft really worked beside the target are in the comparison (why.costs)
+    return {"beside_s": c["verify_beside"], "alone_s": c["verify_alone"], "factor": k, "at_once": len(beside),
+            "method": c["beside_method"],
             "tokens": c["verify_window"] + 1, "alone_all": alone, "beside_all": beside,
             "overlap": alone[0] <= beside[-1] and beside[0] <= alone[-1]}
 
@@ -490,7 +489,8 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
         verifying += f": {mean['mirror'] / mean['sd']:.2f}× per step, mean over all windows"
     if slow:
         verifying += (f"; at one window length, {slow['tokens']} tokens, the median verify forward "
-                      f"took {slow['factor']:.2f}× as long beside the draft "
+                      f"took {slow['factor']:.2f}× as long beside the draft"
+                      f"{'' if slow['method'] == 'mirror' else ' (' + label(slow['method']) + chr(39) + 's steps)'} "
                       f"({slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone"
                       f"{split_words(slow['factor'], precision, slow['tokens'])})")
     hidden = mirror.draft_hidden_s or 0.0

@@ -222,7 +222,7 @@ def _picture(done: dict[str, RunRecord]) -> str:
         who = _beside_words(slow)
         rows.append((_verify_title(slow), [
             ("SD", _bar(slow["alone_s"], top, "b-verify", "alone"), "alone: " + _ms_spread(slow["alone_all"])),
-            ("Mirror-SD", _bar(slow["beside_s"], top, "b-verify", who),
+            (label(slow["method"]), _bar(slow["beside_s"], top, "b-verify", who),
              f"{who}: " + _ms_spread(slow["beside_all"]))]))
     draft = {m: (parts[m].get("draft_exposed") or 0.0, parts[m].get("draft_hidden") or 0.0) for m in parts}
     top = max(sum(v) for v in draft.values())
@@ -596,7 +596,8 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     if k.get("verify"):
         lines.append(f"sharing the hardware: the target's verify forward ({c['verify_window'] + 1} tokens) took "
                      f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
-                     f"draft (Mirror-SD): <b>{k['verify']:.2f}×</b>")
+                     f"draft ({esc(label(c['beside_method']))}, its steps with both lanes at once): "
+                     f"<b>{k['verify']:.2f}×</b>")
     if k.get("draft"):
         lines.append(f"one draft forward (a batch of branches) beside the target took "
                      f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")

@@ -121,12 +121,13 @@ def _windows(rec: RunRecord | None) -> dict[int, int]:
     return {e.step: len(e.drafted) for e in (rec.events if rec else []) if isinstance(e, Verify)}
 
 
-def _common_window(sd: RunRecord | None, mirror: RunRecord | None) -> int | None:
-    """The window length verified most often by both runs (steps after the first), so that
-    SD's verify forward alone and Mirror-SD's beside the draft are compared at equal size
-    (a verify's cost grows with its rows, and adaptive windows vary)."""
+def _common_window(sd: RunRecord | None, mirror: RunRecord | None, only: set[int] | None = None) -> int | None:
+    """The window length verified most often by both runs (steps after the first; Mirror-SD's
+    among the steps `only` when given), so that SD's verify forward alone and Mirror-SD's
+    beside the draft are compared at equal size (a verify's cost grows with its rows, and
+    adaptive windows vary)."""
     a = [w for s, w in _windows(sd).items() if s > 0]
-    b = [w for s, w in _windows(mirror).items() if s > 0]
+    b = [w for s, w in _windows(mirror).items() if s > 0 and (only is None or s in only)]
     both = set(a) & set(b)
     return max(both, key=lambda w: (min(a.count(w), b.count(w)), w)) if both else None
 
@@ -145,11 +146,17 @@ def costs(records: dict[str, RunRecord]) -> dict:
     out: dict = {}
     if d := _durations(ar, TARGET_FORWARD):
         out["target"] = median(d)
-    window = _common_window(sd, mirror)
+    # beside the draft: the steps whose lanes really worked at once, Mirror-SD's own where it
+    # has any, else its twin's that overlaps every step (gated, it may run all in turn)
+    beside = next((m for m in ["mirror", *(v for v in records if always_overlapped(v))]
+                   if records.get(m) is not None and steps_at_once(records[m])), None)
+    once = steps_at_once(records[beside]) if beside else set()
+    window = _common_window(sd, records[beside] if beside else None, once)
     if d := _verify_forwards(sd, window):
         out["verify_alone"], out["verify_alone_all"] = median(d), sorted(d)
-    if d := _verify_forwards(mirror, window):
+    if beside and (d := [t for s, t in verify_forwards(records[beside], window).items() if s in once]):
         out["verify_beside"], out["verify_beside_all"] = median(d), sorted(d)
+        out["beside_method"] = beside
     out["verify_window"] = window
     if d := _per_drafted_token(sd, "draft") or _per_drafted_token(mirror, "fallback"):
         out["draft"] = median(d)
