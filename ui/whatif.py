@@ -289,17 +289,19 @@ def render_split(result: dict) -> str:
     costs = result.get("costs") or {}
     if not costs.get("contention"):
         return ""
-    text = (f"the latency model's contention: beside the draft a verify took {costs['contention']:.2f}× "
-            f"as long as SD's alone, the mean over all of this run's verify steps, since a "
-            f"projection of the total time needs the mean; the verdict's picture compares one "
-            f"verify at the most common window length, the median, a steadier figure for one run")
+    k = costs["contention"]
+    text = (f"How row (a) prices sharing this CPU: a verify beside the draft costs {k:.2f}× a verify "
+            f"alone (the mean over this run's verify steps, as a total needs")
+    if abs(k - 1) < 0.005:
+        text += "; here no verify ran slower beside the draft than alone"
+    text += "). The verdict's picture shows the median at one window length instead, steadier for one run."
     if costs.get("interference") and costs.get("core_split"):
-        text += (f" = {costs['core_split']:.2f}× core split (each model gets one of the two cores: "
-                 f"one- against two-thread timings) × {costs['interference']:.2f}× interference "
-                 f"(one memory bus)")
+        text += (f" The {k:.2f}× is {costs['core_split']:.2f}× from the core split (each model gets "
+                 f"one of the two cores) times {costs['interference']:.2f}× from interference (one "
+                 f"memory bus).")
     elif costs.get("note"):
-        text += f". {costs['note']}"
-    return f'<p class="msd-whatif-split">Sharing this CPU ({esc(text)}).</p>'
+        text += f" {costs['note']}"
+    return f'<p class="msd-whatif-split">{esc(text)}</p>'
 
 
 def _x(x) -> str:
@@ -611,7 +613,8 @@ def projection_line(p: dict, where: str = "What if, “its own settings” table
                          if row.get(m + "_settings"))
     line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
-            f'On an accelerator pair ({esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))}): <b class="msd-proj-figures">SD '
+            f'On an accelerator pair like the Mirror-SD paper\'s, larger models than the pair that ran here, '
+            f'replaying this run\'s steps ({esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))}): <b class="msd-proj-figures">SD '
             f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
             f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD{esc(rounds_words(p, "c"))} '
             f'<span class="msd-more">({esc(where)})</span></p>')

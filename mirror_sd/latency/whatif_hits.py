@@ -210,8 +210,8 @@ def series_words(series: dict | None, where: str) -> str:
     low, high = min(pts.values()), max(pts.values())
     own = next((p for p in series["points"] if p["source"] and p["mirror_over_sd"] is not None), None)
     if high - low < 0.005:
-        lead += (f" ({low:.2f}× SD at every rate: a hit saves nothing here, this run's hits left as much "
-                 f"draft work after their verdict as a miss's rollout)")
+        lead += (f" ({low:.2f}× SD whatever the hit rate: in this run a hit still left as much draft "
+                 f"work after its verdict as a miss's rollout, so the model prices hits and misses alike)")
     elif own is None:
         lead += f"; at {series['source_short']} it projects {low:.2f}-{high:.2f}× SD over 0-100%"
     if own is not None:
