@@ -544,7 +544,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         live, ended = watch_live(page, carried=carried)
         assert all(n >= 1 for n in live.values()), live  # each pane grew while its run ran
         # in rounds 2 and 3 a pane keeps the round before's run, faded, until its own run starts
-        assert carried and all(n >= 1 and note.startswith("Round ") for _, n, note in carried), carried[:5]
+        assert carried and all(n >= 1 and note.startswith("Faded: its round ") for _, n, note in carried), carried[:5]
         # the race plays by itself after the last run, then the full panes show
         page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)
         assert "Race replay" in page.inner_text("#board .msd-board-say")

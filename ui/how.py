@@ -85,21 +85,28 @@ def _lane(y: int, bars, label: str) -> str:
     return "".join(out)
 
 
-def diagram() -> str:
+def diagram(compact: bool = False) -> str:
     """The algorithm in one picture: SD's two models taking turns against Mirror-SD's draft
-    writing branches beside the target's second half (not to scale)."""
-    sd = (_lane(22, [(90, 150, "d-t", "target verifies window 1"), (400, 150, "d-t", "verifies window 2")],
-                "target")
-          + _lane(50, [(240, 160, "d-dw", "draft writes window 2")], "draft")
-          + '<text x="0" y="12" class="d-note">SD: the models take turns, the target waits while the draft writes</text>')
-    mirror = (_lane(112, [(90, 90, "d-t", "layers 1–ℓₑ"), (180, 16, "d-e", ""), (196, 110, "d-t2", "layers ℓₑ+1–N"),
-                          (306, 14, "d-v", ""), (320, 90, "d-t", "layers 1–ℓₑ"), (410, 16, "d-e", ""),
-                          (426, 110, "d-t2", "layers ℓₑ+1–N")], "target")
+    writing branches beside the target's second half (not to scale). `compact`: short labels
+    that stay legible at the race's side, where the picture is drawn small."""
+    words = ({"v1": "verify 1", "v2": "verify 2", "dw": "draft 2", "before": "to the exit",
+              "after": "after the exit", "sd": "SD: the models take turns",
+              "mirror": "Mirror-SD: the draft writes beside the target"} if compact else
+             {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
+              "before": "layers 1–ℓₑ", "after": "layers ℓₑ+1–N",
+              "sd": "SD: the models take turns, the target waits while the draft writes",
+              "mirror": "Mirror-SD: from the early exit (pink) the draft writes branches beside the target"})
+    sd = (_lane(22, [(90, 150, "d-t", words["v1"]), (400, 150, "d-t", words["v2"])], "target")
+          + _lane(50, [(240, 160, "d-dw", words["dw"])], "draft")
+          + f'<text x="0" y="12" class="d-note">{words["sd"]}</text>')
+    mirror = (_lane(112, [(90, 90, "d-t", words["before"]), (180, 16, "d-e", ""), (196, 110, "d-t2", words["after"]),
+                          (306, 14, "d-v", ""), (320, 90, "d-t", words["before"]), (410, 16, "d-e", ""),
+                          (426, 110, "d-t2", words["after"])], "target")
               + _lane(140, [(196, 110, "d-d", "branches"), (426, 110, "d-d", "branches")], "draft")
               + '<path d="M188 134 L 200 140" class="d-arrow"/><path d="M313 134 L 320 112" class="d-arrow"/>'
-              + '<text x="0" y="100" class="d-note">Mirror-SD: from the early exit (pink) the draft writes '
-                'branches beside the target</text>')
-    return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram" viewBox="0 0 560 172" role="img" aria-label="SD against '
+              + f'<text x="0" y="100" class="d-note">{words["mirror"]}</text>')
+    return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram{" is-compact" if compact else ""}" '
+            f'viewBox="0 0 560 172" role="img" aria-label="SD against '
             f'Mirror-SD on a time axis">{sd}{mirror}'
             f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg></div>')
 
@@ -107,7 +114,7 @@ def diagram() -> str:
 def race_key() -> str:
     """Beside the race: the two schedules it compares, in one small picture (the diagram of How
     it works, which folds away once a run starts)."""
-    return f'<div class="msd-race-key">{diagram()}</div>'
+    return f'<div class="msd-race-key">{diagram(compact=True)}</div>'
 
 
 def flow(layer: int | None = None, layers: int | None = None) -> str:

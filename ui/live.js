@@ -246,8 +246,8 @@ function carryOver(round) {
   for (const m of B.order) {
     const run = B.runs[m]; if (!run.on || !run.items.length) continue;
     run.stale = true; run.pane.classList.add('is-stale'); setState(run, 'waiting');
-    run.badge.textContent = 'waiting · round ' + (round - 1) + ' shown';
-    run.note.textContent = 'Round ' + (round - 1) + '\'s run, until this round\'s starts.';
+    run.badge.textContent = 'next in turn · faded: round ' + (round - 1);
+    run.note.textContent = 'Faded: its round ' + (round - 1) + ' run, shown until its round ' + round + ' run starts.';
   }
 }
 function resetRun(run) {

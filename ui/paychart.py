@@ -56,6 +56,15 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
     return out
 
 
+def _value_at(end: float, start: float) -> str:
+    """The value's label: right of its bar's (or whisker's) `end`, or, where that lies past the
+    track's middle, left of the bar's end or the whisker's `start`, inside the track on a
+    narrow screen."""
+    if end > 55:
+        return f'<span class="pc-val is-in" style="right:{100 - start:.1f}%">'
+    return f'<span class="pc-val" style="left:{end:.1f}%">'
+
+
 def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict | None = None) -> str:
     """The chart, or '' without both a measured and a projected bar."""
     rows = bars(c, spreads, projection)
@@ -77,7 +86,8 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
             f'<div class="pc-row pc-{r["kind"]}"><div class="pc-label">{tag}{esc(r["label"])}'
             f'<small>{esc(r["note"])}</small></div><div class="pc-track">'
             f'<span class="pc-bar" style="width:{pct(r["value"]):.1f}%;background:{r["colour"]}"></span>{whisker}'
-            f'<span class="pc-val" style="left:{pct(max(r["value"], r["high"] or 0)):.1f}%">{r["value"]:.2f}×'
+            + _value_at(pct(max(r["value"], r["high"] or 0)), pct(min(r["value"], r["low"] or r["value"])))
+            + f'{r["value"]:.2f}×'
             + (f' <small>({r["low"]:.2f}–{r["high"]:.2f}×)</small>' if r["low"] is not None else "")
             + f'</span><span class="pc-one" style="left:{pct(1.0):.1f}%"></span></div></div>')
     return (f'<div class="msd-paychart"><div class="msd-sub">Mirror-SD\'s speed over SD\'s: measured here, '

@@ -567,7 +567,7 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
             "draft_share": _draft_shares(result.get("profiles") or {}),
             "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
             # the source in full once in the What-if fold, in short elsewhere (`projection_line`)
-            "inputs_short": inputs.replace(source, f"{short}, source: What if") if source else inputs,
+            "inputs_short": inputs.replace(source, f"{short} (its source: the What-if fold)") if source else inputs,
             "series_line": wh.series_words(series.get("c"), "On the accelerator pair"),
             "series_short": wh.series_words(brief, "On the accelerator pair")}
 
