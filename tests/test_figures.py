@@ -118,7 +118,11 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
     status = done_message(records, {}, rounds)
     from ui.results import takeaway
     short = takeaway(records, spreads)
-    assert short and __import__("html").escape(short) in html and short not in status  # said once, in the verdict
+    from ui.results import takeaway_parts
+    parts = takeaway_parts(records, spreads)
+    assert short and len(parts) >= 2 and short == " ".join(text for _, text in parts) and short not in status
+    for lead, text in parts:  # said once, in the verdict, each under its lead
+        assert f"<li><b>{lead}:</b> {__import__('html').escape(text)}</li>" in html
     for m in ("sd", "mirror"):
         ratio = f"{med[m] / med['ar']:.2f}×"
         tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
@@ -313,7 +317,7 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
     figures = lambda x: re.search(r'msd-proj-figures">(.*?)</b>.*?msd-proj-ratio">([^<]+)<', x).groups()  # noqa: E731
     assert figures(line) == figures(top) and line.split(" (a ")[0] == top.split(" (a ")[0]
     assert proj["hit_source"] in top and proj["hit_source"] not in line
-    assert "source: What if" in line and "source: What if" not in top
+    assert "(its source: the What-if fold)" in line and "(its source: the What-if fold)" not in top
     # at the default inputs the replay table's (c) row replays this run's own steps at its window
     from mirror_sd.latency.whatif_hardware import Accelerators
     from ui.whatif import render_table

@@ -717,7 +717,7 @@ def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_else
     assert page.count(h.escape(p["hit_source"])) == 1
     verdict = render_verdict(runs[0], state["meta"], p)
     assert h.escape(p["hit_source"]) not in verdict
-    assert h.escape(panel.short_source(p["hit_source"]) + ", source: What if") in verdict
+    assert h.escape(panel.short_source(p["hit_source"]) + " (its source: the What-if fold)") in verdict
     # (c) at the inputs' defaults: this run's own window setting and steps, as the verdict's row
     table = panel.render_table(result)
     row_c = table.split("projection (c)")[1].split("</tr>")[0]

@@ -110,16 +110,23 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
 
 
 def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
-    """The run in one or two plain sentences, before any figure: whether speculation (SD) beat
-    plain decoding here, proven by the interleaved runs or not; what the gated Mirror-SD did and
-    why; where its overlap would pay, as a projection ('' without AR, SD and Mirror-SD)."""
+    """The run in a few plain sentences (`takeaway_parts`, joined)."""
+    return " ".join(text for _, text in takeaway_parts(done, spreads, projection))
+
+
+def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
+                   projection: dict | None = None) -> list[tuple[str, str]]:
+    """The run in plain sentences before any figure, each under a short lead: whether
+    speculation (SD) beat plain decoding here, proven by the interleaved runs or not; what the
+    gated Mirror-SD did and why; where its overlap would pay, as a projection ([] without AR
+    and SD)."""
     c = cards(done)
     if not {"ar", "sd"} <= set(c) or winner(c, spreads) is None:
-        return ""
+        return []
     sp, ranges, runs = speeds(c, spreads), e2e_ranges(spreads), runs_of(spreads)
     sd = sp["sd"][1]
     if sd is None:
-        return ""
+        return []
     if runs > 1 and "sd" in ranges and "ar" in ranges:
         if _proven(ranges["sd"], ranges["ar"]):
             first = f"Speculative decoding (SD) beat plain decoding in all {runs} runs: {sd:.2f}× AR"
@@ -133,16 +140,17 @@ def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection
     else:
         first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
                  + (", within one run's noise" if abs(sd - 1) < LEVEL else ""))
-    parts = [first + "."]
-    if "mirror" in done:
-        parts.append(_mirror_takeaway(done["mirror"], c, sp, spreads))
+    parts = [("SD against plain decoding", first + ".")]
+    if "mirror" in done and (mirror := _mirror_takeaway(done["mirror"], c, sp, spreads)):
+        parts.append(("Mirror-SD on this machine", mirror))
     p = projection or {}
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        parts.append(f"Projected from the steps of {shown_run(spreads)}, not measured (the chart below): "
-                     f"Mirror-SD {' and '.join(where)}.")
-    return " ".join(parts)
+        parts.append(("Where Mirror-SD would pay, projected",
+                      f"Projected from the steps of {shown_run(spreads)}, not measured (the chart below): "
+                      f"Mirror-SD {' and '.join(where)}."))
+    return parts
 
 
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
@@ -153,8 +161,9 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     head, reason = verdict_parts(c, done, meta, spreads)
     if not head:
         return ""
-    short = takeaway(done, spreads, projection)
-    parts = [f'<p class="msd-takeaway"><b>In short:</b> {esc(short)}</p>' if short else "",
+    short = takeaway_parts(done, spreads, projection)
+    items = "".join(f'<li><b>{esc(lead)}:</b> {esc(text)}</li>' for lead, text in short)
+    parts = [f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else "",
              _scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
     sub = verdict_sub(c, meta, spreads)
     if sub:
