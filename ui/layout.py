@@ -163,7 +163,7 @@ def _traces(c: dict) -> None:
     """Traces and the result cache."""
     with gr.Accordion("Traces and cache", open=False):
         use_cache = gr.Checkbox(True, label="Reuse cached results for identical settings")
-        trace_file = gr.File(label="Download the last run as a JSON trace", interactive=False,
+        trace_file = gr.File(label="Download the run shown as a JSON trace", interactive=False,
                              elem_id="trace-download")
         trace_upload = gr.File(label="Load a JSON trace (replays without models)",
                                file_types=[".json"], type="filepath", elem_id="trace-upload")
