@@ -166,6 +166,9 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
                                  else f"behind {label(best)}")
     assert ("“within 3% of " in html) == bool(level)  # the legend beside the tiles, when a tile ties
     assert "msd-tile-range" not in html  # one run: no range
+    from ui.why import lanes_badge
+    gate = lanes_badge("mirror", records["mirror"])
+    assert not gate or f'<div class="msd-tile-gate">{gate}</div>' in html  # the pane's badge, on the tile
     spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * 0.2, x.e2e_tps * 3, 3)} for m, x in c.items()}
     many = render_verdict(records, {"target_device": "cpu", "draft_device": "cpu"}, None, spreads)
     low, high = c["ar"].e2e_tps * 0.2, c["ar"].e2e_tps * 3

@@ -18,7 +18,7 @@ from .render import narrow_fold, term
 from .whatif import projection_line, round_values
 from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
                    method_names, variant_of)
-from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once
+from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, lanes_badge
 
 esc = html.escape
 
@@ -164,7 +164,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     short = takeaway_parts(done, spreads, projection)
     items = "".join(f'<li><b>{esc(lead)}:</b> {esc(text)}</li>' for lead, text in short)
     parts = [f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else "",
-             _scoreboard(c, spreads), f'<p class="msd-verdict-text">{esc(head)}</p>']
+             _scoreboard(c, spreads, done), f'<p class="msd-verdict-text">{esc(head)}</p>']
     sub = verdict_sub(c, meta, spreads)
     if sub:
         parts.append(f'<p class="msd-verdict-sub">{esc(sub)}</p>')
@@ -315,7 +315,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
     return out
 
 
-def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
+def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | None = None) -> str:
     """One tile per method: its own end-to-end tok/s in large type and its ratio over AR in
     words under it (the medians over interleaved runs when there were several), the same
     figures as the verdict's sentence and the cards' "end to end" rows; a badge on every tile
@@ -335,6 +335,8 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None) -> str:
         flag = f' <span class="msd-tile-best{behind}" title="{esc(tip)}">{esc(text)}</span>' if text else ""
         r = e2e_ranges(spreads).get(m)
         span = f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s</div>' if r else ""
+        gate = lanes_badge(m, done[m]) if m in (done or {}) else ""
+        span += f'<div class="msd-tile-gate">{esc(gate)}</div>' if gate else ""
         tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
                      f'style="border-color:{esc(colour(m))}"><div class="msd-tile-name" '
                      f'style="color:{esc(colour(m))}">{esc(label(m))}{flag}</div>'
