@@ -247,3 +247,131 @@ def test_cli_only_bad_pairs_is_one_line_and_status_2(capsys, dirs):
     assert "not smaller than the target" in err and "Traceback" not in err
     rc, _, err = report_cli(capsys, dirs, dirs["draft"], extra=["--gamma", "auto"])
     assert rc == 2 and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the app's tab: the table, its key, the summary line, the speed chart, the precision menu
+
+
+def measured_pair(mirror=0.09, best=0.59, hf_error="ValueError: the assistant model needs a\nsecond line"):
+    """A measured pair's report entry by hand: SD above AR, Mirror-SD far below it, HF assisted
+    failed on every question; `best`: the recommended setting's projected speed over AR."""
+    def speed(value, tau, error=None):
+        return {"speedup_over_ar": value, "tau": tau, "error": error, "errors": 6 if error else 0}
+
+    profiles = {k: {"speedup_at_run_settings": {"ar": 1.0, "sd": sd, "mirror": mi}}
+                for k, sd, mi in (("a", 0.92, 0.4), ("b", 1.05, 1.11), ("c", 2.1, 2.6))}
+    rates = [{"position": 1, "rate": 0.8, "reached": 10}, {"position": 2, "rate": 0.5, "reached": 8}]
+    return {"draft": "d", "status": "measured", "reason": None,
+            "speed": {"ar": speed(1.0, 1.0), "sd": speed(1.2, 1.8),
+                      "mirror": {**speed(mirror, 1.7), "hit_rate": 0.08, "exit_top_kappa_coverage": 0.6},
+                      "hf-assisted": speed(None, None, hf_error)},
+            "costs": {"draft_share_of_target": 0.12, "verify_over_decode": 1.1, "contention": 2.5},
+            "projections": {"profiles": profiles},
+            "recommendation": {"gamma_mirror": {"value": 1, "run": 4, "projected_speedup": best},
+                               "branch_budget": {"value": 1, "run": 2, "projected_gain": 1.5,
+                                                 "projected_speedup": best}},
+            "acceptance": {"by_method": {"sd": {"position_rates": rates, "accepted_histogram": [2, 3, 5]},
+                                         "mirror": {"position_rates": rates}}}}
+
+
+def test_the_key_defines_every_term_of_the_table():
+    from ui.pair_report import TABLE_HEADERS, TABLE_KEY, key_html
+    terms = [term for term, _ in TABLE_KEY]
+    for header in TABLE_HEADERS[2:]:  # after the draft and its status
+        assert any(term in header for term in terms), f"{header!r} has no line in the key"
+    for term in terms:  # and nothing in the key that the table does not show
+        assert any(term in header for header in TABLE_HEADERS), term
+    for term in ("tau", "γ", "budget", "exit top-κ coverage", "HF assisted", "(b) projected", "(c) projected"):
+        assert f"<b>{term}</b>: " in key_html()
+    words = dict(TABLE_KEY)
+    assert "per target forward" in words["tau"] and "device of its own" in words["(b) projected"]
+    assert "assisted generation" in words["HF assisted"] and "branches" in words["budget"]
+
+
+def test_headers_wrap_only_at_spaces_and_the_table_scrolls():
+    from pathlib import Path
+
+    from ui.pair_report import CELL_PAD_PX, CHAR_PX, TABLE_HEADERS, column_widths
+    widths = column_widths()
+    assert len(widths) == len(TABLE_HEADERS) and all(w.endswith("px") for w in widths)
+    for header, width in zip(TABLE_HEADERS, widths):  # its longest word fits on one line
+        assert int(width[:-2]) >= CELL_PAD_PX + CHAR_PX * max(len(w) for w in header.split())
+    css = (Path(__file__).resolve().parents[1] / "ui" / "panes.css").read_text()
+    rule = next(line for line in css.splitlines() if line.startswith("#pair-report-table th"))
+    assert all(d in rule for d in ("word-break: normal", "overflow-wrap: normal", "hyphens: none"))
+    assert "#pair-report-table .virtual-table-viewport { overflow-x: auto; }" in css
+
+
+def test_the_recommendation_says_when_no_setting_beats_ar():
+    from mirror_sd.report import render
+    from ui.pair_report import table_row
+    slow, fast = measured_pair(best=0.59), measured_pair(best=1.2)
+    assert render.recommended_setting(slow) == "none beats AR here (best: γ 1, budget 1, 0.59x)"
+    assert render.recommended_setting(fast) == "γ 1, budget 1: 1.20x"
+    assert table_row(slow)[-1] == render.recommended_setting(slow)
+    assert render.recommended_setting({**slow, "recommendation": None}) == "n/a"
+    # the report's markdown says it too
+    rest = {"precision": {"value": "int8", "why": "measured"}, "window": {"value": "fixed", "why": "too little"},
+            "method": {"value": "sd", "fastest": "sd", "measured_speedup": 1.2}}
+    beats = "no setting is projected to beat AR here"
+    for p, said in ((slow, True), (fast, False)):
+        lines = render._recommendation_lines({**p, "recommendation": {**p["recommendation"], **rest}})
+        assert any(beats in line for line in lines) is said
+
+
+def test_the_summary_line_says_why_a_method_failed_or_ran_far_below_ar():
+    from mirror_sd.report.render import ERROR_CHARS, one_line
+    from ui.pair_report import status_html, table_row
+    line = one_line(measured_pair())
+    assert "SD 1.20x; " in line  # above AR: no reason given
+    assert "Mirror-SD 0.09x, slow because the target ran 2.5x slower beside the draft" in line
+    assert "few steps were hits (8%)" in line
+    assert line.endswith("HF assisted failed: ValueError: the assistant model needs a")  # its first line
+    assert "second line" not in line
+    long = one_line(measured_pair(hf_error="RuntimeError: " + "x" * 500))
+    assert long.endswith("…") and len(long.split("HF assisted failed: ")[1]) == ERROR_CHARS
+    assert "slow because" not in one_line(measured_pair(mirror=0.9))  # below AR, not far below
+    row = table_row(measured_pair())
+    assert row[7] == "failed" and row[6] == "0.09x"
+    assert "HF assisted failed: ValueError" in status_html({"target": "t", "wall_s": 1, "pairs": [measured_pair()]})
+
+
+def test_the_speed_chart_shows_the_table_numbers_readably():
+    from mirror_sd.report.render import MEASURED_NOTE, PROJECTED_NOTE, make_figures
+    from ui.pair_report import TABLE_HEADERS, table_row
+    p = measured_pair(mirror=1.11)
+    fig = make_figures({"pairs": [p]})["speedups"]
+    (bars,) = fig.data
+    shown = dict(zip(bars.x, bars.text))
+    row = dict(zip(TABLE_HEADERS, table_row(p)))
+    assert shown["SD (measured)"] == row["SD over AR"] == "1.20x"
+    assert shown["Mirror-SD (measured)"] == row["Mirror-SD over AR"] == "1.11x"
+    assert shown["Mirror-SD (b) draft on its own device (projected)"] == row["Mirror-SD (b) projected"]
+    assert shown["Mirror-SD (c) accelerator pair (projected)"] == row["Mirror-SD (c) projected"]
+    kinds = dict(zip(bars.x, bars.customdata))
+    assert kinds["SD (measured)"] == MEASURED_NOTE and kinds["SD (a) this machine (projected)"] == PROJECTED_NOTE
+    # readable labels: never clipped, headroom above the highest bar, the AR line under the bars
+    assert bars.cliponaxis is False and bars.textposition == "auto"
+    assert fig.layout.yaxis.range[1] >= 1.15 * max(v for v in bars.y if v is not None)
+    (line,) = fig.layout.shapes
+    assert line.layer == "below" and line.y0 == line.y1 == 1.0
+    assert [a.text for a in fig.layout.annotations] == ["AR"] and fig.layout.annotations[0].xref == "paper"
+
+
+def test_the_precision_menu_starts_where_the_main_page_does(monkeypatch):
+    import gradio as gr
+
+    from ui import frames, pair_report
+    from ui.texts import TARGET_PRECISIONS
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert frames.DEFAULT_PRECISION == "int8"
+    assert pair_report.page_precision(TARGET_PRECISIONS) == "int8"
+    assert pair_report.page_precision(("fp32",)) == "fp32"  # a menu without it: its first
+    monkeypatch.setattr(frames, "DEFAULT_PRECISION", "fp32")  # one source: the main page's
+    assert pair_report.page_precision(TARGET_PRECISIONS) == "fp32"
+    monkeypatch.setattr(frames, "DEFAULT_PRECISION", "int8")
+    with gr.Blocks() as blocks:
+        pair_report.build_pair_report_tab(lambda draft, progress: None)
+    (menu,) = [b for b in blocks.blocks.values() if getattr(b, "elem_id", None) == "pair-report-precision"]
+    assert menu.value == "int8" and [c[0] for c in menu.choices] == list(TARGET_PRECISIONS)

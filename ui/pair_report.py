@@ -29,6 +29,59 @@ TABLE_HEADERS = ["draft", "status", "tau SD", "tau Mirror-SD", "tau HF assisted"
                  "Mirror-SD over AR", "HF assisted over AR", "hit rate", "exit top-κ coverage",
                  "draft / target forward", "verify / decode", "Mirror-SD (b) projected",
                  "Mirror-SD (c) projected", "recommended γ, budget (projected)"]
+# The key under the table: (term as the headers write it, what it means), one line each.
+TABLE_KEY = [
+    ("AR", "the target alone, one token per forward: the baseline every speed is divided by."),
+    ("SD", "speculative decoding: the draft writes a window of tokens, then the target checks "
+           "them in one forward."),
+    ("Mirror-SD", "the draft writes its next windows beside the target while the target checks "
+                  "the current one, starting from the target's early-exit guesses."),
+    ("HF assisted", "transformers' assisted generation (generate with the draft as assistant "
+                    "model) on the same pair: the outside peer."),
+    ("tau", "tokens committed per target forward, the target's own token included (AR: 1; "
+            "higher: more drafted tokens kept)."),
+    ("over AR", "speed measured here over AR's: the median over the questions of tokens/s over "
+                "AR's, the methods run interleaved; above 1.00x is faster than AR."),
+    ("hit rate", "share of Mirror-SD steps where the target's verdict matched a branch the draft "
+                 "had already written, so the next window was ready early."),
+    ("exit top-κ coverage", "share of Mirror-SD steps where the target's own next token (where it "
+                            "stopped accepting) was among the early exit's top κ guesses."),
+    ("draft / target forward", "the time of one draft forward (one drafted token) as a share of "
+                               "one target forward (one token), measured here."),
+    ("verify / decode", "the time of one target forward checking a window (γ + 1 tokens) over "
+                        "that of a one-token target forward, measured here."),
+    ("(b) projected", "Mirror-SD over AR projected by the latency model for this pair with the "
+                      "draft on a device of its own (each lane at its measured speed alone), at "
+                      "the run's settings."),
+    ("(c) projected", "the same for an accelerator pair, not this one: a 14B target on an "
+                      "H100-class GPU and a 0.6B draft on an NPU, their costs from memory "
+                      "bandwidth, with this run's acceptance."),
+    ("γ", "the window: tokens the draft writes per step before the target checks them."),
+    ("budget", "the branch budget: how many branches the draft rolls out beside the target "
+               "while it checks a window."),
+    ("recommended", "the latency model's best γ and budget for Mirror-SD on this machine, with "
+                    "its projected speed over AR; “none beats AR here” when no setting is "
+                    "projected above 1.00x."),
+]
+# column widths: every header word fits on one line (headers wrap only at spaces); wider than
+# the page, the table scrolls sideways
+CHAR_PX, CELL_PAD_PX, MIN_COLUMN_PX = 9, 36, 84
+WIDE_COLUMNS = {"draft": 170, "status": 150, TABLE_HEADERS[-1]: 240}
+
+
+def column_widths(headers=TABLE_HEADERS) -> list[str]:
+    """The table's column widths in px: each header's longest word and the cell's padding."""
+    def width(h):
+        return max(WIDE_COLUMNS.get(h, 0), MIN_COLUMN_PX, CELL_PAD_PX + CHAR_PX * max(map(len, h.split())))
+    return [f"{width(h)}px" for h in headers]
+
+
+def key_html(key=TABLE_KEY) -> str:
+    """The key under the table, one line per term."""
+    items = "".join(f"<li><b>{esc(term)}</b>: {esc(words)}</li>" for term, words in key)
+    return f'<div class="msd-report-key"><b>Key</b><ul>{items}</ul></div>'
+
+
 INTRO = ("Runs AR, SD, Mirror-SD and transformers' assisted generation on one built-in question "
          "per task group (interleaved, as the benchmark does) and reads off how well the draft "
          "matches the target and what it buys **on this machine**; projections to other hardware "
@@ -38,14 +91,17 @@ INTRO = ("Runs AR, SD, Mirror-SD and transformers' assisted generation on one bu
 
 def table_row(p: dict) -> list[str]:
     """A pair's figures as one table row (strings, as shown); a refused pair gets its reason."""
+    from mirror_sd.report.render import recommended_setting
     if p["status"] != "measured":
         return [p["draft"], f"{p['status']}: {p['reason']}"] + [""] * (len(TABLE_HEADERS) - 2)
     sp, cost, proj = p["speed"], p["costs"], p["projections"].get("profiles") or {}
-    rec = (p.get("recommendation") or {}).get("branch_budget")
-    gamma = (p.get("recommendation") or {}).get("gamma_mirror")
 
     def over(m):
-        return times(sp[m]["speedup_over_ar"]) if m in sp else "n/a"
+        if m not in sp:
+            return "n/a"
+        if sp[m]["error"] and sp[m]["speedup_over_ar"] is None:
+            return "failed"  # the status line above the table says why
+        return times(sp[m]["speedup_over_ar"])
 
     def projected(key):
         return times(proj[key]["speedup_at_run_settings"].get("mirror")) if key in proj else "n/a"
@@ -55,8 +111,7 @@ def table_row(p: dict) -> list[str]:
                                       for m in ("sd", "mirror", "hf-assisted")),
             over("sd"), over("mirror"), over("hf-assisted"), percent(mirror.get("hit_rate")),
             percent(mirror.get("exit_top_kappa_coverage")), percent(cost["draft_share_of_target"]),
-            number(cost["verify_over_decode"]), projected("b"), projected("c"),
-            f"γ {gamma['value']}, budget {rec['value']}: {times(rec['projected_speedup'])}" if rec else "n/a"]
+            number(cost["verify_over_decode"]), projected("b"), projected("c"), recommended_setting(p)]
 
 
 def status_html(report: dict | None, error: str | None = None) -> str:
@@ -70,6 +125,15 @@ def status_html(report: dict | None, error: str | None = None) -> str:
                     for p in report["pairs"])
     return (f'<div class="msd-report-status"><b>Pair report</b> · target {esc(report["target"])} · '
             f'{report["wall_s"]:.0f} s<ul>{items}</ul></div>')
+
+
+def page_precision(choices) -> str:
+    """The precision the main page starts with (ui/frames.py DEFAULT_PRECISION, or the GPU's
+    where runs get one) when `choices` offers it, else the first of `choices`."""
+    from .frames import DEFAULT_PRECISION
+    from .zerogpu import default_precision
+    value = default_precision(DEFAULT_PRECISION)
+    return value if value in choices else list(choices)[0]
 
 
 def _loader(pairs, target: str, precision: str):
@@ -128,11 +192,11 @@ def build_pair_report_tab(pairs, *, target=None, precision=None, out_root=None,
     """The tab's components and events, inside an open gr.Blocks / gr.Tab. `pairs`: the app's
     pair cache (AppState.pairs) or a function (draft, progress) -> pair.
     `target` / `precision`: the page's own components to read them from (else the tab has its
-    own). `precisions`: the precision menu (default: the app's, int8 first). Returns the
-    components by name."""
-    if precisions is None:  # the app's menu, from the precision registry
+    own). `precisions`: the precision menu (default: the main page's), starting where the main
+    page starts (page_precision). Returns the components by name."""
+    if precisions is None:  # the main page's menu, from the precision registry
         from .texts import TARGET_PRECISIONS
-        precisions = ["int8"] + [p for p in TARGET_PRECISIONS if p != "int8"]
+        precisions = TARGET_PRECISIONS
     with gr.Column(elem_id="pair-report"):
         gr.Markdown(INTRO)
         with gr.Row():
@@ -140,7 +204,7 @@ def build_pair_report_tab(pairs, *, target=None, precision=None, out_root=None,
                                     visible=target is None)
             drafts = gr.Textbox(default_drafts, label="Drafts (comma-separated)", elem_id="pair-report-drafts",
                                 info="e.g. “default, gemma-3-270m”: each is measured with this target.")
-            own_precision = gr.Dropdown(list(precisions), value=precisions[0], label="Precision",
+            own_precision = gr.Dropdown(list(precisions), value=page_precision(precisions), label="Precision",
                                         visible=precision is None, elem_id="pair-report-precision")
         with gr.Row():
             per_category = gr.Number(1, precision=0, minimum=1, maximum=3, label="Questions per task group")
@@ -149,7 +213,8 @@ def build_pair_report_tab(pairs, *, target=None, precision=None, out_root=None,
             run_btn = gr.Button("Run pair report", variant="primary", elem_id="pair-report-run")
         status = gr.HTML(status_html(None), elem_id="pair-report-status")
         table = gr.Dataframe(headers=TABLE_HEADERS, value=None, interactive=False, wrap=True,
-                             elem_id="pair-report-table")
+                             column_widths=column_widths(), elem_id="pair-report-table")
+        gr.HTML(key_html(), elem_id="pair-report-key")
         with gr.Row():
             curve = gr.Plot(label="Acceptance per window position", elem_id="pair-report-curve")
             hist = gr.Plot(label="Accepted drafts per window", elem_id="pair-report-hist")
@@ -189,6 +254,6 @@ def demo(out_root=None) -> gr.Blocks:
     from .session import PairCache
     with gr.Blocks(title="Pair report") as blocks:
         with gr.Tab("Pair report"):
-            build_pair_report_tab(PairCache.tiny(), out_root=out_root, precisions=("fp32",))
+            build_pair_report_tab(PairCache.tiny(), out_root=out_root)
     return blocks
 

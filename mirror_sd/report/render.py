@@ -12,6 +12,8 @@ from mirror_sd.formats import number, percent, times
 PROFILE_LABELS = {"a": "(a) this machine", "b": "(b) draft on its own device",
                   "c": "(c) accelerator pair"}
 SPEED_METHODS = ("sd", "mirror", "hf-assisted")
+FAR_BELOW_AR = 0.5  # a measured speed over AR under this gets its likely causes in the summary
+ERROR_CHARS = 120  # a method's error in the summary line is cut to this length
 
 
 def measured(report: dict) -> list[dict]:
@@ -103,7 +105,8 @@ def _recommendation_lines(p: dict) -> list[str]:
         g, b = r["gamma_mirror"], r["branch_budget"]
         lines.append(f"- Mirror-SD gamma {g['value']} (ran {g['run']}), branch budget {b['value']} "
                      f"(ran {b['run']}): projected {times(b['projected_speedup'])}, gain "
-                     f"{times(b['projected_gain'])} over the run's settings as replayed")
+                     f"{times(b['projected_gain'])} over the run's settings as replayed"
+                     + ("; no setting is projected to beat AR here" if _below_ar(b) else ""))
     w = r["window"]
     length = w.get("length")
     head = (f"- window: {w['value']}" + ("" if length is None else
@@ -111,6 +114,26 @@ def _recommendation_lines(p: dict) -> list[str]:
     gain = f", projected {times(w['projected_speedup'])}" if w.get("projected_speedup") else ""
     lines.append(f"{head}{gain} ({w['why']})")
     return lines + [""]
+
+
+def _below_ar(rec: dict) -> bool:
+    """The best setting found is still projected slower than AR."""
+    speed = rec.get("projected_speedup")
+    return speed is not None and speed < 1.0
+
+
+def recommended_setting(p: dict) -> str:
+    """Mirror-SD's recommended window and branch budget for this machine in a few words:
+    "γ 3, budget 2: 1.20x", or, where no setting is projected to beat AR, "none beats AR here
+    (best: γ 1, budget 1, 0.59x)"; "n/a" without a recommendation."""
+    r = p.get("recommendation") or {}
+    g, b = r.get("gamma_mirror"), r.get("branch_budget")
+    if not (g and b):
+        return "n/a"
+    setting = f"γ {g['value']}, budget {b['value']}"
+    if _below_ar(b):
+        return f"none beats AR here (best: {setting}, {times(b['projected_speedup'])})"
+    return f"{setting}: {times(b['projected_speedup'])}"
 
 
 def _method_line(m: dict) -> str:
@@ -145,17 +168,83 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def short_error(text) -> str:
+    """A method's error for one line: its first line, cut to ERROR_CHARS."""
+    text = str(text or "").strip()
+    first = text.splitlines()[0] if text else "unknown error"
+    return first if len(first) <= ERROR_CHARS else first[:ERROR_CHARS - 1].rstrip() + "…"
+
+
+def slow_reasons(p: dict, method: str) -> list[str]:
+    """What the measured figures say slowed `method` down, in plain words (may be empty)."""
+    s, cost = p["speed"][method], p.get("costs") or {}
+    out = []
+    contention = cost.get("contention")
+    if method == "mirror" and contention and contention >= 1.3:
+        out.append(f"the target ran {contention:.1f}x slower beside the draft (both share this "
+                   f"machine's cores)")
+    tau = s.get("tau")
+    if tau is not None and tau < 1.3:
+        out.append(f"the target kept few drafted tokens (tau {tau:.2f})")
+    share = cost.get("draft_share_of_target")
+    if share is not None and share >= 0.3:
+        out.append(f"a draft forward costs {percent(share)} of a target forward")
+    verify = cost.get("verify_over_decode")
+    if verify is not None and verify >= 1.5:
+        out.append(f"checking a window costs {verify:.1f} decodes")
+    hit = s.get("hit_rate")
+    if method == "mirror" and hit is not None and hit < 0.3:
+        out.append(f"few steps were hits ({percent(hit)})")
+    return out
+
+
+def speed_words(p: dict, method: str) -> str:
+    """One method's measured speed over AR for the summary line, with why where it failed
+    ("HF assisted failed: <error>") or ran far below AR."""
+    s = p["speed"][method]
+    value, name = s["speedup_over_ar"], label(method)
+    if s["error"] and value is None:
+        return f"{name} failed: {short_error(s['error'])}"
+    notes = []
+    if s["error"]:
+        notes.append(f"failed on {s['errors']} question(s): {short_error(s['error'])}")
+    if value is not None and value < FAR_BELOW_AR:
+        reasons = slow_reasons(p, method)
+        if reasons:
+            notes.append("slow because " + ", ".join(reasons))
+    return f"{name} {times(value)}" + (f", {'; '.join(notes)}" if notes else "")
+
+
 def one_line(p: dict) -> str:
-    """A pair's result in one line (the CLI's closing lines, the app's status)."""
+    """A pair's result in one line (the CLI's closing lines, the app's status): tau, then each
+    method's measured speed over AR, with the reason where one failed or ran far below AR."""
     if p["status"] != "measured":
         return f"{p['draft']}: {p['status']}: {p['reason']}"
     s = p["speed"]
-    def speed(m):
-        return "failed" if s[m]["error"] and s[m]["speedup_over_ar"] is None else times(s[m]["speedup_over_ar"])
+    return (f"{p['draft']}: tau SD {number(s['sd']['tau'])}, Mirror-SD {number(s['mirror']['tau'])}; "
+            "measured over AR: " + "; ".join(speed_words(p, m) for m in SPEED_METHODS if m in s))
 
-    return (f"{p['draft']}: tau SD {number(s['sd']['tau'])}, Mirror-SD {number(s['mirror']['tau'])}; over AR "
-            + ", ".join(f"{label(m)} {speed(m)}" for m in SPEED_METHODS if m in s)
-            + " (measured)")
+
+MEASURED_NOTE = "measured: median over the questions of tokens/s over AR's"
+PROJECTED_NOTE = "projected by the latency model at the run's settings"
+
+
+def speed_bars(p: dict) -> tuple[list[str], list, list[str]]:
+    """The speed chart's bars for one pair: (labels, speeds over AR, what each is). The
+    measured ones are the table's "over AR" columns, the projected Mirror-SD (b) and (c) its
+    projected columns (the same numbers)."""
+    labels, values, kinds = [], [], []
+    for m in SPEED_METHODS:
+        if m in p["speed"]:
+            labels.append(f"{label(m)} (measured)")
+            values.append(p["speed"][m]["speedup_over_ar"])
+            kinds.append(MEASURED_NOTE)
+    for key, prof in (p["projections"].get("profiles") or {}).items():
+        for m in ("sd", "mirror"):
+            labels.append(f"{label(m)} {PROFILE_LABELS.get(key, key)} (projected)")
+            values.append(prof["speedup_at_run_settings"].get(m))
+            kinds.append(PROJECTED_NOTE)
+    return labels, values, kinds
 
 
 def make_figures(report: dict) -> dict:
@@ -164,6 +253,7 @@ def make_figures(report: dict) -> dict:
 
     pairs = measured(report)
     curve, hist, speed = go.Figure(), go.Figure(), go.Figure()
+    top = 1.0  # the speed chart's highest bar (the AR line at least)
     for p in pairs:
         for m, dash in (("sd", "solid"), ("mirror", "dot")):
             rows = p["acceptance"]["by_method"].get(m, {}).get("position_rates", [])
@@ -175,25 +265,22 @@ def make_figures(report: dict) -> dict:
         total = sum(counts) or 1
         hist.add_bar(x=list(range(len(counts))), y=[c / total for c in counts], name=p["draft"],
                      customdata=counts, hovertemplate="%{x} accepted: %{customdata} windows<extra></extra>")
-        labels, values = [], []
-        for m in SPEED_METHODS:
-            if m in p["speed"]:
-                labels.append(f"{label(m)} (measured)")
-                values.append(p["speed"][m]["speedup_over_ar"])
-        for key, prof in (p["projections"].get("profiles") or {}).items():
-            for m in ("sd", "mirror"):
-                labels.append(f"{label(m)} {PROFILE_LABELS.get(key, key)} (projected)")
-                values.append(prof["speedup_at_run_settings"].get(m))
+        labels, values, kinds = speed_bars(p)
         speed.add_bar(x=labels, y=values, name=p["draft"], text=[times(v) for v in values],
-                      textposition="outside")
+                      textposition="auto", textangle=0, cliponaxis=False, customdata=kinds,
+                      hovertemplate=f"{p['draft']}, %{{x}}: %{{text}} over AR (%{{customdata}})<extra></extra>")
+        top = max([top, *(v for v in values if v is not None)])
     curve.update_layout(title="Acceptance per window position (accepted given all before it accepted)",
                         xaxis_title="position in the window", yaxis_title="acceptance rate",
                         yaxis_range=[0, 1.05], xaxis_dtick=1)
     hist.update_layout(title="Accepted drafts per window (SD)", xaxis_title="accepted drafts",
                        yaxis_title="share of windows", barmode="group", xaxis_dtick=1)
-    speed.add_hline(y=1.0, line_dash="dash", annotation_text="AR")
+    # the AR line under the bars, named in the right margin: no bar label sits on it
+    speed.add_hline(y=1.0, line_dash="dash", line_color="#6b7280", layer="below")
+    speed.add_annotation(x=1.0, xref="paper", xanchor="left", y=1.0, yref="y", text="AR", showarrow=False)
     speed.update_layout(title="Speed over AR: measured here, and projected (a projection is a model)",
-                        yaxis_title="speedup over AR", barmode="group")
+                        yaxis_title="speed over AR (x)", barmode="group", yaxis_range=[0, top * 1.2],
+                        uniformtext_minsize=11, uniformtext_mode="show", margin_r=40)
     return {"acceptance": curve, "histogram": hist, "speedups": speed}
 
 
