@@ -120,7 +120,7 @@ def nearest_miss(rec: RunRecord, step: int) -> tuple[int, float] | None:
 # one character takes, in percent, on a wide page (a track of about 1,100 px) and on a phone's
 # (about 280 px at 400 px); the page shows the one for its width (panes.css)
 CHAR_PCT = 0.6
-CHAR_PCT_NARROW = 2.4
+CHAR_PCT_NARROW = 2.6
 
 
 def bar_label(name: str, ms: float, width_pct: float, first: bool, char_pct: float = CHAR_PCT) -> str:
@@ -128,9 +128,10 @@ def bar_label(name: str, ms: float, width_pct: float, first: bool, char_pct: flo
     only on the first of a run of same-named bars, or when it does not fit), or nothing; the
     whole name is always in the bar's tooltip."""
     full, short = f"{name} · {ms:.0f} ms", f"{ms:.0f} ms"
-    if first and len(full) * char_pct <= width_pct:
+    fits = lambda text: (len(text) + 1) * char_pct <= width_pct  # noqa: E731  (+1: the padding)
+    if first and fits(full):
         return full
-    return short if len(short) * char_pct <= width_pct else ""
+    return short if fits(short) else ""
 
 
 def _bar(span, t0: int, scale: float, name: str, cls: str, first: bool = True) -> str:
