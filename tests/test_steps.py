@@ -376,7 +376,7 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
     assert (t["in_turn"], t["checked"], t["would_hit"], t["undrafted"], t["unread"]) == (2, 1, 1, 1, 0)
     assert t["no_next"] == 2 and not t["only_last"] and t["rate"] == 1.0
     same = ("of the 1 in-turn step that drafted a window, 1 would have hit, lanes overlapped "
-            "(1 more in turn drafted nothing: nothing to check")
+            "(1 more verified no drafted token: nothing to check")
     rows = {k: v for k, v, _ in _card_rows(card(rec), {})}
     # the card's count of the steps in turn is the check's: 1 read + 1 that drafted nothing
     assert rows["hits / misses"] == "0 / 0 · 2 steps in turn (next row)"
@@ -384,7 +384,7 @@ def test_the_steps_in_turn_and_the_exit_check_are_one_count_in_every_place():
     assert re.sub(r"<[^>]+>", "", rows[CHECKED_ROW]).endswith(" · the projections' hit rate: 1 of 1 (timed hits and would-have-hits), 100%")
     line = _lanes_line(rec)
     assert same in line and "(the lanes at once) in none of its 4 verify steps" in line and "of those" not in line
-    assert "2 more had no next window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window
+    assert "2 more were followed by no drafted window" in line  # the 4 steps: 1 checked, 1 drafted nothing, 2 no next window
     assert same in render_lanes({"mirror": rec})
     # the empty window's step is a target forward, not a verify of a window
     forwards = re.sub(r"<[^>]+>", "", rows["target forwards (verify steps)"])

@@ -129,10 +129,11 @@ def checked_words(t: dict, apart: bool = False) -> str:
     differ; `apart`: where the steps whose lanes did not work at once are counted beside it,
     also those not in turn either (no next window followed)."""
     n = t["no_next"] if apart else 0
-    why = ([f"{t['undrafted']} more in turn drafted nothing: nothing to check"] if t["undrafted"] else []) + \
+    why = ([f"{t['undrafted']} more verified no drafted token: nothing to check"] if t["undrafted"] else []) + \
           ([f"{t['unread']} more past the check's row limit"] if t["unread"] else []) + \
           (["the run's last step has no next window" if t["only_last"] else
-            f"{n} more had no next window (the run's last step, or a step before a window of none)"] if n else [])
+            f"{n} more were followed by no drafted window (the window's pricing chose to draft none, "
+            f"or the run ended)"] if n else [])
     steps = "step that" if t["checked"] == 1 else "steps that"
     return (f"of the {t['checked']} in-turn {steps} drafted a window, {t['would_hit']} would have hit, "
             f"lanes overlapped" + (f" ({'; '.join(why)})" if why else ""))
