@@ -486,7 +486,7 @@ def check_narrow_board(page) -> None:
     assert got["steps"] >= 1 and got["lines"] >= 4 and got["key"] >= 6, got
     assert not got["under"] and not got["overlaps"] and not got["wide"], got
     assert got["columns"] == 2, got  # a phone: the four panes two by two, all in view
-    assert all(re.fullmatch(r"run (took )?\d+\.\d+ s", c) for c in got["clocks"] if c), got
+    assert all(re.fullmatch(r"(run|run took|t =) \d+\.\d+ s", c) for c in got["clocks"] if c), got
     words = page.evaluate(BOARD_WORDS_JS)
     assert "no draft" in words["none"] and "of 0" not in words["none"], words
     assert "verdict" in words["some"] and "kept 1 of 2" in words["some"], words

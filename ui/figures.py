@@ -475,14 +475,18 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     core split and the interference beyond it), drafting the target waited for, and the net."""
     # keyed by role: "sd" the serial drafter's card, "mirror" the early-exit drafter's
     parts = {role: breakdown(records[x.method]) or {} for role, x in (("sd", sd), ("mirror", mirror))}
-    verify = {m: parts[m].get("verify") for m in parts}
+    # the target's forwards of every step: a window verified, or one token where the window's
+    # pricing drafted none (every verify step counts, so the means divide like with like)
+    verify = {m: None if parts[m].get("verify") is None else parts[m]["verify"] + (parts[m].get("target") or 0.0)
+              for m in parts}
     exposed = {m: parts[m].get("draft_exposed") for m in parts}
     if None in verify.values() or None in exposed.values():
         return ""
     after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
     mean = {m: verify[m] / after[m] * 1e3 if after[m] else None for m in verify}
     per = {m: f" ({mean[m]:.0f} ms a step, mean)" if mean[m] else "" for m in mean}
-    verifying = (f"Verifying, after the first token (each run's first verify step falls inside it): "
+    verifying = (f"Verifying (the target's forwards, one-token ones where a step drafted nothing), after "
+                 f"the first token (each run's first verify step falls inside it): "
                  f"Mirror-SD {verify['mirror']:.2f} s in {after['mirror']} of its {mirror.verify_steps} "
                  f"verify steps{per['mirror']}, SD {verify['sd']:.2f} s in {after['sd']} of its "
                  f"{sd.verify_steps}{per['sd']}")

@@ -238,7 +238,8 @@ function advance(run, clock) {
   run.growing = run.growing.filter(([, item]) => item.b > clock);
   // the count after every draw, the run's last one included (its end may come in the same tick)
   if (run.drawn) run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
-  if (!run.ended && run.drawn) run.clock.textContent = 'run ' + secs(Math.max(0, clock));  // its own run's clock
+  // its own run's clock: live, the run's time so far; in the race, the replay's time since its start
+  if (!run.ended && run.drawn) run.clock.textContent = (B.mode === 'race' ? 't = ' : 'run ') + secs(Math.max(0, clock));
 }
 
 // a later round keeps each pane's previous run on screen, faded, until its own run starts

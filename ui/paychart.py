@@ -44,10 +44,7 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
             continue
         rounds = ((p.get("over_sd_rounds") or {}).get(key)) or []
         share = (p.get("draft_share") or {}).get(key)
-        cost = ("" if share is None else
-                f"; priced with a draft forward at {share:.0%} of a target forward (the latency model's fit "
-                f"to this run's spans)" if key == "b" else
-                f"; that pair's draft forward {share:.0%} of its target's")
+        cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
         spread = (f"; the whisker: its {len(rounds)} runs' projections" if len(rounds) > 1 else "")
         out.append({"label": words, "value": value, "low": min(rounds) if len(rounds) > 1 else None,
                     "high": max(rounds) if len(rounds) > 1 else None, "kind": "projected",

@@ -290,11 +290,11 @@ def render_split(result: dict) -> str:
     if not costs.get("contention"):
         return ""
     k = costs["contention"]
+    if abs(k - 1) < 0.005:  # the gated run's lanes took turns: nothing shared, nothing to price
+        return ""
     text = (f"How row (a) prices sharing this CPU: a verify beside the draft costs {k:.2f}× a verify "
-            f"alone (the mean over this run's verify steps, as a total needs")
-    if abs(k - 1) < 0.005:
-        text += "; here no verify ran slower beside the draft than alone"
-    text += "). The verdict's picture shows the median at one window length instead, steadier for one run."
+            f"alone (the mean over this run's verify steps, as a total needs). The verdict's picture "
+            f"shows the median at one window length instead, steadier for one run.")
     if costs.get("interference") and costs.get("core_split"):
         text += (f" The {k:.2f}× is {costs['core_split']:.2f}× from the core split (each model gets "
                  f"one of the two cores) times {costs['interference']:.2f}× from interference (one "

@@ -283,18 +283,18 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     if outcome == "hit" and wait_ms > 0.5:
         redraft = _redraft_ms(rec)
         if redraft is not None and redraft <= wait_ms:  # the hit came later than a fresh window would have
-            return text + (f"Hit, but it cost time here: one branch started exactly there and became the "
+            return text + (f"Hit, but it cost time here: one branch began exactly where the verdict left off, with the target's own token, and became the "
                            f"next window, yet the draft finished it {wait_ms:.0f} ms after the verdict, "
                            f"while a window drafted fresh after the verdict took {redraft:.0f} ms in this "
                            f"run (median). Both models sharing the cores slowed the branches more than "
                            f"the head start gained.")
         fresh = (f" A window drafted fresh after a verdict took {redraft:.0f} ms in this run (median): "
                  f"this hit saved {redraft - wait_ms:.0f} ms." if redraft is not None else "")
-        return text + (f"Hit: one branch started exactly there and became the next window; the "
+        return text + (f"Hit: one branch began exactly where the verdict left off, with the target's own token, and became the next window; the "
                        f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
                        f"that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
     if outcome == "hit":
-        return text + ("Hit: one branch started exactly there and was ready before the verdict, "
+        return text + ("Hit: one branch began exactly where the verdict left off, with the target's own token, and was ready before the verdict, "
                        f"so it became the next window with no wait.{_miss_beside(rec, sv)}")
     if outcome == "end":
         return text + "The run ended at this step: no next window."
