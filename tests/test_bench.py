@@ -413,3 +413,16 @@ def test_the_report_gives_the_exit_checks_hit_rate_beside_the_lanes_own():
     assert _hits({"hit_rate": 0.5, "checked_steps": 0, "checked_hit_rate": None}) == "50%"
     got = _hits({"hit_rate": 0.78, "checked_steps": 99, "checked_hit_rate": 67 / 99})
     assert got.startswith("78%") and "68% of 99" in got
+
+
+def test_hf_assisted_says_plainly_when_transformers_cannot_pair_two_tokenizers():
+    """transformers tells a cross-tokenizer assistant by its vocabulary size: two tokenizers of
+    one size cannot run its universal assisted generation, and the peer says so in words
+    instead of raising transformers' own error."""
+    from mirror_sd.bench.runners import hf_assisted_runner
+    from mirror_sd.engine.settings import Settings
+    from mirror_sd.models.tiny import stand_in
+    pair = stand_in("tiny-cross")
+    assert pair.target.config.vocab_size == pair.draft.config.vocab_size  # the tiny cross pair: one size
+    run = hf_assisted_runner()(pair, pair.encode_prompt("hello", chat=False), Settings(max_new_tokens=4, gamma=2))
+    assert run.error.startswith("not run: transformers tells a draft with another tokenizer") and not run.token_ids

@@ -206,6 +206,12 @@ def _hf_generate(pair, prompt_ids, settings, assistant_tokens, spans: list, comm
     # a draft with another tokenizer: transformers' universal assisted generation
     cross = (dict(tokenizer=pair.tokenizer, assistant_tokenizer=pair.draft_tokenizer)
              if getattr(pair, "bridge", None) is not None else {})
+    if cross and _vocab_size(pair.target) == _vocab_size(draft):
+        for h in hooks:
+            h.remove()
+        now = time.perf_counter_ns()
+        return [], ("not run: transformers tells a draft with another tokenizer by its vocabulary size, "
+                    "and these two tokenizers differ at the same size"), now, now
     error = None
     torch.manual_seed(settings.seed)
     t0 = time.perf_counter_ns()
@@ -270,3 +276,9 @@ def default_runners(hf_assistant_tokens: int | None = None) -> dict[str, Runner]
     runners[HF_ASSISTED] = hf_assisted_runner(hf_assistant_tokens)
     return runners
 
+
+def _vocab_size(model) -> int | None:
+    """The vocabulary size transformers compares to tell a cross-tokenizer assistant."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "vocab_size", None)
