@@ -444,9 +444,12 @@ def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precis
         spec = [x for m, x in c.items() if m != best and x.tokens_per_step]
         if spec:
             x = max(spec, key=lambda k: k.tokens_per_step)
-            return (f" {lead} a verify step committed only {x.tokens_per_step:.1f} tokens on "
-                    f"average ({label(x.method)}), too few to pay for the draft and the longer "
-                    f"verify forward.")
+            c_ = costs(records)
+            dear = (f" (a draft forward costs {c_['draft'] / c_['target']:.0%} of a target forward here)"
+                    if c_.get("draft") and c_.get("target") else "")
+            return (f" {lead} even at {x.tokens_per_step:.1f} tokens per verify step "
+                    f"({label(x.method)}, the most), the drafting{dear} and the longer verify forward "
+                    f"cost more time than the saved target forwards.")
     return ""
 
 

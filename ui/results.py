@@ -147,7 +147,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        parts.append(("Where Mirror-SD would pay, projected",
+        parts.append(("Where Mirror-SD would pay",
                       f"Projected from the steps of {shown_run(spreads)}, not measured (the chart below): "
                       f"Mirror-SD {' and '.join(where)}."))
     return parts
