@@ -771,7 +771,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
     assert "in one run" in gated
     assert ("Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
-            "target) in every step: here both models share the same cores") in gated, gated
+            "target) in every step: both models share the same cores here, and it timed taking turns as the faster order") in gated, gated
     c = cards(records)
     ratio = c["mirror-overlap"].e2e_tps / c["sd"].e2e_tps
     assert f"Forced to overlap every step, Mirror-SD ran {ratio:.2f}× SD end to end: " in gated, gated

@@ -103,7 +103,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
             f", {vs}." if vs else ".")
     how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
     text = (f"Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
-            f"target) {how}: here both models share the same cores, so running them at once slows each.")
+            f"target) {how}: both models share the same cores here, and it timed taking turns as the faster order.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     return text + (f" Forced to overlap every step, Mirror-SD ran {vs}." if vs else "")
