@@ -104,8 +104,9 @@ def turn_check(rec: RunRecord) -> dict | None:
         return None
     a = analyse(rec)
     turn = [s for s, sv in a.steps.items() if verdict_outcome(sv) == "turn"]
+    in_turn = set(turn)
     # the check also reads a step no next window followed (the run's last): counted with those
-    rows = [x for x in check.get("steps", []) if int(x["step"]) in set(turn)]
+    rows = [x for x in check.get("steps", []) if int(x["step"]) in in_turn]
     read = {int(x["step"]) for x in rows}
     undrafted = sum(1 for s in turn if s not in read and a.steps[s].verify is not None
                     and not a.steps[s].verify.drafted)
@@ -496,9 +497,9 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     if mean["sd"] and mean["mirror"]:
         verifying += f": {mean['mirror'] / mean['sd']:.2f}× per step, mean over all windows"
     if slow:
+        whose = "" if slow["method"] == "mirror" else f" ({label(slow['method'])}'s steps)"
         verifying += (f"; at one window length, {slow['tokens']} tokens, the median verify forward "
-                      f"took {slow['factor']:.2f}× as long beside the draft"
-                      f"{'' if slow['method'] == 'mirror' else ' (' + label(slow['method']) + chr(39) + 's steps)'} "
+                      f"took {slow['factor']:.2f}× as long beside the draft{whose} "
                       f"({slow['beside_s'] * 1e3:.0f} ms against {slow['alone_s'] * 1e3:.0f} ms alone"
                       f"{split_words(slow['factor'], precision, slow['tokens'])})")
     hidden = mirror.draft_hidden_s or 0.0

@@ -148,9 +148,8 @@ def costs(records: dict[str, RunRecord]) -> dict:
         out["target"] = median(d)
     # beside the draft: the steps whose lanes really worked at once, Mirror-SD's own where it
     # has any, else its twin's that overlaps every step (gated, it may run all in turn)
-    beside = next((m for m in ["mirror", *(v for v in records if always_overlapped(v))]
-                   if records.get(m) is not None and steps_at_once(records[m])), None)
-    once = steps_at_once(records[beside]) if beside else set()
+    beside, once = next(((m, once) for m in ["mirror", *(v for v in records if always_overlapped(v))]
+                         if records.get(m) is not None and (once := steps_at_once(records[m]))), (None, set()))
     window = _common_window(sd, records[beside] if beside else None, once)
     if d := _verify_forwards(sd, window):
         out["verify_alone"], out["verify_alone_all"] = median(d), sorted(d)
