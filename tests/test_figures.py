@@ -131,7 +131,7 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
         assert f"{label(m)} {ratio} AR" in head  # the verdict's headline: the tiles' ratios
         assert f"{label(m)} {ratio}" in status
         decode = spreads[m]["decode_tps"].median / spreads["ar"]["decode_tps"].median
-        sub = re.search(r'class="msd-verdict-sub">([^<]*)<', html)[1]
+        sub = re.search(r'class="msd-verdict-sub">([^<]*)<', render_statistics(records, {}, {}, 3, spreads))[1]
         assert f"{label(m)} {decode:.2f}× AR" in sub and "the speed after each run&#x27;s first token" in sub
         row = re.search(rf'data-method="{m}".*?over AR, decode / end to end.*?<td><b>([^<]*)</b> / <b>([^<]*)</b>',
                         cards_html).groups()
@@ -162,9 +162,9 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     assert badges[best] == ("top speed" if level else "fastest")
     for m in c:
         if m != best:
-            assert badges[m] == (f"within 3% of {label(best)}" if m in level else "baseline" if m == "ar"
-                                 else f"behind {label(best)}")
-    assert ("“within 3% of " in html) == bool(level)  # the legend beside the tiles, when a tile ties
+            assert badges[m] == ("within 3% of the top" if m in level else "baseline" if m == "ar"
+                                 else "behind the top")
+    assert ("“within 3% of the top”" in html) == bool(level)  # the legend beside the tiles, when a tile ties
     assert "msd-tile-range" not in html  # one run: no range
     from ui.why import lanes_badge
     gate = lanes_badge("mirror", records["mirror"])
@@ -173,7 +173,8 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     many = render_verdict(records, {"target_device": "cpu", "draft_device": "cpu"}, None, spreads)
     low, high = c["ar"].e2e_tps * 0.2, c["ar"].e2e_tps * 3
     assert f"its 3 runs: {low:.2f}–{high:.2f} tok/s" in many
-    assert f"range overlaps {label(winner(c, spreads))}&#x27;s" in many  # every range overlaps the winner's
+    assert "overlaps the top" in many  # every range overlaps the winner's
+    assert f"cannot tell it from {label(winner(c, spreads))}" in many  # the legend names the top
     for m in c:  # each tile: its own tok/s, then its ratio over AR in words
         big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
         assert big[0] == f"{c[m].e2e_tps:.2f} tok/s", big
@@ -424,9 +425,10 @@ def _serial_after(rec, keep: int):
     return RunRecord(rec.method, moved, list(rec.times_ns), rec.t0_ns, list(rec.token_texts), dict(rec.id_texts))
 
 
-def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
+def test_statistics_says_how_mirror_sd_s_lanes_shared_the_machine():
     """The lanes-at-once count is read from the spans; its denominator is the card's verify
-    steps, on the verdict's line and in Statistics alike (the engine's own count is replaced)."""
+    steps, on the lanes line and in the costs list of Statistics alike (the engine's own count
+    is replaced); the verdict above the fold leaves it to Statistics."""
     from ui.why import lanes_at_once
     records = dict(tiny_records())
     twin = records["mirror"]  # its lanes at once wherever the gate let them: the twin's stand-in
@@ -437,10 +439,11 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     rec.finish.stats["lane_split"] = ("2 cores: target 1 thread and draft 1 while both work; a lane working "
                                       f"alone 2; lanes overlapped in {at_once} of {steps - 1} steps")
     try:
-        html = render_verdict(records, {})
-        with_twin = render_verdict(dict(records, **{"mirror-overlap": twin}), {})
-        without = render_verdict({m: r for m, r in records.items() if m != "mirror"}, {})
-        stats = render_statistics(records, {}, {})
+        html = render_statistics(records, {}, {})
+        with_twin = render_statistics(dict(records, **{"mirror-overlap": twin}), {}, {})
+        without = render_statistics({m: r for m, r in records.items() if m != "mirror"}, {}, {})
+        stats = html
+        verdict_html = render_verdict(records, {})
     finally:
         del rec.finish.stats["lane_split"]
     said = "none" if at_once == 0 else f"only {at_once}"
@@ -460,6 +463,7 @@ def test_the_verdict_says_how_mirror_sd_s_lanes_shared_the_machine():
     assert f"both lanes at once in {at_once} of its {steps} verify steps" in stats
     assert f"of {steps - 1} steps" not in stats + html  # one count: never the engine's other one
     assert not re.search(r"at once in (only \d+|none) of", without) and "two lanes" not in without
+    assert "two lanes" not in verdict_html and "(the lanes at once)" not in verdict_html  # Statistics says it
 
 
 def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
@@ -469,7 +473,7 @@ def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
     assert 2 * at_once >= steps  # the tiny pair's lanes overlap in most steps
     records["mirror"].finish.stats["lane_split"] = f"2 GPUs: one lane each; lanes overlapped in 9 of {steps - 1} steps"
     try:
-        html = render_verdict(records, {})
+        html = render_statistics(records, {}, {})
     finally:
         del records["mirror"].finish.stats["lane_split"]
     assert f"both lanes at once in {at_once} of its {steps} verify steps." in html

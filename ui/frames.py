@@ -240,8 +240,8 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
         which = (f"round {shown[0]} of {shown[1]}, the one nearest the medians," if shown and spreads
                  else "the runs")
         message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many})."
-                   f" Below: the race replays {which} side by side; under it, “In short” says what "
-                   f"these runs show and the verdict says why.")
+                   f" Below: the race replays {which} side by side; under it, the results and what "
+                   f"they show, in short.")
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

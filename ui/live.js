@@ -289,14 +289,15 @@ function raceTick(now) {
   const clock = B.speed === Infinity ? Infinity : (now - r.start) * B.speed;
   for (const m of B.order) { const run = B.runs[m]; if (run.on) advance(run, clock); }
   if (B.cursor) B.cursor.style.setProperty('--a', Math.min(clock, r.end));
-  header('Race replay at ' + (B.speed === Infinity ? 'once' : B.speed + '×') + ' of the timed runs' + roundWords() + ': t = ' +
-         secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ', each from its own start at its measured pace');
+  header('Race replay' + roundWords() + ', ' + (B.speed === Infinity ? 'all at once' : B.speed + '× the measured pace') +
+         ': t = ' + secs(Math.min(clock, r.end)) + ' of ' + secs(r.end) + ', each run from its own start');
   if (clock < r.end) return true;
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
   const many = B.shown && B.shown[1] > 1;
-  const whose = many ? "Below: this round's runs in full, their own figures in each pane's head (the cards give the medians over all " + B.shown[1] + ' rounds)' : 'Below: each run in full';
-  header('Race over' + roundWords() + ': ' + order.join(', then ') + ' finished. ' + whose + ' (click a token for its step).');
+  const whose = many ? "Each pane's head: this round's own figures (the cards below: medians of all " + B.shown[1] + ' rounds)' : 'Each run in full below';
+  header('Race over' + roundWords() + ': ' + order[0] + ' finished first' +
+         (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '. ' + whose + '; click a token for its step.');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
 }
@@ -305,8 +306,8 @@ function raceTick(now) {
 function roundWords() {
   const r = B.shown;
   if (!r || r[1] < 2) return '';
-  return ' (round ' + r[0] + ' of ' + r[1] + ', the one nearest the medians on the cards' +
-         (r[2] ? ', in their order)' : '; no round finished in their order: this machine is noisy)');
+  return ' (round ' + r[0] + ' of ' + r[1] + ', nearest the medians' +
+         (r[2] ? ')' : '; no round finished in their order: this machine is noisy)');
 }
 
 function loop() {

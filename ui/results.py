@@ -163,15 +163,12 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
         return ""
     short = takeaway_parts(done, spreads, projection)
     items = "".join(f'<li><b>{esc(lead)}:</b> {esc(text)}</li>' for lead, text in short)
-    parts = [f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else "",
-             _scoreboard(c, spreads, done), f'<p class="msd-verdict-text">{esc(head)}</p>']
-    sub = verdict_sub(c, meta, spreads)
-    if sub:
-        parts.append(f'<p class="msd-verdict-sub">{esc(sub)}</p>')
+    # the headline and the tiles first, the plain takeaway under them; the decode ratios and
+    # how the lanes shared the machine go to Statistics (`render_statistics`)
+    parts = [f'<p class="msd-verdict-text">{esc(head)}</p>', _scoreboard(c, spreads, done),
+             f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
-    if "mirror" in done:
-        parts.append(_lanes_line(done["mirror"], overlap_measured(c, spreads)))
     bought = exit_bought(c, done, spreads)
     if bought:
         parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
@@ -287,16 +284,17 @@ def _verify_title(slow: dict) -> str:
 
 
 def tie_words(top: str, runs: int) -> str:
-    """The badge of a method the runs cannot tell from the winner `top` (a label)."""
-    return f"range overlaps {top}'s" if runs > 1 else f"within {LEVEL:.0%} of {top}"
+    """The badge of a method the runs cannot tell from the winner `top` (a label; the badge's
+    hover and the legend under the tiles name it): short, to fit on a tile."""
+    return "overlaps the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
 
 
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
-    rest, else "top median"; every other method "range overlaps <winner>'s" (from one run:
-    "within 3% of <winner>") when the runs cannot tell it from the winner (`level_with`), else
-    "behind <winner>" (AR: "baseline")."""
+    rest, else "top median"; every other method "overlaps the top" (from one run:
+    "within 3% of the top") when the runs cannot tell it from the winner (`level_with`), else
+    "behind the top" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)
     if best is None:
         return {}
@@ -311,7 +309,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
             out[m] = ((tie_words(top, runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
                       ("baseline", f"the target alone, what the others are measured against; clearly slower "
                                    f"than {top} end to end") if m == "ar" else
-                      (f"behind {top}", f"clearly slower than {top} end to end"))
+                      ("behind the top", f"clearly slower than {top} end to end"))
     return out
 
 
@@ -659,6 +657,11 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
              + f"</tr></thead><tbody>{rows}</tbody></table>")
     cross = cross_sentence(meta)
     cross = f'<p class="msd-why msd-cross">{esc(cross)}</p>' if cross else ""
+    c = cards(done)
+    sub = verdict_sub(c, meta, spreads)
+    cross = (f'<p class="msd-verdict-sub">{esc(sub)}</p>' if sub else "") + cross
+    if "mirror" in done:
+        cross += _lanes_line(done["mirror"], overlap_measured(c, spreads))
     facts = " · ".join(x for x in (_settings_line(settings, meta), windows_drafted(done) if settings else "") if x)
     return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(facts))}</div></div>')
