@@ -735,3 +735,18 @@ def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_else
     assert f"at the window setting picked in the inputs below, {other}," in row_c
     assert f"this run&#x27;s window setting: {GAMMA}" in row_c and "not the verdict&#x27;s figures" in row_c
     assert "the settings it picks there" in panel.render_choices(result)
+
+
+def test_sd_s_projected_timeline_draws_its_recorded_windows_and_sums_to_its_decode_time():
+    """SD's timeline steps are the steps its projected decode time prices: a step that drafted
+    nothing is one plain target forward, a drafted one pays for its own window, so the timeline
+    of every step ends where the table's decode time does (less nothing, at host 0)."""
+    cal = replace(lm.default_calibration(), gamma=4, gamma_measured=4)
+    rec = wi.RecordedSteps("sd", 4, [None] * 4, 9, 1.0, windows=[0, 4, 2, 0], accepted=[0, 3, 2, 0])
+    prof = wi.Profile("c", "x", cal, {})
+    drawn = wi.projected_timeline(rec, prof, 4)
+    assert drawn["end_s"] == pytest.approx(wi.sd_replay_seconds(rec, cal, 4))
+    first = [b[1] for b in drawn["bars"] if b[4] == 0]
+    assert first == ["decode", "accept"] or first == ["decode"]  # no window: no draft bar
+    drafts = {b[4]: b[3] - b[2] for b in drawn["bars"] if b[1] == "draft"}
+    assert set(drafts) == {1, 2} and drafts[1] == pytest.approx(2 * drafts[2])  # 4 tokens against 2

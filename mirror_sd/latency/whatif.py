@@ -883,16 +883,48 @@ def in_turn_bars(turn: lm.Calibration, host: float = 0.0):
     return [b for b in bars if b[3] > b[2]], end + host
 
 
+def sd_step_bars(cal: lm.Calibration, window: int, model_share: float = 1.0, host: float = 0.0):
+    """Bars of one replayed SD step of `window` drafted tokens, priced as `sd_replay_seconds`
+    prices it (a window of none: a plain target forward for one token; else the draft pays for
+    its tokens, `model_share` of them from the draft model, the rest looked up, and the verify
+    forward costs the run's mean), and its duration; None where a cost is unknown."""
+    draft = lm.step_terms(cal)["T_draft(gamma)"]
+    fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
+        cal, (cal.gamma_measured or cal.gamma) + 1)
+    one = cal.t_target_1 if cal.t_target_1 is not None else fwd
+    if window == 0:
+        if one is None:
+            return None
+        bars, end = [("target", "decode", 0.0, one)], one
+    else:
+        if draft is None or fwd is None:
+            return None
+        d = window * model_share * draft / cal.gamma
+        bars, end = [("draft", "draft", 0.0, d), ("target", "verify_forward", d, d + fwd)], d + fwd
+    bars.append(("verify", "accept", end, end + cal.t_accept))
+    end += cal.t_accept
+    if host:
+        bars.append(("host", "host", end, end + host))
+    return [b for b in bars if b[3] > b[2]], end + host
+
+
 def projected_timeline(rec: RecordedSteps, profile: Profile, max_steps: int = 12) -> dict:
-    """The first `max_steps` replayed decode steps laid end to end: {bars, end_s, steps}. A
-    step with the lanes in turn is drawn as it ran where the profile prices it so, else as the
-    outcome the profile's hit rate makes likelier (its time is the expected one's in the
-    projected decode time)."""
+    """The first `max_steps` replayed decode steps laid end to end: {bars, end_s, steps}. SD's
+    steps at their recorded windows (`sd_step_bars`, as its projected decode time prices them).
+    A Mirror-SD step with the lanes in turn is drawn as it ran where the profile prices it so,
+    else as the outcome the profile's hit rate makes likelier (its time is the expected one's
+    in the projected decode time)."""
     cal, host = profile.calibration_for(rec.method), profile.host_s.get(rec.method, 0.0)
     likely = profile_hit_rate(profile, rec) >= 0.5
+    total = sum(rec.windows)
+    share = max(0.0, total - rec.looked_up) / total if total else 1.0
     bars, t0 = [], 0.0
     for i, outcome in enumerate(rec.outcomes[:max_steps]):
-        if outcome == IN_TURN and profile.in_turn is not None:
+        replayed = (sd_step_bars(cal, rec.windows[i], share, host)
+                    if rec.method == "sd" and len(rec.windows) == rec.steps else None)
+        if replayed is not None:
+            step, dur = replayed
+        elif outcome == IN_TURN and profile.in_turn is not None:
             step, dur = in_turn_bars(profile.in_turn, host)
         else:
             step, dur = step_bars(cal, rec.method, likely if outcome == IN_TURN else outcome, host,
