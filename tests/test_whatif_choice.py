@@ -175,3 +175,23 @@ def test_report_of_a_benchmark_run(tmp_path, capsys):
     assert saved["windows"]["mirror:branch_extend=off"]["max"] <= GAMMA
     assert {"contention", "core_split", "interference"} <= set(saved["costs"])
     assert whatif_report.main([str(tmp_path / "missing")]) == 2
+
+
+def test_sd_s_windows_priced_again_take_every_variant_s_acceptance():
+    """An SD run whose pricing drafted nothing here (a dear draft) says nothing of the draft's
+    acceptance; priced again on a profile with a cheap draft, its windows take the acceptance
+    of every variant's drafted steps (one draft), not a plain decode's 1.00×."""
+    cal = replace(lm.default_calibration(), gamma=4, gamma_measured=4, t_target_1=0.1, t_target_k=0.11,
+                  t_draft_token=0.01)  # a cheap draft, a verify forward about one token's
+    prof = wi.Profile("c", "x", cal, {"ar": 0.0, "sd": 0.0, "mirror": 0.0}, acceptance_from_run=False,
+                      reprice_windows=True)
+    ar = wi.RecordedSteps("ar", 4, [None] * 20, 20, 1.0)
+    sd = wi.RecordedSteps("sd", 4, [None] * 20, 20, 1.0, windows=[0] * 20, accepted=[0] * 20)
+    mirror = wi.RecordedSteps("mirror", 4, [True] * 8, 20, 1.0, windows=[2] * 8, accepted=[2, 2, 1, 2, 2, 2, 2, 2])
+    assert sd.drafted_alpha() is None
+    alone = wi.project([ar, sd], prof)["sd"]["speedup"]  # nothing to price windows with
+    found = wc.search({"sd": [ar, sd], "mirror": [ar, mirror]}, lambda n: prof,
+                      {"sd": {"gamma": 4}, "mirror": {"gamma": 4}}, 2)
+    pooled = wi.shared_alpha([ar, sd, ar, mirror])
+    assert found["sd"][0]["speedup"] == pytest.approx(wi.project([ar, sd], prof, pooled)["sd"]["speedup"])
+    assert found["sd"][0]["speedup"] > max(1.2, alone)

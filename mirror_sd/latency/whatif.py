@@ -778,13 +778,15 @@ def shared_alpha(recorded: list[RecordedSteps]) -> float | None:
                          accepted=[a for r in both for a in r.accepted]).drafted_alpha()
 
 
-def project(recorded: list[RecordedSteps], profile: Profile) -> dict:
-    """{method: pooled projection over runs, with speedup over AR}: decode tokens/s ratios."""
+def project(recorded: list[RecordedSteps], profile: Profile, alpha: float | None = None) -> dict:
+    """{method: pooled projection over runs, with speedup over AR}: decode tokens/s ratios.
+    `alpha`: the per-token acceptance priced windows assume, where the caller pools more runs
+    than `recorded` (else SD's and Mirror-SD's drafted steps in `recorded`, `shared_alpha`)."""
     out = {}
     mirror = [r for r in recorded if r.method == "mirror"]
     overlapped = sum(r.overlapped for r in mirror)
     pooled = sum(r.hits for r in mirror) / overlapped if overlapped else None
-    shared = shared_alpha(recorded)
+    shared = alpha if alpha is not None else shared_alpha(recorded)
     for m in METHODS:
         parts = [project_run(r, profile, pooled, shared) for r in recorded if r.method == m]
         if not parts or any(p["decode_s"] is None for p in parts):

@@ -111,6 +111,9 @@ def search(groups: dict, profile_for, settings_of: dict, run_budget: int) -> dic
     (AR's and the variant's)}; `profile_for(name)`: the profile calibrated with that variant."""
     out = {"sd": [], "mirror": [], "unpriced": [], "budgets_held": False}
     budgets_ok = True
+    # one draft, one acceptance: SD's windows priced again at every variant's drafted steps
+    # pooled (an SD run whose pricing drafted nothing here says nothing of the draft's acceptance)
+    alpha = wi.shared_alpha([r for recorded in groups.values() for r in recorded])
     for name, recorded in groups.items():
         base = wi.base_method(name)
         profile = profile_for(name)
@@ -126,7 +129,7 @@ def search(groups: dict, profile_for, settings_of: dict, run_budget: int) -> dic
             if not cands:  # the run's spans could not price this variant on this profile
                 out["unpriced"].append(name)
         elif base == "sd":
-            row = wi.project(recorded, profile).get("sd")
+            row = wi.project(recorded, profile, alpha).get("sd")
             if row and row.get("speedup"):
                 out["sd"].append({"method": name, "settings": settings_of[name], "speedup": row["speedup"],
                                   "decode_s": row["decode_s"], "replayed": True})
