@@ -505,3 +505,37 @@ def test_a_decode_is_priced_at_what_the_pairs_decodes_cost():
         prices = pair_costs(pair, *key).snapshot()
         assert prices.points[0] == (1, pytest.approx(sorted(decodes)[3] / 1e9))
         assert prices.decode_s == prices.points[0][1]
+
+
+def test_a_draft_priced_too_dear_by_earlier_runs_is_probed_and_measured_again():
+    """Costs kept across runs are a prior: a run whose earlier runs measured the draft on a
+    busier machine (dearer than drafting could ever pay) still probes once, hoping for the
+    seeds' price, and its first own measurement replaces the stale history rather than
+    joining its median."""
+    from types import SimpleNamespace
+
+    from mirror_sd.engine.windows import shared_with_pair
+    pair = SimpleNamespace(info={})
+    first = shared_with_pair(priced(), pair, "sd", "full", "off")
+    first.costs.add_verify(1, 0.1)
+    for _ in range(9):
+        first.costs.add_draft("draft", 0.5, 1)  # five decodes per drafted token: never pays
+    stale = shared_with_pair(priced(), pair, "sd", "full", "off")  # the pair's next run
+    assert stale.costs is first.costs and stale.costs.from_earlier_runs("draft")
+    assert stale.costs.snapshot().draft_s("draft") == pytest.approx(0.5)  # the prior, until measured
+    plans = []
+    for _ in range(FIRST_PROBE + 1):
+        plans.append(stale.plan(100))
+        if plans[-1][0] == 0:
+            stale.observe(0, 0)
+    assert plans[-1] == (2, "probe"), plans
+    stale.costs.add_draft("draft", 0.06, 2)  # the probe's measurement, this run's first
+    assert not stale.costs.from_earlier_runs("draft")
+    assert stale.costs.snapshot().draft_s("draft") == pytest.approx(0.03)  # replaced, not a median with 0.5
+    # without the stale prior (measured in this run) the same dear cost is not probed
+    dear = priced()
+    dear.costs.add_verify(1, 0.1)
+    dear.costs.add_draft("draft", 0.5, 1)
+    for _ in range(FIRST_PROBE):
+        dear.observe(0, 0)
+    assert dear.plan(100) == (0, "price")

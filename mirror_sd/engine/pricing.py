@@ -15,6 +15,10 @@ measurements of each verify size and of each proposer's cost per drafted token),
 conservatively before the first measurement: a draft forward at 60% of a target decode (this
 pair measures 39-53%), each extra verify row at 10% of a decode. The acceptance per position
 is a running estimate (`PositionAcceptance`: decayed counts with a prior), per proposer.
+Costs kept from the pair's earlier runs are a prior: a run's first measurement of a figure
+replaces their history (`Costs.begin_run`), and until it has measured the draft a probe
+also hopes for the seeds' price, so a draft priced too dear on a busier machine is measured
+again rather than never drafted.
 Nothing here reads the target's distributions for a window not yet verified, so a length
 chosen from these figures keeps the acceptance rule lossless.
 """
@@ -62,6 +66,28 @@ class Costs:
         self._verify: dict[int, RunningMedian] = {}
         self._draft: dict[str, RunningMedian] = {}
         self._lock = threading.Lock()
+        self._earlier: set = set()  # figures measured by earlier runs only (`begin_run`)
+
+    def begin_run(self) -> None:
+        """A new run reads these costs: what earlier runs measured stays its estimate until
+        this run measures the same figure, whose first measurement then replaces their
+        history (this machine's speed can change by 2x between runs: a median of stale
+        figures would otherwise outlive it, and a draft priced too dear would never be
+        measured again). The plain decode (rows 1) is shared and fed by every run: kept."""
+        with self._lock:
+            self._earlier = {("verify", r) for r in self._verify if r != 1} | {("draft", k) for k in self._draft}
+
+    def from_earlier_runs(self, source: str) -> bool:
+        """Whether `source`'s cost per drafted token comes from earlier runs only (or nowhere)."""
+        with self._lock:
+            return source not in self._draft or ("draft", source) in self._earlier
+
+    def _median(self, table: dict, kind: str, key) -> RunningMedian:
+        """`table[key]` for a new measurement, emptied first where it held earlier runs' only."""
+        if (kind, key) in self._earlier:
+            self._earlier.discard((kind, key))
+            table[key] = RunningMedian()
+        return table.setdefault(key, RunningMedian())
 
     def share_decode(self, decode: RunningMedian) -> None:
         """Read and feed the plain decode's cost (rows 1) from `decode`: one figure for every
@@ -73,25 +99,24 @@ class Costs:
 
     def add_verify(self, rows: int, seconds: float) -> None:
         with self._lock:
-            self._verify.setdefault(int(rows), RunningMedian()).add(seconds)
+            self._median(self._verify, "verify", int(rows)).add(seconds)
 
     def add_draft(self, source: str, seconds: float, tokens: int) -> None:
         if tokens > 0:
             with self._lock:
-                self._draft.setdefault(source, RunningMedian()).add(seconds / tokens)
+                self._median(self._draft, "draft", source).add(seconds / tokens)
 
     def add_host(self, drafted: bool, seconds: float) -> None:
         """A step's time outside its forwards (drafted: a window was verified; else a decode)."""
         with self._lock:
-            self._draft.setdefault("host-drafted" if drafted else "host-decoded", RunningMedian()).add(
-                max(0.0, seconds))
+            self._median(self._draft, "draft", "host-drafted" if drafted else "host-decoded").add(max(0.0, seconds))
 
     def add_catchup(self, seconds: float, tokens: int) -> None:
         """The draft model's first forward of a window that fed `tokens` committed tokens at once
         (the prompt's prefill, or the tokens decoded while it was not drafting)."""
         if tokens > 2:
             with self._lock:
-                self._draft.setdefault("catchup", RunningMedian()).add(seconds / tokens)
+                self._median(self._draft, "draft", "catchup").add(seconds / tokens)
 
     def snapshot(self) -> "Prices":
         """The current estimates: every verify size, every proposer (seeds where unmeasured)."""
@@ -117,6 +142,13 @@ class Prices:
             rows, t = self.points[0]
             return t / (1 + SEED_ROW_SHARE * (rows - 1))
         return 1.0
+
+    def seeded(self) -> "Prices":
+        """These prices with the draft's forwards and the verify past one row at the seeds
+        (the plain decode, the host times and the catch-up kept): what a probe hopes for
+        while the draft's cost comes from earlier runs only."""
+        keep = {k: v for k, v in self.draft.items() if k.startswith("host-") or k == "catchup"}
+        return Prices([(1, self.decode_s)], keep)
 
     def slope(self) -> float:
         """Seconds per extra verify row: least squares over the measured sizes, or the seed."""

@@ -168,9 +168,13 @@ class WindowPolicy:
 
     def _hopeful(self, prices, sources: dict, behind: int, room: int) -> bool:
         """Whether drafting could beat decoding at the acceptance a probe hopes for, the
-        draft's catch-up included: else a probe could only cost (a short run, a dear draft)."""
+        draft's catch-up included: else a probe could only cost (a short run, a dear draft).
+        Where this run has not measured the draft yet, also at the seeds' prices for its
+        forwards and the verify: a figure from an earlier run may be stale (too dear), and only
+        a probe measures it again."""
         hope = {s: ([self.hoped(s)] * hi, 1, hi) for s, hi in sources.items()}
-        return pricing.best_window(prices, hope, True, behind, room)[0].k > 0
+        tried = [prices, prices.seeded()] if self.costs.from_earlier_runs("draft") else [prices]
+        return any(pricing.best_window(p, hope, True, behind, room)[0].k > 0 for p in tried)
 
     def hoped(self, source: str) -> float:
         """The acceptance a probe hopes for: PROBE_ACCEPT, or once this pair's windows from
@@ -268,6 +272,7 @@ def pair_costs(pair, *key) -> pricing.Costs:
     otherwise never price drafting below the seeds' guess and would decode to the end."""
     costs = _kept_with_pair(pair, "prices", key, pricing.Costs)
     costs.share_decode(pair_decode(pair))
+    costs.begin_run()
     return costs
 
 
