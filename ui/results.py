@@ -223,7 +223,7 @@ def _picture(done: dict[str, RunRecord]) -> str:
     parts = {m: breakdown(done[m]) or {} for m in ("sd", "mirror")}
     slow = verify_slowdown(done)
     rows = []
-    if slow:
+    if slow and _verify_tells(slow):  # else the steps could not tell alone from beside: no picture
         top = max(slow["alone_all"][-1], slow["beside_all"][-1])
         who = _beside_words(slow)
         rows.append((_verify_title(slow), [
@@ -255,29 +255,24 @@ def _ms_spread(values: list[float]) -> str:
     return f"{mid * 1e3:.0f} ms ({steps}{span})"
 
 
-def _beside_words(slow: dict) -> str:
-    """What Mirror-SD's steps in the verify picture were: the draft beside the target, the
-    lanes in turn (as SD's), or how many of each."""
+def _verify_tells(slow: dict) -> bool:
+    """Whether the verify steps can say anything of alone against beside: most of Mirror-SD's
+    ran with the draft beside the target, and each side has at least three steps."""
     n, k = len(slow["beside_all"]), slow.get("at_once", len(slow["beside_all"]))
-    if k == n:
-        return "beside the draft"
-    if k == 0:
-        return "lanes in turn"
-    return f"{n - k} of {n} in turn" if 2 * k < n else f"{k} of {n} beside"
+    return 2 * k >= n and min(len(slow["alone_all"]), n) >= 3
+
+
+def _beside_words(slow: dict) -> str:
+    """What Mirror-SD's steps in the verify picture were: the draft beside the target, or how
+    many of them."""
+    n, k = len(slow["beside_all"]), slow.get("at_once", len(slow["beside_all"]))
+    return "beside the draft" if k == n else f"{k} of {n} beside"
 
 
 def _verify_title(slow: dict) -> str:
     """The verify picture's title: its window, its statistic, and whether its steps can tell
     the two apart."""
     title = f"one verify forward of {slow['tokens']} tokens, median over the steps"
-    n, k = len(slow["beside_all"]), slow.get("at_once", len(slow["beside_all"]))
-    if 2 * k < n:
-        which = ({1: "Mirror-SD's one step", 2: "both of Mirror-SD's"}.get(n, f"all {n} of Mirror-SD's")
-                 if k == 0 else f"{n - k} of Mirror-SD's {n}")
-        return title + (f": {which} ran with its lanes in turn, as SD's do, so these steps say little "
-                        f"about alone against beside")
-    if min(len(slow["alone_all"]), len(slow["beside_all"])) < 3:
-        return title + ": too few steps to tell alone from beside"
     if slow["overlap"]:
         return title + ": the ranges overlap, so these steps cannot tell alone from beside"
     return title + f": beside the draft {slow['factor']:.2f}× as long"
