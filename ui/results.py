@@ -278,9 +278,9 @@ def _verify_title(slow: dict) -> str:
     return title + f": beside the draft {slow['factor']:.2f}× as long"
 
 
-def tie_words(top: str, runs: int) -> str:
-    """The badge of a method the runs cannot tell from the winner `top` (a label; the badge's
-    hover and the legend under the tiles name it): short, to fit on a tile."""
+def tie_words(runs: int) -> str:
+    """The badge of a method the runs cannot tell from the winner (the badge's hover and the
+    legend under the tiles name it): short, to fit on a tile."""
     return "overlaps the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
 
 
@@ -301,7 +301,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
                   "the best end-to-end speed, clear of every other method")}
     for m in c:
         if m != best:
-            out[m] = ((tie_words(top, runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
+            out[m] = ((tie_words(runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
                       ("baseline", f"the target alone, what the others are measured against; clearly slower "
                                    f"than {top} end to end") if m == "ar" else
                       ("behind the top", f"clearly slower than {top} end to end"))
@@ -337,13 +337,13 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
                      f'<div class="msd-tile-small">{esc(small)}</div>{span}</div>')
     runs = runs_of(spreads)
     many = f", medians of {runs} interleaved runs" if runs > 1 else ", this run"
-    ties = best is not None and tie_words(label(best), runs) in [text for text, _ in badges.values()]
+    ties = best is not None and tie_words(runs) in [text for text, _ in badges.values()]
     legend = ""
     if ties:
         top = esc(label(best))
         how = (f"its fastest run was at least as fast as {top}'s slowest" if runs > 1 else
                "one run's noise here is about that much")
-        legend = (f'<br>“{esc(tie_words(label(best), runs))}”: {how}, so '
+        legend = (f'<br>“{esc(tie_words(runs))}”: {how}, so '
                   f'{"these runs cannot" if runs > 1 else "one run cannot"} tell it from {top}'
                   + (", even where the medians lie well apart" if runs > 1 else ""))
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
