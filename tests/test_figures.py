@@ -705,16 +705,21 @@ def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why(
 
 def test_the_zoom_states_the_rule_a_hit_rests_on_with_the_step_s_figures():
     """A hit's zoom names the condition: the draft's time after the early exit against the
-    target's layers after it, and whether the target waited at the verdict."""
+    target's time from the exit to its verdict, and whether the target waited at the verdict."""
     from mirror_sd.engine.events import Span
     from ui.zoom import _rule
     ms = 1_000_000
     spans = [Span("target", "prefix", 0, 100 * ms, 3, ""), Span("target", "exit_head", 100 * ms, 110 * ms, 3, ""),
              Span("target", "suffix", 110 * ms, 170 * ms, 3, ""), Span("draft", "branches", 110 * ms, 400 * ms, 3, "")]
     late = _rule(spans, 24, 28, "hit", 400 * ms, 170 * ms)
-    assert "<b>290 ms</b>" in late and "layers 25–28 took <b>60 ms</b>" in late and "waited 230 ms" in late
+    assert "<b>290 ms</b>" in late and "layers 25–28 and its verdict took <b>60 ms</b>" in late
+    assert "waited 230 ms" in late
     early = _rule(spans, 24, 28, "hit", 150 * ms, 170 * ms)
     assert "<b>40 ms</b>" in early and "the drafting was hidden" in early
+    # the verdict 20 ms after the suffix (its acceptance): the draft's 75 ms fit in the target's 80,
+    # so both figures run to the verdict and agree with "hidden", never 75 against the suffix's 60
+    close = _rule(spans, 24, 28, "hit", 185 * ms, 190 * ms)
+    assert "<b>75 ms</b>" in close and "took <b>80 ms</b>" in close and "the drafting was hidden" in close
     assert _rule(spans, 24, 28, "miss", 400 * ms, 170 * ms) == ""  # the next window was no branch
 
 
@@ -874,3 +879,4 @@ def test_beside_the_draft_counts_only_steps_whose_lanes_worked_at_once():
     c = costs(records)
     assert c["beside_method"] == "mirror-overlap" and len(c["verify_beside_all"]) <= len(once)
     assert verify_slowdown(records)["method"] == "mirror-overlap"
+

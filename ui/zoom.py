@@ -202,8 +202,11 @@ def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) ->
     exit_end = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)
     if exit_end is None or outcome != "hit":
         return ""
-    need, have = (ready_ns - exit_end) / 1e6, _ms(spans, "suffix")
-    after = f"layers {layer + 1}–{layers}" if isinstance(layer, int) else "the layers after it"
+    # both from the exit's end: the draft's time to the next window against the target's to
+    # its verdict (its layers after the exit and the acceptance), so the two compare as `fits`
+    need, have = (ready_ns - exit_end) / 1e6, (verdict_ns - exit_end) / 1e6
+    after = (f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
+             else "the layers after it and its verdict")
     fits = ready_ns <= verdict_ns
     then = ("so the next window was ready at the verdict: the drafting was hidden" if fits else
             f"so the target waited {(ready_ns - verdict_ns) / 1e6:.0f} ms for it at the verdict")
