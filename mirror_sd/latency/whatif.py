@@ -637,6 +637,15 @@ def profile_hit_rate(profile: Profile, rec: RecordedSteps | None = None, pooled:
     return 0.0
 
 
+def _sd_costs(cal: lm.Calibration) -> tuple:
+    """(the draft's gamma tokens, a verify forward at the run's mean window, a plain decode)
+    in seconds under `cal`, each None where unknown: what a replayed SD step is priced at."""
+    draft = lm.step_terms(cal)["T_draft(gamma)"]
+    fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
+        cal, (cal.gamma_measured or cal.gamma) + 1)
+    return draft, fwd, cal.t_target_1 if cal.t_target_1 is not None else fwd
+
+
 def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> float | None:
     """SD's recorded steps under `cal`. Windows vary in length (adaptive or priced policy):
     the draft pays for the tokens it really drafted and a verify forward costs the run's mean
@@ -645,11 +654,9 @@ def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> 
     draft-model span drafted by prompt lookup only, priced at no draft cost."""
     drafted = sum(1 for w in rec.windows if w > 0)
     plain = max(0.0, steps - drafted)
+    draft, fwd, one = _sd_costs(cal)
     # no draft-model span at all: every window came from a prompt lookup (no model, ~0.2 ms)
-    draft = (lm.step_terms(cal)["T_draft(gamma)"] or 0.0) if drafted else 0.0
-    fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
-        cal, (cal.gamma_measured or cal.gamma) + 1)
-    one = cal.t_target_1 if cal.t_target_1 is not None else fwd
+    draft = (draft or 0.0) if drafted else 0.0
     if draft is None or fwd is None or (plain and one is None):
         return None
     model_tokens = max(0, sum(rec.windows) - rec.looked_up)  # a looked-up window costs no draft forward
@@ -890,10 +897,7 @@ def sd_step_bars(cal: lm.Calibration, window: int, model_share: float = 1.0, hos
     prices it (a window of none: a plain target forward for one token; else the draft pays for
     its tokens, `model_share` of them from the draft model, the rest looked up, and the verify
     forward costs the run's mean), and its duration; None where a cost is unknown."""
-    draft = lm.step_terms(cal)["T_draft(gamma)"]
-    fwd = None if cal.t_target_1 is None and cal.t_target_k is None else target_k(
-        cal, (cal.gamma_measured or cal.gamma) + 1)
-    one = cal.t_target_1 if cal.t_target_1 is not None else fwd
+    draft, fwd, one = _sd_costs(cal)
     if window == 0:
         if one is None:
             return None
