@@ -777,16 +777,18 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert lanes_at_once(records["mirror"])[0] == 0
     gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
     assert "in one run" in gated
-    assert ("Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
-            "target) in every step: both models share the same cores here, and it timed taking turns as the faster order") in gated, gated
+    steps = lanes_at_once(records["mirror"])[1]
+    assert (f"It ran as SD in all {steps} of its steps: both models share these cores, and its gate, which "
+            "times both orders as it runs, found taking turns (the draft, then the target) faster than "
+            "overlapping.") in gated, gated
     c = cards(records)
     ratio = c["mirror-overlap"].e2e_tps / c["sd"].e2e_tps
     assert f"Forced to overlap every step, Mirror-SD ran {ratio:.2f}× SD end to end: " in gated, gated
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
-    assert "Projected from the steps of this run, not measured (the chart below): Mirror-SD 1.60× SD with the " \
-           "draft on a device of its own (0.90–2.00× over the 3 runs) and 1.20× SD on an accelerator pair." in gated, gated
+    assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.60× SD with the " \
+           "draft on a device of its own (0.90–2.00× over the 3 runs); 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
@@ -880,3 +882,16 @@ def test_beside_the_draft_counts_only_steps_whose_lanes_worked_at_once():
     assert c["beside_method"] == "mirror-overlap" and len(c["verify_beside_all"]) <= len(once)
     assert verify_slowdown(records)["method"] == "mirror-overlap"
 
+
+
+def test_the_zoom_says_how_many_steps_are_like_the_one_it_draws():
+    """A step whose lanes overlapped, drawn from a run whose gate ran the rest in turn, reads as
+    the one step of its kind, out of every step after the first."""
+    from ui.runs import analyse
+    rec = _serial_after(tiny_records()["mirror"], 2)  # lanes at once in steps 0 and 1 only
+    others = len(analyse(rec).steps) - 1
+    html = render_zoom(rec, {"target_layers": 4, "exit_layer": 2})
+    assert re.search(rf"1 of its {others} steps like this one \(the lanes at once, (a|no) hit\)", html), html[:600]
+    every = render_zoom(tiny_records()["mirror"], {"target_layers": 4, "exit_layer": 2})
+    alike = int(re.search(r"; (\d+) of its \d+ steps like this one", every).group(1))
+    assert 1 <= alike <= others

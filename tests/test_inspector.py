@@ -55,7 +55,7 @@ def test_greedy_runs_show_the_argmax_rule_and_sampling_runs_the_ratio():
 
 
 def test_colours_match_the_legend_and_small_print_is_readable():
-    assert "245, 158, 11" not in _rule(".msd-chip.is-root")  # orange means "after a miss"
+    assert "234, 179, 8" not in _rule(".msd-chip.is-root")  # yellow means "after a miss"
     assert "dashed" in _rule(".msd-chip.is-root")
     assert "font-size: 12px" in _rule(".msd-chip small")  # early-exit percentages
     assert _rule(".msd-chip.k-correction") == _rule(".msd-tok.k-correction")

@@ -68,7 +68,7 @@ def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
 
 def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
     """A step the zoomed step calls a hit is blue in the strip and "hit" in the inspector's
-    table (and a miss is orange and "miss" in both), for every step the zoom may show."""
+    table (and a miss is yellow and "miss" in both), for every step the zoom may show."""
     from ui.inspector import all_steps
     from ui.zoom import render_zoom, zoom_step
     rec = tiny_records()["mirror"]
@@ -189,7 +189,7 @@ def test_a_step_whose_lanes_ran_in_turn_is_neither_a_hit_nor_a_miss():
     rec = _gated_record(raced=False)
     a = analyse(rec)
     assert verdict_outcome(a.steps[0]) == "turn" and a.steps[0].fallback is None
-    # its window's tokens are plain accepted drafts (green), never "after a miss" (orange)
+    # its window's tokens are plain accepted drafts (green), never "after a miss" (yellow)
     assert [t.kind for t in a.tokens] == ["accepted", "correction", "accepted", "accepted", "bonus"]
     assert "k-fallback" not in token_spans(rec)
     feed = LiveFeed("mirror")

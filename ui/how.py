@@ -93,7 +93,7 @@ def diagram(compact: bool = False) -> str:
               "after": "after the exit", "sd": "SD: the models take turns",
               "mirror": "Mirror-SD: the draft writes beside the target"} if compact else
              {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
-              "before": "layers 1–ℓₑ", "after": "layers ℓₑ+1–N",
+              "before": "layers up to the exit", "after": "layers after the exit",
               "sd": "SD: the models take turns, the target waits while the draft writes",
               "mirror": "Mirror-SD: from the early exit (pink) the draft writes branches beside the target"})
     sd = (_lane(22, [(90, 150, "d-t", words["v1"]), (400, 150, "d-t", words["v2"])], "target")
@@ -122,8 +122,8 @@ def flow(layer: int | None = None, layers: int | None = None) -> str:
     (layers before the early exit, the exit, the layers after it, the verdict) beside the
     draft's lane (branches from the exit's top guesses, written while the target finishes),
     and the verdict's two outcomes: a hit reuses a branch, a miss falls back to drafting."""
-    before = f"layers 1–{layer}" if layer else "layers 1–ℓₑ"
-    after = f"layers {layer + 1}–{layers}" if layer and layers else "layers ℓₑ+1–N"
+    before = f"layers 1–{layer}" if layer else "layers up to the exit"
+    after = f"layers {layer + 1}–{layers}" if layer and layers else "layers after the exit"
     box = lambda cls, area, title, text: (f'<div class="f-box {cls}" style="grid-area:{area}">'  # noqa: E731
                                           f'<b>{title}</b><span>{text}</span></div>')
     cells = [

@@ -8,7 +8,7 @@ On top, the step strip (every step, clickable) and the step's narration (steps.p
 3) the verification: p (target) vs q (draft) for each drafted token, accepted or rejected.
 Steps are numbered from 1 on the page (the engine counts from 0). Chip colours are the token
 legend's: green accepted draft, red the target's token after a rejection, purple its bonus
-token, blue a branch reused as the next window (hit), orange a redraft after a miss.
+token, blue a branch reused as the next window (hit), yellow a redraft after a miss.
 """
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def _status(status: str) -> str:
 
 OUTCOME_NOTES = {
     "hit": "Hit: the taken branch (blue) is the next window, drafted while the target was still verifying.",
-    "miss": "Miss: no rollout started at the verdict, so the draft wrote the next window serially (orange; the critical path pays for it).",
+    "miss": "Miss: no rollout started at the verdict, so the draft wrote the next window serially (yellow; the critical path pays for it).",
     "turn": "Lanes in turn: overlapping the two lanes measured slower on this machine, so this step ran them one after the other; the draft wrote the next window after the verdict (grey), as plain SD does. Neither a hit nor a miss."}
 
 

@@ -317,6 +317,13 @@ function loop() {
   if (again) B.raf = requestAnimationFrame(loop);
 }
 function kick() { if (!B.raf) B.raf = requestAnimationFrame(loop); }
+// bring the panes into view when a job or a race starts, unless the reader already sees them
+// (a phone, or a reader scrolled away to read): they are what the audience watches
+function reveal() {
+  const b = board(); if (!b) return;
+  const top = b.getBoundingClientRect().top;
+  if (top > window.innerHeight * 0.55 || top < -b.offsetHeight / 2) b.scrollIntoView({behavior: 'smooth', block: 'start'});
+}
 
 function settle() {
   if (B.mode === 'race') B.mode = 'settled';
@@ -352,6 +359,7 @@ function handle(msg) {
     B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
     boardNote('');
     board().classList.add('is-on');
+    if (!msg.round || msg.round[0] === 1) reveal();
     header((msg.round && msg.round[1] > 1 ? 'Round ' + msg.round[0] + ' of ' + msg.round[1] + ', live: ' : 'Live: ') +
            'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ' +
            'They race side by side, at their measured pace, when the last run ends.');
@@ -361,7 +369,7 @@ function handle(msg) {
     feed(msg); kick();
   } else if (msg.op === 'race') {
     B.raceMsg = msg; B.shown = msg.round || null; board().classList.add('has-race'); boardNote(msg.note);
-    if (msg.autoplay) startRace();
+    if (msg.autoplay) { startRace(); reveal(); }
     else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
   }
 }

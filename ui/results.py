@@ -45,6 +45,9 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
              else "a large share of a target forward")
     speeds = {m: done[m].finish.stats.get("tokens_per_s") for m in ("sd", "mirror") if m in done and done[m].finish}
     lost = speeds.get("mirror") is not None and speeds.get("sd") is not None and speeds["mirror"] <= speeds["sd"]
+    if "mirror" in done:  # a gate that ran SD's order in most steps showed SD's speed, not Mirror-SD's
+        at_once, steps = lanes_at_once(done["mirror"])
+        lost = lost or (steps > 0 and 2 * at_once < steps)
     lead = (f"{'This machine cannot show what Mirror-SD gains: ' if lost else 'Here '}both models share "
             f"one machine ({machine_words(meta)}) and its memory bus, and the draft costs {share}.")
     over = (projection or {}).get("over_sd") or {}
@@ -101,9 +104,9 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         vs = _against_sd("mirror", c, sp, spreads)
         return f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
             f", {vs}." if vs else ".")
-    how = "in every step" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
-    text = (f"Mirror-SD's gate, which times both orders as it runs, chose SD's order (the draft, then the "
-            f"target) {how}: both models share the same cores here, and it timed taking turns as the faster order.")
+    how = f"in all {steps} of its steps" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
+    text = (f"It ran as SD {how}: both models share these cores, and its gate, which times both orders "
+            f"as it runs, found taking turns (the draft, then the target) faster than overlapping.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     return text + (f" Forced to overlap every step, Mirror-SD ran {vs}." if vs else "")
@@ -148,8 +151,8 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
         parts.append(("Where Mirror-SD would pay",
-                      f"Projected from the steps of {shown_run(spreads)}, not measured (the chart below): "
-                      f"Mirror-SD {' and '.join(where)}."))
+                      f"Projected, not measured (the chart below, from the steps of {shown_run(spreads)}): "
+                      f"Mirror-SD {'; '.join(where)}."))
     return parts
 
 
@@ -167,17 +170,18 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     # how the lanes shared the machine go to Statistics (`render_statistics`)
     parts = [f'<p class="msd-verdict-text">{esc(head)}</p>', _scoreboard(c, spreads, done),
              f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
+    # what this machine cannot show and where Mirror-SD would pay, then the measured trade
+    if one_device(meta) and "mirror" in c:
+        parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
+    parts.append(render_pay_chart(projection, c, spreads) if "mirror" in c else "")
+    if projection:
+        parts.append(_projection_line(projection))
     if reason:
         parts.append(_short_reason(reason) + _picture(done))
     bought = exit_bought(c, done, spreads)
     if bought:
         parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
                      f'{esc(bought.split(":", 1)[1])}</p>')
-    if one_device(meta) and "mirror" in c:
-        parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
-    parts.append(render_pay_chart(projection, c, spreads) if "mirror" in c else "")
-    if projection:
-        parts.append(_projection_line(projection))
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
 
 

@@ -5,7 +5,7 @@ colour is the step's own verdict outcome (ui/runs.verdict_outcome, the fact the 
 the zoomed step state too):
   hit    (blue)   one of the branches the draft rolled out during this step, beside the target,
                   started exactly at its verdict: it became the next window, no serial redraft;
-  miss   (orange) no branch started there: the draft wrote the next window after the verdict,
+  miss   (yellow) no branch started there: the draft wrote the next window after the verdict,
                   serially, while the target waited;
   turn   (grey)   the lanes ran one after the other (the overlap gate's choice): no branch raced
                   the verdict, the draft wrote the next window after it as plain SD does;

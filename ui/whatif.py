@@ -553,7 +553,7 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
               f"acceptance, " + (source or "this run's hits"))
     series = result.get("hit_series") or {}
     short = short_source(source) if source else "this run's hits"
-    brief = {**series.get("c"), "source_short": short.replace("hit rate ", "the ", 1) + " hit rate"} \
+    brief = {**series.get("c"), "source_short": short.split(" (")[0].replace("hit rate ", "the ", 1) + " hit rate"} \
         if series.get("c") and short.startswith("hit rate ") and "unknown" not in short else series.get("c")
     return {"key": "c", "profile": f"(c) {row['name'] or result['profiles']['c'].name}",
             "inputs": inputs, "row": row, "speedups": row["speedups"],
@@ -593,13 +593,16 @@ def _over_sd(projected: dict) -> dict:
 
 
 def short_source(words: str | None) -> str:
-    """A hit rate's source in short ('hit rate 94%'), for every place but the one that says it
+    """A hit rate's source in short, and whose ('hit rate 94% (Mirror-SD's steps in this run)'), for every place but the one that says it
     in full (the top of the What-if fold, its verdict line)."""
     if not words:
         return ""
     if words.startswith("hit rate unknown") and "the figures take " in words:
         return "hit rate unknown, the figures take " + words.rsplit("the figures take ", 1)[1]
-    return words.split(",")[0].split(" (")[0]
+    rate = words.split(",")[0].split(" (")[0]
+    whose = (" (a benchmark's, this pair's lanes always overlapped)" if "in a benchmark" in words else
+             " (Mirror-SD's steps in this run)" if "this run's" in words else "")
+    return rate + whose
 
 
 def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)",

@@ -151,6 +151,24 @@ def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
             f'<span>{esc(text)}</span></div>')
 
 
+def how_typical(rec: RunRecord, step: int) -> str:
+    """'1 of its 17 steps like this one (the lanes at once, a hit)': how many of the run's
+    steps after the first share the drawn step's kind, so that a rare step reads as rare."""
+    labels = _labels(rec)
+    steps = analyse(rec).steps
+
+    def kind(s: int) -> tuple[bool, bool]:
+        have = labels.get(s, set())
+        return ("prefix" in have and "branches" in have,
+                any(b.status == "taken" for b in steps[s].rollouts))
+
+    others = [s for s in steps if s != 0]
+    mine = kind(step)
+    alike = sum(kind(s) == mine for s in others)
+    words = ("the lanes at once" if mine[0] else "the lanes in turn") + (", a hit" if mine[1] else ", no hit")
+    return f"{alike} of its {len(others)} steps like this one ({words})"
+
+
 def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     """The annotated zoom of one Mirror-SD step ('' without a Mirror-SD run)."""
     if rec is None or rec.finish is None:
@@ -189,7 +207,8 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     axis += ('<div class="msd-zlegend">' + "".join(
         f'<span><i class="{SEGMENTS[k][1]}"></i>{esc(names[k])}</span>' for k in present) + '</div>')
     return (f'<div class="msd-zoom"><div class="msd-sub">One {esc(label(rec.method))} step, measured: step '
-            f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start</div>'
+            f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start; '
+            f'{esc(how_typical(rec, step))}</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
             f'{_rule(spans, layer, layers, outcome, ready_ns, verdict_ns)}'
             f'<p class="msd-zcaption">{chipped(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
