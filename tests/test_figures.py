@@ -647,6 +647,12 @@ def test_the_zoom_draws_the_twin_s_step_when_mirror_sd_ran_no_step_with_its_lane
     picked = zoom_record(dict(records, mirror=in_turn, **{"mirror-overlap": twin}))
     assert picked is twin
     assert "One Mirror-SD (always overlapped) step, measured" in render_zoom(picked, {})
+    # one step at once, the rest in turn: the twin's usual step, not the gated run's rare one
+    from ui.why import lanes_at_once
+    mostly = _serial_after(own, 2)
+    assert 0 < 2 * lanes_at_once(mostly)[0] < lanes_at_once(mostly)[1]
+    assert zoom_record(dict(records, mirror=mostly, **{"mirror-overlap": twin})) is twin
+    assert zoom_record(dict(records, mirror=mostly)) is mostly
     assert zoom_record({"ar": records["ar"], "sd": records["sd"]}) is None
 
 

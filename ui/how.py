@@ -93,7 +93,7 @@ def diagram(compact: bool = False) -> str:
               "after": "after the exit", "sd": "SD: the models take turns",
               "mirror": "Mirror-SD: the draft writes beside the target"} if compact else
              {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
-              "before": "layers up to the exit", "after": "layers after the exit",
+              "before": "to the exit", "after": "after the exit",
               "sd": "SD: the models take turns, the target waits while the draft writes",
               "mirror": "Mirror-SD: from the early exit (pink) the draft writes branches beside the target"})
     sd = (_lane(22, [(90, 150, "d-t", words["v1"]), (400, 150, "d-t", words["v2"])], "target")
