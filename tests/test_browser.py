@@ -462,7 +462,9 @@ NARROW_BOARD_JS = """() => {
   const key = [...document.querySelectorAll('#board-timeline .msd-btl-k')].map(r);
   out.key = key.length;
   key.forEach((a, i) => key.slice(i + 1).forEach(b => { if (!apart(a, b)) out.overlaps.push('key entries'); }));
-  out.columns = new Set([...board.querySelectorAll('.msd-bpane')].map(p => Math.round(r(p).left))).size;
+  const panes = [...board.querySelectorAll('.msd-bpane')];
+  out.columns = new Set(panes.map(p => Math.round(r(p).left))).size;
+  out.height = panes.length ? r(panes[panes.length - 1]).bottom - r(panes[0]).top : 0;
   board.classList.remove('is-on');
   return out;
 }"""
@@ -485,7 +487,8 @@ def check_narrow_board(page) -> None:
     got = page.evaluate(NARROW_BOARD_JS)
     assert got["steps"] >= 1 and got["lines"] >= 4 and got["key"] >= 6, got
     assert not got["under"] and not got["overlaps"] and not got["wide"], got
-    assert got["columns"] == 2, got  # a phone: the four panes two by two, all in view
+    # a phone: the four panes one under another, full width, together within one phone screen
+    assert got["columns"] == 1 and 0 < got["height"] <= 700, got
     assert all(re.fullmatch(r"(run|run took|t =) \d+\.\d+ s", c) for c in got["clocks"] if c), got
     words = page.evaluate(BOARD_WORDS_JS)
     assert "no draft" in words["none"] and "of 0" not in words["none"], words

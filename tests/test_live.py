@@ -191,7 +191,7 @@ def test_while_a_run_is_timed_the_page_gets_items_not_html(monkeypatch):
 
 def test_the_race_says_which_run_starts_behind_and_by_how_much():
     """Each run races from its own start: a first token 0.1 s or more after the earliest one
-    is named with its gap, and the note says the cards' decode speed leaves it out."""
+    is named with its gap, and the note says the cards' end-to-end speed counts it."""
     records = tiny_records()
     saved = {m: dict(rec.finish.stats) for m, rec in records.items()}
     try:
@@ -200,7 +200,7 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         note = race_note(records)
         assert note.startswith("AR's first token came at 0.45 s; Mirror-SD's at 0.78 s, after drafting and "
                                "checking a first window, so it starts the race 0.33 s behind.")
-        assert "SD's" not in note.replace("Mirror-SD's", "") and "decode speed leaves" in note
+        assert "SD's" not in note.replace("Mirror-SD's", "") and "end-to-end speed counts this time; their decode speed leaves it out" in note
         assert json.loads(race_message(records))["note"] == note
         records["sd"].finish.stats["prefill_s"] = 0.78
         assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD's at 0.78 s and "

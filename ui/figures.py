@@ -328,9 +328,21 @@ def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | No
     who = "them" if every else _names(names)
     also = f", nor {_names(nor)}" if nor else ""
     if runs > 1:
-        return f"these {runs} runs cannot tell {who} apart{also} (their ranges overlap)"
+        return f"these {runs} runs cannot tell {who} apart{also} (their ranges overlap: within this machine's noise)"
     return (f"one run cannot tell {who} apart{also} (within {LEVEL:.0%}, about one run's noise here; "
             f"choose “3, interleaved” runs)")
+
+
+def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
+    """For the race's last line: 'These 3 rounds cannot tell Mirror-SD, SD and Mirror-SD
+    (always overlapped) apart: their finishing order is within this machine's noise.' ('' where
+    the runs tell the winner from the rest)."""
+    level = level_with(c, winner(c, spreads), spreads)
+    if not level:
+        return ""
+    runs = runs_of(spreads)
+    which = f"These {runs} rounds" if runs > 1 else f"One run (within {LEVEL:.0%})"
+    return f"{which} cannot tell {_names(level)} apart: their finishing order is within this machine's noise."
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
@@ -548,7 +560,7 @@ def cause_words(sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
 def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
     if key == "steps":
         if sd.windows and mirror.windows and mirror.windows[1] != sd.windows[1]:
-            shorter = "shorter" if mirror.windows[1] < sd.windows[1] else "longer"
+            shorter = "shorter on median" if mirror.windows[1] < sd.windows[1] else "longer on median"
             own = _window_words(mirror)
             why = (f"Mirror-SD's windows were {shorter} ({own} drafted token{'' if own == '1' else 's'} "
                    f"against SD's {_window_words(sd)})")

@@ -18,12 +18,12 @@ from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards, machine, repeat_summary, speeds
+from .figures import cards, machine, order_within_noise, repeat_summary, speeds
 from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
-from .results import render_cards, render_statistics, render_verdict
+from .results import finished, render_cards, render_statistics, render_verdict
 from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
@@ -196,7 +196,8 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),
         trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,
-        live=race_message(records, methods, shown=meta.get("replayed_round")), state=state)
+        live=race_message(records, methods, shown=meta.get("replayed_round"),
+                          tie=order_within_noise(cards(finished(records)), spreads)), state=state)
 
 
 def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -> str:

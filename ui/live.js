@@ -297,7 +297,8 @@ function raceTick(now) {
   const many = B.shown && B.shown[1] > 1;
   const whose = many ? "Each pane's head: this round's own figures (the cards below: medians of all " + B.shown[1] + ' rounds)' : 'Each run in full below';
   header('Race over' + roundWords() + ': ' + order[0] + ' finished first' +
-         (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '. ' + whose + '; click a token for its step.');
+         (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '. ' +
+         ((B.raceMsg && B.raceMsg.tie) ? B.raceMsg.tie + ' ' : '') + whose + '; click a token for its step.');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
 }

@@ -216,7 +216,7 @@ def _names(names: list[str]) -> str:
 def race_note(records: dict[str, RunRecord]) -> str:
     """The race replays each run from its own start, so a run whose first token came later
     (SD and Mirror-SD draft and check a first window before theirs) starts behind: which, by
-    how much, and that the cards' decode speed leaves that time out ('' when none is
+    how much, and that the cards' end-to-end speed counts that time (their decode speed leaves it out) ('' when none is
     LATE_START_S behind the earliest)."""
     first = {m: measured(rec).get("prefill_s") for m, rec in records.items()
              if rec is not None and rec.finish is not None}
@@ -233,8 +233,8 @@ def race_note(records: dict[str, RunRecord]) -> str:
     whose = _names([f"{label(m)}'s" for m in late])
     why = "" if "ar" in late else ", after drafting and checking a first window"
     return (f"{label(lead)}'s first token came at {first[lead]:.2f} s; {whose} at {times}{why}, so "
-            f"{'it starts' if one else 'they start'} the race {behind}. The cards' decode speed leaves "
-            f"this time out.")
+            f"{'it starts' if one else 'they start'} the race {behind}. The cards' end-to-end speed counts "
+            f"this time; their decode speed leaves it out.")
 
 
 def _step_marks(rec: RunRecord) -> dict[int, dict[str, float]]:
@@ -287,9 +287,12 @@ def race_items(rec: RunRecord, items: list[dict]) -> list[dict]:
     return sorted(out, key=lambda it: it["t"])  # stable: the items of a moment keep their order
 
 
-def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True, shown=None) -> str:
+def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True, shown=None,
+                 tie: str = "") -> str:
     """Every finished run's items at the engine's times: the page replays them together.
-    `shown`: [round, rounds] of the round these runs come from, when there were several."""
+    `shown`: [round, rounds] of the round these runs come from, when there were several; `tie`:
+    the runs' word on the finishing order where they cannot tell the winner from the rest (the
+    race's last line says it after the order)."""
     methods = tuple(methods or records)
     runs = {}
     for m, rec in records.items():
@@ -303,4 +306,4 @@ def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = T
     complete = all(records.get(m) is not None and records[m].complete for m in methods)
     return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods), "lanesTip": LANES_TIP,
                   "note": race_note(records), "autoplay": bool(autoplay and complete and runs),
-                  "round": list(shown) if shown else None})
+                  "round": list(shown) if shown else None, "tie": tie})

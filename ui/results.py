@@ -50,6 +50,10 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
         lost = lost or (steps > 0 and 2 * at_once < steps)
     lead = (f"{'This machine cannot show what Mirror-SD gains: ' if lost else 'Here '}both models share "
             f"one machine ({machine_words(meta)}) and its memory bus, and the draft costs {share}.")
+    slow = verify_slowdown(done)
+    if slow and slow["factor"] > 1.05:  # the cost of overlapping here, the Statistics fold's figure
+        lead += (f" With the draft working beside it, the target's verify pass took {slow['factor']:.2f}× "
+                 f"its time alone.")
     over = (projection or {}).get("over_sd") or {}
     b, acc = over.get("b"), over.get("c")
     if b is None and acc is None:
@@ -57,9 +61,10 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
     why = ""
     if b is not None and acc is not None and b > acc + 0.05:  # (b) above (c): say why, or it reads as a contradiction
-        why = (" Mirror-SD gains over SD by hiding the drafting that SD's target waits for, so it gains "
-               "most where the draft is dear, as here; on the accelerator pair the draft is cheap beside "
-               "its target, which leaves it less to hide.")
+        why = (" Mirror-SD gains over SD by hiding the drafting that SD's target waits for behind the "
+               "target's own layers: once the draft has a device of its own, this pair's dear draft leaves "
+               "much to hide; on the accelerator pair the draft is cheap beside its target, which leaves "
+               "less to hide.")
     return (f"{lead} The chart shows what the same steps would give where the lanes do not share a "
             f"device.{why}")
 
@@ -209,7 +214,7 @@ def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, sprea
         return ""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
     lines = [f"<b>{esc(lead)}</b> {esc(items[0])}" if items else esc(lead)] + [esc(x) for x in items[1:]]
-    which = f" (the last of {runs} interleaved runs, as the cards' other rows)" if runs > 1 else ""
+    which = f" (the round shown of {runs} interleaved runs, as the cards' other rows)" if runs > 1 else ""
     return (f'<div class="msd-sub">The verdict\'s arithmetic{which}</div><ul class="msd-verdict-why">'
             + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 

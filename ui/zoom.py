@@ -13,7 +13,7 @@ from statistics import median
 
 from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
 from .steps import after_verdict_s, chipped, quoted, redraft_s
-from .why import lanes_at_once
+from .why import lanes_at_once, steps_at_once
 
 esc = html.escape
 
@@ -160,20 +160,17 @@ def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
 
 def how_typical(rec: RunRecord, step: int) -> str:
     """'1 of its 17 steps like this one (the lanes at once, a hit)': how many of the run's
-    steps after the first share the drawn step's kind, so that a rare step reads as rare."""
-    labels = _labels(rec)
-    steps = analyse(rec).steps
+    steps share the drawn step's kind (the hits among them the card's hits), so that a rare step
+    reads as rare."""
+    steps, at_once = analyse(rec).steps, steps_at_once(rec)
 
     def kind(s: int) -> tuple[bool, bool]:
-        have = labels.get(s, set())
-        return ("prefix" in have and "branches" in have,
-                any(b.status == "taken" for b in steps[s].rollouts))
+        return s in at_once, any(b.status == "taken" for b in steps[s].rollouts)
 
-    others = [s for s in steps if s != 0]
     mine = kind(step)
-    alike = sum(kind(s) == mine for s in others)
+    alike = sum(kind(s) == mine for s in steps)
     words = ("the lanes at once" if mine[0] else "the lanes in turn") + (", a hit" if mine[1] else ", no hit")
-    return f"{alike} of its {len(others)} steps like this one ({words})"
+    return f"{alike} of its {len(steps)} steps like this one ({words})"
 
 
 def render_zoom(rec: RunRecord | None, meta: dict) -> str:

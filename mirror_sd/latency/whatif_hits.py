@@ -61,8 +61,9 @@ class HitSource:
             return (f"hit rate {self.rate:.0%}, this run's {_steps(self.steps, 'overlapped step')}"
                     + (f" ({self.note})" if self.note else ""))
         if self.kind == "checked":
-            return (f"hit rate {self.rate:.0%}, this run's {_steps(self.steps)}: {self.run_steps} with the lanes "
-                    f"overlapped, {self.steps - self.run_steps} in turn checked after the run (the exit check)")
+            return (f"hit rate {self.rate:.0%}, this run's {_steps(self.steps)} that drafted a window: "
+                    f"{self.run_steps} with the lanes overlapped, {self.steps - self.run_steps} in turn checked "
+                    f"after the run (the exit check)")
         if self.kind == "measured":
             return (f"hit rate {self.rate:.0%}, measured on this pair over {_steps(self.steps, 'overlapped step')} "
                     f"in a benchmark (lanes always overlapped; this run: {self.run_steps}, fewer than "
