@@ -87,7 +87,8 @@ def project_state(state: dict, hw: Accelerators | None = None) -> tuple[dict, di
 def _cell(row: dict | None, ratio: bool = False) -> str:
     if not row or row.get("speedup") is None:
         return "<td>–</td>"
-    text = f'<b>{row["speedup"]:.2f}×</b> <small>{row["decode_s"]:.3g} s</small>'
+    tokens = f" for {row['tokens']} tokens" if row.get("tokens") else ""  # speed: tokens over time
+    text = f'<b>{row["speedup"]:.2f}×</b> <small>{row["decode_s"]:.3g} s{tokens}</small>'
     if ratio and row.get("ratio"):
         text += f'<br><small title="projected / measured decode time">{row["ratio"]:.2f} of measured</small>'
     return f"<td>{text}</td>"
@@ -150,8 +151,9 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
         other = "" if profile.acceptance_from_run else " w-other"  # not the verdict's settings
         rows.append(f'<tr class="w-projection{other}"><th scope="row" title="{esc("; ".join(profile.notes))}">'
                     f'projection ({key}): {esc(name)}<br><small>{esc(how)}</small></th>{cells}</tr>')
-    return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time) per '
-            f'method: the measured run, then the projection of the same recorded steps on each '
+    return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time, and the '
+            f'tokens written in it: a speed is tokens over time, and a run that drafts writes more than '
+            f'one token before its decode starts) per method: the measured run, then the projection of the same recorded steps on each '
             f'hardware profile. Mirror-SD (always overlapped) has no column: where the lanes get devices '
             f'of their own, (b) and (c), the Mirror-SD column already prices every step overlapped'
             f'</caption><thead><tr><th scope="col">projection profile</th>{head}'
