@@ -15,7 +15,7 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_range
                       verify_slowdown, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
-from .whatif import projection_line, round_values
+from .whatif import projection_line, round_values, rounds_span_one
 from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
                    method_names, variant_of)
 from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, lanes_badge
@@ -82,7 +82,9 @@ def _projected(p: dict, key: str, words: str) -> str:
     if last is None:
         return ""
     values = round_values(p, key)
-    spread = f" ({min(values):.2f}–{max(values):.2f}× over the {len(values)} runs)" if len(values) > 1 else ""
+    either = ": inconclusive, on both sides of 1×" if rounds_span_one(p, key) else ""
+    spread = (f" ({min(values):.2f}–{max(values):.2f}× over the {len(values)} runs{either})"
+              if len(values) > 1 else "")
     return f"{last:.2f}× SD {words}{spread}"
 
 
