@@ -206,7 +206,7 @@ def test_a_step_whose_lanes_ran_in_turn_is_neither_a_hit_nor_a_miss():
     from ui.results import _card_rows
     c = card(rec)
     assert (c.hits, c.misses, c.in_turn) == (0, 0, 1)
-    assert ("hits / misses", "0 / 0 · lanes in turn: 1", "hit") in _card_rows(c, {})
+    assert ("hits / misses", "0 / 0 · lanes in turn: 1 · the last step: no next window", "hit") in _card_rows(c, {})
 
 
 @pytest.mark.parametrize("rank", [0, 1, 4, -1])

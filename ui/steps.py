@@ -296,7 +296,8 @@ def _branches(rec: RunRecord, sv: StepView) -> str:
     words = (f"the draft built {n} branch{'es' if n != 1 else ''} in {_fmt_s(took)}, beside the "
              f"target's remaining layers ({sv.early_exit.layer + 1} and up, {_fmt_s(rest)})")
     if took and rest and took > rest * 1.05:  # the draft's side of the step was the longer one
-        words += f": {_fmt_s(took - rest)} longer than those layers"
+        words += (f": {_fmt_s(took - rest)} longer than those layers, all branches counted (the target "
+                  f"waits only for the one its verdict takes)")
     return words
 
 
