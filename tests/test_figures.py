@@ -928,3 +928,16 @@ def test_the_race_says_when_its_finishing_order_is_within_noise():
     apart = {m: {"e2e_tps": Spread(5.0 + 2 * i, 4.9 + 2 * i, 5.1 + 2 * i, 3)} for i, m in enumerate(c)}
     assert order_within_noise(c, apart) == ""
     assert json.loads(race_message(tiny_records(), tie=said))["tie"] == said
+
+
+def test_a_tile_flags_a_run_far_off_its_median():
+    """A run 30% or more off its method's median widens the range that decides whether two
+    methods can be told apart: the tile says so; a steady method's tile does not."""
+    records = tiny_records()
+    c = cards(records)
+    steady = {m: {"e2e_tps": Spread(5.0, 4.8, 5.2, 3)} for m in c}
+    assert "one run far off" not in render_verdict(records, {}, None, steady)
+    odd = dict(steady, sd={"e2e_tps": Spread(5.0, 2.9, 5.2, 3)})
+    html = render_verdict(records, {}, None, odd)
+    sd_tile = html.split('data-method="sd"')[1].split('data-method=')[0]
+    assert "one run far off" in sd_tile and html.count("one run far off") == 1, html

@@ -319,6 +319,9 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
     return out
 
 
+OUTLIER = 0.3  # a run this far off its method's median is flagged on its tile
+
+
 def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | None = None) -> str:
     """One tile per method: its own end-to-end tok/s in large type and its ratio over AR in
     words under it (the medians over interleaved runs when there were several), the same
@@ -338,7 +341,13 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         behind = " is-behind" if text.startswith("behind ") else ""
         flag = f' <span class="msd-tile-best{behind}" title="{esc(tip)}">{esc(text)}</span>' if text else ""
         r = e2e_ranges(spreads).get(m)
-        span = f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s</div>' if r else ""
+        # a run far off the median (the machine busy with something else, say) is named as such:
+        # it widens the range that decides whether two methods can be told apart
+        odd = (f' <span class="msd-tile-odd" title="a run {OUTLIER:.0%} or more off the median: a rerun '
+               f'shows whether it was the machine">· one run far off</span>'
+               if r and (r.low < r.median * (1 - OUTLIER) or r.high > r.median * (1 + OUTLIER)) else "")
+        span = (f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s{odd}</div>'
+                if r else "")
         gate = lanes_badge(m, done[m]) if m in (done or {}) else ""
         span += f'<div class="msd-tile-gate">{esc(gate)}</div>' if gate else ""
         tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
