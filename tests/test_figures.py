@@ -791,10 +791,17 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
     assert "in one run" in gated
     steps = lanes_at_once(records["mirror"])[1]
-    assert (f"It ran as SD in all {steps} of its steps: both models share these cores, and its gate, which "
-            "times both orders as it runs, found taking turns (the draft, then the target) faster than "
-            "overlapping.") in gated, gated
+    assert (f"It took turns as SD does (the draft, then the target) in all {steps} of its steps: both models "
+            "share these cores, and its gate, which times both orders as it runs, judged taking turns the "
+            "faster. Its windows follow its own measured prices, so its steps are not SD's.") in gated, gated
+    assert "beat the gated run" not in gated  # the two runs' speeds alike
+    from dataclasses import replace as dc_replace
+    from ui.figures import speeds
+    from ui.results import _mirror_takeaway
     c = cards(records)
+    faster = dict(c, **{"mirror-overlap": dc_replace(c["mirror-overlap"], e2e_tps=c["mirror"].e2e_tps * 1.2)})
+    assert "it also beat the gated run, so the gate's judgement did not pay here." in _mirror_takeaway(
+        records["mirror"], faster, speeds(faster), None)
     ratio = c["mirror-overlap"].e2e_tps / c["sd"].e2e_tps
     assert f"Forced to overlap every step, Mirror-SD ran {ratio:.2f}× SD end to end: " in gated, gated
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
@@ -941,3 +948,19 @@ def test_a_tile_flags_a_run_far_off_its_median():
     html = render_verdict(records, {}, None, odd)
     sd_tile = html.split('data-method="sd"')[1].split('data-method=')[0]
     assert "one run far off" in sd_tile and html.count("one run far off") == 1, html
+
+
+def test_projections_below_sd_are_not_called_a_gain():
+    """Where no projected profile passes SD, the takeaway asks whether Mirror-SD would pay
+    elsewhere and answers no, and the hardware line does not say this machine hides a gain."""
+    from ui.results import hardware_line, takeaway, takeaway_parts
+    records = tiny_records()
+    below = {"over_sd": {"b": 0.88, "c": 0.93}}
+    said = takeaway(records, None, below)
+    assert [lead for lead, _ in takeaway_parts(records, None, below)][-1] == "Would Mirror-SD pay elsewhere?"
+    assert "Not from the steps of this run: projected, not measured (the chart below), Mirror-SD 0.88× SD" in said, said
+    line = hardware_line(records, {}, below)
+    assert "cannot show what Mirror-SD gains" not in line and "no more than SD there either" in line, line
+    above = {"over_sd": {"b": 1.4, "c": 0.93}}
+    assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.40× SD" in takeaway(records, None, above)
+    assert "no more than SD" not in hardware_line(records, {}, above)

@@ -53,15 +53,6 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
     return out
 
 
-def _value_at(end: float, start: float) -> str:
-    """The value's label: right of its bar's (or whisker's) `end`, or, where that lies past the
-    track's middle, left of the bar's end or the whisker's `start`, inside the track on a
-    narrow screen."""
-    if end > 55:
-        return f'<span class="pc-val is-in" style="right:{100 - start:.1f}%">'
-    return f'<span class="pc-val" style="left:{end:.1f}%">'
-
-
 def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict | None = None) -> str:
     """The chart, or '' without both a measured and a projected bar."""
     rows = bars(c, spreads, projection)
@@ -83,10 +74,11 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
             f'<div class="pc-row pc-{r["kind"]}"><div class="pc-label">{tag}{esc(r["label"])}'
             f'<small>{esc(r["note"])}</small></div><div class="pc-track">'
             f'<span class="pc-bar" style="width:{pct(r["value"]):.1f}%;background:{r["colour"]}"></span>{whisker}'
-            + _value_at(pct(max(r["value"], r["high"] or 0)), pct(min(r["value"], r["low"] or r["value"])))
-            + f'{r["value"]:.2f}×'
+            f'<span class="pc-one" style="left:{pct(1.0):.1f}%"></span></div>'
+            # the value in a column of its own, past the track: never over a bar or a whisker
+            f'<div class="pc-val">{r["value"]:.2f}×'
             + (f' <small>({r["low"]:.2f}–{r["high"]:.2f}×)</small>' if r["low"] is not None else "")
-            + f'</span><span class="pc-one" style="left:{pct(1.0):.1f}%"></span></div></div>')
+            + '</div></div>')
     return (f'<div class="msd-paychart"><div class="msd-sub">Mirror-SD\'s speed over SD\'s: measured here, '
             f'and projected where the lanes do not share a device (the dashed line: SD\'s speed; past it, '
             f'Mirror-SD is faster)</div>{"".join(lines)}</div>')

@@ -48,6 +48,9 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     if "mirror" in done:  # a gate that ran SD's order in most steps showed SD's speed, not Mirror-SD's
         at_once, steps = lanes_at_once(done["mirror"])
         lost = lost or (steps > 0 and 2 * at_once < steps)
+    elsewhere = [v for v in ((projection or {}).get("over_sd") or {}).values() if v is not None]
+    gains_elsewhere = not elsewhere or max(elsewhere) > 1  # no projection: the paper's pairs gain
+    lost = lost and gains_elsewhere  # "cannot show what it gains" only where the projection shows a gain
     lead = (f"{'This machine cannot show what Mirror-SD gains: ' if lost else 'Here '}both models share "
             f"one machine ({machine_words(meta)}) and its memory bus, and the draft costs {share}.")
     slow = verify_slowdown(done)
@@ -65,8 +68,9 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
                "target's own layers: once the draft has a device of its own, this pair's dear draft leaves "
                "much to hide; on the accelerator pair the draft is cheap beside its target, which leaves "
                "less to hide.")
+    nor = "" if gains_elsewhere else ": from these steps, no more than SD there either"
     return (f"{lead} The chart shows what the same steps would give where the lanes do not share a "
-            f"device.{why}")
+            f"device{nor}.{why}")
 
 
 def _proven(a: Spread | None, b: Spread | None) -> bool:
@@ -112,11 +116,18 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         return f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
             f", {vs}." if vs else ".")
     how = f"in all {steps} of its steps" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
-    text = (f"It ran as SD {how}: both models share these cores, and its gate, which times both orders "
-            f"as it runs, found taking turns (the draft, then the target) faster than overlapping.")
+    text = (f"It took turns as SD does (the draft, then the target) {how}: both models share these cores, "
+            f"and its gate, which times both orders as it runs, judged taking turns the faster. Its windows "
+            f"follow its own measured prices, so its steps are not SD's.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
-    return text + (f" Forced to overlap every step, Mirror-SD ran {vs}." if vs else "")
+    if not vs:
+        return text
+    pair = {"mirror": c["mirror"], twin: c[twin]}
+    beat = (sp[twin][0] and sp["mirror"][0] and sp[twin][0] > sp["mirror"][0]
+            and not level_with(pair, winner(pair, spreads), spreads))
+    return text + f" Forced to overlap every step, Mirror-SD ran {vs}" + (
+        "; it also beat the gated run, so the gate's judgement did not pay here." if beat else ".")
 
 
 def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
@@ -157,9 +168,15 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        parts.append(("Where Mirror-SD would pay",
-                      f"Projected, not measured (the chart below, from the steps of {shown_run(spreads)}): "
-                      f"Mirror-SD {'; '.join(where)}."))
+        over = [v for v in (p.get("over_sd") or {}).values() if v is not None]
+        if max(over) < 1:  # no profile passes SD: the lead asks, and the text answers no
+            parts.append(("Would Mirror-SD pay elsewhere?",
+                          f"Not from the steps of {shown_run(spreads)}: projected, not measured (the chart "
+                          f"below), Mirror-SD {'; '.join(where)}."))
+        else:
+            parts.append(("Where Mirror-SD would pay",
+                          f"Projected, not measured (the chart below, from the steps of {shown_run(spreads)}): "
+                          f"Mirror-SD {'; '.join(where)}."))
     return parts
 
 

@@ -243,8 +243,8 @@ LANES_TIP = ("Verify steps in which the draft wrote its branches while the targe
 
 
 def lanes_badge(method: str, rec: RunRecord) -> str:
-    """'gated: ran as SD in 16 of 17 steps' (mostly in turn) or 'gated: draft beside the target in
-    9 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
+    """'gated: draft then target in 16 of 17 steps' (mostly in turn, as SD orders them) or
+    'gated: draft beside the target in 9 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
     ('' for the other methods and for the variant with the lanes at once in every step)."""
     if variant_of(method)[0] != "mirror" or always_overlapped(method):
         return ""
@@ -252,7 +252,7 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     if not steps:
         return ""
     if at_once == 0:
-        return f"gated: draft then target in all {steps} steps, as SD"
+        return f"gated: draft then target in all {steps} steps"
     if 2 * at_once < steps:  # mostly in turn: say what it mostly did
-        return f"gated: ran as SD in {steps - at_once} of {steps} steps"
+        return f"gated: draft then target in {steps - at_once} of {steps} steps"
     return f"gated: draft beside the target in {at_once} of {steps} steps"
