@@ -483,6 +483,19 @@ BOARD_WORDS_JS = """() => {
 }"""
 
 
+def check_tokens_chart(page) -> None:
+    """After the race: the tokens-against-time chart draws a line per run, and its key gives each
+    run's speed as the settled pane's head does (tokens over the run's whole time)."""
+    lines = page.locator("#board .msd-tvt path.tvt-line").count()
+    key = page.evaluate("() => [...document.querySelectorAll('#board .msd-tvt .tvt-key span')].map(s => s.textContent)")
+    assert lines == len(key) == len(LABELS), (lines, key)
+    for text in key:
+        name, tokens, rate = re.fullmatch(r"(.+): (\d+) tokens, (\d+\.\d\d) tok/s", text).groups()
+        m = next(k for k, v in LABELS.items() if v == name)
+        head = page.inner_text(f"#pane-{m} .msd-pane-head")
+        assert f"{tokens} tokens" in head and re.search(rf"{re.escape(rate)}\s*tok/s end to end", head), (text, head)
+
+
 def check_narrow_board(page) -> None:
     got = page.evaluate(NARROW_BOARD_JS)
     assert got["steps"] >= 1 and got["lines"] >= 4 and got["key"] >= 6, got
@@ -563,6 +576,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         cut = page.evaluate(LANE_NAMES_CUT_JS)
         assert not cut, cut  # and wide: each method's name beside its lanes, wrapped, not cut
         assert "Race over" in page.inner_text("#board .msd-board-say")
+        check_tokens_chart(page)
         assert {"ar", "sd"} <= set(ended), ended  # ended while the next ones ran
         for m, (n, stat) in ended.items():  # a finished live pane holds every token of its run
             head = page.inner_text(f"#pane-{m} .msd-pane-head")  # the settled pane: the record's count

@@ -39,6 +39,7 @@ function laneRows(run, tl) {
 function build(heads) {
   const panes = $('.msd-board-panes');
   panes.textContent = '';
+  B.tvt = null;
   const tl = host();
   if (tl) { tl.textContent = ''; tl.style.setProperty('--axis', 1000); }
   B.axisSet = false;
@@ -55,6 +56,7 @@ function build(heads) {
     head.append(name, run.badge);
     if (h.tag) head.append(mk('span', 'msd-badge s-variant', h.tag));  // a variant: what it changes
     head.append(run.stat, run.clock);
+    run.colour = h.colour; run.pts = [];
     run.stepBox = mk('div', 'msd-bstep'); run.pre = mk('pre', 'msd-tokens');
     run.note = mk('div', 'msd-note');
     pane.append(head, run.stepBox, run.pre, run.note);
@@ -193,6 +195,7 @@ function commit(run, item) {
     for (const [t, ends] of tokPieces(text, kind)) { t.dataset.step = item.s; put(run, t, ends); }
   }
   run.tokens += item.x.length;
+  run.pts.push([item.t, run.tokens]);
   run.pre.scrollTop = run.pre.scrollHeight;
 }
 
@@ -242,6 +245,44 @@ function advance(run, clock) {
   if (!run.ended && run.drawn) run.clock.textContent = (B.mode === 'race' ? 't = ' : 'run ') + secs(Math.max(0, clock));
 }
 
+// tokens written against time, one line per run on the timeline's time axis, each ending in
+// its run's speed so far (tokens over its own time): the race's speeds at a glance
+const TVT_W = 600, TVT_H = 150, TVT_L = 30, TVT_R = 8, TVT_B = 18;
+function chart() {
+  const box = $('.msd-tvt'); if (!box) return;
+  const runs = B.order.map(m => B.runs[m]).filter(r => r.on && r.pts.length);
+  if (!runs.length) { box.textContent = ''; B.tvt = null; return; }
+  const axisMs = Number((host() || box).style.getPropertyValue('--axis')) || 1000;
+  const top = Math.max(16, ...runs.map(r => r.tokens));
+  const key = axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '')).join(',');
+  if (key === B.tvt) return;  // nothing new to draw
+  B.tvt = key;
+  const x = t => TVT_L + (TVT_W - TVT_L - TVT_R) * Math.min(t, axisMs) / axisMs;
+  const y = n => TVT_H - TVT_B - (TVT_H - TVT_B - 6) * n / top;
+  let svg = '<line class="tvt-ax" x1="' + TVT_L + '" y1="' + y(0) + '" x2="' + (TVT_W - TVT_R) + '" y2="' + y(0) + '"/>' +
+            '<line class="tvt-ax" x1="' + TVT_L + '" y1="' + y(0) + '" x2="' + TVT_L + '" y2="6"/>' +
+            '<text class="tvt-lab" x="' + (TVT_L - 4) + '" y="' + (y(top) + 4) + '" text-anchor="end">' + top + '</text>' +
+            '<text class="tvt-lab" x="' + (TVT_L - 4) + '" y="' + y(0) + '" text-anchor="end">0</text>' +
+            '<text class="tvt-lab" x="' + (TVT_W - TVT_R) + '" y="' + (TVT_H - 3) + '" text-anchor="end">' + secs(axisMs) + '</text>' +
+            '<text class="tvt-lab" x="' + TVT_L + '" y="' + (TVT_H - 3) + '">0 s · tokens written, each run from its own start</text>';
+  const ends = [];
+  for (const r of runs) {
+    // an ended run's line runs on to its end, and its speed is its tokens over its whole run (the
+    // pane head's "tok/s end to end")
+    const pts = [[0, 0]].concat(r.pts, r.ended && r.endT !== null ? [[r.endT, r.tokens]] : []);
+    let d = 'M' + x(0) + ' ' + y(0);
+    for (let i = 1; i < pts.length; i++) d += ' H' + x(pts[i][0]).toFixed(1) + ' V' + y(pts[i][1]).toFixed(1);
+    svg += '<path class="tvt-line" d="' + d + '" style="stroke:' + r.colour + '"/>';
+    const [t, n] = pts[pts.length - 1];
+    const rate = t > 0 ? n / (t / 1000) : 0;
+    svg += '<circle class="tvt-dot" cx="' + x(t).toFixed(1) + '" cy="' + y(n).toFixed(1) + '" r="3" style="fill:' + r.colour + '"/>';
+    ends.push({rate: rate, text: r.label + ': ' + n + ' tokens, ' + rate.toFixed(2) + ' tok/s' + (r.ended ? '' : ' so far'), colour: r.colour});
+  }
+  ends.sort((a, b) => b.rate - a.rate);  // the key, fastest first
+  box.innerHTML = '<svg viewBox="0 0 ' + TVT_W + ' ' + TVT_H + '" role="img">' + svg + '</svg><div class="tvt-key">' +
+    ends.map(e => '<span><i style="background:' + e.colour + '"></i>' + e.text.replace(/&/g, '&amp;').replace(/</g, '&lt;') + '</span>').join('') + '</div>';
+}
+
 // a later round keeps each pane's previous run on screen, faded, until its own run starts
 function carryOver(round) {
   for (const m of B.order) {
@@ -252,7 +293,7 @@ function carryOver(round) {
   }
 }
 function resetRun(run) {
-  Object.assign(run, {items: [], drawn: 0, tokens: 0, lastT: 0, lastWall: 0, ended: false, endT: null,
+  Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null,
                       step: null, line: null, pend: null, stale: false, growing: []});
   for (const el of [run.pre, run.stepBox, run.note, run.stat, run.clock]) el.textContent = '';
   run.clock.classList.remove('is-done'); run.pane.classList.remove('is-stale');
@@ -315,6 +356,7 @@ function loop() {
   B.raf = 0;
   const now = performance.now();
   const again = B.mode === 'live' ? liveTick(now) : B.mode === 'race' ? raceTick(now) : false;
+  chart();
   if (again) B.raf = requestAnimationFrame(loop);
 }
 function kick() { if (!B.raf) B.raf = requestAnimationFrame(loop); }

@@ -35,7 +35,8 @@ BOARD_TEMPLATE = (
     '<span class="msd-board-ctl"><span class="msd-blab">race speed</span>'
     '<span class="msd-board-speeds"></span>'
     '<button type="button" class="msd-replay">↻ Replay the race</button></span></div>'
-    '<div class="msd-board-note"></div><div class="msd-board-panes"></div></div>')
+    '<div class="msd-board-note"></div><div class="msd-board-panes"></div>'
+    '<div class="msd-tvt" aria-label="tokens written against time, one line per run"></div></div>')
 TIMELINE_TEMPLATE = '<div class="msd-btl-host"></div>'
 BOARD_JS = (Path(__file__).with_name("live.js")).read_text(encoding="utf-8")
 
@@ -102,7 +103,7 @@ class LiveFeed:
                     "a": _ms(ev.start_ns - rec.t0_ns), "b": _ms(ev.end_ns - rec.t0_ns)}
         if isinstance(ev, Finish):
             return {"k": "f", "n": int(ev.stats.get("new_tokens", self.tokens)),
-                    "w": round(float(ev.stats.get("wall_s", 0.0)) * 1e3, 1),
+                    "w": round(float(ev.stats.get("wall_s", 0.0)) * 1e3, 3),
                     "c": bool(ev.stats.get("cancelled"))}
         if isinstance(ev, (Error, Notice)):
             return {"k": "e" if isinstance(ev, Error) else "n", "m": ev.message}
