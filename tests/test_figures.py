@@ -289,6 +289,16 @@ def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verif
     assert (f"saved {saved:.2f} s of waiting" if saved >= 0 else f"waited {-saved:.2f} s longer") in text
     assert (f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying") in text
     assert "-0." not in text  # never a negative saving
+    # the net closes on the two runs' wall times: its parts, first token and the rest included
+    said = re.search(r"Net: Mirror-SD (saved|waited) ([\d.]+) s .*? and (lost|saved) ([\d.]+) s verifying; its first "
+                     r"token came ([\d.]+) s (later|earlier), and the rest \(host time, idle\) (added|saved) ([\d.]+) s: "
+                     r"its run took ([\d.]+) s against SD's ([\d.]+) s", text)
+    assert said, text
+    g = said.groups()
+    sign = lambda word, v: float(v) * (1 if word in ("waited", "lost", "later", "added") else -1)  # noqa: E731
+    total = sign(g[0], g[1]) + sign(g[2], g[3]) + sign(g[5], g[4]) + sign(g[6], g[7])
+    assert abs(total - (float(g[8]) - float(g[9]))) <= 0.021, (total, g)
+    assert (float(g[8]), float(g[9])) == (round(c["mirror"].wall_s, 2), round(c["sd"].wall_s, 2))
 
 
 def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_named():

@@ -522,7 +522,16 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     waiting = (f"saved {saved:.2f} s of waiting for the draft" if saved >= 0 else
                f"waited {-saved:.2f} s longer for the draft")
     verifying_net = f"lost {lost:.2f} s verifying" if lost >= 0 else f"saved {-lost:.2f} s verifying"
-    net = f"Net: Mirror-SD {waiting} and {verifying_net}."
+    net = f"Net: Mirror-SD {waiting} and {verifying_net}"
+    if sd.ttft_s is not None and mirror.ttft_s is not None and sd.wall_s and mirror.wall_s:
+        # the parts above start after the first token: its own gap and the rest (host time, idle)
+        # close the sum to the two runs' wall times
+        first = mirror.ttft_s - sd.ttft_s
+        rest = (mirror.wall_s - sd.wall_s) - first - (verify["mirror"] - verify["sd"]) - (exposed["mirror"] - exposed["sd"])
+        net += (f"; its first token came {abs(first):.2f} s {'later' if first > 0 else 'earlier'}, and the "
+                f"rest (host time, idle) {'added' if rest >= 0 else 'saved'} {abs(rest):.2f} s: its run took "
+                f"{mirror.wall_s:.2f} s against SD's {sd.wall_s:.2f} s")
+    net += "."
     cause = cause_words(sd, mirror, parts, {m: verify[m] / after[m] if after[m] else None for m in verify})
     return f" {lead}{ITEM}{cause}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
 
