@@ -80,7 +80,7 @@ def _lane(y: int, bars, label: str) -> str:
     for x, w, cls, text in bars:
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="22" rx="3" class="{cls}"/>')
         if text:
-            dark = " dark" if cls in ("d-t2", "d-d") else ""  # dark text on the light bars
+            dark = " dark" if cls in ("d-t2", "d-d", "d-r") else ""  # dark text on the light bars
             out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in{dark}" text-anchor="middle">{text}</text>')
     return "".join(out)
 
@@ -95,14 +95,15 @@ def diagram(compact: bool = False) -> str:
              {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
               "before": "to the exit", "after": "after the exit",
               "sd": "SD: the models take turns, the target waits while the draft writes",
-              "mirror": "Mirror-SD: from the early exit (pink) the draft writes branches beside the target"})
+              "mirror": "Mirror-SD: the draft reads its last token, then from the early exit (pink) writes branches"})
     sd = (_lane(22, [(90, 150, "d-t", words["v1"]), (400, 150, "d-t", words["v2"])], "target")
           + _lane(50, [(240, 160, "d-dw", words["dw"])], "draft")
           + f'<text x="0" y="12" class="d-note">{words["sd"]}</text>')
     mirror = (_lane(112, [(90, 90, "d-t", words["before"]), (180, 16, "d-e", ""), (196, 110, "d-t2", words["after"]),
                           (306, 14, "d-v", ""), (320, 90, "d-t", words["before"]), (410, 16, "d-e", ""),
                           (426, 110, "d-t2", words["after"])], "target")
-              + _lane(140, [(196, 110, "d-d", "branches"), (426, 110, "d-d", "branches")], "draft")
+              + _lane(140, [(100, 70, "d-r", "reads"), (196, 110, "d-d", "branches"), (330, 70, "d-r", "reads"),
+                            (426, 110, "d-d", "branches")], "draft")
               + '<path d="M188 134 L 200 140" class="d-arrow"/><path d="M313 134 L 320 112" class="d-arrow"/>'
               + f'<text x="0" y="100" class="d-note">{words["mirror"]}</text>')
     return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram{" is-compact" if compact else ""}" '
