@@ -173,7 +173,7 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     many = render_verdict(records, {"target_device": "cpu", "draft_device": "cpu"}, None, spreads)
     low, high = c["ar"].e2e_tps * 0.2, c["ar"].e2e_tps * 3
     assert f"its 3 runs: {low:.2f}–{high:.2f} tok/s" in many
-    assert "overlaps the top" in many  # every range overlaps the winner's
+    assert "tied with the top" in many  # every range overlaps the winner's
     assert f"cannot tell it from {label(winner(c, spreads))}" in many  # the legend names the top
     for m in c:  # each tile: its own tok/s, then its ratio over AR in words
         big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()

@@ -309,13 +309,13 @@ def _verify_title(slow: dict) -> str:
 def tie_words(runs: int) -> str:
     """The badge of a method the runs cannot tell from the winner (the badge's hover and the
     legend under the tiles name it): short, to fit on a tile."""
-    return "overlaps the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
+    return "tied with the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
 
 
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
-    rest, else "top median"; every other method "overlaps the top" (from one run:
+    rest, else "top median"; every other method "tied with the top" (from one run:
     "within 3% of the top") when the runs cannot tell it from the winner (`level_with`), else
     "behind the top" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)
