@@ -72,3 +72,13 @@ def test_the_live_timeline_s_key_uses_lane_colours_only():
     key = js[js.index("const KEY = "):js.index("]];", js.index("const KEY = "))]  # the key's swatches
     colours = set(re.findall(r"background:(#[0-9a-f]{6})", key))
     assert colours and colours <= set(LANES.values()), colours
+
+
+def test_no_rule_chains_the_class_dark_which_gradio_reads_as_its_dark_theme():
+    """Gradio rewrites a selector with ".dark" in it into its dark theme's selector, so a rule
+    like ".d-in.dark" never applies in the light theme: the page names such classes otherwise."""
+    selectors = [s.strip() for group, _ in re.findall(r"([^{}]+)\{([^{}]*)\}", CSS) for s in group.split(",")]
+    chained = [s for s in selectors if re.search(r"\S\.dark\b", s)]
+    assert not chained, chained
+    from ui.how import diagram
+    assert " dark" not in diagram() and "on-light" in diagram()

@@ -80,7 +80,7 @@ def _lane(y: int, bars, label: str) -> str:
     for x, w, cls, text in bars:
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="22" rx="3" class="{cls}"/>')
         if text:
-            dark = " dark" if cls in ("d-t2", "d-d", "d-r") else ""  # dark text on the light bars
+            dark = " on-light" if cls in ("d-t2", "d-d", "d-r") else ""  # dark text on the light bars
             out.append(f'<text x="{x + w / 2}" y="{y + 15}" class="d-in{dark}" text-anchor="middle">{text}</text>')
     return "".join(out)
 
