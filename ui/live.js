@@ -247,7 +247,7 @@ function advance(run, clock) {
 
 // tokens written against time, one line per run on the timeline's time axis, each ending in
 // its run's speed so far (tokens over its own time): the race's speeds at a glance
-const TVT_W = 600, TVT_H = 150, TVT_L = 30, TVT_R = 8, TVT_B = 18;
+const TVT_W = 600, TVT_H = 110, TVT_L = 30, TVT_R = 8, TVT_B = 18;
 function chart() {
   const box = $('.msd-tvt'); if (!box) return;
   const runs = B.order.map(m => B.runs[m]).filter(r => r.on && r.pts.length);
