@@ -750,3 +750,15 @@ def test_sd_s_projected_timeline_draws_its_recorded_windows_and_sums_to_its_deco
     assert first == ["decode", "accept"] or first == ["decode"]  # no window: no draft bar
     drafts = {b[4]: b[3] - b[2] for b in drawn["bars"] if b[1] == "draft"}
     assert set(drafts) == {1, 2} and drafts[1] == pytest.approx(2 * drafts[2])  # 4 tokens against 2
+
+
+def test_a_flat_hit_rate_series_gives_one_figure():
+    """Where the hit rate moves Mirror-SD over SD by less than half a hundredth, the line gives
+    one figure, the source's own, never a second that rounds differently."""
+    from mirror_sd.latency.whatif_hits import series_words
+    series = {"break_even": None, "source_short": "the 94% hit rate",
+              "points": [{"hit_rate": 0.0, "mirror_over_sd": 0.9720, "source": False},
+                         {"hit_rate": 0.94, "mirror_over_sd": 0.9760, "source": True},
+                         {"hit_rate": 1.0, "mirror_over_sd": 0.9722, "source": False}]}
+    line = series_words(series, "On the accelerator pair")
+    assert "about 0.98× SD whatever the hit rate" in line and "0.97" not in line and "gives" not in line, line

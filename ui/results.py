@@ -56,7 +56,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     slow = verify_slowdown(done)
     if slow and slow["factor"] > 1.05:  # the cost of overlapping here, the Statistics fold's figure
         lead += (f" With the draft working beside it, the target's verify pass took {slow['factor']:.2f}× "
-                 f"its time alone.")
+                 f"its time alone (medians, at one window length: {slow['tokens']} tokens).")
     over = (projection or {}).get("over_sd") or {}
     b, acc = over.get("b"), over.get("c")
     if b is None and acc is None:
@@ -309,13 +309,13 @@ def _verify_title(slow: dict) -> str:
 def tie_words(runs: int) -> str:
     """The badge of a method the runs cannot tell from the winner (the badge's hover and the
     legend under the tiles name it): short, to fit on a tile."""
-    return "tied with the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
+    return "within noise of the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
 
 
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
-    rest, else "top median"; every other method "tied with the top" (from one run:
+    rest, else "top median"; every other method "within noise of the top" (from one run:
     "within 3% of the top") when the runs cannot tell it from the winner (`level_with`), else
     "behind the top" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)

@@ -210,12 +210,14 @@ def series_words(series: dict | None, where: str) -> str:
         return lead
     low, high = min(pts.values()), max(pts.values())
     own = next((p for p in series["points"] if p["source"] and p["mirror_over_sd"] is not None), None)
-    if high - low < 0.005:
-        lead += (f" ({low:.2f}× SD whatever the hit rate: in this run a hit still left as much draft "
-                 f"work after its verdict as a miss's rollout, so the model prices hits and misses alike)")
-    elif own is None:
+    if high - low < 0.005:  # one figure, the source's where it has one (its recorded hits priced as such)
+        flat = own["mirror_over_sd"] if own is not None else low
+        return lead + (f" (about {flat:.2f}× SD whatever the hit rate: in this run a hit still left as much "
+                       f"draft work after its verdict as a miss's rollout, so the model prices hits and misses "
+                       f"alike)")
+    if own is None:
         lead += f"; at {series['source_short']} it projects {low:.2f}-{high:.2f}× SD over 0-100%"
-    if own is not None:
+    else:
         lead += f"; {series['source_short']} gives {own['mirror_over_sd']:.2f}× SD"
     return lead
 
