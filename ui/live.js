@@ -247,14 +247,16 @@ function advance(run, clock) {
 
 // tokens written against time, one line per run on the timeline's time axis, each ending in
 // its run's speed so far (tokens over its own time): the race's speeds at a glance
-const TVT_W = 600, TVT_H = 110, TVT_L = 30, TVT_R = 8, TVT_B = 18;
+const TVT_L = 30, TVT_R = 8, TVT_B = 18;  // drawn at the box's own pixel size (text at its real size)
 function chart() {
   const box = $('.msd-tvt'); if (!box) return;
   const runs = B.order.map(m => B.runs[m]).filter(r => r.on && r.pts.length);
   if (!runs.length) { box.textContent = ''; B.tvt = null; return; }
   const axisMs = Number((host() || box).style.getPropertyValue('--axis')) || 1000;
   const top = Math.max(16, ...runs.map(r => r.tokens));
-  const key = axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '')).join(',');
+  const TVT_W = Math.round(Math.min(640, Math.max(280, box.clientWidth || 600)));
+  const TVT_H = TVT_W < 500 ? 140 : 130;  // a phone's chart as tall as a wide one's, not scaled down
+  const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '')).join(',');
   if (key === B.tvt) return;  // nothing new to draw
   B.tvt = key;
   const x = t => TVT_L + (TVT_W - TVT_L - TVT_R) * Math.min(t, axisMs) / axisMs;
@@ -264,7 +266,8 @@ function chart() {
             '<text class="tvt-lab" x="' + (TVT_L - 4) + '" y="' + (y(top) + 4) + '" text-anchor="end">' + top + '</text>' +
             '<text class="tvt-lab" x="' + (TVT_L - 4) + '" y="' + y(0) + '" text-anchor="end">0</text>' +
             '<text class="tvt-lab" x="' + (TVT_W - TVT_R) + '" y="' + (TVT_H - 3) + '" text-anchor="end">' + secs(axisMs) + '</text>' +
-            '<text class="tvt-lab" x="' + TVT_L + '" y="' + (TVT_H - 3) + '">0 s · tokens written, each run from its own start</text>';
+            '<text class="tvt-lab" x="' + TVT_L + '" y="' + (TVT_H - 3) + '">0 s</text>' +
+            '<text class="tvt-lab" x="' + ((TVT_L + TVT_W - TVT_R) / 2) + '" y="' + (TVT_H - 3) + '" text-anchor="middle">tokens written over time</text>';
   const ends = [];
   for (const r of runs) {
     // an ended run's line runs on to its end, and its speed is its tokens over its whole run (the
@@ -279,7 +282,7 @@ function chart() {
     ends.push({rate: rate, text: r.label + ': ' + n + ' tokens, ' + rate.toFixed(2) + ' tok/s' + (r.ended ? '' : ' so far'), colour: r.colour});
   }
   ends.sort((a, b) => b.rate - a.rate);  // the key, fastest first
-  box.innerHTML = '<svg viewBox="0 0 ' + TVT_W + ' ' + TVT_H + '" role="img">' + svg + '</svg><div class="tvt-key">' +
+  box.innerHTML = '<svg viewBox="0 0 ' + TVT_W + ' ' + TVT_H + '" width="' + TVT_W + '" height="' + TVT_H + '" role="img">' + svg + '</svg><div class="tvt-key">' +
     ends.map(e => '<span><i style="background:' + e.colour + '"></i>' + e.text.replace(/&/g, '&amp;').replace(/</g, '&lt;') + '</span>').join('') + '</div>';
 }
 
