@@ -975,3 +975,21 @@ def test_projections_below_sd_are_not_called_a_gain():
     above = {"over_sd": {"b": 1.4, "c": 0.93}}
     assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.40× SD" in takeaway(records, None, above)
     assert "no more than SD" not in hardware_line(records, {}, above)
+
+
+def test_a_pane_says_where_the_round_shown_stands_among_its_method_s_rounds():
+    """The round shown is the nearest to the medians over every method, not to each: a pane
+    whose run was its method's fastest (or slowest) of the rounds says so in its head."""
+    from dataclasses import replace as dc_replace
+    from ui.frames import round_rank
+    from ui.render import render_pane
+    records = tiny_records()
+    base = cards(records)
+    rounds = [{m: dc_replace(x, e2e_tps=x.e2e_tps * f) for m, x in base.items()} for f in (1.0, 1.2, 0.9)]
+    rounds[1]["sd"] = dc_replace(base["sd"], e2e_tps=base["sd"].e2e_tps * 0.5)  # SD's slowest round
+    ranks = round_rank(rounds, 1)
+    assert ranks["ar"] == "its fastest of 3 runs" and ranks["sd"] == "its slowest of 3 runs"
+    assert round_rank(rounds, 0)["ar"] == "the middle of its 3 runs"
+    assert round_rank(rounds[:1], 0) == {} and round_rank(rounds, None) == {}
+    head = render_pane("sd", records["sd"], "done", rank=ranks["sd"])
+    assert "tok/s end to end <span class=\"msd-rank\">(its slowest of 3 runs)</span>" in head

@@ -131,8 +131,27 @@ def pane_state_of(rec: RunRecord | None, running: bool) -> str:
     return "stopped" if rec.cancelled or rec.finish is None else "done"
 
 
-def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run") -> list:
-    """Each pane's HTML; a variant's pane (VARIANTS) shows only when it was chosen or ran."""
+def round_rank(rounds: list | None, shown: int | None) -> dict[str, str]:
+    """{method: 'its fastest of 3 runs'} and the like: where the round shown stands among each
+    method's interleaved rounds by end-to-end speed, so that a pane showing one method at its
+    fastest (the round is the nearest to the medians over all methods, not to each) says so."""
+    if not rounds or len(rounds) < 2 or shown is None or not 0 <= shown < len(rounds):
+        return {}
+    out = {}
+    for m, own in rounds[shown].items():
+        values = [r[m].e2e_tps for r in rounds if m in r and r[m].e2e_tps]
+        if own.e2e_tps is None or len(values) < 2:
+            continue
+        n = len(values)
+        out[m] = (f"its fastest of {n} runs" if own.e2e_tps >= max(values) else
+                  f"its slowest of {n} runs" if own.e2e_tps <= min(values) else f"the middle of its {n} runs")
+    return out
+
+
+def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run",
+          ranks: dict[str, str] | None = None) -> list:
+    """Each pane's HTML; a variant's pane (VARIANTS) shows only when it was chosen or ran;
+    `ranks`: where the round shown stands among each method's rounds (`round_rank`)."""
     out = []
     for m in method_names():
         rec = records.get(m)
@@ -146,7 +165,7 @@ def panes(records: dict, methods, pane_state: str | None = None, pending: str = 
             state = pane_state or pane_state_of(rec, False)
             note = (f"Stopped: the run ended at the step after Stop, {measured(rec)['tokens']} "
                     f"tokens in." if rec.cancelled else "")
-            out.append(render_pane(m, rec, state, note=note))
+            out.append(render_pane(m, rec, state, note=note, rank=(ranks or {}).get(m, "")))
         if m in VARIANTS and not (rec is None and m not in methods):
             out[-1] = gr.update(value=out[-1], visible=True)
     return out
@@ -184,7 +203,8 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,
              "rounds": rounds or [], "projected": projected or []}
     return frame(
-        render_status(status, level), panes(records, methods, pane_state),
+        render_status(status, level),
+        panes(records, methods, pane_state, ranks=round_rank(rounds, (meta.get("replayed_round") or [0])[0] - 1)),
         verdict=render_verdict(records, meta, best_projection(state), spreads),
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(zoom_record(records), dict(meta, branch_budget=settings.get("branch_budget"))),

@@ -152,8 +152,9 @@ PANE_STATES = {"waiting": "waiting", "running": "running…", "done": "done",
 
 
 def render_pane(method: str, rec: RunRecord | None, state: str, now_ns: int | None = None,
-                note: str = "") -> str:
-    """One run: name, state, elapsed time, tokens, tokens/s, then the coloured text."""
+                note: str = "", rank: str = "") -> str:
+    """One run: name, state, elapsed time, tokens, tokens/s (and `rank`, where this run stands
+    among the method's interleaved runs), then the coloured text."""
     name = label(method)
     stats = live_stats(rec, now_ns) if rec is not None else None
     head = [f'<span class="msd-name" style="color:{esc(colour(method))}">{esc(name)}</span>',
@@ -171,7 +172,8 @@ def render_pane(method: str, rec: RunRecord | None, state: str, now_ns: int | No
                         f'<b>{stats["prefill_s"]:.2f}</b> s</span>')
         if stats.get("tokens_per_s"):  # end to end: the tiles' and the cards' metric
             head.append(f'<span class="msd-stat" title="{esc(GLOSSARY["e2e"])}">'
-                        f'<b>{stats["tokens_per_s"]:.2f}</b> tok/s end to end</span>')
+                        f'<b>{stats["tokens_per_s"]:.2f}</b> tok/s end to end'
+                        + (f' <span class="msd-rank">({esc(rank)})</span>' if rank else "") + '</span>')
     body = token_spans(rec) if rec is not None else ""
     if not body:
         body = f'<span class="msd-placeholder">{esc(note or "no output yet")}</span>'
