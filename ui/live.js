@@ -255,7 +255,7 @@ function chart() {
   const axisMs = Number((host() || box).style.getPropertyValue('--axis')) || 1000;
   const top = Math.max(16, ...runs.map(r => r.tokens));
   const TVT_W = Math.round(Math.min(640, Math.max(280, box.clientWidth || 600)));
-  const TVT_H = TVT_W < 500 ? 140 : 130;  // a phone's chart as tall as a wide one's, not scaled down
+  const TVT_H = TVT_W < 500 ? 130 : 104;  // a phone's chart drawn at its own size, not scaled down
   const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '')).join(',');
   if (key === B.tvt) return;  // nothing new to draw
   B.tvt = key;
