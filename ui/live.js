@@ -245,8 +245,8 @@ function advance(run, clock) {
   if (!run.ended && run.drawn) run.clock.textContent = (B.mode === 'race' ? 't = ' : 'run ') + secs(Math.max(0, clock));
 }
 
-// tokens written against time, one line per run on the timeline's time axis, each ending in
-// its run's speed so far (tokens over its own time): the race's speeds at a glance
+// tokens written against time, one line per run on the timeline's time axis, its key each run's
+// speed so far (tokens over its own time; an ended run's over its whole run): the race at a glance
 const TVT_L = 30, TVT_R = 8, TVT_B = 18;  // drawn at the box's own pixel size (text at its real size)
 function chart() {
   const box = $('.msd-tvt'); if (!box) return;

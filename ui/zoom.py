@@ -63,6 +63,7 @@ def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
     its twin with the lanes at once in every step among them; None without a Mirror-SD run."""
     runs = [r for m, r in records.items() if r is not None and r.finish is not None
             and variant_of(m)[0] == "mirror" and variant_of(m)[1].get("early_exit") != "off"]
+
     def mostly_in_turn(r: RunRecord) -> bool:
         at_once, steps = lanes_at_once(r)
         return 2 * at_once < steps
