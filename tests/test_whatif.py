@@ -611,6 +611,8 @@ def test_the_hit_rate_comes_from_the_run_the_measured_pair_or_is_unknown():
     src = wh.hit_source([checked], settings, pair)
     assert (src.kind, src.steps, src.rate) == ("checked", 12, pytest.approx((1 + 7) / 12)) and not src.reweight
     assert "2 with the lanes overlapped, 10 in turn checked after the run" in src.words()
+    from ui.whatif import short_source  # in short, whose steps the rate counts
+    assert short_source(src.words()) == "hit rate 67% (Mirror-SD's steps in this run, those in turn checked after it)"
     assert wh.with_source(wi.Profile("c", "x", lm.Calibration(target_layers=4, exit_layer=2, gamma=4), {}), src).hit_rate == src.rate
     assert wh.hit_source([replace(few, checked=5, checked_hits=5)], settings, pair).kind == "measured"  # 2 + 5 < 8
     stats = {"steps": 3, "exit_check": {"in_turn": 10, "would_hit": 7}}

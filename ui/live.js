@@ -256,7 +256,7 @@ function chart() {
   const top = Math.max(16, ...runs.map(r => r.tokens));
   const TVT_W = Math.round(Math.min(640, Math.max(280, box.clientWidth || 600)));
   const TVT_H = TVT_W < 500 ? 130 : 104;  // a phone's chart drawn at its own size, not scaled down
-  const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '')).join(',');
+  const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '') + (r.stale ? 's' : '')).join(',');
   if (key === B.tvt) return;  // nothing new to draw
   B.tvt = key;
   const x = t => TVT_L + (TVT_W - TVT_L - TVT_R) * Math.min(t, axisMs) / axisMs;
@@ -275,11 +275,12 @@ function chart() {
     const pts = [[0, 0]].concat(r.pts, r.ended && r.endT !== null ? [[r.endT, r.tokens]] : []);
     let d = 'M' + x(0) + ' ' + y(0);
     for (let i = 1; i < pts.length; i++) d += ' H' + x(pts[i][0]).toFixed(1) + ' V' + y(pts[i][1]).toFixed(1);
-    svg += '<path class="tvt-line" d="' + d + '" style="stroke:' + r.colour + '"/>';
+    svg += '<path class="tvt-line' + (r.stale ? ' is-stale' : '') + '" d="' + d + '" style="stroke:' + r.colour + '"/>';
     const [t, n] = pts[pts.length - 1];
     const rate = t > 0 ? n / (t / 1000) : 0;
     svg += '<circle class="tvt-dot" cx="' + x(t).toFixed(1) + '" cy="' + y(n).toFixed(1) + '" r="3" style="fill:' + r.colour + '"/>';
-    ends.push({rate: rate, text: r.label + ': ' + n + ' tokens, ' + rate.toFixed(2) + ' tok/s' + (r.ended ? '' : ' so far'), colour: r.colour});
+    const when = r.stale ? ' (round ' + r.staleRound + ', faded)' : r.ended ? '' : ' so far';
+    ends.push({rate: rate, text: r.label + ': ' + n + ' tokens, ' + rate.toFixed(2) + ' tok/s' + when, colour: r.colour});
   }
   ends.sort((a, b) => b.rate - a.rate);  // the key, fastest first
   box.innerHTML = '<svg viewBox="0 0 ' + TVT_W + ' ' + TVT_H + '" width="' + TVT_W + '" height="' + TVT_H + '" role="img">' + svg + '</svg><div class="tvt-key">' +
@@ -290,7 +291,7 @@ function chart() {
 function carryOver(round) {
   for (const m of B.order) {
     const run = B.runs[m]; if (!run.on || !run.items.length) continue;
-    run.stale = true; run.pane.classList.add('is-stale'); setState(run, 'waiting');
+    run.stale = true; run.staleRound = round - 1; run.pane.classList.add('is-stale'); setState(run, 'waiting');
     run.badge.textContent = 'next in turn · faded: round ' + (round - 1);
     run.note.textContent = 'Faded: its round ' + (round - 1) + ' run, shown until its round ' + round + ' run starts.';
   }

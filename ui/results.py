@@ -86,8 +86,8 @@ def _projected(p: dict, key: str, words: str) -> str:
     if last is None:
         return ""
     values = round_values(p, key)
-    either = ": inconclusive, on both sides of 1×" if rounds_span_one(p, key) else ""
-    spread = (f" ({min(values):.2f}–{max(values):.2f}× over the {len(values)} runs{either})"
+    either = "inconclusive: " if rounds_span_one(p, key) else ""
+    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {len(values)} runs)"
               if len(values) > 1 else "")
     return f"{last:.2f}× SD {words}{spread}"
 
@@ -174,7 +174,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
                           f"Not from the steps of {shown_run(spreads)}: projected, not measured (the chart "
                           f"below), Mirror-SD {'; '.join(where)}."))
         else:
-            parts.append(("Where Mirror-SD would pay",
+            parts.append(("Projected on other hardware",
                           f"Projected, not measured (the chart below, from the steps of {shown_run(spreads)}): "
                           f"Mirror-SD {'; '.join(where)}."))
     return parts

@@ -603,7 +603,8 @@ def short_source(words: str | None) -> str:
         return "hit rate unknown, the figures take " + words.rsplit("the figures take ", 1)[1]
     rate = words.split(",")[0].split(" (")[0]
     whose = (" (a benchmark's, this pair's lanes always overlapped)" if "in a benchmark" in words else
-             " (Mirror-SD's steps in this run)" if "this run's" in words else "")
+             " (Mirror-SD's steps in this run, those in turn checked after it)" if "checked after the run" in words
+             else " (Mirror-SD's steps in this run)" if "this run's" in words else "")
     return rate + whose
 
 
