@@ -35,6 +35,11 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 
 # ---- the verdict ------------------------------------------------------------------------
 
+def _over_sd(projection: dict | None) -> list[float]:
+    """Mirror-SD over SD at every projected profile (the round shown's)."""
+    return [v for v in ((projection or {}).get("over_sd") or {}).values() if v is not None]
+
+
 def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
     """What Mirror-SD lacks on a machine whose lanes share one device, leading into the chart
     of where it would pay (`paychart`): the projections' figures are the chart's, and the
@@ -48,7 +53,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     if "mirror" in done:  # a gate that ran SD's order in most steps showed SD's speed, not Mirror-SD's
         at_once, steps = lanes_at_once(done["mirror"])
         lost = lost or (steps > 0 and 2 * at_once < steps)
-    elsewhere = [v for v in ((projection or {}).get("over_sd") or {}).values() if v is not None]
+    elsewhere = _over_sd(projection)
     gains_elsewhere = not elsewhere or max(elsewhere) > 1  # no projection: the paper's pairs gain
     lost = lost and gains_elsewhere  # "cannot show what it gains" only where the projection shows a gain
     lead = (f"{'This machine cannot show what Mirror-SD gains: ' if lost else 'Here '}both models share "
@@ -168,8 +173,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        over = [v for v in (p.get("over_sd") or {}).values() if v is not None]
-        if max(over) < 1:  # no profile passes SD: the lead asks, and the text answers no
+        if max(_over_sd(p)) < 1:  # no profile passes SD: the lead asks, and the text answers no
             parts.append(("Would Mirror-SD pay elsewhere?",
                           f"Not from the steps of {shown_run(spreads)}: projected, not measured (the chart "
                           f"below), Mirror-SD {'; '.join(where)}."))

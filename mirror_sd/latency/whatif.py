@@ -657,7 +657,7 @@ def sd_replay_seconds(rec: RecordedSteps, cal: lm.Calibration, steps: float) -> 
     draft, fwd, one = _sd_costs(cal)
     # no draft-model span at all: every window came from a prompt lookup (no model, ~0.2 ms)
     draft = (draft or 0.0) if drafted else 0.0
-    if draft is None or fwd is None or (plain and one is None):
+    if fwd is None or (plain and one is None):
         return None
     model_tokens = max(0, sum(rec.windows) - rec.looked_up)  # a looked-up window costs no draft forward
     return (model_tokens * draft / cal.gamma + drafted * fwd + plain * one
