@@ -564,8 +564,14 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         # the race plays by itself after the last run, then the full panes show
         page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)
         assert "Race replay" in page.inner_text("#board .msd-board-say")
+        # while the first race plays, its outcome is not given away under it: the verdict, the
+        # zoom and the cards wait, and the board says where they will be
+        assert not page.locator("#verdict").is_visible() and not page.locator("#cards").is_visible()
+        assert "when the race ends" in page.inner_text("#board .msd-board-wait")
         page.wait_for_selector("#board-timeline .msd-btl-flag", state="attached", timeout=30_000)
         wait_settled(page)
+        page.wait_for_selector("#verdict .msd-verdict", timeout=10_000)  # back when it ended
+        assert not page.locator("#board .msd-board-wait").is_visible()
         check_board_axis(page)
         page.set_viewport_size({"width": 400, "height": 1200})
         check_board_axis(page)

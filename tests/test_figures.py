@@ -993,3 +993,19 @@ def test_a_pane_says_where_the_round_shown_stands_among_its_method_s_rounds():
     assert round_rank(rounds[:1], 0) == {} and round_rank(rounds, None) == {}
     head = render_pane("sd", records["sd"], "done", rank=ranks["sd"])
     assert "tok/s end to end <span class=\"msd-rank\">(its slowest of 3 runs)</span>" in head
+
+
+def test_the_trade_says_when_sd_and_mirror_sd_drafted_windows_of_other_lengths():
+    """Each method prices its own windows: where their medians differ, the drafting picture says
+    so with both methods' windows (as the cards give them); where they agree, nothing."""
+    from dataclasses import replace
+
+    from ui.results import windows_note
+    c = cards(tiny_records())
+    same = dict(c, sd=replace(c["sd"], windows=(1, 3, 5)), mirror=replace(c["mirror"], windows=(2, 3, 4)))
+    assert windows_note(same) == ""
+    other = dict(c, sd=replace(c["sd"], windows=(2, 2, 5)), mirror=replace(c["mirror"], windows=(1, 7, 9)))
+    text = windows_note(other)
+    assert "SD drafted 2–5, median 2 tokens a window, Mirror-SD 1–9, median 7." in text, text
+    assert "window length as well as in the overlap" in text
+    assert windows_note({m: x for m, x in other.items() if m != "sd"}) == ""

@@ -536,7 +536,7 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
     return f" {lead}{ITEM}{cause}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
 
 
-def _window_words(x: Card) -> str:
+def window_words(x: Card) -> str:
     """'1', '2–4, median 2': drafted tokens per window."""
     lo, mid, hi = x.windows
     return f"{lo}" if lo == hi else f"{lo}–{hi}, median {mid:g}"
@@ -570,9 +570,9 @@ def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mea
     if key == "steps":
         if sd.windows and mirror.windows and mirror.windows[1] != sd.windows[1]:
             shorter = "shorter on median" if mirror.windows[1] < sd.windows[1] else "longer on median"
-            own = _window_words(mirror)
+            own = window_words(mirror)
             why = (f"Mirror-SD's windows were {shorter} ({own} drafted token{'' if own == '1' else 's'} "
-                   f"against SD's {_window_words(sd)})")
+                   f"against SD's {window_words(sd)})")
         else:
             why = (f"the target rejected Mirror-SD's drafts in {mirror.rejections} of its {mirror.verify_steps} "
                    f"steps against SD's in {sd.rejections} of {sd.verify_steps}")

@@ -198,9 +198,10 @@ def _prompt_row(c: dict) -> None:
             with gr.Row():
                 run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", interactive=False)
-            repeat = gr.Radio([("1", 1), ("3, interleaved", 3)], value=INPUTS.repeat, label="Runs per method",
-                              elem_id="repeat", info="3: median and range on the cards, and the "
-                              "verdict says when the ranges cannot tell two methods apart.")
+            repeat = gr.Radio([("1", 1), ("3, interleaved", 3), ("5, interleaved", 5)], value=INPUTS.repeat,
+                              label="Runs per method", elem_id="repeat",
+                              info="3 or 5: median and range on the cards, and the verdict says when the "
+                              "ranges cannot tell two methods apart; 5 narrows them and takes longer.")
     c.update(prompt=prompt, example=example, run_btn=run_btn, stop_btn=stop_btn, repeat=repeat)
     with gr.Row(equal_height=False, elem_id="settings-row"):
         for section in (_speculation, _sampling, _pair, _traces):

@@ -374,11 +374,13 @@ function reveal() {
 
 function settle() {
   if (B.mode === 'race') B.mode = 'settled';
-  board().classList.remove('is-on');
+  board().classList.remove('is-on', 'is-racing');
   board().classList.add('is-settled');
 }
 
-function startRace() {
+// the first race after the runs hides the results under it until it ends (live.css): the
+// audience sees who wins as it happens; a replay asked for later leaves them in place
+function startRace(first) {
   const msg = B.raceMsg; if (!msg) return;
   build(msg.heads);
   let end = 0;
@@ -393,6 +395,7 @@ function startRace() {
   B.race = {start: performance.now(), end: end};
   B.mode = 'race'; board().classList.remove('is-settled');
   board().classList.add('is-on');
+  board().classList.toggle('is-racing', !!first && B.speed !== Infinity);
   kick();
 }
 
@@ -403,7 +406,7 @@ function handle(msg) {
     const same = B.order.length && msg.runs.map(h => h.m).join() === B.order.join();
     if (msg.round && msg.round[0] > 1 && same && B.mode === 'live') carryOver(msg.round[0]);
     else build(msg.runs);
-    B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race');
+    B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race', 'is-racing');
     boardNote('');
     board().classList.add('is-on');
     if (!msg.round || msg.round[0] === 1) reveal();
@@ -416,7 +419,7 @@ function handle(msg) {
     feed(msg); kick();
   } else if (msg.op === 'race') {
     B.raceMsg = msg; B.shown = msg.round || null; board().classList.add('has-race'); boardNote(msg.note);
-    if (msg.autoplay) { startRace(); reveal(); }
+    if (msg.autoplay) { startRace(true); reveal(); }
     else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
   }
 }

@@ -36,7 +36,9 @@ BOARD_TEMPLATE = (
     '<span class="msd-board-speeds"></span>'
     '<button type="button" class="msd-replay">↻ Replay the race</button></span></div>'
     '<div class="msd-board-note"></div><div class="msd-board-panes"></div>'
-    '<div class="msd-tvt" aria-label="tokens written against time, one line per run"></div></div>')
+    '<div class="msd-tvt" aria-label="tokens written against time, one line per run"></div>'
+    '<div class="msd-board-wait">The verdict and the figures appear under the timeline when the race ends '
+    '(“instant” ends it now).</div></div>')
 TIMELINE_TEMPLATE = '<div class="msd-btl-host"></div>'
 BOARD_JS = (Path(__file__).with_name("live.js")).read_text(encoding="utf-8")
 

@@ -12,7 +12,7 @@ from statistics import median
 
 from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
-                      verify_slowdown, winner)
+                      verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .whatif import projection_line, round_values, rounds_span_one
@@ -276,7 +276,18 @@ def _picture(done: dict[str, RunRecord]) -> str:
             f'<span class="msd-vpic-track">{bars}</span><span class="msd-vpic-text">{esc(text)}</span></div>'
             for name, bars, text in lines) + "</div>"
         for title, lines in rows)
-    return f'<div class="msd-vpic">{body}</div>' if body else ""
+    return f'<div class="msd-vpic">{body}</div>{windows_note(cards(done))}' if body else ""
+
+
+def windows_note(c: dict[str, Card]) -> str:
+    """Where SD's and Mirror-SD's windows differ on median: each priced its own from its own
+    measured costs, so their drafting differs by window length as well as by the overlap."""
+    sd, mirror = c.get("sd"), c.get("mirror")
+    if not (sd and mirror and sd.windows and mirror.windows) or sd.windows[1] == mirror.windows[1]:
+        return ""
+    return (f'<p class="msd-verdict-note">Not the same windows: SD drafted {window_words(sd)} tokens a window, '
+            f'Mirror-SD {window_words(mirror)}. Each prices its own windows from its own measured costs, so '
+            f'the two differ in window length as well as in the overlap.</p>')
 
 
 def _ms_spread(values: list[float]) -> str:
@@ -638,7 +649,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     if c.get("target"):
         line = f"one target forward (1 token, AR) {ms(c['target'])}"
         if c.get("draft"):
-            line += (f"; one draft forward alone {ms(c['draft'])}, "
+            line += (f"; one draft forward alone (1 token, the median over SD's windows) {ms(c['draft'])}, "
                      f"<b>{c['draft'] / c['target']:.0%}</b> of a target forward")
         lines.append(line)
     if k.get("verify"):

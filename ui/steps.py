@@ -319,7 +319,8 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     if taken is not None:
         rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
         late = after_verdict_s(rec, sv.step)  # the draft's branch work still left at the verdict
-        redraft = f"; a serial redraft took {_fmt_s(saved_s)} in this run" if saved_s else ""
+        redraft = (f"; after a miss the target waited {_fmt_s(saved_s)} for a window redrafted serially "
+                   f"(the median over this run's misses)") if saved_s else ""
         if late * 1e3 > 0.5:  # in the zoom's words
             return (f"so the verdict matched branch{rank}, begun beside the target before the verdict; "
                     f"the draft finished it {_fmt_s(late)} after the verdict (the target waited that "

@@ -211,12 +211,15 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
     present = [k for k in SEGMENTS if any(s.label == k for s in spans)]
     axis += ('<div class="msd-zlegend">' + "".join(
         f'<span><i class="{SEGMENTS[k][1]}"></i>{esc(names[k])}</span>' for k in present) + '</div>')
+    beats = "<br>".join(f"<b>{esc(lead)}</b> {chipped(text)}" for lead, text in
+                        _caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6,
+                                 meta.get("branch_budget")))
     return (f'<div class="msd-zoom"><div class="msd-sub">One {esc(label(rec.method))} step, measured: step '
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start; '
             f'{esc(how_typical(rec, step))}</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
             f'{_rule(spans, layer, layers, outcome, ready_ns, verdict_ns)}'
-            f'<p class="msd-zcaption">{chipped(_caption(rec, sv, spans, layer, layers, outcome, (ready_ns - verdict_ns) / 1e6, meta.get("branch_budget")))}</p></div>')
+            f'<p class="msd-zcaption">{beats}</p></div>')
 
 
 def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) -> str:
@@ -290,7 +293,9 @@ def _miss_beside(rec: RunRecord, sv: StepView) -> str:
 
 
 def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
-             wait_ms: float, budget: int | None = None) -> str:
+             wait_ms: float, budget: int | None = None) -> list[tuple[str, str]]:
+    """The step in four beats, each under a short lead: before the exit, the exit, after it,
+    the verdict and what came of it."""
     v = sv.verify
     kept = (f"kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote "
             f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
@@ -300,32 +305,36 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
     doing = (f"{read}started a branch on its own best guess of the verdict" if early else
              (f"read its last token ({extend:.0f} ms)" if extend else "waited for the early exit"))
-    text = (f"The target ran layers 1–{layer} ({_ms(spans, 'prefix'):.0f} ms) while the draft "
-            f"{doing}. At layer {layer} the target "
-            f"peeked at its likely next tokens (the early exit, {_ms(spans, 'exit_head'):.0f} ms) and "
-            f"handed its top guesses to the draft, which kept the most likely starts. While the target "
-            f"ran the rest of its {layers} layers ({_ms(spans, 'suffix'):.0f} ms), the draft went on "
-            f"writing: {_branches_written(sv, budget)}, {_ms(spans, 'branches'):.0f} ms of draft "
-            f"forwards in all. The verdict {kept}. ")
+    rest = f"layers {layer + 1}–{layers}" if isinstance(layer, int) and isinstance(layers, int) else "the rest of its layers"
+    beats = [("Before the exit:", f"the target ran layers 1–{layer} ({_ms(spans, 'prefix'):.0f} ms); the draft {doing}."),
+             ("The exit:", f"at layer {layer} the target peeked at its likely next tokens "
+                           f"({_ms(spans, 'exit_head'):.0f} ms) and handed its top guesses to the draft."),
+             ("After the exit:", f"the target ran {rest} ({_ms(spans, 'suffix'):.0f} ms); beside it the draft "
+                                 f"wrote {_branches_written(sv, budget)}, {_ms(spans, 'branches'):.0f} ms of "
+                                 f"draft forwards in all.")]
+    return beats + [("The verdict:", f"the target {kept}. {_outcome(rec, sv, spans, outcome, wait_ms)}")]
+
+
+def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) -> str:
+    """Hit, miss or neither, and what the step's next window cost the target."""
+    hit = "Hit: one branch began exactly where the verdict left off, with the target's own token, and "
     if outcome == "hit" and wait_ms > 0.5:
         redraft = _redraft_ms(rec)
         if redraft is not None and redraft <= wait_ms:  # the hit came later than a fresh window would have
-            return text + (f"Hit, but it cost time here: one branch began exactly where the verdict left off, with the target's own token, and became the "
-                           f"next window, yet the draft finished it {wait_ms:.0f} ms after the verdict, "
-                           f"while a window drafted fresh after the verdict took {redraft:.0f} ms in this "
-                           f"run (median). Both models sharing the cores slowed the branches more than "
-                           f"the head start gained.")
+            return (f"Hit, but it cost time here: one branch began exactly where the verdict left off, with the "
+                    f"target's own token, and became the next window, yet the draft finished it {wait_ms:.0f} ms "
+                    f"after the verdict, while a window drafted fresh after the verdict took {redraft:.0f} ms in "
+                    f"this run (median). Both models sharing the cores slowed the branches more than the head "
+                    f"start gained.")
         fresh = (f" A window drafted fresh after a verdict took {redraft:.0f} ms in this run (median): "
                  f"this hit saved {redraft - wait_ms:.0f} ms." if redraft is not None else "")
-        return text + (f"Hit: one branch began exactly where the verdict left off, with the target's own token, and became the next window; the "
-                       f"draft finished it {wait_ms:.0f} ms after the verdict, so the target waited "
-                       f"that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
+        return (f"{hit}became the next window; the draft finished it {wait_ms:.0f} ms after the verdict, so the "
+                f"target waited that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
     if outcome == "hit":
-        return text + ("Hit: one branch began exactly where the verdict left off, with the target's own token, and was ready before the verdict, "
-                       f"so it became the next window with no wait.{_miss_beside(rec, sv)}")
+        return f"{hit}was ready before the verdict, so it became the next window with no wait.{_miss_beside(rec, sv)}"
     if outcome == "end":
-        return text + "The run ended at this step: no next window."
+        return "The run ended at this step: no next window."
     if outcome == "turn":
-        return text + "The lanes ran in turn here: the draft wrote the next window after the verdict."
-    return text + (f"Miss: no branch started there, so the draft wrote the next window after "
-                   f"the verdict ({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
+        return "The lanes ran in turn here: the draft wrote the next window after the verdict."
+    return (f"Miss: no branch started there, so the draft wrote the next window after the verdict "
+            f"({_ms(spans, 'fallback'):.0f} ms) while the target waited.")
