@@ -851,6 +851,14 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     assert "medians of 3 runs" in bars(c, spreads, proj)[0]["note"]
     assert render_pay_chart({}, c) == ""  # nothing projected: no chart
     assert 'class="msd-paychart"' in render_verdict(records, state["meta"], proj)
+    # a projected whisker below the measured bar: the chart says why a model can fall below it,
+    # with what the same model makes of this machine (row (a)); above it all, nothing
+    low = dict(proj, over_sd_rounds={"b": [rows[0]["value"] * 0.5, 1.3]}, over_sd_run_settings={"a": 0.93})
+    note = render_pay_chart(low, c)
+    assert "Why a projection can fall below a bar measured here" in note, note
+    assert f"Mirror-SD is 0.93× SD against {rows[0]['value']:.2f}× measured" in note
+    high = {"over_sd": {"b": rows[0]["value"] + 1, "c": rows[0]["value"] + 1}, "over_sd_rounds": {}}
+    assert "Why a projection" not in render_pay_chart(high, c)
 
 
 

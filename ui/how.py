@@ -109,7 +109,7 @@ def diagram(compact: bool = False) -> str:
     return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram{" is-compact" if compact else ""}" '
             f'viewBox="0 0 560 172" role="img" aria-label="SD against '
             f'Mirror-SD on a time axis">{sd}{mirror}'
-            f'<text x="548" y="170" class="d-lab" text-anchor="end">time →</text></svg></div>')
+            f'<text x="548" y="170" class="d-lab" text-anchor="end">time → (a sketch, not to scale)</text></svg></div>')
 
 
 def race_key() -> str:

@@ -81,4 +81,21 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
             + '</div></div>')
     return (f'<div class="msd-paychart"><div class="msd-sub">Mirror-SD\'s speed over SD\'s: measured here, '
             f'and projected where the lanes do not share a device (the dashed line: SD\'s speed; past it, '
-            f'Mirror-SD is faster)</div>{"".join(lines)}</div>')
+            f'Mirror-SD is faster)</div>{"".join(lines)}{_below_note(rows, projection)}</div>')
+
+
+def _below_note(rows: list[dict], projection: dict | None) -> str:
+    """Where a projected bar (or its whisker) falls below a bar measured here: a projection is
+    a model of the steps, not a rerun, and what the same model makes of this machine (What if,
+    row (a)) shows how far it strays here ('' otherwise)."""
+    measured = [r["value"] for r in rows if r["kind"] == "measured"]
+    projected = [min(r["value"], r["low"] if r["low"] is not None else r["value"])
+                 for r in rows if r["kind"] == "projected"]
+    if not measured or not projected or min(projected) >= min(measured):
+        return ""
+    own = ((projection or {}).get("over_sd_run_settings") or {}).get("a")
+    here = (f" Replayed the same way on this machine (What if, row (a)), Mirror-SD is {own:.2f}× SD against "
+            f"{min(measured):.2f}× measured: that gap is the model's error here." if own else "")
+    return (f'<p class="pc-note">Why a projection can fall below a bar measured here: it is a model, not a '
+            f'rerun. It prices both methods\' steps from this run\'s median forward costs, decode only, at the '
+            f'settings each would pick there.{esc(here)}</p>')

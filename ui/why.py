@@ -30,7 +30,7 @@ PARTS = ("first_token", "target", "verify", "draft_exposed", "idle")
 PART_NAMES = {"first_token": "to the first token (the prompt; SD and Mirror-SD also their first window)",
               "target": "target forwards (1 token each)",
               "verify": "verify forwards", "draft_exposed": "draft, exposed (the target waits)",
-              "idle": "idle (no model busy)", "draft_hidden": "draft, hidden (beside the target)"}
+              "idle": "idle (no model busy)", "draft_hidden": "draft, hidden (beside the target; branches the verdict did not take, and the last step's, included)"}
 
 
 def _part(span) -> str:
