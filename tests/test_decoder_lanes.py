@@ -252,7 +252,7 @@ def test_the_overlap_gate_follows_the_measured_step_times():
     memory = {}
     gate = OverlapGate("auto", True, memory)
     assert gate.overlap() is True  # nothing measured: overlap first
-    gate.record(True, 120.0, 4)  # 30 ms per verified row
+    gate.record(True, 120.0, 4)  # 30 ms per drafted token (no decode figure)
     assert gate.overlap() is False  # then the other mode once
     gate.record(False, 80.0, 4)  # 20 ms per row: one after the other wins
     modes = [gate.overlap() for _ in range(2 * PROBE_EVERY)]
@@ -266,6 +266,22 @@ def test_the_overlap_gate_follows_the_measured_step_times():
     for gate in (OverlapGate("auto", False, {}), OverlapGate("always", True, {})):
         gate.record(True, 10.0, 2)
         assert all(gate.overlap() for _ in range(20)) and gate.memory == {}
+
+
+def test_the_gate_prices_a_mode_beyond_a_plain_decode_so_short_windows_do_not_condemn_it():
+    """A step's fixed part (a verify costs about a decode whatever its rows) is taken off before
+    dividing by the drafted tokens: one after the other measured on 1-token windows (a 260 ms
+    decode, 300 ms verify, 100 ms draft) beats overlapping measured on 4-token windows that
+    cost 920 ms, as it would at any one window length; per verified row it would have lost."""
+    from mirror_sd.engine.mirror.gate import OverlapGate
+    memory = {}
+    gate = OverlapGate("auto", True, memory)
+    gate.record(True, 920.0, 4 + 4, decode_ms=260.0)  # (920 - 260) / 8 = 82.5 ms a drafted token
+    gate.record(False, 400.0, 1 + 1, decode_ms=260.0)  # (400 - 260) / 2 = 70 ms
+    assert memory == {"overlap": 82.5, "serial": 70.0}
+    assert gate.overlap() is False and gate.prices_from(False) and not gate.prices_from(True)
+    assert 920.0 / 5 < 400.0 / 2  # the old measure, per verified row, would have picked overlapping
+    assert "ms per drafted token beyond a decode overlapped" in gate.describe()
 
 
 def test_each_try_of_the_slower_mode_that_loses_again_doubles_the_gap():

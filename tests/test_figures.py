@@ -1017,3 +1017,35 @@ def test_the_trade_says_when_sd_and_mirror_sd_drafted_windows_of_other_lengths()
     assert "SD drafted 2–5, median 2 tokens a window, Mirror-SD 1–9, median 7." in text, text
     assert "window length as well as in the overlap" in text
     assert windows_note({m: x for m, x in other.items() if m != "sd"}) == ""
+
+
+def test_steps_that_drafted_nothing_are_said_as_plain_decodes_not_as_turns():
+    """A gated Mirror-SD whose priced windows drafted nothing in most steps decoded plainly
+    there: no lanes in turn, no gate's judgement. The tile's badge, the takeaway and the lanes
+    line say so (SD's drafted steps beside it), never "took turns as SD does"."""
+    from dataclasses import replace
+
+    from mirror_sd.engine.events import Span
+    from ui.results import _lanes_line, takeaway
+    from ui.runs import RunRecord
+    from ui.why import lanes_at_once, lanes_badge, steps_undrafted
+    records = dict(tiny_records())
+    own = records["mirror"]
+    first = min(e.step for e in own.events if isinstance(e, Verify))
+    keep = [(replace(e, drafted=[], accepted=0) if isinstance(e, Verify) and e.step > first else e, t)
+            for e, t in zip(own.events, own.times_ns)
+            if not (isinstance(e, Span) and e.lane == "draft" and e.step > first)]
+    rec = RunRecord("mirror", [e for e, _ in keep], [t for _, t in keep], own.t0_ns,
+                    list(own.token_texts), dict(own.id_texts))
+    at_once, steps = lanes_at_once(rec)
+    decoded = steps_undrafted(rec)
+    assert decoded == steps - 1 and at_once <= 1
+    assert lanes_badge("mirror", rec) == f"priced windows: no draft in {decoded} of {steps} steps"
+    records["mirror"] = rec
+    said = takeaway(records)
+    sd = cards(records)["sd"]
+    assert f"It drafted nothing in {decoded} of its {steps} steps, each a plain target decode" in said, said
+    assert f"SD, pricing its own steps, drafted a window in {sd.verify_steps - sd.undrafted} of its {sd.verify_steps}." in said
+    assert "took turns as SD does" not in said
+    line = _lanes_line(rec)
+    assert f"{decoded} drafted nothing (a plain decode)" in line and "as SD does" not in line, line

@@ -18,7 +18,8 @@ from .render import narrow_fold, term
 from .whatif import projection_line, round_values, rounds_span_one
 from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
                    method_names, variant_of)
-from .why import PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, lanes_badge
+from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once,
+                  lanes_badge, steps_undrafted)
 
 esc = html.escape
 
@@ -120,10 +121,20 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         vs = _against_sd("mirror", c, sp, spreads)
         return f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
             f", {vs}." if vs else ".")
-    how = f"in all {steps} of its steps" if at_once == 0 else f"in {steps - at_once} of its {steps} steps"
-    text = (f"It took turns as SD does (the draft, then the target) {how}: both models share these cores, "
-            f"and its gate, which times both orders as it runs, judged taking turns the faster. Its windows "
-            f"follow its own measured prices, so its steps are not SD's.")
+    decoded = steps_undrafted(rec)
+    if 2 * decoded >= steps:  # mostly a plain decode: the priced windows judged drafting not worth it
+        sd = c.get("sd")
+        theirs = (f" SD, pricing its own steps, drafted a window in {sd.verify_steps - sd.undrafted} of its "
+                  f"{sd.verify_steps}." if sd is not None and sd.verify_steps else "")
+        text = (f"It drafted nothing in {decoded} of its {steps} steps, each a plain target decode: its windows "
+                f"are priced from the costs it measures as it runs, and those prices judged drafting not worth "
+                f"it.{theirs}")
+    else:
+        turns = steps - at_once - decoded
+        how = f"in all {steps} of its steps" if turns == steps else f"in {turns} of its {steps} steps"
+        text = (f"It took turns as SD does (the draft, then the target) {how}: both models share these "
+                f"cores, and its gate, which times both orders as it runs, judged taking turns the faster. "
+                f"Its windows follow its own measured prices, so its steps are not SD's.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
@@ -547,10 +558,13 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
     if not split:
         return ""
     measured_twin = f' <span class="msd-twin">{esc(twin)}</span>' if twin else ""
-    if steps and 2 * at_once < steps:  # most steps ran one lane after the other
-        how = (f"in none of its {steps} verify steps: all of them ran the draft, then the target, as SD does"
-               if at_once == 0 else
-               f"in only {at_once} of its {steps} verify steps; the others ran the draft, then the target, as SD does")
+    if steps and 2 * at_once < steps:  # most steps ran one lane after the other, or drafted nothing
+        decoded = steps_undrafted(rec)
+        turns = steps - at_once - decoded
+        others = ([f"{'all of them' if turns == steps else turns} ran the draft, then the target, as SD does"]
+                  if turns else []) + ([f"{decoded} drafted nothing (a plain decode)"] if decoded else [])
+        how = (f"in none of its {steps} verify steps: {' and '.join(others)}" if at_once == 0 else
+               f"in only {at_once} of its {steps} verify steps; of the others, {' and '.join(others)}")
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><span class="msd-lanes-lead">Mirror-SD ran '
                 f'its draft beside the target (the lanes at once) {how} (its overlap gate picks the faster '
                 f'order per step from the times it measures).'

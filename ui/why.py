@@ -186,6 +186,12 @@ def lanes_at_once(rec: RunRecord | None) -> tuple[int, int]:
     return len(steps_at_once(rec) & steps), len(steps)
 
 
+def steps_undrafted(rec: RunRecord | None) -> int:
+    """Verify steps that verified no drafted window: plain target decodes, where the priced
+    windows judged drafting not worth it (neither lanes at once nor in turn: no draft ran)."""
+    return sum(1 for e in (rec.events if rec else []) if isinstance(e, Verify) and not e.drafted)
+
+
 def steps_at_once(rec: RunRecord | None) -> set[int]:
     """The steps in which the draft lane worked while the target lane did (from the spans)."""
     lanes: dict[int, dict[str, list]] = {}
@@ -251,6 +257,9 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     at_once, steps = lanes_at_once(rec)
     if not steps:
         return ""
+    decoded = steps_undrafted(rec)
+    if 2 * decoded >= steps:  # mostly no draft at all: its priced windows, not the gate
+        return f"priced windows: no draft in {decoded} of {steps} steps"
     if at_once == 0:
         return f"gated: draft then target in all {steps} steps"
     if 2 * at_once < steps:  # mostly in turn: say what it mostly did

@@ -72,6 +72,11 @@ from mirror_sd.proposals.draft_vocab import shipped_ids
 log = logging.getLogger(__name__)
 
 
+def _drafted(window, next_window) -> int:
+    """A step's drafted tokens for the overlap gate: the window it verified and the next one."""
+    return len(window.tokens) + (len(next_window.tokens) if next_window is not None else 0)
+
+
 class MirrorSpeculative(Decoder):
     method = "mirror"
     lanes = 2  # the target and the draft run at the same time, one thread each on a CPU
@@ -179,7 +184,8 @@ class MirrorSpeculative(Decoder):
         error = None if run.done else self._hand_off(run, job)
         waited = (time.perf_counter_ns() - waited) / 1e9  # the target lane waits for the next window
         if not run.done and error is None:
-            gate.record(True, (time.perf_counter_ns() - start) / 1e6, len(window.tokens) + 1)
+            gate.record(True, (time.perf_counter_ns() - start) / 1e6, _drafted(window, job.next_window),
+                        self._decode_ms())
             self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, waited,
                         gate.prices_from(True), start)
         if job.proposals:
@@ -228,13 +234,19 @@ class MirrorSpeculative(Decoder):
                 if nxt.behind > 2:  # the draft caught up with decoded tokens first: not this mode's cost
                     wall_ms -= nxt.first_s * 1e3
                 if window.tokens:  # a decode step is no choice of mode: the gate compares drafted steps
-                    gate.record(False, wall_ms, len(window.tokens) + 1)
+                    gate.record(False, wall_ms, _drafted(window, nxt), self._decode_ms())
                 self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted,
                             gate.prices_from(False), start)
         yield from self._after_verdict(run, job, verify_event, commit, error)
         if run.done or error is not None:
             return None, False
         return job.next_window, False
+
+    def _decode_ms(self) -> float:
+        """What a plain target decode costs here (the priced windows' shared figure; 0 where
+        windows are not priced: the gate then compares whole steps per drafted token)."""
+        policy = self._policy
+        return policy.costs.snapshot().decode_s * 1e3 if policy is not None and policy.priced else 0.0
 
     def _hand_off(self, run, job: StepJob):
         """Wait for the worker's part of the step, then finish it on this thread with both

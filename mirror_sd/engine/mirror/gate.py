@@ -10,9 +10,12 @@ once can take far longer than one after the other (placement.lanes_share_a_devic
 under `lane_overlap` "auto", each step goes the way this pair's own measured steps favour:
 overlapped (the target on its cores, the draft racing the verdict on the others) or one lane
 after the other with every core (the target verifies, then the draft rolls the next window
-out from the verdict, as plain SD does). The measure is a step's wall time per verified row
-(window + 1), smoothed, kept with the pair across runs (`pair.info["lane_costs"]`, per drafting
-settings), and the
+out from the verdict, as plain SD does). The measure is a step's wall time beyond what a plain
+decode costs (the run's shared decode figure), per drafted token (the window verified and the
+next one drafted): the marginal price of drafting in that mode, which holds across window
+lengths (a step's time per verified row would not: the verify's fixed part makes short windows
+look dear, so a mode measured on short windows would lose whatever it costs). It is smoothed,
+kept with the pair across runs (`pair.info["lane_costs"]`, per drafting settings), and the
 mode that lost is tried again after `PROBE_EVERY` steps so that its figure stays current; each
 try that loses again doubles the gap (up to `PROBE_MAX`, kept with the pair too), since a try
 costs a step of the slower mode.
@@ -29,7 +32,7 @@ SMOOTHING = 0.3  # weight of the newest step in a mode's running figure
 class OverlapGate:
     def __init__(self, choice: str, shared_cores: bool, memory: dict):
         self.auto = choice == "auto" and shared_cores
-        self.memory = memory  # {"overlap": ms per row, "serial": ms per row, "gap": steps between tries}
+        self.memory = memory  # {"overlap": ms, "serial": ms (per drafted token, beyond a decode), "gap": steps between tries}
         self.since_probe = 0
         self._trying = None  # during a try of the slower mode: the mode that was best before it
         self.counts = {"overlap": 0, "serial": 0}
@@ -66,14 +69,16 @@ class OverlapGate:
             return overlapped == (m["overlap"] <= m["serial"])
         return not overlapped
 
-    def record(self, overlapped: bool, wall_ms: float, rows: int) -> None:
+    def record(self, overlapped: bool, wall_ms: float, tokens: int, decode_ms: float = 0.0) -> None:
         """A finished step: its mode, wall time from the verify's start to the next window
-        being ready, and its verified rows."""
+        being ready, its drafted tokens (the window verified and the next one) and what a plain
+        decode costs (0: unknown), so that the figure is the step's price beyond a decode per
+        drafted token."""
         key = "overlap" if overlapped else "serial"
         self.counts[key] += 1
-        if not self.auto or rows < 1:
+        if not self.auto or tokens < 1:
             return
-        per_row = wall_ms / rows
+        per_row = max(wall_ms - decode_ms, 0.0) / tokens
         m = self.memory
         old = m.get(key)
         m[key] = per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * per_row
@@ -87,6 +92,6 @@ class OverlapGate:
         n = self.counts
         line = f"lanes overlapped in {n['overlap']} of {n['overlap'] + n['serial']} steps"
         if self.auto and "overlap" in self.memory and "serial" in self.memory:
-            line += (f" (measured: {self.memory['overlap']:.1f} ms per verified row overlapped, "
+            line += (f" (measured: {self.memory['overlap']:.1f} ms per drafted token beyond a decode overlapped, "
                      f"{self.memory['serial']:.1f} one after the other)")
         return line
