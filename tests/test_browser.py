@@ -245,7 +245,7 @@ def close(text: str, value: float, digits: int = 2) -> bool:
 
 def shows(text: str, value: float) -> bool:
     """A card's figure: this run's value, or, over interleaved runs (a "[low–high]" range
-    beside the median), a range that holds this run's value (the trace is the round shown)."""
+    beside the median), a range that holds this run's value (the trace holds the runs shown)."""
     rng = re.search(r"\[(\d+\.\d+)–(\d+\.\d+)\]", text)
     if rng is None:
         return close(text, value)

@@ -349,7 +349,7 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     """Each round's records give their own projection (over_sd_of); the verdict's line and the
-    What-if fold's first line give the range over the rounds beside the figure of the round shown."""
+    What-if fold's first line give the range over the rounds beside the figure of the runs shown."""
     from mirror_sd.models.tiny import LAYERS
     from ui.results import render_verdict
     from ui.whatif import best_projection, over_sd_of, project_state, render_panel
@@ -362,7 +362,7 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
     assert proj["over_sd_rounds"]["c"] == [own["c"], own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    words = f"(the round shown; over the 3 runs: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
+    words = f"(the runs shown; each of the 3 rounds: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = own["c"] * 0.5 < 1 < own["c"] * 2
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
@@ -372,11 +372,11 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     assert words in render_panel(result, projected=projected)
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        " (the round shown; over the 3 runs: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
+        " (the runs shown; each of the 3 rounds: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
         "would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the round shown; over the 2 runs: 1.05–1.28×)"
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; each of the 2 rounds: 1.05–1.28×)"
     single = best_projection(dict(base, records=records, projected=[own]))
-    assert "runs: " not in render_verdict(records, base["meta"], single)  # one round: no range
+    assert "rounds: " not in render_verdict(records, base["meta"], single)  # one round: no range
 
 
 def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():
@@ -481,11 +481,15 @@ def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
     records = tiny_records()
     at_once, steps = lanes_at_once(records["mirror"])
     assert 2 * at_once >= steps  # the tiny pair's lanes overlap in most steps
-    records["mirror"].finish.stats["lane_split"] = f"2 GPUs: one lane each; lanes overlapped in 9 of {steps - 1} steps"
+    stats = records["mirror"].finish.stats
+    before = stats.get("lane_split")
+    stats["lane_split"] = f"2 GPUs: one lane each; lanes overlapped in 9 of {steps - 1} steps"
     try:
         html = render_statistics(records, {}, {})
-    finally:
-        del records["mirror"].finish.stats["lane_split"]
+    finally:  # the cached records as they were
+        stats.pop("lane_split")
+        if before is not None:
+            stats["lane_split"] = before
     assert f"both lanes at once in {at_once} of its {steps} verify steps." in html
     assert not re.search(r"at once in (only \d+|none) of", html)
 
@@ -568,7 +572,7 @@ def test_statistics_leads_its_reason_as_the_verdict_does():
     verdict_html = render_verdict(records, {}, None, spreads)
     stats = render_statistics(records, {}, {}, 3, spreads)
     assert "<b>The trade:</b>" in verdict_html and "<b>The trade:</b>" in stats
-    assert "the round shown of 3 interleaved runs" in stats
+    assert "the runs shown: each method's middle run of 3" in stats
 
 
 def test_mirror_sd_s_card_says_its_hits_and_misses_even_when_none():
@@ -819,7 +823,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
     assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.60× SD with the " \
-           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 runs); 1.20× SD on an accelerator pair." in gated, gated
+           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 rounds); 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
@@ -875,10 +879,12 @@ def test_the_inspector_opens_on_the_zoomed_step_of_the_zoomed_run():
     assert opening_step(records, None) == 0
 
 
-def test_the_round_shown_is_the_one_nearest_the_medians_in_their_order():
-    """The race replays one round: the one that finished in the medians' order, nearest them;
-    where none did, the nearest one, and it says so."""
-    from ui.figures import replay_round
+def test_the_race_replays_each_method_s_middle_run():
+    """Each method's run shown, and raced, is its median run by end-to-end speed (the later
+    among equals), whichever rounds the others' come from: the race's finishing order is the
+    medians' order and no pane shows its method at an extreme of its runs."""
+    from ui.figures import median_runs
+    from ui.frames import round_rank
     from ui.live import race_message
     records = tiny_records()
 
@@ -890,14 +896,14 @@ def test_the_round_shown_is_the_one_nearest_the_medians_in_their_order():
                 r[m].e2e_tps = tps
             out.append({m: r[m] for m in ("ar", "sd", "mirror")[:len(row)]})
         return out
-    # medians: AR 10, SD 12 (SD ahead); round 1 has AR ahead, round 3 is far off
-    assert replay_round(rounds_of([(10.0, 9.0), (10.5, 12.0), (6.0, 20.0)])) == (1, True)
-    # the nearest of two in order, the later among equals
-    assert replay_round(rounds_of([(10.0, 12.0), (10.0, 12.0), (9.0, 14.0)])) == (1, True)
-    # no round in the medians' order (Mirror-SD, SD, AR): the nearest, flagged
-    assert replay_round(rounds_of([(10.05, 12.04, 9.05), (11.07, 13.06, 12.06), (10.05, 9.08, 13.09)])) == (1, False)
-    assert json.loads(race_message(records, shown=[2, 3, False]))["round"] == [2, 3, False]
-    assert json.loads(race_message(records))["round"] is None
+    rounds = rounds_of([(10.05, 12.04, 9.05), (11.07, 13.06, 12.06), (10.05, 9.08, 13.09)])
+    shown = median_runs(rounds)
+    assert shown == {"ar": 2, "sd": 0, "mirror": 1}  # AR's two equal runs: the later
+    assert set(round_rank(rounds, shown).values()) == {"the middle of its 3 runs"}
+    picked = {m: rounds[i][m].e2e_tps for m, i in shown.items()}
+    assert sorted(picked, key=picked.get) == ["ar", "sd", "mirror"]  # the medians' order: AR 10.05, SD 12.04, Mirror-SD 12.06
+    assert json.loads(race_message(records, shown=3))["runs_of"] == 3
+    assert json.loads(race_message(records))["runs_of"] is None
 
 
 def test_beside_the_draft_counts_only_steps_whose_lanes_worked_at_once():
@@ -985,9 +991,9 @@ def test_projections_below_sd_are_not_called_a_gain():
     assert "no more than SD" not in hardware_line(records, {}, above)
 
 
-def test_a_pane_says_where_the_round_shown_stands_among_its_method_s_rounds():
-    """The round shown is the nearest to the medians over every method, not to each: a pane
-    whose run was its method's fastest (or slowest) of the rounds says so in its head."""
+def test_a_pane_says_where_its_run_stands_among_its_method_s_rounds():
+    """A pane whose run was its method's fastest (or slowest) of the rounds says so in its head
+    (a loaded trace's, or a stopped job's, may be), and its middle run as the middle."""
     from dataclasses import replace as dc_replace
     from ui.frames import round_rank
     from ui.render import render_pane
@@ -995,10 +1001,10 @@ def test_a_pane_says_where_the_round_shown_stands_among_its_method_s_rounds():
     base = cards(records)
     rounds = [{m: dc_replace(x, e2e_tps=x.e2e_tps * f) for m, x in base.items()} for f in (1.0, 1.2, 0.9)]
     rounds[1]["sd"] = dc_replace(base["sd"], e2e_tps=base["sd"].e2e_tps * 0.5)  # SD's slowest round
-    ranks = round_rank(rounds, 1)
+    ranks = round_rank(rounds, {m: 1 for m in base})
     assert ranks["ar"] == "its fastest of 3 runs" and ranks["sd"] == "its slowest of 3 runs"
-    assert round_rank(rounds, 0)["ar"] == "the middle of its 3 runs"
-    assert round_rank(rounds[:1], 0) == {} and round_rank(rounds, None) == {}
+    assert round_rank(rounds, {"ar": 0})["ar"] == "the middle of its 3 runs"
+    assert round_rank(rounds[:1], {"ar": 0}) == {} and round_rank(rounds, None) == {}
     head = render_pane("sd", records["sd"], "done", rank=ranks["sd"])
     assert "tok/s end to end <span class=\"msd-rank\">(its slowest of 3 runs)</span>" in head
 
@@ -1047,5 +1053,9 @@ def test_steps_that_drafted_nothing_are_said_as_plain_decodes_not_as_turns():
     assert f"It drafted nothing in {decoded} of its {steps} steps, each a plain target decode" in said, said
     assert f"SD, pricing its own steps, drafted a window in {sd.verify_steps - sd.undrafted} of its {sd.verify_steps}." in said
     assert "took turns as SD does" not in said
+    split = "2 cores; lanes overlapped in 1 of 7 steps"
+    rec = RunRecord("mirror", [replace(e, stats={**e.stats, "lane_split": split}) if e is own.finish else e
+                               for e in rec.events], list(rec.times_ns), rec.t0_ns, list(rec.token_texts),
+                    dict(rec.id_texts))
     line = _lanes_line(rec)
-    assert f"{decoded} drafted nothing (a plain decode)" in line and "as SD does" not in line, line
+    assert f"{decoded} drafted nothing (a plain decode)" in line, line

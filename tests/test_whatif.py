@@ -272,7 +272,7 @@ def test_every_label_in_the_panel_says_projection(runs):
 def test_row_a_is_labelled_the_models_estimate_and_the_measured_row_names_its_run(runs):
     """Two "this machine" rows must not read as two measurements: row (a) is the latency
     model's estimate (its gap from the measured row named as the model's error), and over
-    interleaved runs the measured row says it is the round shown (the race's, the one replayed)."""
+    interleaved runs the measured row says it is the runs shown (each method's middle run, the race's)."""
     state = dict(state_of(runs[0]), rounds=[{}, {}, {}])
     html, _ = panel.update(state, "c", *panel.input_defaults().values())
     row_a = html.split("projection (a): ")[1].split("</tr>")[0]
@@ -283,8 +283,9 @@ def test_row_a_is_labelled_the_models_estimate_and_the_measured_row_names_its_ru
     worst = max(gaps, key=lambda m: abs(gaps[m] - 1))
     if abs(gaps[worst] - 1) >= 0.05:
         assert f"decode time is {gaps[worst]:.2f}× its measured one" in row_a
-    assert "measured on this machine, the round shown only (the race's, its steps replayed below; the cards give the medians of 3)" in html
-    assert "the round shown only" not in panel.update(state_of(runs[0]), "c", *panel.input_defaults().values())[0]
+    assert ("measured on this machine, the runs shown only (each method's middle run, the race's; their steps "
+            "replayed below; the cards give the medians of 3)") in html
+    assert "the runs shown only" not in panel.update(state_of(runs[0]), "c", *panel.input_defaults().values())[0]
 
 
 def test_panel_renders_for_a_loaded_trace(runs):

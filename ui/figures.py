@@ -14,7 +14,6 @@ Every figure is a total, a ratio of totals, or says it is a median.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass
 from statistics import median
@@ -207,28 +206,19 @@ def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]
 
 def shown_run(spreads: dict | None) -> str:
     """How the page names the run its per-run figures come from."""
-    return "the round shown" if runs_of(spreads) > 1 else "this run"
+    return "the runs shown" if runs_of(spreads) > 1 else "this run"
 
-def replay_round(rounds: list[dict[str, Card]]) -> tuple[int, bool]:
-    """(index, in order) of the round the page shows in full and the race replays: one whose
-    finishing order is the medians' order where a round has it (so that the race agrees with
-    the cards; `in order` says whether it does), then the one whose end-to-end speeds lie
-    nearest the medians (sum of squared log ratios); among equals, the later round."""
-    if not rounds:
-        return 0, True
-    summary = repeat_summary(rounds)
-    mid = {m: s["e2e_tps"].median for m, s in summary.items() if "e2e_tps" in s}
-
-    def order(speeds: dict) -> list[str]:
-        return sorted(speeds, key=lambda m: -speeds[m])
-
-    def score(i: int) -> tuple:
-        own = {m: rounds[i][m].e2e_tps for m in mid if m in rounds[i] and rounds[i][m].e2e_tps}
-        off = sum(math.log(own[m] / mid[m]) ** 2 for m in own)
-        return (order(own) != order({m: mid[m] for m in own}), len(mid) - len(own), off, -i)
-
-    best = min(range(len(rounds)), key=score)
-    return best, not score(best)[0]
+def median_runs(rounds: list[dict[str, Card]]) -> dict[str, int]:
+    """{method: index of its median run by end-to-end speed} over the interleaved rounds: the
+    runs the page shows in full and the race replays, one per method, so that the race's
+    finishing order is the medians' and each pane is its method's middle run (rounds in a
+    method's own order; among equal speeds, the later round; an even count: the slower middle)."""
+    out = {}
+    for m in (rounds[0] if rounds else {}):
+        have = [(r[m].e2e_tps, i) for i, r in enumerate(rounds) if m in r and r[m].e2e_tps]
+        if have:
+            out[m] = sorted(have)[(len(have) - 1) // 2][1]
+    return out
 
 # ---- the verdict: who won, by how much, the one reason ------------------------------------
 

@@ -131,19 +131,21 @@ def pane_state_of(rec: RunRecord | None, running: bool) -> str:
     return "stopped" if rec.cancelled or rec.finish is None else "done"
 
 
-def round_rank(rounds: list | None, shown: int | None) -> dict[str, str]:
-    """{method: 'its fastest of 3 runs'} and the like: where the round shown stands among each
-    method's interleaved rounds by end-to-end speed, so that a pane showing one method at its
-    fastest (the round is the nearest to the medians over all methods, not to each) says so."""
-    if not rounds or len(rounds) < 2 or shown is None or not 0 <= shown < len(rounds):
+def round_rank(rounds: list | None, shown: dict[str, int] | None) -> dict[str, str]:
+    """{method: 'the middle of its 3 runs'} and the like: where each method's run shown
+    (`shown`: {method: round index}) stands among its interleaved runs by end-to-end speed."""
+    if not rounds or len(rounds) < 2 or not shown:
         return {}
     out = {}
-    for m, own in rounds[shown].items():
+    for m, i in shown.items():
+        own = rounds[i].get(m) if 0 <= i < len(rounds) else None
         values = [r[m].e2e_tps for r in rounds if m in r and r[m].e2e_tps]
-        if own.e2e_tps is None or len(values) < 2:
+        if own is None or own.e2e_tps is None or len(values) < 2:
             continue
         n = len(values)
-        out[m] = (f"its fastest of {n} runs" if own.e2e_tps >= max(values) else
+        middle = sorted(values)[(n - 1) // 2]  # its median run (equal speeds: the middle too)
+        out[m] = (f"the middle of its {n} runs" if own.e2e_tps == middle else
+                  f"its fastest of {n} runs" if own.e2e_tps >= max(values) else
                   f"its slowest of {n} runs" if own.e2e_tps <= min(values) else f"the middle of its {n} runs")
     return out
 
@@ -151,7 +153,7 @@ def round_rank(rounds: list | None, shown: int | None) -> dict[str, str]:
 def panes(records: dict, methods, pane_state: str | None = None, pending: str = "not run",
           ranks: dict[str, str] | None = None) -> list:
     """Each pane's HTML; a variant's pane (VARIANTS) shows only when it was chosen or ran;
-    `ranks`: where the round shown stands among each method's rounds (`round_rank`)."""
+    `ranks`: where each method's run shown stands among its runs (`round_rank`)."""
     out = []
     for m in method_names():
         rec = records.get(m)
@@ -204,7 +206,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
              "rounds": rounds or [], "projected": projected or []}
     return frame(
         render_status(status, level),
-        panes(records, methods, pane_state, ranks=round_rank(rounds, (meta.get("replayed_round") or [0])[0] - 1)),
+        panes(records, methods, pane_state, ranks=round_rank(rounds, {m: i - 1 for m, i in (meta.get("median_runs") or {}).items()})),
         verdict=render_verdict(records, meta, best_projection(state), spreads),
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(zoom_record(records), dict(meta, branch_budget=settings.get("branch_budget"))),
@@ -216,7 +218,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         step=gr.update(minimum=0, maximum=max(n_steps - 1, 1), value=step, interactive=n_steps > 1),
         inspector=render_inspector(rec, step, greedy),
         trace=write_trace(export_trace(records, prompt, settings, meta)) if records else None,
-        live=race_message(records, methods, shown=meta.get("replayed_round"),
+        live=race_message(records, methods, shown=meta.get("rounds") if meta.get("median_runs") else None,
                           tie=order_within_noise(cards(finished(records)), spreads)), state=state)
 
 
@@ -257,8 +259,7 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
     if ratios:
         many = (f"; each method's median speed over {len(rounds)} interleaved runs divided by AR's"
                 if spreads else "")
-        shown = meta.get("replayed_round")
-        which = (f"round {shown[0]} of {shown[1]}, the one nearest the medians," if shown and spreads
+        which = (f"each method's middle run of {len(rounds)} (its median)," if meta.get("median_runs") and spreads
                  else "the runs")
         message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many})."
                    f" Below: the race replays {which} side by side; under it, the results and what "

@@ -19,7 +19,7 @@ import gradio as gr
 from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards, replay_round
+from .figures import cards, median_runs
 from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, RunInputs, done_message,
                      final_outputs, frame, live_status, panes, session_of)
 from .inspector import render_inspector
@@ -108,9 +108,11 @@ class Handlers:
                 kept: list | None = None):
         records, meta = dict(job.records), dict(job.meta)
         if kept and len(kept) == len(rounds) > 1 and not job.error and not cancel.is_set():
-            shown, in_order = replay_round(rounds)  # the round nearest the medians, in their order
-            records, meta = dict(kept[shown][0]), dict(kept[shown][1])
-            meta["replayed_round"] = [shown + 1, len(rounds), in_order]
+            shown = median_runs(rounds)  # each method's middle run: the race runs in the medians' order
+            records = {m: kept[i][0][m] for m, i in shown.items()}
+            meta = dict(kept[shown.get("mirror", len(kept) - 1)][1])  # Mirror-SD's run's exit layer and the like
+            meta["median_runs"] = {m: i + 1 for m, i in shown.items()}
+            meta["rounds"] = len(rounds)
         meta.setdefault("machine", _machine())
         settings_d = _settings_used(req, meta)
         if job.error and not self.app.pairs.loaded(req.spec):

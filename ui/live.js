@@ -339,8 +339,8 @@ function raceTick(now) {
   if (clock < r.end) return true;
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
-  const many = B.shown && B.shown[1] > 1;
-  const whose = many ? "Each pane's head: this round's own figures (the cards below: medians of all " + B.shown[1] + ' rounds)' : 'Each run in full below';
+  const many = B.shown && B.shown > 1;
+  const whose = many ? "Each pane's head: that run's own figures (the cards below: the medians and ranges of all " + B.shown + ')' : 'Each run in full below';
   header('Race over' + roundWords() + ': ' + order[0] + ' finished first' +
          (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '. ' +
          ((B.raceMsg && B.raceMsg.tie) ? B.raceMsg.tie + ' ' : '') + whose + '; click a token for its step.');
@@ -348,12 +348,10 @@ function raceTick(now) {
   return false;
 }
 
-// which round the race replays: the one nearest the medians, so that its order is theirs
+// which runs the race replays: each method's middle run (its median), so that its order is the medians'
 function roundWords() {
-  const r = B.shown;
-  if (!r || r[1] < 2) return '';
-  return ' (round ' + r[0] + ' of ' + r[1] + ', nearest the medians' +
-         (r[2] ? ')' : '; no round finished in their order: this machine is noisy)');
+  const n = B.shown;
+  return n && n > 1 ? " (each method's middle run of " + n + ', its median)' : '';
 }
 
 function loop() {
@@ -418,7 +416,7 @@ function handle(msg) {
     if (B.mode !== 'live') return;
     feed(msg); kick();
   } else if (msg.op === 'race') {
-    B.raceMsg = msg; B.shown = msg.round || null; board().classList.add('has-race'); boardNote(msg.note);
+    B.raceMsg = msg; B.shown = msg.runs_of || null; board().classList.add('has-race'); boardNote(msg.note);
     if (msg.autoplay) { startRace(true); reveal(); }
     else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
   }

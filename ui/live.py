@@ -293,7 +293,7 @@ def race_items(rec: RunRecord, items: list[dict]) -> list[dict]:
 def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = True, shown=None,
                  tie: str = "") -> str:
     """Every finished run's items at the engine's times: the page replays them together.
-    `shown`: [round, rounds] of the round these runs come from, when there were several; `tie`:
+    `shown`: how many interleaved runs each method had, when these are each one's middle run; `tie`:
     the runs' word on the finishing order where they cannot tell the winner from the rest (the
     race's last line says it after the order)."""
     methods = tuple(methods or records)
@@ -309,4 +309,4 @@ def race_message(records: dict[str, RunRecord], methods=None, autoplay: bool = T
     complete = all(records.get(m) is not None and records[m].complete for m in methods)
     return _json({"op": "race", "seq": time.time_ns(), "runs": runs, "heads": _heads(methods), "lanesTip": LANES_TIP,
                   "note": race_note(records), "autoplay": bool(autoplay and complete and runs),
-                  "round": list(shown) if shown else None, "tie": tie})
+                  "runs_of": int(shown) if shown else None, "tie": tie})

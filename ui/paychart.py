@@ -3,7 +3,7 @@
 Each bar is Mirror-SD's speed over SD's. Measured here (both models on the same cores): each
 Mirror-SD run's end-to-end median over SD's, the tiles' figures. Projected (the What-if fold's
 rows (b), a device of its own for the draft, and (c), the accelerator pair): the steps of
-the round shown replayed, a whisker over the interleaved runs' projections where there were several, so
+the runs shown (each method's middle run) replayed, a whisker over each interleaved round's projection where there were several, so
 that how far one run's projection swings shows beside it. Pure HTML from figures: nothing is
 measured here.
 """
@@ -45,7 +45,7 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         rounds = ((p.get("over_sd_rounds") or {}).get(key)) or []
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        spread = (f"; the whisker: its {len(rounds)} runs' projections" if len(rounds) > 1 else "")
+        spread = (f"; the whisker: each of the {len(rounds)} rounds' projection" if len(rounds) > 1 else "")
         out.append({"label": words, "value": value, "low": min(rounds) if len(rounds) > 1 else None,
                     "high": max(rounds) if len(rounds) > 1 else None, "kind": "projected",
                     "colour": PROJECTED_COLOUR,

@@ -37,7 +37,7 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 # ---- the verdict ------------------------------------------------------------------------
 
 def _over_sd(projection: dict | None) -> list[float]:
-    """Mirror-SD over SD at every projected profile (the round shown's)."""
+    """Mirror-SD over SD at every projected profile (the runs shown)."""
     return [v for v in ((projection or {}).get("over_sd") or {}).values() if v is not None]
 
 
@@ -85,7 +85,7 @@ def _proven(a: Spread | None, b: Spread | None) -> bool:
 
 
 def _projected(p: dict, key: str, words: str) -> str:
-    """'1.84× SD <words> (0.97–1.98× over the 3 runs)': the round shown's Mirror-SD over SD at
+    """'1.84× SD <words> (0.97–1.98× over the 3 rounds)': the runs shown's Mirror-SD over SD at
     profile `key`, as the chart and the What-if fold give it, with its range over the
     interleaved rounds ('' without it)."""
     last = (p.get("over_sd") or {}).get(key)
@@ -93,7 +93,7 @@ def _projected(p: dict, key: str, words: str) -> str:
         return ""
     values = round_values(p, key)
     either = "inconclusive: " if rounds_span_one(p, key) else ""
-    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {len(values)} runs)"
+    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {len(values)} rounds)"
               if len(values) > 1 else "")
     return f"{last:.2f}× SD {words}{spread}"
 
@@ -248,7 +248,7 @@ def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, sprea
         return ""
     lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
     lines = [f"<b>{esc(lead)}</b> {esc(items[0])}" if items else esc(lead)] + [esc(x) for x in items[1:]]
-    which = f" (the round shown of {runs} interleaved runs, as the cards' other rows)" if runs > 1 else ""
+    which = f" (the runs shown: each method's middle run of {runs}, as the cards' other rows)" if runs > 1 else ""
     return (f'<div class="msd-sub">The verdict\'s arithmetic{which}</div><ul class="msd-verdict-why">'
             + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
@@ -497,7 +497,7 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
                    f'<table>{rows}</table></div>')
     runs = runs_of(spreads)
     many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
-            f"medians divided by AR's; the other rows: the round shown (the race's)." if runs > 1 else "")
+            f"medians divided by AR's; the other rows: each method's middle run (the race's)." if runs > 1 else "")
     cards_html = (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
                   f'alone, one after another, warm.{many}{esc(why_runs_differ(settings or {}, runs))} '
                   f'Hover a label for its definition.</div><div class="msd-cards">{"".join(out)}</div>')
@@ -696,7 +696,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
                      f"draft would have rolled out{agree}")
     if not lines:
         return ""
-    which = f"the round shown (the race's) of {runs} interleaved runs" if runs > 1 else "this run"
+    which = f"each method's middle run (the race's) of {runs} interleaved runs" if runs > 1 else "this run"
     return (f'<div class="msd-sub">Measured on {which} (medians over the steps after the '
             f'first)</div><ul class="msd-lanes">' + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
 
@@ -715,7 +715,7 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
         f"<tr><th>{term(name, tip) if tip else esc(name)}</th>" + "".join(
             f"<td>{esc(_metric(values[m], key, spec))}</td>" for m in order) + "</tr>"
         for name, key, spec, tip in METRICS)
-    which = f"the round shown (the race's) of {runs} interleaved runs" if runs > 1 else "this run"
+    which = f"each method's middle run (the race's) of {runs} interleaved runs" if runs > 1 else "this run"
     table = (f'<table class="msd-table"><thead><tr><th>{which}, totals</th>'
              + "".join(f"<th>{esc(label(m))}</th>" for m in order)
              + f"</tr></thead><tbody>{rows}</tbody></table>")

@@ -104,7 +104,7 @@ def _model_gap(proj: dict, methods: list[str]) -> str:
 
 
 def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
-    """The speedup table: the measured row (the round shown, the one the projections replay),
+    """The speedup table: the measured row (the runs shown, the ones the projections replay),
     then one projection row per profile; row (a), the latency model on this machine, says it
     is the model's estimate and how far it is from the measurement. `own_c` (profile (c) at
     its default inputs): its row points to the first table's row (c), the verdict's figures,
@@ -117,7 +117,7 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
         f'<td><b>{result["measured_speedup"].get(m, 0):.2f}×</b> '
         f'<small>{recorded[m].decode_s:.3g} s</small></td>' if recorded[m].decode_s else "<td>–</td>"
         for m in methods)
-    last = (f", the round shown only (the race's, its steps replayed below; the cards give the medians of {runs})"
+    last = (f", the runs shown only (each method's middle run, the race's; their steps replayed below; the cards give the medians of {runs})"
             if runs > 1 else "")
     rows = [f'<tr class="w-measured"><th scope="row">measured on this machine{last}, for comparison '
             f'with the projections</th>{measured}</tr>']
@@ -524,7 +524,7 @@ def rounds_words(p: dict, key: str) -> str:
         return ""
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    return f" (the round shown; over the {len(values)} runs: {min(values):.2f}–{max(values):.2f}×{either})"
+    return f" (the runs shown; each of the {len(values)} rounds: {min(values):.2f}–{max(values):.2f}×{either})"
 
 
 def rounds_span_one(p: dict, key: str) -> bool:
