@@ -1059,3 +1059,21 @@ def test_steps_that_drafted_nothing_are_said_as_plain_decodes_not_as_turns():
                     dict(rec.id_texts))
     line = _lanes_line(rec)
     assert f"{decoded} drafted nothing (a plain decode)" in line, line
+
+
+def test_the_zoom_splits_the_draft_s_branch_work_at_the_early_exit():
+    """The zoom's beats give the draft's branch forwards before the exit (on its own guess) and
+    from the exit on apart: the two add up to the step's branch spans, and the work after the
+    exit is never the step's whole branch time where some of it came before."""
+    from ui.zoom import _branch_ms, zoom_record, zoom_step
+    rec = zoom_record(tiny_records())
+    step = zoom_step(rec)
+    spans = [s for s in rec.spans if s.step == step]
+    exit_at = min(s.start_ns for s in spans if s.label == "exit_head")
+    before, after = _branch_ms(spans, exit_at)
+    total = sum(s.end_ns - s.start_ns for s in spans if s.label == "branches") / 1e6
+    assert abs(before + after - total) < 1e-6 and before >= 0 and after >= 0
+    html = render_zoom(rec, {"branch_budget": 2})
+    assert f"{after:.0f} ms of draft forwards from the exit on" in html, html
+    if before >= 0.5:
+        assert f"own best guess of the verdict ({before:.0f} ms of forwards)" in html

@@ -630,8 +630,9 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
         pair = {base: c[base], v: c[v]}
         apart = level_with(pair, winner(pair, spreads), spreads)
         faster = twin[0] > gated[0]
+        which = " (medians)" if runs_of(spreads) > 1 else ""
         parts.append(f"ran {twin[0]:.2f} tok/s ({_x(twin[1])} AR) against the gated {label(base)}'s "
-                     f"{gated[0]:.2f} tok/s" + (": the runs cannot tell them apart" if apart else
+                     f"{gated[0]:.2f} tok/s{which}" + (": the runs cannot tell them apart" if apart else
                                                  ": overlapping paid here" if faster else
                                                  ": both lanes on the same cores cost more than a hit saves"))
     if not parts:

@@ -257,6 +257,15 @@ def _ms(spans, label: str) -> float:
     return sum(s.end_ns - s.start_ns for s in spans if s.label == label) / 1e6
 
 
+def _branch_ms(spans, exit_at: int | None) -> tuple[float, float]:
+    """The draft's branch forwards in ms before the early exit (on its own guess) and from it on."""
+    if exit_at is None:
+        return 0.0, _ms(spans, "branches")
+    cut = [(s.start_ns, s.end_ns) for s in spans if s.label == "branches"]
+    before = sum(max(0, min(b, exit_at) - a) for a, b in cut) / 1e6
+    return before, sum(b - a for a, b in cut) / 1e6 - before
+
+
 def _branches_written(sv: StepView, budget: int | None) -> str:
     """'n branches' as the step wrote them: the exit's best roots (the branch budget), and the
     one the draft had started on its own guess before the early exit, when it was dropped."""
@@ -303,15 +312,16 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     read = f"read its last token ({extend:.0f} ms) and " if extend else ""
     exit_at = min((s.start_ns for s in spans if s.label == "exit_head"), default=None)
     early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
-    doing = (f"{read}started a branch on its own best guess of the verdict" if early else
+    before, after = _branch_ms(spans, exit_at)
+    doing = (f"{read}started a branch on its own best guess of the verdict ({before:.0f} ms of forwards)" if early else
              (f"read its last token ({extend:.0f} ms)" if extend else "waited for the early exit"))
     rest = f"layers {layer + 1}–{layers}" if isinstance(layer, int) and isinstance(layers, int) else "the rest of its layers"
     beats = [("Before the exit:", f"the target ran layers 1–{layer} ({_ms(spans, 'prefix'):.0f} ms); the draft {doing}."),
              ("The exit:", f"at layer {layer} the target peeked at its likely next tokens "
                            f"({_ms(spans, 'exit_head'):.0f} ms) and handed its top guesses to the draft."),
-             ("After the exit:", f"the target ran {rest} ({_ms(spans, 'suffix'):.0f} ms); beside it the draft "
-                                 f"wrote {_branches_written(sv, budget)}, {_ms(spans, 'branches'):.0f} ms of "
-                                 f"draft forwards in all.")]
+             ("After the exit:", f"the target ran {rest} ({_ms(spans, 'suffix'):.0f} ms); beside it, and on "
+                                 f"past the verdict where it had to, the draft wrote {_branches_written(sv, budget)}, "
+                                 f"{after:.0f} ms of draft forwards from the exit on.")]
     return beats + [("The verdict:", f"the target {kept}. {_outcome(rec, sv, spans, outcome, wait_ms)}")]
 
 
