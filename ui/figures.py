@@ -312,14 +312,23 @@ def _names(methods: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _told(methods: list[str]) -> str:
+    """'SD and Mirror-SD apart'; from three on, the first against each of the rest: 'Mirror-SD
+    from SD or AR' (the runs compare each with the first, not the rest with each other)."""
+    if len(methods) < 3:
+        return f"{_names(methods)} apart"
+    rest = [label(m) for m in methods[1:]]
+    return f"{label(methods[0])} from {', '.join(rest[:-1])} or {rest[-1]}"
+
+
 def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | None = None) -> str:
     """The plain clause for methods a run cannot separate ("them" when they are all the
-    methods shown; `nor`, a second group the runs cannot separate either)."""
-    who = "them" if every else _names(names)
-    also = f", nor {_names(nor)}" if nor else ""
+    methods shown and no more than two; `nor`, a second group the runs cannot separate either)."""
+    who = "them apart" if every and len(names) < 3 else _told(names)
+    also = f", nor {_told(nor)[:-len(' apart')] if len(nor) < 3 else _told(nor)}" if nor else ""
     if runs > 1:
-        return f"these {runs} runs cannot tell {who} apart{also} (their ranges overlap: within this machine's noise)"
-    return (f"one run cannot tell {who} apart{also} (within {LEVEL:.0%}, about one run's noise here; "
+        return f"these {runs} runs cannot tell {who}{also} (their ranges overlap: within this machine's noise)"
+    return (f"one run cannot tell {who}{also} (within {LEVEL:.0%}, about one run's noise here; "
             f"choose “3, interleaved” runs)")
 
 
@@ -332,7 +341,7 @@ def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
         return ""
     runs = runs_of(spreads)
     which = f"These {runs} rounds" if runs > 1 else f"One run (within {LEVEL:.0%})"
-    return f"{which} cannot tell {_names(level)} apart: their finishing order is within this machine's noise."
+    return f"{which} cannot tell {_told(level)}: their finishing order is within this machine's noise."
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,

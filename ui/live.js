@@ -197,6 +197,7 @@ function commit(run, item) {
   run.tokens += item.x.length;
   run.pts.push([item.t, run.tokens]);
   run.pre.scrollTop = run.pre.scrollHeight;
+  run.pre.classList.toggle('is-scrolled', run.pre.scrollTop > 0);  // its cut top row fades (live.css)
 }
 
 // a span's bar from its start; in the race it grows with the clock to its end (live, a span
