@@ -337,7 +337,7 @@ def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) 
                     f"this run (median). Both models sharing the cores slowed the branches more than the head "
                     f"start gained.")
         fresh = (f" A window drafted fresh after a verdict took {redraft:.0f} ms in this run (median): "
-                 f"this hit saved {redraft - wait_ms:.0f} ms." if redraft is not None else "")
+                 f"this hit saved {round(redraft) - round(wait_ms)} ms." if redraft is not None else "")  # the shown figures' difference
         return (f"{hit}became the next window; the draft finished it {wait_ms:.0f} ms after the verdict, so the "
                 f"target waited that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
     if outcome == "hit":
