@@ -861,6 +861,9 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     note = render_pay_chart(low, c)
     assert "Why a projection can fall below a bar measured here" in note, note
     assert f"Mirror-SD is 0.93× SD against {rows[0]['value']:.2f}× measured" in note
+    assert "that gap is the model's error here" in note.replace("&#x27;", "'")
+    same = render_pay_chart(dict(low, over_sd_run_settings={"a": round(rows[0]["value"], 3)}), c)
+    assert "the model matches it here" in same and "gap" not in same  # no gap: none said
     high = {"over_sd": {"b": rows[0]["value"] + 1, "c": rows[0]["value"] + 1}, "over_sd_rounds": {}}
     assert "Why a projection" not in render_pay_chart(high, c)
 
@@ -1081,3 +1084,28 @@ def test_the_zoom_splits_the_draft_s_branch_work_at_the_early_exit():
     assert f"{after:.0f} ms of draft forwards from the exit on" in html, html
     if before >= 0.5:
         assert f"own best guess of the verdict ({before:.0f} ms of forwards)" in html
+
+
+def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
+    """Where the next window came after the verdict, the rule's figures as shown add up (what the
+    draft needed after the exit = what the target took + its wait) and its wait is the caption's."""
+    import dataclasses
+
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord, analyse, verdict_outcome
+    from ui.zoom import zoom_step
+    rec = tiny_records()["mirror"]
+    steps = analyse(rec).steps
+    hit = zoom_step(rec)
+    assert verdict_outcome(steps[hit]) == "hit"
+    verdict = max(sp.end_ns for sp in rec.spans if sp.step == hit and sp.label in ("suffix", "accept"))
+    late = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):  # the hit's branch done 2.6 ms after its verdict
+        if isinstance(ev, Span) and ev.step == hit and ev.label == "branches" and ev.end_ns >= verdict - 10**6:
+            ev = dataclasses.replace(ev, end_ns=verdict + 2_600_000)
+        late.add(ev, t)
+    text = re.sub(r"<[^>]+>", "", render_zoom(late, {"target_layers": 4}))
+    need, have, wait = map(int, re.search(r"needed (\d+) ms after the exit .*? took (\d+) ms, so the target "
+                                          r"waited (\d+) ms for it", text).groups())
+    assert need == have + wait and wait == 3, (need, have, wait)
+    assert "the draft finished it 3 ms after the verdict" in text

@@ -95,7 +95,7 @@ def diagram(compact: bool = False) -> str:
              {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
               "before": "to the exit", "after": "after the exit",
               "sd": "SD: the models take turns, the target waits while the draft writes",
-              "mirror": "Mirror-SD: the draft reads its last token and starts on its own guess; from the early exit (pink) it writes the exit's best branches"})
+              "mirror": "Mirror-SD: the draft guesses on its own, then from the early exit (pink) writes branches"})
     sd = (_lane(22, [(90, 150, "d-t", words["v1"]), (400, 150, "d-t", words["v2"])], "target")
           + _lane(50, [(240, 160, "d-dw", words["dw"])], "draft")
           + f'<text x="0" y="12" class="d-note">{words["sd"]}</text>')

@@ -94,8 +94,11 @@ def _below_note(rows: list[dict], projection: dict | None) -> str:
     if not measured or not projected or min(projected) >= min(measured):
         return ""
     own = ((projection or {}).get("over_sd_run_settings") or {}).get("a")
+    gated = measured[0]  # the first measured bar: Mirror-SD's own run, the one the projections replay
+    gap = ("that gap is the model's error here" if own is not None and abs(own - gated) >= 0.005 else
+           "the model matches it here")
     here = (f" Replayed the same way on this machine (What if, row (a)), Mirror-SD is {own:.2f}× SD against "
-            f"{min(measured):.2f}× measured: that gap is the model's error here." if own else "")
+            f"{gated:.2f}× measured: {gap}." if own else "")
     return (f'<p class="pc-note">Why a projection can fall below a bar measured here: it is a model, not a '
             f'rerun. It prices both methods\' steps from this run\'s median forward costs, decode only, at the '
             f'settings each would pick there.{esc(here)}</p>')

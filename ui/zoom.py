@@ -235,8 +235,12 @@ def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) ->
     after = (f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
              else "the layers after it and its verdict")
     fits = ready_ns <= verdict_ns
+    wait = round((ready_ns - verdict_ns) / 1e6)  # the caption's wait, to the ms
+    if not fits:  # the figures shown add up: what it needed is what the target took plus its wait
+        need = round(have) + wait
     then = ("so the next window was ready at the verdict: the drafting was hidden" if fits else
-            f"so the target waited {(ready_ns - verdict_ns) / 1e6:.0f} ms for it at the verdict")
+            f"so the target waited {wait} ms for it at the verdict" if wait else
+            "so the target waited under 1 ms for it at the verdict")
     return (f'<p class="msd-zrule"><b>The rule:</b> the draft\'s branches are free only when they '
             f'fit beside the target\'s layers after the early exit. In this step the draft needed '
             f'<b>{need:.0f} ms</b> after the exit to finish the branch that became the next window, '
@@ -336,7 +340,7 @@ def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) 
                     f"after the verdict, while a window drafted fresh after the verdict took {redraft:.0f} ms in "
                     f"this run (median). Both models sharing the cores slowed the branches more than the head "
                     f"start gained.")
-        fresh = (f" A window drafted fresh after a verdict took {redraft:.0f} ms in this run (median): "
+        fresh = (f" A window drafted fresh after a verdict kept the target waiting {redraft:.0f} ms in this run (median): "
                  f"this hit saved {round(redraft) - round(wait_ms)} ms." if redraft is not None else "")  # the shown figures' difference
         return (f"{hit}became the next window; the draft finished it {wait_ms:.0f} ms after the verdict, so the "
                 f"target waited that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
