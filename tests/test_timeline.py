@@ -83,3 +83,37 @@ def test_lanes_and_colours_follow_the_legend():
 def test_an_empty_timeline_says_when_it_appears():
     fig = build_timeline({})
     assert "appears when a run has finished" in fig.layout.annotations[0].text
+
+
+def test_a_branch_forward_after_its_verdict_is_drawn_as_drafting_the_target_waits_for():
+    """After a step's verdict the target waits for the draft to finish the next window: a branch
+    forward begun then is drawn in the waiting colour, in the timeline fold and on the live
+    board alike; those before it stay beside the target."""
+    import dataclasses
+
+    from mirror_sd.engine.events import Span
+    from ui.live import LiveFeed
+    from ui.runs import LATE_BRANCHES, RunRecord
+    from ui.timeline import GROUP_OF, build_timeline
+    rec = tiny_records()["mirror"]
+    step = next(s.step for s in rec.spans if s.label == "branches" and s.step > 0)
+    verdict = max(s.end_ns for s in rec.spans if s.step == step and s.lane in ("target", "verify"))
+    late = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    moved = False
+    for ev, t in zip(rec.events, rec.times_ns):
+        if not moved and isinstance(ev, Span) and ev.step == step and ev.label == "branches":
+            late.add(ev, t)  # one before the verdict as it was, and one after it
+            ev = dataclasses.replace(ev, start_ns=verdict + 1_000_000, end_ns=verdict + 2_000_000)
+            moved = True
+        late.add(ev, t)
+    feed = LiveFeed("mirror")
+    items = [i for i in feed.pull(late) if i["k"] == "p" and i["s"] == step and i["l"] == "d"]
+    names = [i["n"] for i in items]
+    assert LATE_BRANCHES in names and "branches" in names, names
+    for i in items:  # a branch forward is late exactly when it began at or after the verdict (to the 0.01 ms)
+        if i["n"] in ("branches", LATE_BRANCHES):
+            assert (i["n"] == LATE_BRANCHES) == (i["a"] >= round((verdict - late.t0_ns) / 1e6, 2)), (i, verdict)
+    fig = build_timeline({"mirror": late})
+    waits = [tr for tr in fig.data if tr.name == GROUP_OF[LATE_BRANCHES][0]]
+    assert GROUP_OF[LATE_BRANCHES][0] == "draft, the target waits" and waits
+    assert any("after" not in str(tr.name) for tr in fig.data if tr.name == "draft beside the target")

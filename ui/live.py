@@ -25,7 +25,7 @@ from pathlib import Path
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                                      StepStart, Verify)
 
-from .runs import VARIANTS, RunRecord, colour, drafted_in_turn, label, measured, method_names, tag
+from .runs import VARIANTS, RunRecord, Verdicts, colour, drafted_in_turn, label, measured, method_names, tag
 from .why import LANES_TIP, lanes_badge
 
 # the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
@@ -68,6 +68,7 @@ class LiveFeed:
         self.step_origin: dict[int, str] = {}
         self.verified: dict[int, Verify] = {}
         self.raced: set[int] = set()  # Mirror-SD steps with an early exit or branches
+        self.verdicts = Verdicts()  # a branch forward after its step's verdict: drawn as the target waiting
 
     def pull(self, rec: RunRecord) -> list[dict]:
         """Items for the events that arrived since the last pull."""
@@ -100,8 +101,11 @@ class LiveFeed:
                     "d": [self._text(rec, t) for t in ev.drafted], "y": self._text(rec, ev.token)}
         if isinstance(ev, Commit):
             return self._commit(rec, ev)
-        if isinstance(ev, Span) and ev.lane in LANES:
-            return {"k": "p", "l": LANES[ev.lane], "n": ev.label, "s": ev.step,
+        if isinstance(ev, Span):
+            shown = self.verdicts.see(ev)
+            if ev.lane not in LANES:
+                return None
+            return {"k": "p", "l": LANES[ev.lane], "n": shown, "s": ev.step,
                     "a": _ms(ev.start_ns - rec.t0_ns), "b": _ms(ev.end_ns - rec.t0_ns)}
         if isinstance(ev, Finish):
             return {"k": "f", "n": int(ev.stats.get("new_tokens", self.tokens)),

@@ -225,6 +225,27 @@ class StepView:
         return list(self.window_branch.tokens) if self.window_branch else []
 
 
+LATE_BRANCHES = "branches_late"  # a branch forward that began at or after its step's verdict
+
+
+class Verdicts:
+    """Each step's verdict time (the end of its target and verify spans seen so far), read span
+    by span, so that a branch forward begun after it is drawn as drafting the target waits for
+    (`shown_label`), not as drafting beside the target."""
+
+    def __init__(self):
+        self.ends: dict[int, int] = {}
+
+    def see(self, span) -> str:
+        """`span`'s label as drawn: its own, or LATE_BRANCHES for a branch forward that began at
+        or after its step's verdict."""
+        if span.lane in ("target", "verify"):
+            self.ends[span.step] = max(self.ends.get(span.step, span.end_ns), span.end_ns)
+            return span.label
+        end = self.ends.get(span.step)
+        return LATE_BRANCHES if span.label == "branches" and end is not None and span.start_ns >= end else span.label
+
+
 def drafted_in_turn(branch: DraftBranch, raced: bool) -> bool:
     """Whether a serial rollout after a Mirror-SD verdict came from a step whose lanes ran one
     after the other (the overlap gate's choice, engine/mirror/gate.py): nothing raced the

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .palette import LANES
-from .runs import RunRecord, analyse, colour, label, method_names
+from .runs import LATE_BRANCHES, RunRecord, Verdicts, analyse, colour, label, method_names
 
 # span label -> (legend name, colour), in the lane colours of ui/palette.py (hue families the
 # token colours never use): the target in greys, its early exit pink, the draft cyan, dark while
@@ -33,6 +33,7 @@ LABELS = {
     "prefill+draft": ("draft: prompt and first window", LANES["draft_waits"]),
     "extend": ("draft: reads its last drafted token", LANES["draft_beside"]),
     "branches": ("draft branch rollouts (batched)", LANES["draft_beside"]),
+    LATE_BRANCHES: ("draft branch rollouts after the verdict (the target waits)", LANES["draft_waits"]),
     "fallback": ("draft: next window after a miss (target waits)", LANES["draft_waits"]),
     "accept": ("verdict (acceptance rule)", LANES["verdict"]),
 }
@@ -42,7 +43,7 @@ GROUPS = {"target": (LANES["target"], ("prefill", "decode", "verify_forward", "p
           "target after the early exit": (LANES["target_after"], ("suffix",)),
           "early exit (its guesses go to the draft)": (LANES["exit"], ("exit_head",)),
           "draft beside the target": (LANES["draft_beside"], ("extend", "branches")),
-          "draft, the target waits": (LANES["draft_waits"], ("draft", "prefill+draft", "fallback")),
+          "draft, the target waits": (LANES["draft_waits"], ("draft", "prefill+draft", "fallback", LATE_BRANCHES)),
           "verdict": (LANES["verdict"], ("accept",))}
 GROUP_OF = {span: (name, c) for name, (c, spans) in GROUPS.items() for span in spans}
 LANE_ORDER = ["target", "draft", "verify", "transfer"]
@@ -118,10 +119,11 @@ def _bars(records: dict[str, RunRecord], origins: dict[str, int]) -> dict[str, d
         rec = records.get(m)
         if rec is None:
             continue
+        verdicts = Verdicts()
         for s in rec.spans:
             start = (s.start_ns - origins[m]) / 1e9
             dur = max(s.end_ns - s.start_ns, 0) / 1e9
-            b = bars.setdefault(s.label, {"x": [], "base": [], "y": [], "text": []})
+            b = bars.setdefault(verdicts.see(s), {"x": [], "base": [], "y": [], "text": []})
             b["x"].append(dur)
             b["base"].append(start)
             b["y"].append(lane_name(m, s.lane))
