@@ -109,8 +109,9 @@ class Handlers:
         records, meta = dict(job.records), dict(job.meta)
         if kept and len(kept) == len(rounds) > 1 and not job.error and not cancel.is_set():
             shown = median_runs(rounds)  # each method's middle run: the race runs in the medians' order
-            records = {m: kept[i][0][m] for m, i in shown.items()}
-            meta = dict(kept[shown.get("mirror", len(kept) - 1)][1])  # Mirror-SD's run's exit layer and the like
+            last = len(kept) - 1  # a method with no speed in any round: its last round's run
+            records = {m: kept[shown.get(m, last)][0][m] for m in kept[last][0]}
+            meta = dict(kept[shown.get("mirror", last)][1])  # Mirror-SD's run's exit layer and the like
             meta["median_runs"] = {m: i + 1 for m, i in shown.items()}
             meta["rounds"] = len(rounds)
         meta.setdefault("machine", _machine())
