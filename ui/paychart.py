@@ -100,5 +100,5 @@ def _below_note(rows: list[dict], projection: dict | None) -> str:
     here = (f" Replayed the same way on this machine (What if, row (a)), Mirror-SD is {own:.2f}× SD against "
             f"{gated:.2f}× measured: {gap}." if own else "")
     return (f'<p class="pc-note">Why a projection can fall below a bar measured here: it is a model, not a '
-            f'rerun. It prices both methods\' steps from this run\'s median forward costs, decode only, at the '
+            f'rerun. It prices both methods\' steps from the median forward costs measured here, decode only, at the '
             f'settings each would pick there.{esc(here)}</p>')
