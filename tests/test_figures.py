@@ -362,7 +362,7 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
     assert proj["over_sd_rounds"]["c"] == [own["c"], own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    words = f"(the runs shown; each of the 3 rounds: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
+    words = f"(the runs shown; with each of the 3 rounds&#x27;: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = own["c"] * 0.5 < 1 < own["c"] * 2
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
@@ -372,9 +372,9 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     assert words in render_panel(result, projected=projected)
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        " (the runs shown; each of the 3 rounds: 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
+        " (the runs shown; with each of the 3 rounds': 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
         "would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; each of the 2 rounds: 1.05–1.28×)"
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; with each of the 2 rounds': 1.05–1.28×)"
     single = best_projection(dict(base, records=records, projected=[own]))
     assert "rounds: " not in render_verdict(records, base["meta"], single)  # one round: no range
 
@@ -823,7 +823,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
     assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.60× SD with the " \
-           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 rounds); 1.20× SD on an accelerator pair." in gated, gated
+           "draft on a device of its own (inconclusive: 0.90–2.00× with the 3 rounds'); 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
@@ -1109,3 +1109,17 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
                                           r"waited (\d+) ms for it", text).groups())
     assert need == have + wait and wait == 3, (need, have, wait)
     assert "the draft finished it 3 ms after the verdict" in text
+
+
+def test_a_projection_of_the_runs_shown_lies_within_the_range_it_is_given_with():
+    """The runs shown (each method's middle run) are a set no round ran as such: their
+    projection can lie outside the rounds' own, so the range said beside it, and the chart's
+    whisker, span both."""
+    from ui.paychart import bars
+    from ui.whatif import round_span, rounds_words
+    p = {"over_sd": {"c": 0.90}, "over_sd_rounds": {"c": [0.93, 0.99, 0.95]}}
+    assert round_span(p, "c") == [0.93, 0.99, 0.95, 0.90]
+    assert rounds_words(p, "c") == " (the runs shown; with each of the 3 rounds': 0.90–0.99×)"
+    row = next(r for r in bars(cards(tiny_records()), None, p) if r["kind"] == "projected")
+    assert (row["low"], row["high"]) == (0.90, 0.99) and row["low"] <= row["value"] <= row["high"]
+    assert round_span({"over_sd": {"c": 0.9}, "over_sd_rounds": {"c": [0.95]}}, "c") == []  # one round: no range

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 
 from .figures import Card, runs_of, shown_run, speeds
+from .whatif import round_span
 from .runs import colour, label, variant_of
 
 esc = html.escape
@@ -42,12 +43,12 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         value = (p.get("over_sd") or {}).get(key)
         if value is None:
             continue
-        rounds = ((p.get("over_sd_rounds") or {}).get(key)) or []
+        rounds = round_span(p, key)  # the rounds' projections and the runs shown's
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        spread = (f"; the whisker: each of the {len(rounds)} rounds' projection" if len(rounds) > 1 else "")
-        out.append({"label": words, "value": value, "low": min(rounds) if len(rounds) > 1 else None,
-                    "high": max(rounds) if len(rounds) > 1 else None, "kind": "projected",
+        spread = (f"; the whisker: its range with each of the {len(rounds) - 1} rounds' projections" if rounds else "")
+        out.append({"label": words, "value": value, "low": min(rounds) if rounds else None,
+                    "high": max(rounds) if rounds else None, "kind": "projected",
                     "colour": PROJECTED_COLOUR,
                     "note": f"decode, the steps of {shown_run(spreads)} replayed (What if, row ({key})){cost}{spread}"})
     return out

@@ -15,7 +15,7 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_range
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
-from .whatif import projection_line, round_values, rounds_span_one
+from .whatif import projection_line, round_span, round_values, rounds_span_one
 from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
                    method_names, variant_of)
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once,
@@ -91,10 +91,9 @@ def _projected(p: dict, key: str, words: str) -> str:
     last = (p.get("over_sd") or {}).get(key)
     if last is None:
         return ""
-    values = round_values(p, key)
+    values, n = round_span(p, key), len(round_values(p, key))
     either = "inconclusive: " if rounds_span_one(p, key) else ""
-    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {len(values)} rounds)"
-              if len(values) > 1 else "")
+    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× with the {n} rounds')" if values else "")
     return f"{last:.2f}× SD {words}{spread}"
 
 

@@ -519,19 +519,29 @@ def over_sd_of(state: dict) -> dict:
 def rounds_words(p: dict, key: str) -> str:
     """' (its 3 runs: 0.98–1.25×)': the range of Mirror-SD over SD over the interleaved rounds
     at profile `key` ('' from fewer than two)."""
-    values = round_values(p, key)
-    if len(values) < 2:
+    n = len(round_values(p, key))
+    if n < 2:
         return ""
+    values = round_span(p, key)
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    return f" (the runs shown; each of the {len(values)} rounds: {min(values):.2f}–{max(values):.2f}×{either})"
+    return f" (the runs shown; with each of the {n} rounds': {min(values):.2f}–{max(values):.2f}×{either})"
 
 
 def rounds_span_one(p: dict, key: str) -> bool:
-    """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round and
-    above it in another (the rounds cannot tell which of the two would be faster there)."""
-    values = round_values(p, key)
+    """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round (or the
+    runs shown) and above it in another (the rounds cannot tell which would be faster there)."""
+    values = round_span(p, key)
     return len(values) > 1 and min(values) < 1 < max(values)
+
+
+def round_span(p: dict | None, key: str) -> list[float]:
+    """The rounds' Mirror-SD over SD at profile `key` and, beside them, the runs shown's (each
+    method's middle run, a set no round ran as such, so it can lie outside the rounds' own);
+    [] from fewer than two rounds."""
+    values = round_values(p, key)
+    shown = ((p or {}).get("over_sd") or {}).get(key)
+    return values + ([shown] if shown is not None else []) if len(values) > 1 else []
 
 
 def round_values(p: dict | None, key: str) -> list[float]:
