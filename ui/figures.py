@@ -23,7 +23,7 @@ from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
 from .runs import RunRecord, analyse, exit_check, label, measured, variant_of, verdict_outcome
-from .why import breakdown, contention, costs, steps_at_once
+from .why import breakdown, contention, costs, steps_at_once, steps_undrafted
 
 
 @dataclass
@@ -85,7 +85,7 @@ def card(rec: RunRecord) -> Card | None:
         misses=int(stats.get("fallbacks") or 0) if has_branches else None,
         draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
-        complete=rec.complete, in_turn=in_turn, undrafted=sum(not v.drafted for v in verifies),
+        complete=rec.complete, in_turn=in_turn, undrafted=steps_undrafted(rec),
         turns=turn_check(rec),
         would_hit=(t["would_hit"], t["checked"]) if (t := turn_check(rec)) else None)
 
@@ -312,11 +312,12 @@ def _names(methods: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _told(methods: list[str]) -> str:
-    """'SD and Mirror-SD apart'; from three on, the first against each of the rest: 'Mirror-SD
-    from SD or AR' (the runs compare each with the first, not the rest with each other)."""
+def _told(methods: list[str], apart: str = " apart") -> str:
+    """'SD and Mirror-SD apart' (`apart` after two); from three on, the first against each of
+    the rest: 'Mirror-SD from SD or AR' (the runs compare each with the first, not the rest
+    with each other)."""
     if len(methods) < 3:
-        return f"{_names(methods)} apart"
+        return f"{_names(methods)}{apart}"
     rest = [label(m) for m in methods[1:]]
     return f"{label(methods[0])} from {', '.join(rest[:-1])} or {rest[-1]}"
 
@@ -325,7 +326,7 @@ def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | No
     """The plain clause for methods a run cannot separate ("them" when they are all the
     methods shown and no more than two; `nor`, a second group the runs cannot separate either)."""
     who = "them apart" if every and len(names) < 3 else _told(names)
-    also = f", nor {_told(nor)[:-len(' apart')] if len(nor) < 3 else _told(nor)}" if nor else ""
+    also = f", nor {_told(nor, apart='')}" if nor else ""
     if runs > 1:
         return f"these {runs} runs cannot tell {who}{also} (their ranges overlap: within this machine's noise)"
     return (f"one run cannot tell {who}{also} (within {LEVEL:.0%}, about one run's noise here; "
