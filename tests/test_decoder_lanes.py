@@ -279,7 +279,7 @@ def test_the_gate_prices_a_mode_beyond_a_plain_decode_so_short_windows_do_not_co
     gate.record(True, 920.0, 4 + 4, decode_ms=260.0)  # (920 - 260) / 8 = 82.5 ms a drafted token
     gate.record(False, 400.0, 1 + 1, decode_ms=260.0)  # (400 - 260) / 2 = 70 ms
     assert memory == {"overlap": 82.5, "serial": 70.0}
-    assert gate.overlap() is False and gate.prices_from(False) and not gate.prices_from(True)
+    assert gate.overlap() is False and gate.favoured() is False
     assert 920.0 / 5 < 400.0 / 2  # the old measure, per verified row, would have picked overlapping
     assert "ms per drafted token beyond a decode overlapped" in gate.describe()
 
@@ -306,30 +306,32 @@ def test_each_try_of_the_slower_mode_that_loses_again_doubles_the_gap():
     assert memory["gap"] == PROBE_EVERY
 
 
-def test_only_steps_of_the_favoured_mode_price_the_windows():
-    """A verify forward on half the cores beside the draft costs far more than one with every
-    core: where the lanes share a device, only the mode most steps run in feeds the window
-    policy's costs (before both are measured: the steps one lane after the other)."""
+def test_the_windows_are_priced_for_the_favoured_mode():
+    """Where the lanes share a device, the windows are priced for the mode measured cheaper
+    (before both are measured: the lanes one after the other); elsewhere for overlapped steps."""
     from mirror_sd.engine.mirror.gate import OverlapGate
     memory = {}
     gate = OverlapGate("auto", True, memory)
-    assert gate.prices_from(False) and not gate.prices_from(True)  # nothing measured yet
+    assert gate.favoured() is False  # nothing measured yet
     gate.record(True, 120.0, 4)
     gate.record(False, 80.0, 4)  # one after the other wins
-    assert gate.prices_from(False) and not gate.prices_from(True)
+    assert gate.favoured() is False
     for _ in range(4):
         gate.record(True, 20.0, 4)  # overlapping wins now
-    assert gate.prices_from(True) and not gate.prices_from(False)
+    assert gate.favoured() is True
     for gate in (OverlapGate("auto", False, {}), OverlapGate("always", True, {})):
-        assert gate.prices_from(True) and gate.prices_from(False)
+        assert gate.favoured() is True
 
 
-def test_priced_mirror_windows_read_serial_verifies_host_time_and_calibration(monkeypatch):
-    """With the lanes sharing cores and one lane after the other favoured, a priced run's
-    verify costs come from its serial steps only (the overlapped ones, every PROBE_EVERY-th,
-    would price longer windows out), and the policy learns the step's host time and how far
-    to trust a drafted token of each draft probability, as plain SD's does; output unchanged."""
+def test_steps_in_turn_price_with_sd_s_costs_and_overlapped_steps_with_their_own(monkeypatch):
+    """With the lanes sharing cores, a priced Mirror-SD run's steps one lane after the other
+    read and feed the very costs SD's runs on this pair feed (the same forwards in the same
+    order: where the gate keeps the lanes apart, Mirror-SD drafts the windows SD would), and its
+    overlapped steps (every PROBE_EVERY-th here) feed costs of their own, which never price the
+    in-turn windows; the policy learns the step's host time and how far to trust a drafted token
+    of each draft probability, as plain SD's does; output unchanged."""
     from mirror_sd.engine.pricing import Costs, Prices
+    from mirror_sd.engine.speculative import Speculative
     from mirror_sd.engine.windows import pair_costs
     # priced as on a machine where drafting pays (the tiny models' own timings are near ties)
     fixed = Prices([(1, 1.0), (2, 1.05), (9, 1.4)], {"draft": 0.15, "lookup": 0.0, "catchup": 0.0})
@@ -337,29 +339,41 @@ def test_priced_mirror_windows_read_serial_verifies_host_time_and_calibration(mo
     seed = 3
     pair = tiny.pair_perturbed(seed)
     p = tiny.prompt(seed, 6)
+    list(Speculative(pair, Settings(max_new_tokens=8, gamma=3, window="priced")).generate(p))
+    sd_costs = pair_costs(pair, "sd", "full", "off")
+    own = pair_costs(pair, "mirror", "full", "off", "on")
+    assert sd_costs is not own
     monkeypatch.setattr(mirror_decoder, "lanes_share_a_device", lambda _pair: True)
     decoder = MirrorSpeculative(pair, Settings(max_new_tokens=40, gamma=3, window="priced"))
     decoder._prepare()
     decoder._lane_costs(decoder.settings).update(overlap=50.0, serial=10.0)  # serial wins
-    recorded = []
+    fed = []
     original = mirror_decoder.MirrorSpeculative._price
 
-    def price(run, policy, step, rows, window, waited, record=True, start_ns=None):
-        recorded.append((step, record))
-        return original(run, policy, step, rows, window, waited, record, start_ns)
+    def price(self, run, costs, step, *rest):
+        fed.append((step, costs, self._policy.costs))
+        return original(self, run, costs, step, *rest)
 
-    monkeypatch.setattr(mirror_decoder.MirrorSpeculative, "_price", staticmethod(price))
+    monkeypatch.setattr(mirror_decoder.MirrorSpeculative, "_price", price)
     events = list(decoder.generate(p))
     fin = tiny.finish(events)
     assert fin.token_ids == tiny.reference_greedy(pair.target, p, 40)
     overlapped = {e.step for e in of(events, EarlyExit)}
     assert overlapped, "the gate tries overlapping every PROBE_EVERY steps"
-    assert all(record == (step not in overlapped) for step, record in recorded)
-    policy = decoder._policy
-    assert policy.costs is pair_costs(pair, "mirror", "full", "off", "on")
-    measured = policy.costs._draft  # what the run fed (the snapshot above is fixed)
+    assert len(overlapped) < len(fed)
+    assert all(costs is (own if step in overlapped else sd_costs) for step, costs, _ in fed)
+    assert all(reading is sd_costs for _, _, reading in fed)  # in turn favoured: priced as SD prices
+    assert decoder._policy.costs is sd_costs
+    measured = sd_costs._draft  # what the runs fed (the snapshot above is fixed)
     assert measured["host-drafted"].values and measured["draft"].values
-    assert sum(policy.calibrated("draft").seen) > 0
+    assert own._draft["draft"].values  # the overlapped steps' waits, apart
+    assert sum(decoder._policy.calibrated("draft").seen) > 0
+    # lanes on devices of their own: every step overlaps, priced with Mirror-SD's own costs only
+    monkeypatch.setattr(mirror_decoder, "lanes_share_a_device", lambda _pair: False)
+    fed.clear()
+    decoder = MirrorSpeculative(pair, Settings(max_new_tokens=12, gamma=3, window="priced"))
+    list(decoder.generate(p))
+    assert fed and all(costs is own and reading is own for _, costs, reading in fed)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

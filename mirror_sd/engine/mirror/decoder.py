@@ -22,9 +22,13 @@ lane drafts then (draft_lane.py). Under the adaptive policy a hit's window grows
 window_max like SD's. Settings.branch_extend = off keeps branches gamma deep (a taken branch
 is only cut: windows at most gamma). Priced windows are priced with the verify forwards, the
 draft time the target waits for the next window (near 0 on a hit) and the step's host time,
-from the steps of the mode the run mostly steps in (gate.prices_from); a priced window may be
-empty where drafting would not pay: that step is a plain target decode, the lanes one after
-the other (nothing to race). The length never depends on the target's distributions
+each mode's steps into costs of their own, and a window is priced with the costs of the mode
+the run mostly steps in (gate.favoured). Steps with the lanes one after the other are SD's
+steps (the same forwards, in the same order): they read and feed the very costs SD's runs on
+this pair measure (windows.pair_costs for "sd"), so where the gate keeps the lanes apart,
+Mirror-SD drafts the windows SD would, and what separates the two methods is the overlap. A
+priced window may be empty where drafting would not pay: that step is a plain target decode,
+the lanes one after the other (nothing to race). The length never depends on the target's distributions
 for the window it is verified against, so the acceptance rule stays lossless. The proposals
 only choose what is precomputed; every committed token is verified against the target's
 final layer, so the output is the target's own.
@@ -64,7 +68,7 @@ from mirror_sd.engine.proposers import fill_window, plan_window, price_draft, pr
 from mirror_sd.engine.mirror.scoring import ACCEPT_WEIGHT, ACCEPT_WEIGHT_LENS, EXIT_WEIGHT, EXIT_WEIGHT_LENS
 from mirror_sd.engine.run import generator_for
 from mirror_sd.engine.speculative import verify_window
-from mirror_sd.engine.windows import shared_with_pair
+from mirror_sd.engine.windows import pair_costs, shared_with_pair
 from mirror_sd.models.pair import model_vocab_size
 from mirror_sd.placement import lane_alone, lane_split, lane_sync, lanes_share_a_device
 from mirror_sd.proposals.draft_vocab import shipped_ids
@@ -127,15 +131,20 @@ class MirrorSpeculative(Decoder):
             yield Notice(notice)
         marks = {}  # timestamps of the exit hook inside the current target forward
         self._hook = self._exit_hook(target, marks) if run.settings.early_exit == "on" else None
-        policy = shared_with_pair(mirror_policy(run.settings, self.pair.eos_token_ids), self.pair, "mirror",
-                                  run.settings.draft_vocab, run.settings.streams, run.settings.early_exit)
+        s = run.settings
+        policy = shared_with_pair(mirror_policy(s, self.pair.eos_token_ids), self.pair, "mirror",
+                                  s.draft_vocab, s.streams, s.early_exit)
         self._policy = policy
+        gate = OverlapGate(s.lane_overlap, lanes_share_a_device(self.pair), self._lane_costs(s))
+        # the costs each mode's steps feed: overlapped, Mirror-SD's own; one lane after the other, SD's
+        self._costs = {True: policy.costs,
+                       False: pair_costs(self.pair, "sd", s.draft_vocab, s.streams) if gate.auto else policy.costs}
+        policy.costs = self._costs[gate.favoured()]
         window = yield from self._first_window(run, target, draft, proposer, policy)
         lens_on = self._head.lens is not None
         self._stalled = False
         self._worker = DraftWorker(draft, run, EXIT_WEIGHT_LENS if lens_on else EXIT_WEIGHT, proposer,
                                    ACCEPT_WEIGHT_LENS if lens_on else ACCEPT_WEIGHT, policy=policy)
-        gate = OverlapGate(run.settings.lane_overlap, lanes_share_a_device(self.pair), self._lane_costs(run.settings))
         run.info["verdict_ranks"] = []  # per step the lane finished: see DraftBranch.rank
         self._worker.start()
         step, hit = 0, False
@@ -186,8 +195,8 @@ class MirrorSpeculative(Decoder):
         if not run.done and error is None:
             gate.record(True, (time.perf_counter_ns() - start) / 1e6, _drafted(window, job.next_window),
                         self._decode_ms())
-            self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, waited,
-                        gate.prices_from(True), start)
+            self._price(run, self._costs[True], step, len(window.tokens) + 1, job.next_window, waited, start)
+            self._policy.costs = self._costs[gate.favoured()]
         if job.proposals:
             yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
                             lens=self._head.lens is not None)
@@ -235,8 +244,9 @@ class MirrorSpeculative(Decoder):
                     wall_ms -= nxt.first_s * 1e3
                 if window.tokens:  # a decode step is no choice of mode: the gate compares drafted steps
                     gate.record(False, wall_ms, _drafted(window, nxt), self._decode_ms())
-                self._price(run, self._policy, step, len(window.tokens) + 1, job.next_window, drafted,
-                            gate.prices_from(False), start)
+                self._price(run, self._costs[False], step, len(window.tokens) + 1, job.next_window, drafted,
+                            start)
+                self._policy.costs = self._costs[gate.favoured()]
         yield from self._after_verdict(run, job, verify_event, commit, error)
         if run.done or error is not None:
             return None, False
@@ -279,25 +289,20 @@ class MirrorSpeculative(Decoder):
             yield from job.branches
         yield from run.new_spans()
 
-    @staticmethod
-    def _price(run, policy, step: int, rows: int, window, waited: float, record: bool = True,
-               start_ns: int | None = None) -> None:
-        """The step's costs for priced windows (windows.py): the target's verify forward over
-        `rows` rows (prefix, exit head and suffix), the draft time the target waited for the
-        next window (hidden behind a hit: near 0), per token of it, and the step's host time
-        (from `start_ns` to now, less those two: the acceptance rule, the hand-off's
-        bookkeeping), where `record` (the gate's `prices_from`: a step of the mode the run
-        mostly steps in); the window carries the policy's reason for its length."""
-        window.note = policy.note
-        if not record:
-            return
+    def _price(self, run, costs, step: int, rows: int, window, waited: float, start_ns: int | None = None) -> None:
+        """The step's costs for priced windows (windows.py), into `costs` (the step's mode's):
+        the target's verify forward over `rows` rows (prefix, exit head and suffix), the draft
+        time the target waited for the next window (hidden behind a hit: near 0), per token of
+        it, and the step's host time (from `start_ns` to now, less those two: the acceptance
+        rule, the hand-off's bookkeeping); the window carries the policy's reason for its length."""
+        window.note = self._policy.note
         forward = [sp.end_ns - sp.start_ns for sp in run.spans if sp.step == step and sp.lane == "target"
                    and sp.label in ("verify_forward", "decode", "prefix", "exit_head", "suffix")]
         if forward:
-            policy.costs.add_verify(rows, sum(forward) / 1e9)
-        price_draft(policy.costs, window, waited)
+            costs.add_verify(rows, sum(forward) / 1e9)
+        price_draft(costs, window, waited)
         if start_ns is not None:
-            policy.costs.add_host(rows > 1, (time.perf_counter_ns() - start_ns) / 1e9 - sum(forward) / 1e9 - waited)
+            costs.add_host(rows > 1, (time.perf_counter_ns() - start_ns) / 1e9 - sum(forward) / 1e9 - waited)
 
     def _exit_hook(self, target: Lane, marks: dict):
         """A forward hook on the exit layer: during the target lane's verify forward, post the
@@ -340,7 +345,7 @@ class MirrorSpeculative(Decoder):
                                      generator_for(s.seed, 0, "draft"))
                 note["detail"] = proposer.describe(len(window.tokens))
         span = run.spans[-1]  # priced as SD prices its windows (a warm-up measures the draft here)
-        price_draft(policy.costs, window, (span.end_ns - span.start_ns) / 1e9)
+        price_draft(self._costs[False], window, (span.end_ns - span.start_ns) / 1e9)
         yield DraftBranch(0, 0, run.committed[-1], 1.0, window.tokens, window.q_probs, "serial")
         return window
 

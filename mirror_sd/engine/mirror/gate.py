@@ -54,20 +54,20 @@ class OverlapGate:
             return not best
         return best
 
-    def prices_from(self, overlapped: bool) -> bool:
-        """Whether a step of this mode should feed the window policy's costs: the windows are
-        priced for the steps most of the run will be. Where the lanes share a device and
-        both modes are measured, only the favoured mode's steps (a verify forward on half
-        the cores beside the draft costs up to three times one with every core: mixed into
-        the same running medians, one such figure could price every longer window out for
-        the rest of the run); before that, only steps one lane after the other (the target
-        at full speed). Elsewhere (lanes on devices of their own, or `always`) every step."""
+    def favoured(self) -> bool:
+        """Whether the windows are priced for overlapped steps (else for steps one lane after
+        the other): the mode the next steps will mostly run in. Where the lanes share a device,
+        the mode measured cheaper once both are measured, before that the lanes one after the
+        other (the target at full speed); elsewhere (a device each, or `always`) overlapped.
+        Each mode's steps feed costs of their own (decoder.py): a verify forward on half the
+        cores beside the draft costs up to three times one with every core, so one such figure
+        in the other mode's running medians could price every longer window out."""
         if not self.auto:
             return True
         m = self.memory
         if "overlap" in m and "serial" in m:
-            return overlapped == (m["overlap"] <= m["serial"])
-        return not overlapped
+            return m["overlap"] <= m["serial"]
+        return False
 
     def record(self, overlapped: bool, wall_ms: float, tokens: int, decode_ms: float = 0.0) -> None:
         """A finished step: its mode, wall time from the verify's start to the next window
