@@ -782,6 +782,41 @@ def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside
     assert "it cost time here" not in text
 
 
+def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_difference():
+    """Each Mirror-SD's wall time against SD's, split into the drafting the target waited for
+    (the overlap), the count of verify steps (at SD's mean a step), each step's time and the
+    rest: the parts add up to the difference, read from each method's own record (the twin's
+    too), and the takeaway says it in seconds."""
+    from ui.figures import time_split, time_split_words
+    from ui.results import takeaway_parts
+    from ui.why import breakdown
+    records = dict(tiny_records())
+    records["mirror-overlap"] = records["mirror"]
+    records["mirror"] = _serial_after(records["mirror"], 0)
+    c = cards(records)
+    for m in ("mirror", "mirror-overlap"):
+        split = time_split(c["sd"], c[m], records["sd"], records[m])
+        assert split is not None
+        assert split["total"] == pytest.approx(c[m].wall_s - c["sd"].wall_s)
+        assert sum(split[k] for k in ("overlap", "steps", "per_step", "rest")) == pytest.approx(split["total"])
+        waited = {x: breakdown(records[x])["draft_exposed"] for x in ("sd", m)}
+        assert split["overlap"] == pytest.approx(waited[m] - waited["sd"])
+        words = time_split_words(c, records, m)
+        assert words.startswith(f"{label(m)} took {c[m].wall_s:.2f} s, "), words
+        assert ("saved" if split["overlap"] < 0 else "lost") + f" {abs(split['overlap']):.2f} s on waiting for the " \
+            "draft" in words, words
+        hidden = c[m].draft_hidden_s or 0.0
+        assert (f"(it hid {hidden:.2f} s of drafting beside the target)" in words) == (hidden >= 0.005), words
+        assert f"verify step{'' if abs(c[m].verify_steps - c['sd'].verify_steps) == 1 else 's'} " \
+            f"({c[m].verify_steps} against {c['sd'].verify_steps}" in words or abs(split["steps"]) < 0.005, words
+    assert time_split(c["sd"], c["mirror"], records["sd"], records["mirror"]) != time_split(
+        c["sd"], c["mirror-overlap"], records["sd"], records["mirror-overlap"])
+    leads = dict(takeaway_parts(records))
+    said = leads["Against SD, second by second"]
+    assert time_split_words(c, records, "mirror") in said and time_split_words(c, records, "mirror-overlap") in said
+    assert time_split_words({m: x for m, x in c.items() if m != "sd"}, records, "mirror") == ""
+
+
 def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     """The one-sentence takeaway reads SD's gain from the interleaved ranges (proven only when
     every SD run beat every AR run), says that the gated Mirror-SD ran as SD where it ran its
@@ -808,7 +843,8 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     steps = lanes_at_once(records["mirror"])[1]
     assert (f"It took turns as SD does (the draft, then the target) in all {steps} of its steps: both models "
             "share these cores, and its gate, which times both orders as it runs, judged taking turns the "
-            "faster. Its windows follow its own measured prices, so its steps are not SD's.") in gated, gated
+            "faster. Taking turns, it prices its windows from SD's own measured costs, so those steps are "
+            "SD's.") in gated, gated
     assert "beat the gated run" not in gated  # the two runs' speeds alike
     from dataclasses import replace as dc_replace
     from ui.figures import speeds
@@ -838,17 +874,19 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     records = tiny_records()
     state = {"records": records, "settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
              "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
-    proj = dict(best_projection(state), over_sd_rounds={"b": [0.7, 1.3, 0.9]})
+    proj = best_projection(state)
+    b = proj["over_sd"]["b"]  # the tiny run's own projection, timing-dependent: rounds around it
+    proj = dict(proj, over_sd_rounds={"b": [0.7 * b, 1.3 * b, 0.9 * b]})
     c = cards(records)
     rows = bars(c, None, proj)
     sp = speeds(c)
     assert [r["kind"] for r in rows] == ["measured", "projected", "projected"]
     assert rows[0]["value"] == sp["mirror"][0] / sp["sd"][0] and "this run" in rows[0]["note"]
     assert [r["value"] for r in rows[1:]] == [proj["over_sd"]["b"], proj["over_sd"]["c"]]
-    assert (rows[1]["low"], rows[1]["high"]) == (0.7, 1.3) and rows[2]["low"] is None
+    assert (rows[1]["low"], rows[1]["high"]) == (0.7 * b, 1.3 * b) and rows[2]["low"] is None
     html = render_pay_chart(proj, c)
     assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
-    assert "(0.70–1.30×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
+    assert f"({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
     assert f"that pair&#x27;s draft forward {proj['draft_share']['c']:.0%} of its target&#x27;s" in html
     assert "a draft forward at" not in html  # this pair's cost: the verdict's measured one, said once
     spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * .9, x.e2e_tps * 1.1, 3)} for m, x in c.items()}
@@ -1017,8 +1055,9 @@ def test_a_pane_says_where_its_run_stands_among_its_method_s_rounds():
 
 
 def test_the_trade_says_when_sd_and_mirror_sd_drafted_windows_of_other_lengths():
-    """Each method prices its own windows: where their medians differ, the drafting picture says
-    so with both methods' windows (as the cards give them); where they agree, nothing."""
+    """Where SD's and Mirror-SD's window medians differ, the drafting picture says so with both
+    methods' windows (as the cards give them) and why (the overlapped steps' own prices, or the
+    costs moving between runs); where they agree, nothing."""
     from dataclasses import replace
 
     from ui.results import windows_note
@@ -1028,7 +1067,11 @@ def test_the_trade_says_when_sd_and_mirror_sd_drafted_windows_of_other_lengths()
     other = dict(c, sd=replace(c["sd"], windows=(2, 2, 5)), mirror=replace(c["mirror"], windows=(1, 7, 9)))
     text = windows_note(other)
     assert "SD drafted 2–5, median 2 tokens a window, Mirror-SD 1–9, median 7." in text, text
-    assert "window length as well as in the overlap" in text
+    over = dict(other, mirror=replace(other["mirror"], hits=2, misses=1))
+    assert "Steps in turn price their windows from the same measured costs; Mirror-SD's 3 overlapped steps " \
+           "price drafting at what the target waited for it" in windows_note(over)
+    turns = dict(other, mirror=replace(other["mirror"], hits=0, misses=0))
+    assert "Both price their windows from the same measured costs" in windows_note(turns)
     assert windows_note({m: x for m, x in other.items() if m != "sd"}) == ""
 
 

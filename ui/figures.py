@@ -483,22 +483,85 @@ def split_words(factor: float, precision: str | None, tokens: int) -> str:
 ITEM = "\n"
 
 
+def _verify_and_waits(sd: Card, mirror: Card, sd_rec: RunRecord, mirror_rec: RunRecord):
+    """(parts, verify, exposed, after), each keyed by role ("sd" the serial drafter's card,
+    "mirror" the early-exit drafter's): the runs' breakdowns, the target's forwards of every
+    step after the first token (a window verified, or one token where the window's pricing
+    drafted none: every verify step counts, so the means divide like with like), the drafting
+    the target waited for, and the verify steps after the first (the first is in the first
+    token); None without those figures."""
+    parts = {"sd": breakdown(sd_rec) or {}, "mirror": breakdown(mirror_rec) or {}}
+    verify = {m: None if parts[m].get("verify") is None else parts[m]["verify"] + (parts[m].get("target") or 0.0)
+              for m in parts}
+    exposed = {m: parts[m].get("draft_exposed") for m in parts}
+    if None in verify.values() or None in exposed.values():
+        return None
+    after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}
+    return parts, verify, exposed, after
+
+
+def time_split(sd: Card, mirror: Card, sd_rec: RunRecord, mirror_rec: RunRecord) -> dict | None:
+    """Mirror-SD's wall time less SD's (seconds; negative: Mirror-SD finished sooner), split
+    into what each difference accounts for, adding up to it: "overlap" (less or more drafting
+    the target waited for: what running the draft beside the target hid), "steps" (more or
+    fewer verify steps after the first, each at SD's mean a step: window lengths and
+    rejections), "per_step" (each of Mirror-SD's verify steps dearer or cheaper than SD's on
+    mean: the verify beside the draft, and longer windows), "rest" (the first token, host
+    time, idle). None without the figures, or where a run verified nothing after its first."""
+    got = _verify_and_waits(sd, mirror, sd_rec, mirror_rec)
+    if got is None or not (sd.wall_s and mirror.wall_s):
+        return None
+    _, verify, exposed, after = got
+    if not (after["sd"] and after["mirror"]):
+        return None
+    mean = {m: verify[m] / after[m] for m in verify}
+    split = {"overlap": exposed["mirror"] - exposed["sd"],
+             "steps": (after["mirror"] - after["sd"]) * mean["sd"],
+             "per_step": after["mirror"] * (mean["mirror"] - mean["sd"])}
+    total = mirror.wall_s - sd.wall_s
+    split["rest"] = total - sum(split.values())
+    split["total"] = total
+    return split
+
+
+def time_split_words(c: dict[str, Card], records: dict[str, RunRecord], m: str) -> str:
+    """'Mirror-SD took 9.10 s, 1.30 s less than SD's 10.40 s: it saved 1.20 s on waiting for
+    the draft (it hid 2.10 s of drafting beside the target), ...': `time_split` in one sentence, the largest part
+    first, for the run of method `m` against "sd" ('' without it)."""
+    if "sd" not in c or m not in c:
+        return ""
+    sd, mirror = c["sd"], c[m]
+    split = time_split(sd, mirror, records["sd"], records[m])
+    if split is None:
+        return ""
+    more = mirror.verify_steps - sd.verify_steps
+    medians = (f"; windows of median {mirror.windows[1]:g} tokens against {sd.windows[1]:g}"
+               if mirror.windows and sd.windows and mirror.windows[1] != sd.windows[1] else "")
+    hidden = mirror.draft_hidden_s or 0.0
+    names = {"overlap": "waiting for the draft" + (f" (it hid {hidden:.2f} s of drafting beside the target)"
+                                                     if hidden >= 0.005 else ""),
+             "steps": f"{abs(more)} {'more' if more > 0 else 'fewer'} verify step{'' if abs(more) == 1 else 's'} "
+                      f"({mirror.verify_steps} against {sd.verify_steps}{medians})",
+             "per_step": f"each verify step taking {'longer' if split['per_step'] > 0 else 'less time'} (mean)",
+             "rest": "the rest (first token, host time)"}
+    items = [f"{'lost' if split[k] > 0 else 'saved'} {abs(split[k]):.2f} s on {names[k]}"
+             for k in sorted(names, key=lambda k: -abs(split[k])) if abs(split[k]) >= 0.005]
+    total = split["total"]
+    than = (f"{abs(total):.2f} s {'more' if total > 0 else 'less'} than" if abs(total) >= 0.005 else "as long as")
+    return (f"{label(m)} took {mirror.wall_s:.2f} s, {than} SD's {sd.wall_s:.2f} s"
+            + (f": it {', '.join(items)}." if items else "."))
+
+
 def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
                        precision: str | None = None, lead: str = "The reason:") -> str:
     """Where Mirror-SD's decode time went against SD's (whichever won), from the two runs' own
     parts (totals after the first token, as the bars show them), in three items: verifying
     (with what running the draft beside the target cost each verify, medians, named as the
     core split and the interference beyond it), drafting the target waited for, and the net."""
-    # keyed by role: "sd" the serial drafter's card, "mirror" the early-exit drafter's
-    parts = {role: breakdown(records[x.method]) or {} for role, x in (("sd", sd), ("mirror", mirror))}
-    # the target's forwards of every step: a window verified, or one token where the window's
-    # pricing drafted none (every verify step counts, so the means divide like with like)
-    verify = {m: None if parts[m].get("verify") is None else parts[m]["verify"] + (parts[m].get("target") or 0.0)
-              for m in parts}
-    exposed = {m: parts[m].get("draft_exposed") for m in parts}
-    if None in verify.values() or None in exposed.values():
+    got = _verify_and_waits(sd, mirror, records[sd.method], records[mirror.method])
+    if got is None:
         return ""
-    after = {m: max(0, x.verify_steps - 1) for m, x in (("sd", sd), ("mirror", mirror))}  # the first is in the first token
+    parts, verify, exposed, after = got
     mean = {m: verify[m] / after[m] * 1e3 if after[m] else None for m in verify}
     per = {m: f" ({mean[m]:.0f} ms a step, mean)" if mean[m] else "" for m in mean}
     verifying = (f"Verifying (the target's forwards, one-token ones where a step drafted nothing), after "

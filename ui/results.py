@@ -10,7 +10,7 @@ import html
 import re
 from statistics import median
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, time_split_words, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
@@ -133,7 +133,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         how = f"in all {steps} of its steps" if turns == steps else f"in {turns} of its {steps} steps"
         text = (f"It took turns as SD does (the draft, then the target) {how}: both models share these "
                 f"cores, and its gate, which times both orders as it runs, judged taking turns the faster. "
-                f"Its windows follow its own measured prices, so its steps are not SD's.")
+                f"Taking turns, it prices its windows from SD's own measured costs, so those steps are SD's.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
@@ -179,6 +179,10 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     parts = [("SD against plain decoding", first + ".")]
     if "mirror" in done and (mirror := _mirror_takeaway(done["mirror"], c, sp, spreads)):
         parts.append(("Mirror-SD on this machine", mirror))
+    # where each Mirror-SD's time went against SD's, in seconds that add up to the difference
+    splits = [time_split_words(c, done, m) for m in c if variant_of(m)[0] == "mirror"]
+    if splits := [w for w in splits if w]:
+        parts.append(("Against SD, second by second", " ".join(splits)))
     p = projection or {}
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
@@ -290,14 +294,21 @@ def _picture(done: dict[str, RunRecord]) -> str:
 
 
 def windows_note(c: dict[str, Card]) -> str:
-    """Where SD's and Mirror-SD's windows differ on median: each priced its own from its own
-    measured costs, so their drafting differs by window length as well as by the overlap."""
+    """Where SD's and Mirror-SD's windows differ on median, why: steps in turn price windows
+    from the same measured costs (the engine's), and overlapped steps price drafting at what
+    the target waited for it, so their windows differ by more than the overlap."""
     sd, mirror = c.get("sd"), c.get("mirror")
     if not (sd and mirror and sd.windows and mirror.windows) or sd.windows[1] == mirror.windows[1]:
         return ""
+    overlapped = (mirror.hits or 0) + (mirror.misses or 0)
+    why = (f"Steps in turn price their windows from the same measured costs; Mirror-SD's {overlapped} "
+           f"overlapped step{'s' if overlapped != 1 else ''} price drafting at what the target waited for "
+           f"it (near nothing where a branch was ready), so its windows differ by more than the overlap."
+           if overlapped else
+           "Both price their windows from the same measured costs, which moved with the machine's speed "
+           "and the text between the two runs.")
     return (f'<p class="msd-verdict-note">Not the same windows: SD drafted {window_words(sd)} tokens a window, '
-            f'Mirror-SD {window_words(mirror)}. Each prices its own windows from its own measured costs, so '
-            f'the two differ in window length as well as in the overlap.</p>')
+            f'Mirror-SD {window_words(mirror)}. {why}</p>')
 
 
 def _ms_spread(values: list[float]) -> str:
