@@ -99,14 +99,18 @@ def test_a_branch_forward_after_its_verdict_is_drawn_as_drafting_the_target_wait
     step = next(s.step for s in rec.spans if s.label == "branches" and s.step > 0)
     verdict = max(s.end_ns for s in rec.spans if s.step == step and s.lane in ("target", "verify"))
     late = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
-    moved = False
-    for ev, t in zip(rec.events, rec.times_ns):
-        if not moved and isinstance(ev, Span) and ev.step == step and ev.label == "branches":
-            # one just before the verdict (the tiny forwards' own times fall either side of it,
-            # as the scheduler has it), and one after it
-            late.add(dataclasses.replace(ev, start_ns=verdict - 2_000_000, end_ns=verdict - 1_000_000), t)
-            ev = dataclasses.replace(ev, start_ns=verdict + 1_000_000, end_ns=verdict + 2_000_000)
-            moved = True
+    pairs = list(zip(rec.events, rec.times_ns))
+    first = next(i for i, (ev, _) in enumerate(pairs) if isinstance(ev, Span) and ev.step == step
+                 and ev.label == "branches")
+    ev, t = pairs.pop(first)
+    # one just before the verdict (the tiny forwards' own times fall either side of it, as the
+    # scheduler has it), and one after it, sent after the step's target spans as a branch begun
+    # after the verdict is
+    pairs.insert(first, (dataclasses.replace(ev, start_ns=verdict - 2_000_000, end_ns=verdict - 1_000_000), t))
+    after = max(i for i, (e, _) in enumerate(pairs) if isinstance(e, Span) and e.step == step
+                and e.lane in ("target", "verify"))
+    pairs.insert(after + 1, (dataclasses.replace(ev, start_ns=verdict + 1_000_000, end_ns=verdict + 2_000_000), t))
+    for ev, t in pairs:
         late.add(ev, t)
     feed = LiveFeed("mirror")
     items = [i for i in feed.pull(late) if i["k"] == "p" and i["s"] == step and i["l"] == "d"]
