@@ -494,6 +494,34 @@ def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
     assert not re.search(r"at once in (only \d+|none) of", html)
 
 
+def test_the_draft_s_forward_and_the_gate_s_step_cost_are_named_apart():
+    """Statistics names the draft's batched branch forward beside the target (ms a forward, over
+    a one-token forward alone) and the overlap gate's step cost (ms per drafted token beyond a
+    plain decode, in the engine's figures) in words that cannot be read as one figure."""
+    import html
+    from mirror_sd.engine.mirror.gate import OverlapGate
+    from ui.results import render_lanes
+    from ui.why import contention, costs
+    records = tiny_records()
+    stats = records["mirror"].finish.stats
+    before = stats.get("lane_split")
+    stats["lane_split"] = "2 cores; " + OverlapGate("auto", True, {"overlap": 3.25, "serial": 4.5}).describe()
+    try:
+        text = html.unescape(re.sub(r"<[^>]+>", "", render_lanes(records)))
+    finally:  # the cached records as they were
+        stats.pop("lane_split")
+        if before is not None:
+            stats["lane_split"] = before
+    assert ("(the gate's step cost, a step's time beyond a plain decode per drafted token: 3.2 ms with the "
+            "lanes overlapped, 4.5 ms one after the other)") in text, text
+    assert "measured:" not in text and "its time alone" not in text
+    c = costs(records)
+    k = contention(c).get("draft")
+    if k:
+        assert (f"one draft forward over a batch of branches, beside the target: {c['draft_beside'] * 1e3:.0f} ms "
+                f"a forward, {k:.2f}× a one-token draft forward alone") in text, text
+
+
 def test_the_zoom_draws_a_step_the_lanes_overlapped_in():
     """Where the overlap gate ran some steps one lane after the other (no split verify
     forward), the zoom picks one whose forward was split at the early exit."""
