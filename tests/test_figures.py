@@ -494,6 +494,34 @@ def test_the_lanes_line_leads_with_nothing_when_most_steps_overlapped():
     assert not re.search(r"at once in (only \d+|none) of", html)
 
 
+def test_the_draft_s_forward_and_the_gate_s_step_cost_are_named_apart():
+    """Statistics names the draft's batched branch forward beside the target (ms a forward, over
+    a one-token forward alone) and the overlap gate's step cost (ms per drafted token beyond a
+    plain decode, in the engine's figures) in words that cannot be read as one figure."""
+    import html
+    from mirror_sd.engine.mirror.gate import OverlapGate
+    from ui.results import render_lanes
+    from ui.why import contention, costs
+    records = tiny_records()
+    stats = records["mirror"].finish.stats
+    before = stats.get("lane_split")
+    stats["lane_split"] = "2 cores; " + OverlapGate("auto", True, {"overlap": 3.25, "serial": 4.5}).describe()
+    try:
+        text = html.unescape(re.sub(r"<[^>]+>", "", render_lanes(records)))
+    finally:  # the cached records as they were
+        stats.pop("lane_split")
+        if before is not None:
+            stats["lane_split"] = before
+    assert ("(the gate's step cost, a step's time beyond a plain decode per drafted token: 3.2 ms with the "
+            "lanes overlapped, 4.5 ms one after the other)") in text, text
+    assert "measured:" not in text and "its time alone" not in text
+    c = costs(records)
+    k = contention(c).get("draft")
+    if k:
+        assert (f"one draft forward over a batch of branches, beside the target: {c['draft_beside'] * 1e3:.0f} ms "
+                f"a forward, {k:.2f}× a one-token draft forward alone") in text, text
+
+
 def test_the_zoom_draws_a_step_the_lanes_overlapped_in():
     """Where the overlap gate ran some steps one lane after the other (no split verify
     forward), the zoom picks one whose forward was split at the early exit."""
@@ -732,23 +760,28 @@ def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why(
 
 
 def test_the_zoom_states_the_rule_a_hit_rests_on_with_the_step_s_figures():
-    """A hit's zoom names the condition: the draft's time after the early exit against the
-    target's time from the exit to its verdict, and whether the target waited at the verdict."""
+    """A hit's zoom names the condition: when the taken branch was ready after the early exit
+    against the target's time from the exit to its verdict, and whether the target waited at
+    the verdict."""
     from mirror_sd.engine.events import Span
     from ui.zoom import _rule
     ms = 1_000_000
-    spans = [Span("target", "prefix", 0, 100 * ms, 3, ""), Span("target", "exit_head", 100 * ms, 110 * ms, 3, ""),
-             Span("target", "suffix", 110 * ms, 170 * ms, 3, ""), Span("draft", "branches", 110 * ms, 400 * ms, 3, "")]
-    late = _rule(spans, 24, 28, "hit", 400 * ms, 170 * ms)
-    assert "<b>290 ms</b>" in late and "layers 25–28 and its verdict took <b>60 ms</b>" in late
+
+    def rule(done: int, verdict: int, outcome: str = "hit") -> str:  # the branch forwards end at `done`
+        spans = [Span("target", "prefix", 0, 100 * ms, 3, ""), Span("target", "exit_head", 100 * ms, 110 * ms, 3, ""),
+                 Span("target", "suffix", 110 * ms, 170 * ms, 3, ""), Span("draft", "branches", 110 * ms, done * ms, 3, "")]
+        return _rule(spans, 24, 28, outcome, max(done, verdict) * ms, verdict * ms)  # as render_zoom's ready
+
+    late = rule(400, 170)
+    assert "was ready <b>290 ms</b> after the exit" in late and "layers 25–28 and its verdict took <b>60 ms</b>" in late
     assert "waited 230 ms" in late
-    early = _rule(spans, 24, 28, "hit", 150 * ms, 170 * ms)
-    assert "<b>40 ms</b>" in early and "the drafting was hidden" in early
+    early = rule(150, 170)
+    assert "was ready by <b>40 ms</b> after the exit" in early and "the drafting was hidden" in early
     # the verdict 20 ms after the suffix (its acceptance): the draft's 75 ms fit in the target's 80,
     # so both figures run to the verdict and agree with "hidden", never 75 against the suffix's 60
-    close = _rule(spans, 24, 28, "hit", 185 * ms, 190 * ms)
+    close = rule(185, 190)
     assert "<b>75 ms</b>" in close and "took <b>80 ms</b>" in close and "the drafting was hidden" in close
-    assert _rule(spans, 24, 28, "miss", 400 * ms, 170 * ms) == ""  # the next window was no branch
+    assert rule(400, 170, "miss") == ""  # the next window was no branch
 
 
 def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside_it():
@@ -1112,26 +1145,34 @@ def test_steps_that_drafted_nothing_are_said_as_plain_decodes_not_as_turns():
 
 
 def test_the_zoom_splits_the_draft_s_branch_work_at_the_early_exit():
-    """The zoom's beats give the draft's branch forwards before the exit (on its own guess) and
-    from the exit on apart: the two add up to the step's branch spans, and the work after the
-    exit is never the step's whole branch time where some of it came before."""
+    """The zoom's beats give the draft's branch forwards before the exit's guesses reach it (on
+    its own guess) and after apart: the two add up to the step's branch spans; all branches'
+    forwards after the exit are named apart from when the taken branch was ready, and never
+    exceed it (one lane: its forwards after the exit all end by then)."""
     from ui.zoom import _branch_ms, zoom_record, zoom_step
     rec = zoom_record(tiny_records())
     step = zoom_step(rec)
     spans = [s for s in rec.spans if s.step == step]
-    exit_at = min(s.start_ns for s in spans if s.label == "exit_head")
+    exit_at = max(s.end_ns for s in spans if s.label == "exit_head")
     before, after = _branch_ms(spans, exit_at)
     total = sum(s.end_ns - s.start_ns for s in spans if s.label == "branches") / 1e6
     assert abs(before + after - total) < 1e-6 and before >= 0 and after >= 0
     html = render_zoom(rec, {"branch_budget": 2})
-    assert f"{after:.0f} ms of draft forwards from the exit on" in html, html
+    text = re.sub(r"<[^>]+>", "", html)
+    assert f"all branches together took {after:.0f} ms of draft forwards after the exit" in text, text
+    assert "from the exit on" not in text and "needed" not in text
     if before >= 0.5:
         assert f"own best guess of the verdict ({before:.0f} ms of forwards)" in html
+    ready = re.search(r"the taken branch \(the next window\) was ready (?:by )?(\d+) ms after the exit", text)
+    if ready:  # a hit: the rule is drawn
+        assert round(after) <= int(ready.group(1)) + 1, (after, ready.group(1))
 
 
 def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
-    """Where the next window came after the verdict, the rule's figures as shown add up (what the
-    draft needed after the exit = what the target took + its wait) and its wait is the caption's."""
+    """Where the next window came after the verdict, the rule's figures as shown add up (when the
+    taken branch was ready after the exit = what the target took + its wait) and its wait is the
+    caption's; where it came before, it was ready by the draft's last branch forward, within
+    what the target took."""
     import dataclasses
 
     from mirror_sd.engine.events import Span
@@ -1148,10 +1189,19 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
             ev = dataclasses.replace(ev, end_ns=verdict + 2_600_000)
         late.add(ev, t)
     text = re.sub(r"<[^>]+>", "", render_zoom(late, {"target_layers": 4}))
-    need, have, wait = map(int, re.search(r"needed (\d+) ms after the exit .*? took (\d+) ms, so the target "
+    need, have, wait = map(int, re.search(r"was ready (\d+) ms after the exit, .*? took (\d+) ms, so the target "
                                           r"waited (\d+) ms for it", text).groups())
     assert need == have + wait and wait == 3, (need, have, wait)
     assert "the draft finished it 3 ms after the verdict" in text
+    early = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):  # the hit's branch done at its verdict
+        if isinstance(ev, Span) and ev.step == hit and ev.label == "branches" and ev.end_ns >= verdict - 10**6:
+            ev = dataclasses.replace(ev, end_ns=min(ev.end_ns, verdict))
+        early.add(ev, t)
+    text = re.sub(r"<[^>]+>", "", render_zoom(early, {"target_layers": 4}))
+    need, have = map(int, re.search(r"was ready by (\d+) ms after the exit, .*? took (\d+) ms, so the next "
+                                    r"window was ready at the verdict", text).groups())
+    assert need <= have, (need, have)
 
 
 def test_a_projection_of_the_runs_shown_lies_within_the_range_it_is_given_with():

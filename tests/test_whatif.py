@@ -765,3 +765,19 @@ def test_a_flat_hit_rate_series_gives_one_figure():
                          {"hit_rate": 1.0, "mirror_over_sd": 0.9722, "source": False}]}
     line = series_words(series, "On the accelerator pair")
     assert "about 0.98× SD whatever the hit rate" in line and "0.97" not in line and "gives" not in line, line
+
+
+def test_the_model_s_contention_factor_is_named_apart_from_the_verdict_s_verify_figure():
+    """The fold's factor is the model's (means over all verify steps, as a total needs): named
+    'the model's contention factor', never in the verdict's words for its median."""
+    import html
+    split = {"contention": 1.11, "core_split": 1.05, "interference": 1.11 / 1.05, "note": ""}
+    text = html.unescape(re.sub(r"<[^>]+>", "", panel.render_split({"costs": split})))
+    assert text.startswith("Row (a) prices sharing this CPU with the model's contention factor, 1.11×")
+    assert "A total needs means, so it is not the verdict's median at one window length." in text
+    assert "The factor is 1.05× core split" in text and "1.06× interference" in text
+    assert "beside the draft" not in text and "a verify alone" not in text and "time alone" not in text
+    unsplit = panel.render_split({"costs": {**split, "core_split": None, "interference": None,
+                                            "note": "no one- against two-thread measurement"}})
+    assert "No one- against two-thread measurement." in unsplit
+    assert panel.render_split({"costs": {**split, "contention": 1.001}}) == ""  # lanes in turn: nothing shared

@@ -532,6 +532,8 @@ def why_runs_differ(settings: dict, runs: int) -> str:
 
 
 OVERLAP_COUNT = re.compile(r"lanes overlapped in \d+ of \d+ steps")
+# the overlap gate's figures as the engine words them (mirror_sd/engine/mirror/gate.py)
+GATE_COST = re.compile(r"\(measured: ([\d.]+) ms per drafted token beyond a decode overlapped, ([\d.]+) one after the other\)")
 
 
 def lane_words(rec: RunRecord) -> tuple[str, int, int]:
@@ -543,7 +545,9 @@ def lane_words(rec: RunRecord) -> tuple[str, int, int]:
     if split and steps:
         count = f"both lanes at once in {at_once} of its {steps} verify steps"
         split = OVERLAP_COUNT.sub(count, split) if OVERLAP_COUNT.search(split) else f"{split}; {count}"
-        split = split.replace("(measured: ", "(the step timings that chose: ")
+        split = GATE_COST.sub(r"(the gate's step cost, a step's time beyond a plain decode per drafted token: "
+                              r"\1 ms with the lanes overlapped, \2 ms one after the other)", split).replace(
+            "(measured: ", "(the gate's step cost: ")
     return split, at_once, steps
 
 
@@ -682,8 +686,8 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
                      f"draft ({esc(label(c['beside_method']))}, its steps with both lanes at once): "
                      f"<b>{k['verify']:.2f}×</b>")
     if k.get("draft"):
-        lines.append(f"one draft forward (a batch of branches) beside the target took "
-                     f"{ms(c['draft_beside'])}, {k['draft']:.2f}× its time alone")
+        lines.append(f"one draft forward over a batch of branches, beside the target: {ms(c['draft_beside'])} a "
+                     f"forward, {k['draft']:.2f}× a one-token draft forward alone")
     split = lane_words(done["mirror"])[0] if "mirror" in done and done["mirror"].finish else ""
     if split:
         lines.append(f"Mirror-SD's two lanes: {esc(str(split))}")

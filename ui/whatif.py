@@ -180,7 +180,7 @@ def render_costs(result: dict) -> str:
             costs = [f"target {c.t_target_1 * 1e3:.0f} ms per token" if c.t_target_1 else None,
                      f"verify of {c.gamma + 1} {c.t_target_k * 1e3:.0f} ms" if c.t_target_k else None,
                      f"draft {c.t_draft_token * 1e3:.0f} ms per token" if c.t_draft_token else None,
-                     f"contention {wi.lane_factor(c):.2f}",
+                     f"contention factor {wi.lane_factor(c):.2f}×",
                      "host per step " + ", ".join(f"{label(k)} {v * 1e3:.1f} ms"
                                                   for k, v in profile.host_s.items())]
             notes = [x for x in costs if x] + notes
@@ -287,22 +287,22 @@ def _c_figures_differ(result: dict) -> bool:
 
 
 def render_split(result: dict) -> str:
-    """The two costs of sharing this CPU, named apart: the core split and the interference."""
+    """The model's contention factor (its means, not the verdict's median at one window length)
+    and its two parts, named apart: the core split and the interference."""
     costs = result.get("costs") or {}
     if not costs.get("contention"):
         return ""
     k = costs["contention"]
     if abs(k - 1) < 0.005:  # the gated run's lanes took turns: nothing shared, nothing to price
         return ""
-    text = (f"How row (a) prices sharing this CPU: a verify beside the draft costs {k:.2f}× a verify "
-            f"alone (the mean over this run's verify steps, as a total needs). The verdict's picture "
-            f"shows the median at one window length instead, steadier for one run.")
+    text = (f"Row (a) prices sharing this CPU with the model's contention factor, {k:.2f}×: Mirror-SD's "
+            f"mean verify forward over SD's, over all verify steps. A total needs means, so it is not "
+            f"the verdict's median at one window length.")
     if costs.get("interference") and costs.get("core_split"):
-        text += (f" The {k:.2f}× is {costs['core_split']:.2f}× from the core split (each model gets "
-                 f"one of the two cores) times {costs['interference']:.2f}× from interference (one "
-                 f"memory bus).")
-    elif costs.get("note"):
-        text += f" {costs['note']}"
+        text += (f" The factor is {costs['core_split']:.2f}× core split (each model gets one of the two "
+                 f"cores) times {costs['interference']:.2f}× interference (one memory bus).")
+    elif note := costs.get("note"):
+        text += f" {note[0].upper()}{note[1:]}."
     return f'<p class="msd-whatif-split">{esc(text)}</p>'
 
 

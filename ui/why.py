@@ -6,8 +6,8 @@
   hand-offs); plus draft hidden (the draft lane busy while the target lane is busy too, which
   costs no wall time by itself).
 - `contention(records)`: what two lanes at once cost here: the target's verify forward alone
-  (SD) against beside the draft (Mirror-SD), and one draft forward alone against beside the
-  target.
+  (SD) against beside the draft (Mirror-SD), and one draft forward over a batch of branches
+  beside the target against a one-token draft forward alone.
 - `lanes_at_once(rec)`: in how many of Mirror-SD's verify steps its two lanes worked at the
   same time.
 - `early_exit_share(rec)`: for Mirror-SD, hits whose root was among the early exit's top-κ
@@ -167,7 +167,8 @@ def costs(records: dict[str, RunRecord]) -> dict:
 
 def contention(c: dict) -> dict:
     """Slowdowns from sharing the hardware (1.0 = none): verify beside the draft over verify
-    alone, one draft forward beside the target over one alone."""
+    alone (medians at one window length); one draft forward over a batch of branches beside
+    the target over a one-token draft forward alone."""
     out = {}
     if c.get("verify_alone") and c.get("verify_beside") and c.get("verify_window") is not None:
         out["verify"] = c["verify_beside"] / c["verify_alone"]

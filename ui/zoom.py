@@ -229,22 +229,25 @@ def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) ->
     exit_end = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)
     if exit_end is None or outcome != "hit":
         return ""
-    # both from the exit's end: the draft's time to the next window against the target's to
-    # its verdict (its layers after the exit and the acceptance), so the two compare as `fits`
-    need, have = (ready_ns - exit_end) / 1e6, (verdict_ns - exit_end) / 1e6
+    # both from the exit's end: the draft's time to the taken branch against the target's to its
+    # verdict (its layers after the exit and the acceptance), so the two compare as `fits`; a
+    # branch done before the verdict was ready by the end of the draft's last branch forward
+    done_ns = max((s.end_ns for s in spans if s.label == "branches"), default=ready_ns)
+    fits = ready_ns <= verdict_ns
+    need = max(0.0, ((done_ns if fits else ready_ns) - exit_end) / 1e6)
+    have = (verdict_ns - exit_end) / 1e6
     after = (f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
              else "the layers after it and its verdict")
-    fits = ready_ns <= verdict_ns
     wait = round((ready_ns - verdict_ns) / 1e6)  # the caption's wait, to the ms
-    if not fits:  # the figures shown add up: what it needed is what the target took plus its wait
+    if not fits:  # the figures shown add up: when it was ready is what the target took plus its wait
         need = round(have) + wait
     then = ("so the next window was ready at the verdict: the drafting was hidden" if fits else
             f"so the target waited {wait} ms for it at the verdict" if wait else
             "so the target waited under 1 ms for it at the verdict")
     return (f'<p class="msd-zrule"><b>The rule:</b> the draft\'s branches are free only when they '
-            f'fit beside the target\'s layers after the early exit. In this step the draft needed '
-            f'<b>{need:.0f} ms</b> after the exit to finish the branch that became the next window, '
-            f'and the target\'s {esc(after)} took <b>{have:.0f} ms</b>, {then}.</p>')
+            f'fit beside the target\'s layers after the early exit. In this step the taken branch (the '
+            f'next window) was ready {"by " if fits else ""}<b>{need:.0f} ms</b> after the exit, and the '
+            f'target\'s {esc(after)} took <b>{have:.0f} ms</b>, {then}.</p>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
@@ -262,7 +265,8 @@ def _ms(spans, label: str) -> float:
 
 
 def _branch_ms(spans, exit_at: int | None) -> tuple[float, float]:
-    """The draft's branch forwards in ms before the early exit (on its own guess) and from it on."""
+    """The draft's branch forwards in ms, all branches together, before `exit_at` (the early
+    exit's end, when its guesses reach the draft: before it, on the draft's own guess) and after."""
     if exit_at is None:
         return 0.0, _ms(spans, "branches")
     cut = [(s.start_ns, s.end_ns) for s in spans if s.label == "branches"]
@@ -314,7 +318,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
             f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
     extend = _ms(spans, "extend")
     read = f"read its last token ({extend:.0f} ms) and " if extend else ""
-    exit_at = min((s.start_ns for s in spans if s.label == "exit_head"), default=None)
+    exit_at = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)  # the guesses reach the draft
     early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
     before, after = _branch_ms(spans, exit_at)
     doing = (f"{read}started a branch on its own best guess of the verdict ({before:.0f} ms of forwards)" if early else
@@ -324,8 +328,8 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
              ("The exit:", f"at layer {layer} the target peeked at its likely next tokens "
                            f"({_ms(spans, 'exit_head'):.0f} ms) and handed its top guesses to the draft."),
              ("After the exit:", f"the target ran {rest} ({_ms(spans, 'suffix'):.0f} ms); beside it, and on "
-                                 f"past the verdict where it had to, the draft wrote {_branches_written(sv, budget)}, "
-                                 f"{after:.0f} ms of draft forwards from the exit on.")]
+                                 f"past the verdict where it had to, the draft wrote {_branches_written(sv, budget)}; "
+                                 f"all branches together took {after:.0f} ms of draft forwards after the exit.")]
     return beats + [("The verdict:", f"the target {kept}. {_outcome(rec, sv, spans, outcome, wait_ms)}")]
 
 

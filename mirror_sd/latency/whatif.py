@@ -457,7 +457,7 @@ def machine_profiles(cal: lm.Calibration, host_s: dict, mirror: lm.Calibration |
                        f"{tail[1] * 1e3:.0f} ms per miss before its fallback")
     a = Profile("a", PROFILE_NAMES["a"], cal, dict(host_s), a_notes, mirror=mirror, tail=tail)
     b_cal = lm.apply_changes(cal, draft_device="separate")
-    notes = [f"contention {cal.contention:.2f} -> 1: each lane at its measured alone speed"]
+    notes = [f"contention factor {cal.contention:.2f} -> 1: each lane at its measured alone speed"]
     b_mirror, b_tail = None, tail
     if mirror is not None:  # the target lane at its alone speed (SD's verify), never slower
         target_alone_s = (cal.t_target_k if cal.t_target_k and cal.t_target_k < mirror.t_target_k

@@ -5,7 +5,8 @@ core each while both work. Its target lane's verify, measured beside the draft, 
 SD's verify alone by the run's contention
 
     contention   c = Mirror-SD's target lane beside the draft / SD's verify forward alone
-                     (both from the run's own spans: profile (b) removes it)
+                     (means over all verify steps, from the run's own spans, as a total needs;
+                     the verdict's figure is a median at one window length; profile (b) removes it)
 
 and that is the product of two costs named apart here:
 
@@ -64,13 +65,13 @@ def split_costs(profiles: dict, precision: str | None) -> dict:
                        "the contention is not split")
         return out
     if c < s:  # the run's two-thread forwards did not have two free cores
-        out["note"] = (f"Mirror-SD's verify beside the draft {c:.2f}x SD's alone, less than the core "
+        out["note"] = (f"the contention factor {c:.2f}x is less than the core "
                        f"split alone ({s:.2f}x at {shown} rows, measured on an idle machine): this run's "
                        f"forwards did not show the whole split (a busy machine, or verifies of other "
                        f"lengths than {shown} rows), so the interference cannot be read from it")
         return out
     out["interference"] = c / s
-    out["note"] = (f"Mirror-SD's verify beside the draft {c:.2f}x SD's alone: the core split "
+    out["note"] = (f"the contention factor {c:.2f}x: the core split "
                    f"{s:.2f}x (one thread instead of two, {shown} rows) times {c / s:.2f}x "
                    f"interference (the shared memory bus)")
     return out
