@@ -532,8 +532,6 @@ def why_runs_differ(settings: dict, runs: int) -> str:
 
 
 OVERLAP_COUNT = re.compile(r"lanes overlapped in \d+ of \d+ steps")
-# the overlap gate's figures as the engine words them (mirror_sd/engine/mirror/gate.py)
-GATE_COST = re.compile(r"\(measured: ([\d.]+) ms per drafted token beyond a decode overlapped, ([\d.]+) one after the other\)")
 
 
 def lane_words(rec: RunRecord) -> tuple[str, int, int]:
@@ -545,9 +543,6 @@ def lane_words(rec: RunRecord) -> tuple[str, int, int]:
     if split and steps:
         count = f"both lanes at once in {at_once} of its {steps} verify steps"
         split = OVERLAP_COUNT.sub(count, split) if OVERLAP_COUNT.search(split) else f"{split}; {count}"
-        split = GATE_COST.sub(r"(the gate's step cost, a step's time beyond a plain decode per drafted token: "
-                              r"\1 ms with the lanes overlapped, \2 ms one after the other)", split).replace(
-            "(measured: ", "(the gate's step cost: ")
     return split, at_once, steps
 
 

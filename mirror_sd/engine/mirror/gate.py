@@ -92,6 +92,7 @@ class OverlapGate:
         n = self.counts
         line = f"lanes overlapped in {n['overlap']} of {n['overlap'] + n['serial']} steps"
         if self.auto and "overlap" in self.memory and "serial" in self.memory:
-            line += (f" (measured: {self.memory['overlap']:.1f} ms per drafted token beyond a decode overlapped, "
-                     f"{self.memory['serial']:.1f} one after the other)")
+            line += (f" (the gate's step cost, a step's time beyond a plain decode per drafted token: "
+                     f"{self.memory['overlap']:.1f} ms with the lanes overlapped, "
+                     f"{self.memory['serial']:.1f} ms one after the other)")
         return line
