@@ -22,7 +22,7 @@ from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
-from .runs import RunRecord, analyse, exit_check, label, measured, variant_of, verdict_outcome
+from .runs import RunRecord, analyse, compare_tokens, exit_check, label, measured, variant_of, verdict_outcome
 from .why import breakdown, contention, costs, steps_at_once, steps_undrafted
 
 
@@ -165,6 +165,42 @@ def machine_words(meta: dict) -> str:
     devices = {str(meta.get(k, "")).split(":")[0] for k in ("target_device", "draft_device")}
     gpu = devices & {"cuda", "mps"}
     return f"{where}, {'GPU ' + ', '.join(sorted(gpu)) if gpu else 'no GPU'}"
+
+
+def output_words(records: dict[str, RunRecord]) -> str:
+    """Whether each method wrote AR's tokens, in one line: 'Every method wrote exactly AR's
+    58 tokens.', or which differ and where (a near-tie in fp32 can flip a greedy token: counted,
+    never hidden), or which were not compared (a run stopped or failed); '' without AR."""
+    ar = records.get("ar")
+    if ar is None or ar.finish is None:
+        return ""
+    same, differ, skipped = [], [], []
+    for m, rec in records.items():
+        if m == "ar" or rec is None or rec.finish is None:
+            continue
+        if not (ar.complete and rec.complete):
+            skipped.append(label(m))
+            continue
+        cmp = compare_tokens(ar.finish.token_ids, rec.finish.token_ids)
+        if cmp["identical"]:
+            same.append(label(m))
+        else:
+            differ.append(f"{label(m)} differs from AR in {cmp['mismatches']} of {cmp['compared']} tokens "
+                          f"(first at token {cmp['first']}: a near-tie, see the checks under the bars)")
+    n = len(ar.finish.token_ids)
+    out = []
+    if same and not differ and not skipped:
+        out.append(f"Every method wrote exactly AR's {n} tokens: speculation changed the speed, not the text.")
+    elif same:
+        out.append(f"{_names(same)} wrote exactly AR's {n} tokens.")
+    out += [f"{d}." for d in differ]
+    if skipped:
+        out.append(f"{_names(skipped)}: not compared with AR (a run was stopped or failed).")
+    return " ".join(out)
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def one_device(meta: dict) -> bool:

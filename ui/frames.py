@@ -18,7 +18,7 @@ from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards, machine, order_within_noise, repeat_summary, speeds
+from .figures import cards, machine, order_within_noise, output_words, repeat_summary, verdict_parts
 from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
@@ -249,21 +249,21 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
 
 
 def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:
-    """The status line after a run: each method's end-to-end ratio over AR, the verdict's
-    figures (the medians over interleaved runs when there were several)."""
+    """The status line after a run, the result in plain lines: the verdict's headline (each
+    method's end-to-end ratio over AR, medians over the interleaved runs when there were
+    several, and whether the runs can tell the methods apart), whether each method wrote AR's
+    tokens, and what the page below shows."""
     c = cards({m: r for m, r in records.items() if r is not None})
     spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
-    sp = speeds(c, spreads)
-    ratios = [f"{label(m)} {sp[m][1]:.2f}×" for m in c if m != "ar" and sp[m][1] is not None]
+    head = verdict_parts(c, records, meta, spreads)[0] if c else ""
     message = "Done."
-    if ratios:
-        many = (f"; each method's median speed over {len(rounds)} interleaved runs divided by AR's"
-                if spreads else "")
-        which = (f"each method's middle run of {len(rounds)} (its median)," if meta.get("median_runs") and spreads
+    if head and baseline() in c and len(c) > 1:
+        how = f"medians of {len(rounds)} interleaved runs each" if spreads else "one run each"
+        which = (f"each method's middle run of {len(rounds)} (its median)" if meta.get("median_runs") and spreads
                  else "the runs")
-        message = (f"Done: end to end over AR, {', '.join(ratios)} (measured on {machine()}{many})."
-                   f" Below: the race replays {which} side by side; under it, the results and what "
-                   f"they show, in short.")
+        lines = [f"Done, measured on {machine()} ({how}): {head}", output_words(records),
+                 f"Below: the race replays {which} side by side; under it, why."]
+        message = "\n".join(x for x in lines if x)
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message
