@@ -196,8 +196,19 @@ function commit(run, item) {
   }
   run.tokens += item.x.length;
   run.pts.push([item.t, run.tokens]);
-  run.pre.scrollTop = run.pre.scrollHeight;
-  run.pre.classList.toggle('is-scrolled', run.pre.scrollTop > 0);  // its cut top row fades (live.css)
+  toNewest(run.pre);
+}
+
+// scrolled to its newest tokens with its top row whole: the scroll stops where a row starts
+// (the text keeps one row of room under its end for that), so no half-cut row sits under the
+// step's lines and reads as text
+function toNewest(pre) {
+  const css = getComputedStyle(pre), lh = parseFloat(css.lineHeight);
+  if (!(lh > 0)) { pre.scrollTop = pre.scrollHeight; return; }
+  if (!pre.dataset.room) { pre.style.paddingBottom = lh + 'px'; pre.dataset.room = '1'; }
+  const pad = parseFloat(css.paddingTop) || 0;
+  const need = pre.scrollHeight - lh - pre.clientHeight;  // the least scroll that shows the last row whole
+  pre.scrollTop = need <= 0 ? 0 : pad + Math.ceil((need - pad) / lh - 0.01) * lh;
 }
 
 // a span's bar from its start; in the race it grows with the clock to its end (live, a span
