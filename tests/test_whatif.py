@@ -774,6 +774,32 @@ def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_else
     assert "the settings it picks there" in panel.render_choices(result)
 
 
+def test_each_tables_rows_b_and_c_say_whose_settings_and_a_line_says_when_their_figures_differ(runs):
+    """The first table's rows run each method at the settings it picks there; the next table's
+    rows (b) and (c) replay this run's settings as recorded; where the two print other figures
+    for a row, one line under the first table says so."""
+    result, _ = panel.project_state(state_of(runs[0]))
+    first = panel.render_choices(result, own_c=True)
+    for key in ("b", "c"):
+        assert f"projection ({key}), at the settings it picks there: " in first
+    row_b = panel.render_table(result, own_c=True).split("projection (b)")[1].split("</tr>")[0]
+    assert "replayed: its settings as recorded, not the first table&#x27;s picks" in row_b
+    if not result["profiles"]["b"].acceptance_from_run:
+        return
+    note = "row (b) replays this run&#x27;s settings as recorded, not these picks, so its figures differ"
+    row = panel.choice_row(result["choices"]["b"])
+    for m in ("sd", "mirror"):  # the second table's row (b) printing the first's figures
+        result["projected"]["b"][m]["speedup"] = float(row[m].rstrip("×"))
+    assert "figures differ" not in panel.render_choices(result, own_c=True)
+    result["projected"]["b"]["mirror"]["speedup"] += 0.25
+    assert note in panel.render_choices(result, own_c=True)
+    # at its default inputs row (c) of the next table points to the first's: no line for it
+    result["projected"]["c"]["sd"]["speedup"] += 0.25
+    assert "rows (b) and (c)" not in panel.render_choices(result, own_c=True)
+    if result["profiles"]["c"].acceptance_from_run:
+        assert "rows (b) and (c) replay this run&#x27;s settings" in panel.render_choices(result)
+
+
 def test_sd_s_projected_timeline_draws_its_recorded_windows_and_sums_to_its_decode_time():
     """SD's timeline steps are the steps its projected decode time prices: a step that drafted
     nothing is one plain target forward, a drafted one pays for its own window, so the timeline
