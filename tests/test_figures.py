@@ -78,7 +78,7 @@ def test_the_inspector_opens_on_a_rejection_or_a_miss_and_the_zoom_draws_a_mirro
                                               steps[s].verify.kind != "correction") for s in earlier)
     html = render_zoom(rec, {"target_layers": 4, "exit_layer": 2})
     assert "verdict at" in html and "next window ready at" in html and "ms" in html
-    assert ("Hit:" in html) or ("Hit, but" in html) or ("Miss:" in html)
+    assert ("Branch hit:" in html) or ("Branch hit, but" in html) or ("Branch miss:" in html)
     assert render_zoom(tiny_records()["sd"], {}) == ""  # plain SD has no such step
 
 
@@ -1011,14 +1011,14 @@ def test_the_zoom_says_how_many_steps_are_like_the_one_it_draws():
     rec = tiny_records()["mirror"]
     n = len(analyse(rec).steps)
     html = render_zoom(rec, {"target_layers": 4, "exit_layer": 2})
-    alike, of, hit = re.search(r"; (\d+) of its (\d+) steps like this one \(the lanes at once, (a|no) hit\)",
+    alike, of, hit = re.search(r"; (\d+) of its (\d+) steps like this one \(the lanes at once, (a|no) branch hit\)",
                                html).groups()
     card = cards({"mirror": rec})["mirror"]
     assert int(of) == n and int(alike) == (card.hits if hit == "a" else card.misses), (alike, card)
     mostly = _serial_after(rec, 2)  # lanes at once in steps 0 and 1 only
     from ui.zoom import how_typical
-    assert re.fullmatch(rf"[12] of its {n} steps like this one \(the lanes at once, (a|no) hit\)", how_typical(mostly, 1))
-    assert re.fullmatch(rf"\d+ of its {n} steps like this one \(the lanes in turn, (a|no) hit\)", how_typical(mostly, 2))
+    assert re.fullmatch(rf"[12] of its {n} steps like this one \(the lanes at once, (a|no) branch hit\)", how_typical(mostly, 1))
+    assert re.fullmatch(rf"\d+ of its {n} steps like this one \(the lanes in turn, (a|no) branch hit\)", how_typical(mostly, 2))
 
 
 def test_the_race_says_when_its_finishing_order_is_within_noise():

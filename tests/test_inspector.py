@@ -165,7 +165,7 @@ def test_the_step_head_names_the_next_window_as_the_strip_cell_colours_it():
     seen = set()
     for s in steps:
         head = re.search(r'<div class="msd-step-head">(.*?)</div>', render_inspector(rec, s), re.S).group(1)
-        said = re.search(r"next step's window</b> \(the cell's colour\): a (hit|miss)", head)
+        said = re.search(r"next step's window</b> \(the cell's colour\): branch (hit|miss)", head)
         kind = re.search(r"k-(\w+)", cells[s]).group(1)
         if kind in ("hit", "miss"):
             assert said and said.group(1) == kind, (s, kind, head)

@@ -79,11 +79,11 @@ def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
                             all_steps(rec)))
     step = zoom_step(rec)
     caption = re.search(r'<p class="msd-zcaption">(.*?)</p>', render_zoom(rec, {"branch_budget": 2})).group(1)
-    said = "hit" if ("Hit:" in caption or "Hit, but" in caption) else "miss" if "Miss:" in caption else "end"
+    said = "hit" if ("Branch hit:" in caption or "Branch hit, but" in caption) else "miss" if "Branch miss:" in caption else "end"
     assert f"k-{said}" in cells[step], (said, cells[step])
     for s in (s for s in order if str(s) in table):
         kind = re.search(r"k-(\w+)", cells[s]).group(1)
-        assert table[str(s)] == {"end": "–", "turn": "lanes in turn"}.get(kind, kind), (s, kind, table[str(s)])
+        assert table[str(s)] == {"end": "–", "turn": "lanes in turn"}.get(kind, f"branch {kind}"), (s, kind, table[str(s)])
 
 
 def test_plain_sd_cells_are_drafted_windows():
@@ -119,10 +119,10 @@ def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window
     assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
     assert "built 1 branch in 300 ms, beside the target's remaining layers (3 and up, 400 ms)" in first  # the zoom's unit
     assert "longer than those layers" not in first
-    assert "kept 1 of 2 and wrote ‘w3’" in first
+    assert "kept 1 of the 2 drafted tokens and wrote ‘w3’" in first
     assert "matched branch no. 1, whose window was ready when the verdict came" in first
-    assert second.startswith("Step 2: The window was a branch prepared during the previous step (a hit)")
-    assert "kept all 2 and added ‘w6’" in second and second.endswith("the run ended here.")
+    assert second.startswith("Step 2: The window was a branch prepared during the previous step (a branch hit)")
+    assert "kept all 2 drafted tokens and added ‘w6’" in second and second.endswith("the run ended here.")
 
 
 def test_narration_of_every_real_step_is_one_sentence():
@@ -226,8 +226,8 @@ def test_a_step_in_turn_says_what_the_exit_check_found(rank):
     assert ("w-hit" if would else "w-miss") in cells[0][0]
     assert "w-" not in cells[1][0]  # step 2 ended the run: nothing checked
     words = narrate(rec, 0)
-    assert ("would have been ready early (a hit)" in words) == would
-    assert ("would have been a miss" in words) == (not would)
+    assert ("would have been ready early (a branch hit)" in words) == would
+    assert ("would have been a branch miss" in words) == (not would)
     assert (f"no. {rank + 1}" in words) == (rank >= 0)
     inspector = render_inspector(rec, 0)
     assert "Had the lanes overlapped" in inspector and inspector.count("w3") >= 1
@@ -314,7 +314,7 @@ def test_the_zoom_says_instead_of_a_new_window_only_when_the_hit_saved_time():
     rec = tiny_records(48)["mirror"]
     html = render_zoom(rec, {})
     saved = re.search(r"finished it (\d+) ms after the verdict, so the target waited that long instead of for a whole new window\.", html)
-    cost = re.search(r"Hit, but it cost time here: .*? the draft finished it (\d+) ms after the verdict, while a window "
+    cost = re.search(r"Branch hit, but it cost time here: .*? the draft finished it (\d+) ms after the verdict, while a window "
                      r"drafted fresh after the verdict took (\d+) ms in this run \(median\)", html)
     if saved is None and cost is None:
         return  # this run's zoomed step was not a late hit
@@ -416,3 +416,41 @@ def test_a_priced_window_in_the_inspector_is_a_short_sentence_and_a_table_of_its
     assert cells == [("best window priced", "2 tokens, the draft model"), ("its expected tokens", "1.9"),
                      ("its expected time", "120 ms"), ("decoding one token instead", "80 ms")]
     assert "would cost 120 ms for 1.9 expected tokens" not in html  # the run-on words are gone
+
+
+def test_a_branch_hit_in_a_step_that_kept_none_of_its_window_says_so_in_plain_words():
+    """"Hit" is the branch against the verdict, not the tokens kept: a step that kept none of
+    its window can hit, when a branch began at the target's own token (depth 0). The narration
+    and the zoomed step say so once; the strip, the inspector and its table say "branch hit"."""
+    from ui.inspector import all_steps, render_inspector
+    from ui.steps import plain
+    from ui.zoom import _caption
+    events = [
+        Span("target", "prefill", T0, T0 + 10**8, 0),
+        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
+        StepStart(0, 0, [1, 2]),
+        Span("draft", "branches", T0 + 2 * 10**8, T0 + 3 * 10**8, 0),
+        Span("target", "suffix", T0 + 2 * 10**8, T0 + 4 * 10**8, 0),
+        EarlyExit(0, 2, [0, 1, 2], [[3, 7], [8, 3], [6, 5]], [[-0.1, -2.0]] * 3),
+        Verify(0, [1, 2], 0, [0.1, 0.1], [0.9, 0.4], 3, "correction"),
+        Commit(0, [3], ["correction"], ""),
+        DraftBranch(0, 0, 3, 0.6, [4, 5], [0.8, 0.8], "taken", rank=0),
+        StepStart(1, 1, [4, 5]),
+        Verify(1, [4, 5], 2, [0.9, 0.9], [0.8, 0.8], 6, "bonus"),
+        Commit(1, [4, 5, 6], ["accepted", "accepted", "bonus"], ""),
+        Finish({"new_tokens": 4, "wall_s": 1.0, "tokens_per_s": 4.0}, [3, 4, 5, 6], ""),
+    ]
+    rec = mirror_record(events)
+    words = "it kept none of the window, but the draft had already guessed the target's own token"
+    first = narrate(rec, 0)
+    assert "the target kept 0 of the 2 drafted tokens and wrote ‘w3’" in first and first.count(words) == 1, first
+    assert words not in narrate(rec, 1)  # a step that kept tokens needs no such words
+    page = render_inspector(rec, 0)
+    assert page.count("had already guessed the target&#x27;s own token") == 1
+    assert "(the cell's colour): branch hit" in page and "<td>branch hit</td>" in all_steps(rec)
+    assert "step 1, branch hit" in render_strip(rec, selected=0)
+    sv = analyse(rec).steps[0]
+    spans = [s for s in rec.spans if s.step == 0]
+    verdict = plain(dict(_caption(rec, sv, spans, 2, 4, "hit", 0.0))["The verdict:"])
+    assert verdict.startswith("the target kept none of the 2 drafted tokens and wrote ‘w3’ itself, but the draft "
+                              "had already guessed that token. Branch hit: "), verdict

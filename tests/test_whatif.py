@@ -641,6 +641,40 @@ def test_mirror_over_sd_against_the_hit_rate_and_its_break_even():
     assert "an unknown hit rate (this run: 1 overlapped step) it projects 0.90-1.15× SD over 0-100%" in said
 
 
+def test_the_series_line_says_mirror_sd_passes_sd_only_beside_figures_that_do():
+    """Whether the line says Mirror-SD passes SD agrees with every figure it prints, as printed
+    (2 decimals): the source's own figure (the run's steps as priced) can lie off the side of
+    1x that every drafted step priced at one rate gives, and a figure can round across 1.00."""
+    from mirror_sd.latency import whatif_hits as wh
+    where = "On the accelerator pair"
+    run = wh.HitSource("run", 0.6, 12, 12, 7)
+    # at one rate for every step Mirror-SD passes SD at 0-100%, this run's own steps give 0.98x
+    said = wh.series_words(wh.hit_rate_series(lambda h: (1.0, 1.01 + 0.02 * h), run, own=0.98), where)
+    assert "passes" not in said and "0.98× SD at this run's 60%" in said and "1.01-1.03× SD" in said, said
+    # one flat figure that prints 1.00: not "does not pass"
+    flat = wh.hit_rate_series(lambda h: (1.0, 0.9955 + 0.001 * h), run, own=0.996)
+    assert flat["break_even"] is None
+    said = wh.series_words(flat, where)
+    assert "about 1.00× SD" in said and "does not pass" not in said and "passes SD at any hit rate" in said
+    # over many lines and own figures: the claim and the printed figures never disagree
+    for lo in (0.95, 0.99, 0.996, 1.0, 1.004, 1.02):
+        for slope in (0.0, 0.004, 0.02, 0.1):
+            for own in (None, 0.97, 0.996, 1.0, 1.03):
+                for src in (run, wh.HitSource("unknown", None, 0, 1, 0)):
+                    series = wh.hit_rate_series(lambda h: (1.5, 1.5 * (lo + slope * h)), src, own=own)
+                    said = wh.series_words(series, where)
+                    figures = [float(x) for x in re.findall(r"(\d\.\d\d)× SD", said)]
+                    figures += [float(x) for x in re.findall(r"(\d\.\d\d)-\d\.\d\d× SD", said)]
+                    assert figures, said
+                    if "passes SD at any hit rate" in said:
+                        assert min(figures) >= 1.0, said
+                    if "does not pass" in said:
+                        assert max(figures) < 1.0, said
+                    m = re.search(r"above a (\d+)% hit rate; .* gives (\d\.\d\d)× SD", said)
+                    if m:
+                        assert (float(m[2]) >= 1.0) == (src.used * 100 >= int(m[1])), said
+
+
 def test_the_projection_names_its_hit_rate_source_and_the_series(runs):
     """The verdict's projection (projection_of) and its line: the hit rate's source with the
     steps behind it, and one line of Mirror-SD over SD against the hit rate, a projection."""
@@ -738,6 +772,32 @@ def test_the_hit_rates_source_is_said_in_full_once_in_the_fold_and_in_short_else
     assert f"at the window setting picked in the inputs below, {other}," in row_c
     assert f"this run&#x27;s window setting: {GAMMA}" in row_c and "not the verdict&#x27;s figures" in row_c
     assert "the settings it picks there" in panel.render_choices(result)
+
+
+def test_each_tables_rows_b_and_c_say_whose_settings_and_a_line_says_when_their_figures_differ(runs):
+    """The first table's rows run each method at the settings it picks there; the next table's
+    rows (b) and (c) replay this run's settings as recorded; where the two print other figures
+    for a row, one line under the first table says so."""
+    result, _ = panel.project_state(state_of(runs[0]))
+    first = panel.render_choices(result, own_c=True)
+    for key in ("b", "c"):
+        assert f"projection ({key}), at the settings it picks there: " in first
+    row_b = panel.render_table(result, own_c=True).split("projection (b)")[1].split("</tr>")[0]
+    assert "replayed: its settings as recorded, not the first table&#x27;s picks" in row_b
+    if not result["profiles"]["b"].acceptance_from_run:
+        return
+    note = "row (b) replays this run&#x27;s settings as recorded, not these picks, so its figures differ"
+    row = panel.choice_row(result["choices"]["b"])
+    for m in ("sd", "mirror"):  # the second table's row (b) printing the first's figures
+        result["projected"]["b"][m]["speedup"] = float(row[m].rstrip("×"))
+    assert "figures differ" not in panel.render_choices(result, own_c=True)
+    result["projected"]["b"]["mirror"]["speedup"] += 0.25
+    assert note in panel.render_choices(result, own_c=True)
+    # at its default inputs row (c) of the next table points to the first's: no line for it
+    result["projected"]["c"]["sd"]["speedup"] += 0.25
+    assert "rows (b) and (c)" not in panel.render_choices(result, own_c=True)
+    if result["profiles"]["c"].acceptance_from_run:
+        assert "rows (b) and (c) replay this run&#x27;s settings" in panel.render_choices(result)
 
 
 def test_sd_s_projected_timeline_draws_its_recorded_windows_and_sums_to_its_decode_time():

@@ -22,11 +22,11 @@ INTRO = ("A large language model (the <i>target</i>) writes one token at a time,
 MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass the target peeks "
           "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the "
           "draft, which writes the likely next windows (<i>branches</i>) at the same time as the "
-          "target finishes. If the target's verdict matches a branch (a <b>hit</b>) the next window "
+          "target finishes. If the target's verdict matches a branch (a <b>branch hit</b>) the next window "
           "was started early: it is ready as soon as the draft finishes that branch (at once when "
           "the draft is faster than the rest of the target; here, where both models share the cores, "
           "it can come well after the verdict, even later than a fresh window would take: the zoomed "
-          "step gives this run's figures); if not (a <b>miss</b>) the draft writes it after the "
+          "step gives this run's figures); if not (a <b>branch miss</b>) the draft writes it after the "
           "verdict, as in plain SD. Every token is still checked by the full target, so the text does not change.")
 GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the lanes pays only when each has hardware of "
         "its own. Where both models share one device, as on this CPU, Mirror-SD times its steps and "

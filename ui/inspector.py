@@ -25,21 +25,21 @@ from .steps import (lanes_in_turn, narrate_html, price_table, render_strip, step
 esc = html.escape
 ORIGINS = {"first": "the first window: drafted after the prompt's prefill (nothing could miss yet)",
            "drafted": "drafted serially while the target waited",
-           "hit": "a branch prepared during the previous step (a hit)",
-           "miss": "redrafted serially after the previous verdict found no prepared branch (a miss)",
+           "hit": "a branch prepared during the previous step (a branch hit)",
+           "miss": "redrafted serially after the previous verdict found no prepared branch (a branch miss)",
            "turn": "drafted after the previous verdict, the lanes in turn (neither a hit nor a miss)",
            "in turn": "drafted after the previous verdict: that step ran its lanes one after the other",
            "plain": "no draft (a plain target step)"}
 # what this step's verdict found for the next window (the strip cell's colour): its window above
 # says how this step's own window came about, which is the previous step's outcome
-NEXT = {"hit": "a hit, a branch drafted beside this verify became the next window",
-        "miss": "a miss, no branch matched the verdict, so the draft wrote the next one after it",
+NEXT = {"hit": "branch hit, a branch drafted beside this verify matched the verdict and became the next window",
+        "miss": "branch miss, no branch matched the verdict, so the draft wrote the next one after it",
         "turn": "drafted after the verdict, the lanes in turn (neither a hit nor a miss)"}
-STATUS = {"taken": ("taken", "Reused as the next window: a hit."),
+STATUS = {"taken": ("taken", "Reused as the next window: a branch hit."),
           "cancelled": ("cancelled", "Dropped: the verdict landed elsewhere (or the early exit "
                                      "ranked this root below the branch budget)."),
           "serial": ("serial redraft", "No prepared branch matched the verdict: the draft wrote "
-                                       "this window after it, one token per forward (a miss)."),
+                                       "this window after it, one token per forward (a branch miss)."),
           "turn": ("after the verdict", "The lanes ran one after the other in this step: the "
                                         "draft wrote this window after the verdict, as plain SD "
                                         "does (neither a hit nor a miss).")}
@@ -154,8 +154,8 @@ def _status(status: str) -> str:
 
 
 OUTCOME_NOTES = {
-    "hit": "Hit: the taken branch (blue) is the next window, drafted while the target was still verifying.",
-    "miss": "Miss: no rollout started at the verdict, so the draft wrote the next window serially (yellow; the critical path pays for it).",
+    "hit": "Branch hit: the taken branch (blue) is the next window, drafted while the target was still verifying.",
+    "miss": "Branch miss: no rollout started at the verdict, so the draft wrote the next window serially (yellow; the critical path pays for it).",
     "turn": "Lanes in turn: overlapping the two lanes measured slower on this machine, so this step ran them one after the other; the draft wrote the next window after the verdict (grey), as plain SD does. Neither a hit nor a miss."}
 
 
@@ -340,7 +340,8 @@ def all_steps(rec: RunRecord) -> str:
             continue
         rejected = (_chip(rec, v.drafted[v.accepted], "is-rejected")
                     if v.kind == "correction" and v.accepted < len(v.drafted) else "–")
-        outcome = {"turn": "lanes in turn"}.get(verdict_outcome(sv) or "–", verdict_outcome(sv) or "–")
+        outcome = {"turn": "lanes in turn", "hit": "branch hit", "miss": "branch miss"}.get(
+            verdict_outcome(sv) or "–", verdict_outcome(sv) or "–")
         ms = _step_ms(rec, s)
         rows.append(f'<tr data-step="{s}" data-run="{esc(rec.method)}"><td>{pos + 1}</td>'
                     f'<td>{len(v.drafted)}</td><td>{v.accepted}</td><td>{rejected}</td>'

@@ -30,11 +30,11 @@ from .runs import RunRecord, StepView, analyse, checked_step, exit_check, varian
 esc = html.escape
 
 KINDS = {  # strip kind -> (label, definition)
-    "hit": ("hit", "One of the branches the draft rolled out during this step, beside the "
-                   "target, started exactly at its verdict: it became the next window (no serial "
-                   "redraft)."),
-    "miss": ("miss", "No branch started at this step's verdict: the draft wrote the next window "
-                     "after it, serially, while the target waited."),
+    "hit": ("branch hit", "One of the branches the draft rolled out during this step, beside the "
+                          "target, started exactly at its verdict: it became the next window (no "
+                          "serial redraft), however many drafted tokens the target kept."),
+    "miss": ("branch miss", "No branch started at this step's verdict: the draft wrote the next "
+                            "window after it, serially, while the target waited."),
     "turn": ("lanes in turn", "The lanes ran one after the other in this step (overlapping them "
                               "measured slower here): the target verified, then the draft wrote "
                               "the next window from the verdict, as plain SD does. Neither a hit "
@@ -49,7 +49,7 @@ KINDS = {  # strip kind -> (label, definition)
 WOULD = {  # a step in turn, by the exit check (after the run) -> its definition
     True: ("Checked after the run (untimed): the early exit, read at this step, ranked the verdict's "
            "root among the branches the draft would have rolled out, so with the lanes overlapped "
-           "(on devices of their own) the next window would have been ready early: a hit."),
+           "(on devices of their own) the next window would have been ready early: a branch hit."),
     False: ("Checked after the run (untimed): the verdict's root was not among the branches the "
             "draft would have rolled out, so with the lanes overlapped this step would have missed."),
 }
@@ -269,12 +269,12 @@ def _exit_guess(rec: RunRecord, sv: StepView) -> str:
 
 def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> str:
     if kind == "hit":
-        return "the window was a branch prepared during the previous step (a hit)"
+        return "the window was a branch prepared during the previous step (a branch hit)"
     if kind == "miss" and previous is not None:
         if lanes_in_turn(rec, previous):
             return (f"the window was drafted after the previous verdict, the lanes one after the other "
                     f"(the target waited {_fmt_s(redraft_s(rec, previous))})")
-        return (f"the window was redrafted after a miss (the target waited "
+        return (f"the window was redrafted after a branch miss (the target waited "
                 f"{_fmt_s(redraft_s(rec, previous))})")
     if kind == "turn" and previous is not None:
         return (f"the window was drafted after the previous verdict, the lanes in turn (the "
@@ -306,8 +306,8 @@ def _verdict(rec: RunRecord, sv: StepView) -> str:
     if v is None:
         return ""
     if v.kind == "bonus":
-        return f"the target kept all {len(v.drafted)} and added {quoted(rec, v.token)}"
-    return f"the target kept {v.accepted} of {len(v.drafted)} and wrote {quoted(rec, v.token)}"
+        return f"the target kept all {len(v.drafted)} drafted tokens and added {quoted(rec, v.token)}"
+    return f"the target kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote {quoted(rec, v.token)}"
 
 
 def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> str:
@@ -319,13 +319,15 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
     if taken is not None:
         rank = f" no. {taken.rank + 1}" if taken.rank is not None and taken.rank >= 0 else ""
         late = after_verdict_s(rec, sv.step)  # the draft's branch work still left at the verdict
-        redraft = (f"; after a miss the target waited {_fmt_s(saved_s)} for a window redrafted serially "
+        none = (" (it kept none of the window, but the draft had already guessed the target's own token)"
+                if sv.verify.accepted == 0 else "")
+        redraft = (f"; after a branch miss the target waited {_fmt_s(saved_s)} for a window redrafted serially "
                    f"(the median over this run's misses)") if saved_s else ""
         if late * 1e3 > 0.5:  # in the zoom's words
-            return (f"so the verdict matched branch{rank}, begun beside the target before the verdict; "
+            return (f"so the verdict matched branch{rank}{none}, begun beside the target before the verdict; "
                     f"the draft finished it {_fmt_s(late)} after the verdict (the target waited that "
                     f"long){redraft}")
-        return f"so the verdict matched branch{rank}, whose window was ready when the verdict came{redraft}"
+        return f"so the verdict matched branch{rank}{none}, whose window was ready when the verdict came{redraft}"
     if sv.fallback is not None and lanes_in_turn(rec, sv.step):
         return (f"then the draft wrote the next window, the lanes one after the other "
                 f"({_fmt_s(redraft_s(rec, sv.step))})")
@@ -346,10 +348,10 @@ def would_hit_words(rec: RunRecord, step: int, lead: str = "", who: str = "check
     budget = (exit_check(rec) or {}).get("budget", 0)
     rank = c.get("rank", -1)
     place = f"ranked the verdict's root no. {rank + 1}" if rank >= 0 else "did not rank the verdict's root"
-    outcome = ("so with the lanes overlapped that window would have been ready early (a hit)"
+    outcome = ("so with the lanes overlapped that window would have been ready early (a branch hit)"
                if c.get("would_hit") else
                f"outside the {budget} branch{'es' if budget != 1 else ''} rolled out, so with the lanes "
-               f"overlapped it would have been a miss")
+               f"overlapped it would have been a branch miss")
     return f"{lead}{who}{place}, {outcome}"
 
 
@@ -447,7 +449,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: {"whether the verdict found its next window ready (hit), not (miss), or the lanes ran in turn (the gate ran the draft after the target, as SD does, where overlapping them measured slower)" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
+            f'Cell: {"whether the verdict found its next window ready (branch hit), not (branch miss), or the lanes ran in turn (the gate ran the draft after the target, as SD does, where overlapping them measured slower)" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
             f'nd: n tokens drafted in its window (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 

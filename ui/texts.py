@@ -12,12 +12,12 @@ LEGEND = {
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own. In Mirror-SD: from a window drafted after the "
                  "verdict in a step whose lanes ran in turn (neither a hit nor a miss)."),
-    "hit": ("accepted, from a hit (window ready early)",
+    "hit": ("accepted, from a branch hit (window ready early)",
             "Accepted, from a window the draft wrote while the target was still verifying the "
-            "previous one (Mirror-SD's branch matched the verdict: a hit)."),
-    "fallback": ("accepted, after a miss (window redrafted)",
+            "previous one (Mirror-SD's branch matched the verdict: a branch hit)."),
+    "fallback": ("accepted, after a branch miss (window redrafted)",
                  "Accepted, from a window the draft had to write after the verdict because no "
-                 "prepared branch matched it (a miss: the target waited for it)."),
+                 "prepared branch matched it (a branch miss: the target waited for it)."),
     "correction": ("target's token after a rejection",
                    "The target rejected a drafted token here and wrote its own instead (from "
                    "the same verify forward)."),
@@ -29,8 +29,8 @@ LEGEND = {
               "the token of an SD or Mirror-SD step that drafted nothing."),
 }
 # the legend's groups: (title, ((kind, its short name in the group), ...))
-LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a hit (ready early)"),
-                                    ("fallback", "after a miss (redrafted)"))),
+LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a branch hit (ready early)"),
+                                    ("fallback", "after a branch miss (redrafted)"))),
                  ("the target's own token", (("correction", "after a rejection"), ("bonus", "bonus token"),
                                              ("plain", "alone (AR, or no draft)"))))
 # marks that are not a kind: css class -> (label, tooltip)
@@ -55,11 +55,13 @@ GLOSSARY = {
     "score": ("A root's score: how likely the verdict is to land there, from the draft's own "
               "probabilities and the early exit's; the best-scored roots get rolled out."),
     "tau": "τ: tokens committed per target forward (AR: 1).",
-    "hit": ("A hit: at the end of a Mirror-SD step the target's verdict (how many drafted tokens "
+    "hit": ("A branch hit: at the end of a Mirror-SD step the target's verdict (how many drafted tokens "
             "it kept, and its own next token) matched a branch the draft had already written "
             "while the target was verifying, so the next window started early (it may still finish "
-            "a little after the verdict when the draft is slower than the rest of the target)."),
-    "fallback": ("A miss: no branch the draft had written during the step matched the verdict, "
+            "a little after the verdict when the draft is slower than the rest of the target). It is "
+            "about the branch, not the tokens kept: a step that kept none of its window still hits "
+            "when a branch began at the target's own token."),
+    "fallback": ("A branch miss: no branch the draft had written during the step matched the verdict, "
                  "so the draft wrote the next window after it while the target waited."),
     "ttft": ("Time to first token: from the run's start (the prompt goes in) to its first "
              "committed token. SD and Mirror-SD draft and verify their first window inside it, "

@@ -131,7 +131,9 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
             continue
         cells = "".join(_cell(proj.get(m), ratio=key == "a") for m in methods)
         run_gamma = result["calibration"].gamma
-        how = ("this run's own steps and windows, replayed" if profile.acceptance_from_run else
+        replayed = "this run's own steps and windows, replayed" + (
+            ": its settings as recorded, not the first table's picks" if key in (result.get("choices") or {}) else "")
+        how = (replayed if profile.acceptance_from_run else
                f"at the window setting picked in the inputs below, {profile.calibration.gamma}, and "
                f"{profile.calibration.branch_budget} branches (this run's window setting: {run_gamma}), "
                + ("windows priced again with its costs at this run's acceptance per drafted token"
@@ -208,7 +210,7 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
         p["over_sd_rounds"] = _rounds(projected)
     top = projection_line(p, "the verdict's line; below: the first table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults", full=True) if p else ""
-    return (f'<div class="msd-whatif">{top}{render_choices(result)}{lead}{render_table(result, runs, own_c=default)}'
+    return (f'<div class="msd-whatif">{top}{render_choices(result, own_c=default)}{lead}{render_table(result, runs, own_c=default)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
@@ -224,7 +226,7 @@ def settings_text(chosen: dict | None) -> str:
 
 
 def choice_row(ch: dict) -> dict:
-    """One profile's row of the "own settings" table as text, the one source of the verdict's
+    """One profile's row of the first table (each at the settings it picks) as text, the one source of the verdict's
     projection figures: each method's speedup over AR with its settings, and Mirror-SD over SD."""
     sd, mirror = ch.get("sd") or {}, ch.get("mirror") or {}
     fmt = lambda x: "–" if x is None else f"{x:.2f}×"  # noqa: E731
@@ -234,9 +236,10 @@ def choice_row(ch: dict) -> dict:
                 m: x for m, x in (("sd", sd.get("speedup")), ("mirror", mirror.get("speedup"))) if x is not None}}
 
 
-def render_choices(result: dict) -> str:
+def render_choices(result: dict, own_c: bool = False) -> str:
     """Each profile with the settings it would pick among those this run can replay; what no
-    profile could search, once below the table when it is the same for all."""
+    profile could search, once below the table when it is the same for all; where the next
+    table (`render_table`, `own_c` as there) prints a row's figures otherwise, one line says why."""
     choices = result.get("choices") or {}
     missing = {key: tuple(map(str, ch.get("not_replayable") or [])) for key, ch in choices.items()}
     shared = len(set(missing.values())) == 1
@@ -246,7 +249,7 @@ def render_choices(result: dict) -> str:
         own = "" if shared else f'<td><small>{esc("; ".join(missing[key]) or "–")}</small></td>'
         mark = ' <span class="msd-proj-tag">the verdict\'s figures</span>' if key == "c" else ""
         rows.append(
-            f'<tr data-key="{esc(key)}"><th scope="row">projection ({esc(key)}), its own settings: '
+            f'<tr data-key="{esc(key)}"><th scope="row">projection ({esc(key)}), at the settings it picks there: '
             f'{esc(row["name"])}{mark}</th>'
             f'<td><b>{row["sd"]}</b> <small>{esc(row["sd_settings"])}</small></td>'
             f'<td><b>{row["mirror"]}</b> <small>{esc(row["mirror_settings"])}</small></td>'
@@ -264,8 +267,16 @@ def render_choices(result: dict) -> str:
                                        if len(set(said.values())) == 1 else
                                        "; ".join(f"({k}) {w}" for k, w in said.items()))
                      + " (its source: the line at the top).")
-    c = (result.get("profiles") or {}).get("c")
-    if "c" in choices and c is not None and not c.acceptance_from_run and _c_figures_differ(result):
+    profiles = result.get("profiles") or {}
+    c = profiles.get("c")
+    replays = [k for k in choices if getattr(profiles.get(k), "acceptance_from_run", False)
+               and not (k == "c" and own_c) and _figures_differ(result, k)]
+    if replays:
+        many = len(replays) > 1
+        notes.append(f"The next table's row{'s' * many} {' and '.join(f'({k})' for k in replays)} "
+                     f"replay{'' if many else 's'} this run's settings as recorded, not these picks, "
+                     f"so {'their' if many else 'its'} figures differ.")
+    if "c" in choices and c is not None and not c.acceptance_from_run and _figures_differ(result, "c"):
         notes.append(f"The next table's row (c) runs the pair at the window setting picked in its inputs, {c.calibration.gamma}, "
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
@@ -278,10 +289,10 @@ def render_choices(result: dict) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
 
 
-def _c_figures_differ(result: dict) -> bool:
-    """Whether the two tables' row (c) show other figures (each method over AR, as printed)."""
-    first = (result.get("projected") or {}).get("c") or {}
-    row = choice_row((result.get("choices") or {}).get("c") or {})
+def _figures_differ(result: dict, key: str) -> bool:
+    """Whether the two tables' row `key` show other figures (each method over AR, as printed)."""
+    first = (result.get("projected") or {}).get(key) or {}
+    row = choice_row((result.get("choices") or {}).get(key) or {})
     shown = lambda x: "–" if not x or x.get("speedup") is None else f"{x['speedup']:.2f}×"  # noqa: E731
     return any(shown(first.get(m)) != row[m] for m in ("sd", "mirror"))
 
@@ -618,7 +629,7 @@ def short_source(words: str | None) -> str:
     return rate + whose
 
 
-def projection_line(p: dict, where: str = "What if, “its own settings” table, row (c)",
+def projection_line(p: dict, where: str = "What if, first table, row (c)",
                     series: bool = True, full: bool = False) -> str:
     """The projection in one short line, its inputs named (the hit rate's source and the steps
     behind it among them), the same words in the verdict and at the top of the What-if fold;

@@ -170,7 +170,7 @@ def how_typical(rec: RunRecord, step: int) -> str:
 
     mine = kind(step)
     alike = sum(kind(s) == mine for s in steps)
-    words = ("the lanes at once" if mine[0] else "the lanes in turn") + (", a hit" if mine[1] else ", no hit")
+    words = ("the lanes at once" if mine[0] else "the lanes in turn") + (", a branch hit" if mine[1] else ", no branch hit")
     return f"{alike} of its {len(steps)} steps like this one ({words})"
 
 
@@ -316,6 +316,9 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     v = sv.verify
     kept = (f"kept {v.accepted} of the {len(v.drafted)} drafted tokens and wrote "
             f"{quoted(rec, v.token)} itself" if v else "gave its verdict")
+    if v and not v.accepted and outcome == "hit":
+        kept = (f"kept none of the {len(v.drafted)} drafted tokens and wrote {quoted(rec, v.token)} itself, "
+                f"but the draft had already guessed that token")
     extend = _ms(spans, "extend")
     read = f"read its last token ({extend:.0f} ms) and " if extend else ""
     exit_at = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)  # the guesses reach the draft
@@ -335,11 +338,11 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
 
 def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) -> str:
     """Hit, miss or neither, and what the step's next window cost the target."""
-    hit = "Hit: one branch began exactly where the verdict left off, with the target's own token, and "
+    hit = "Branch hit: one branch began exactly where the verdict left off, with the target's own token, and "
     if outcome == "hit" and wait_ms > 0.5:
         redraft = _redraft_ms(rec)
         if redraft is not None and redraft <= wait_ms:  # the hit came later than a fresh window would have
-            return (f"Hit, but it cost time here: one branch began exactly where the verdict left off, with the "
+            return (f"Branch hit, but it cost time here: one branch began exactly where the verdict left off, with the "
                     f"target's own token, and became the next window, yet the draft finished it {wait_ms:.0f} ms "
                     f"after the verdict, while a window drafted fresh after the verdict took {redraft:.0f} ms in "
                     f"this run (median). Both models sharing the cores slowed the branches more than the head "
@@ -354,5 +357,5 @@ def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) 
         return "The run ended at this step: no next window."
     if outcome == "turn":
         return "The lanes ran in turn here: the draft wrote the next window after the verdict."
-    return (f"Miss: no branch started there, so the draft wrote the next window after the verdict "
+    return (f"Branch miss: no branch started there, so the draft wrote the next window after the verdict "
             f"({_ms(spans, 'fallback'):.0f} ms) while the target waited.")

@@ -174,6 +174,11 @@ def hit_rate_series(project_at, source: HitSource, rates=SERIES_RATES, own: floa
             "rate": source.rate}
 
 
+def shown(ratio: float) -> float:
+    """Mirror-SD over SD as the page prints it (2 decimals): whether it passes SD is read off this."""
+    return float(f"{ratio:.2f}")
+
+
 def break_even(project_at, tol: float = 0.005) -> float | None:
     """The least hit rate at which Mirror-SD's projected speedup reaches SD's (bisection: it
     grows with the hit rate): 0.0 where it passes at any rate, None where not even at 100%."""
@@ -193,33 +198,47 @@ def break_even(project_at, tol: float = 0.005) -> float | None:
     return hi
 
 
+def _lead(where: str, be: float | None) -> str:
+    if be is None:
+        return f"{where} Mirror-SD does not pass SD at any hit rate up to 100%"
+    if be == 0.0:
+        return f"{where} Mirror-SD passes SD at any hit rate"
+    return f"{where} Mirror-SD passes SD above a {be:.0%} hit rate"
+
+
 def series_words(series: dict | None, where: str) -> str:
     """One plain line: where Mirror-SD passes SD on `where` ("On the accelerator pair"), and
-    what the source's rate gives (or the range, where the rate is unknown)."""
+    what the source's rate gives (or the range, where the rate is unknown). Whether it passes
+    agrees with every figure the line prints, as printed (`shown`)."""
     if not series:
         return ""
     be = series["break_even"]
     pts = {p["hit_rate"]: p["mirror_over_sd"] for p in series["points"] if p["mirror_over_sd"] is not None}
-    if be is None:
-        lead = f"{where} Mirror-SD does not pass SD at any hit rate up to 100%"
-    elif be == 0.0:
-        lead = f"{where} Mirror-SD passes SD at any hit rate"
-    else:
-        lead = f"{where} Mirror-SD passes SD above a {be:.0%} hit rate"
     if not pts:
-        return lead
+        return _lead(where, be)
     low, high = min(pts.values()), max(pts.values())
     own = next((p for p in series["points"] if p["source"] and p["mirror_over_sd"] is not None), None)
     if high - low < 0.005:  # one figure, the source's where it has one (its recorded hits priced as such)
         flat = own["mirror_over_sd"] if own is not None else low
-        return lead + (f" (about {flat:.2f}× SD whatever the hit rate: in this run a hit still left as much "
-                       f"draft work after its verdict as a miss's rollout, so the model prices hits and misses "
-                       f"alike)")
+        return _lead(where, 0.0 if shown(flat) >= 1.0 else None) + (
+            f" (about {flat:.2f}× SD whatever the hit rate: in this run a hit still left as much "
+            f"draft work after its verdict as a miss's rollout, so the model prices hits and misses alike)")
+    ahead = [shown(v) >= 1.0 for v in pts.values()]
+    if all(ahead) or not any(ahead):  # every figure on one side of 1x
+        be = 0.0 if all(ahead) else None
+    elif be in (None, 0.0) or (own is not None and (shown(own["mirror_over_sd"]) >= 1.0) != (own["hit_rate"] >= be)):
+        be = "both"  # the figures straddle 1x and the source's lies off the break-even's side
     if own is None:
-        lead += f"; at {series['source_short']} it projects {low:.2f}-{high:.2f}× SD over 0-100%"
-    else:
-        lead += f"; {series['source_short']} gives {own['mirror_over_sd']:.2f}× SD"
-    return lead
+        tail = f"at {series['source_short']} it projects {low:.2f}-{high:.2f}× SD over 0-100%"
+        return f"{where}, {tail[3:]}" if be == "both" else f"{_lead(where, be)}; {tail}"
+    if be != "both":
+        return f"{_lead(where, be)}; {series['source_short']} gives {own['mirror_over_sd']:.2f}× SD"
+    # the source's figure (this run's steps as priced) lies on the other side of the break-even
+    # read off every drafted step at one rate: both figures, and no claim either contradicts
+    rest = [v for h, v in pts.items() if h != own["hit_rate"]] or [low, high]
+    return (f"{where} Mirror-SD gives {own['mirror_over_sd']:.2f}× SD at {series['source_short']}, as this "
+            f"run's steps are priced; {min(rest):.2f}-{max(rest):.2f}× SD with every drafted step at one hit "
+            f"rate from 0 to 100%")
 
 
 def ratio_range(series: dict | None) -> tuple[float, float] | None:
