@@ -244,7 +244,8 @@ function draw(run, item, clock) {
   else if (item.k === 'f') finish(run, item);
   else if (item.k === 'e') { setState(run, 'error'); run.note.textContent = item.m; }
   else if (item.k === 'n') run.note.textContent = item.m;
-  else { stepBox(run, item); if (item.k === 'w') pending(run, item.d); else if (item.k === 'v') pending(run, null); }
+  else { stepBox(run, item); if (item.k === 'w') pending(run, item.d); else if (item.k === 'v') pending(run, null);
+    toNewest(run.pre); }  // the step's lines may change the text's height: its top row stays whole
 }
 
 function advance(run, clock) {
