@@ -850,6 +850,31 @@ def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_di
     assert time_split_words({m: x for m, x in c.items() if m != "sd"}, records, "mirror") == ""
 
 
+def test_the_cards_give_the_run_shown_with_the_rounds_ranges_where_the_page_shows_middle_runs():
+    """Where the page shows each method's middle run (meta "median_runs"), a card's times and
+    speeds are that run's own, the rounds' range beside them, and its ratios over AR are that
+    run's over AR's: one figure per run in the card, its pane and the What-if fold."""
+    from ui.results import render_cards
+    records = tiny_records()
+    rounds = [cards(records) for _ in range(3)]
+    for r, k in zip(rounds, (0.8, 1.2, 1.3)):  # the run shown (x1) is not the median (x1.2)
+        for m in r:
+            r[m].ttft_s, r[m].decode_tps, r[m].e2e_tps = r[m].ttft_s * k, r[m].decode_tps * k, r[m].e2e_tps * k
+    spreads = repeat_summary(rounds)
+    c = cards(records)
+    html = render_cards(records, {"median_runs": {"ar": 1, "sd": 1, "mirror": 1}}, spreads)
+    assert "Every row: each method&#x27;s middle run of 3" in html or "Every row: each method's middle run of 3" in html
+    for m, x in c.items():
+        card = html.split(f'data-method="{m}"')[1].split("data-method=")[0]
+        ttft = spreads[m]["ttft_s"]
+        assert f"{x.ttft_s:.2f} s <small" in card and f"[{ttft.low:.2f}–{ttft.high:.2f}]" in card, card
+        if m != "ar":
+            ratio = f"<b>{x.decode_tps / c['ar'].decode_tps:.2f}×</b> / <b>{x.e2e_tps / c['ar'].e2e_tps:.2f}×</b>"
+            assert ratio in card, card
+    medians = render_cards(records, {}, spreads)  # no middle runs named: the rounds' medians
+    assert f"{spreads['sd']['ttft_s'].median:.2f} s <small" in medians
+
+
 def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     """The one-sentence takeaway reads SD's gain from the interleaved ranges (proven only when
     every SD run beat every AR run), says that the gated Mirror-SD ran as SD where it ran its

@@ -179,11 +179,11 @@ def output_words(records: dict[str, RunRecord]) -> str:
         if m == "ar" or rec is None or rec.finish is None:
             continue
         if not (ar.complete and rec.complete):
-            skipped.append(label(m))
+            skipped.append(m)
             continue
         cmp = compare_tokens(ar.finish.token_ids, rec.finish.token_ids)
         if cmp["identical"]:
-            same.append(label(m))
+            same.append(m)
         else:
             differ.append(f"{label(m)} differs from AR in {cmp['mismatches']} of {cmp['compared']} tokens "
                           f"(first at token {cmp['first']}: a near-tie, see the checks under the bars)")
@@ -197,10 +197,6 @@ def output_words(records: dict[str, RunRecord]) -> str:
     if skipped:
         out.append(f"{_names(skipped)}: not compared with AR (a run was stopped or failed).")
     return " ".join(out)
-
-
-def _names(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def one_device(meta: dict) -> bool:

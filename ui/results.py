@@ -432,23 +432,26 @@ def _projection_line(projection: dict) -> str:
 
 # ---- the cards ----------------------------------------------------------------------------
 
-def _val(own: float | None, s: Spread | None, spec: str, unit: str = "") -> str:
-    """A card's figure: this run's, or over interleaved runs their median with the range
-    beside it in small type."""
+def _val(own: float | None, s: Spread | None, spec: str, unit: str = "", shown: bool = False) -> str:
+    """A card's figure: this run's; over interleaved runs, with the range beside it in small
+    type, and the figure the run shown's (`shown`: each method's middle run, the race's, so that
+    a card, its pane and the What-if fold give one figure) or else the runs' median."""
     if s is None or s.n < 2:
         return f"{_fmt(own, spec)}{unit}"
-    return (f'{format(s.median, spec)}{unit} <small class="msd-range" title="median and range '
+    value, what = (own, "the run shown; range") if shown and own is not None else (s.median, "median and range")
+    return (f'{format(value, spec)}{unit} <small class="msd-range" title="{what} '
             f'over {s.n} interleaved runs">[{format(s.low, spec)}–{format(s.high, spec)}]</small>')
 
 
-def _card_rows(c: Card, s: dict, ratios: tuple | None = None) -> list[tuple[str, str, str]]:
+def _card_rows(c: Card, s: dict, ratios: tuple | None = None, shown: bool = False) -> list[tuple[str, str, str]]:
     """(label, value, glossary key) rows of one card; `ratios`: (end to end, decode) over AR as
-    `speeds` gives them (the speeds shown divided by AR's), else this run's."""
+    `speeds` gives them (the speeds shown divided by AR's), else this run's; `shown`: the
+    figures are the run shown's, with the rounds' ranges (`_val`)."""
     x = lambda v: "–" if v is None else f"{v:.2f}×"  # noqa: E731
     e2e_x, decode_x = ratios or (c.e2e_speedup, c.decode_speedup)
-    rows = [("time to first token", _val(c.ttft_s, s.get("ttft_s"), ".2f", " s"), "ttft"),
-            ("decode speed", _val(c.decode_tps, s.get("decode_tps"), ".2f", " tok/s"), "decode"),
-            ("end to end", _val(c.e2e_tps, s.get("e2e_tps"), ".2f", " tok/s")
+    rows = [("time to first token", _val(c.ttft_s, s.get("ttft_s"), ".2f", " s", shown), "ttft"),
+            ("decode speed", _val(c.decode_tps, s.get("decode_tps"), ".2f", " tok/s", shown), "decode"),
+            ("end to end", _val(c.e2e_tps, s.get("e2e_tps"), ".2f", " tok/s", shown)
              + ("" if "e2e_tps" in s and s["e2e_tps"].n > 1 else f" ({c.tokens} tokens in {c.wall_s:.2f} s)"), "e2e")]
     if c.method != "ar" and decode_x is not None:
         rows.append(("over AR, decode / end to end",
@@ -494,20 +497,26 @@ def render_cards(records: dict[str, RunRecord], meta: dict, spreads: dict | None
     c = cards(finished(records))
     if not c:
         return ""
-    sp = speeds(c, spreads)
+    runs = runs_of(spreads)
+    # each method's middle run on the page (the race's): the cards give its figures, the
+    # rounds' ranges beside them, so that a card, its pane and the What-if fold agree
+    shown = bool(meta.get("median_runs")) and runs > 1
+    sp = speeds(c, None if shown else spreads)
     out = []
     for m, card in c.items():
         rows = "".join(f'<tr><th>{term(name, key)}</th><td>{value}</td></tr>'
                        for name, value, key in _card_rows(card, (spreads or {}).get(m, {}),
-                                                          (sp[m][1], sp[m][2])))
+                                                          (sp[m][1], sp[m][2]), shown))
         state = "" if card.complete else ' <span class="msd-badge s-stopped">stopped</span>'
         out.append(f'<div class="msd-card m-{esc(m)}" data-method="{esc(m)}">'
                    f'<div class="msd-card-head" style="border-color:{esc(colour(m))}">'
                    f'<span style="color:{esc(colour(m))}">{esc(label(m))}</span>{state}</div>'
                    f'<table>{rows}</table></div>')
-    runs = runs_of(spreads)
-    many = (f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
-            f"medians divided by AR's; the other rows: each method's middle run (the race's)." if runs > 1 else "")
+    many = ("" if runs < 2 else
+            f" Every row: each method's middle run of {runs} (the race's); [brackets]: the range over its "
+            f"{runs} interleaved runs; over AR: divided by AR's middle run." if shown else
+            f" Times and speeds: the median of {runs} interleaved runs [their range]; over AR: those "
+            f"medians divided by AR's; the other rows: each method's middle run (the race's).")
     cards_html = (f'<div class="msd-cards-note">Measured on {esc(machine_words(meta))}; each method ran '
                   f'alone, one after another, warm.{many}{esc(why_runs_differ(settings or {}, runs))} '
                   f'Hover a label for its definition.</div><div class="msd-cards">{"".join(out)}</div>')
