@@ -415,9 +415,12 @@ def verdict_sub(c: dict[str, Card], meta: dict, spreads: dict | None = None) -> 
     run's first token), and where and how often it was measured ('' without AR)."""
     if baseline() not in c or len(c) < 2 or winner(c, spreads) is None:
         return ""
-    sp, runs = speeds(c, spreads), runs_of(spreads)
+    runs = runs_of(spreads)
+    shown = bool(meta.get("median_runs")) and runs > 1  # the cards' figures: each method's middle run
+    sp = speeds(c, None if shown else spreads)
     decode = _ratio_list(c, sp, 2)
-    many = f" (medians of {runs} interleaved runs)" if runs > 1 else " (one run)"
+    many = (f" (each method's middle run of {runs}, as in the cards)" if shown else
+            f" (medians of {runs} interleaved runs)" if runs > 1 else " (one run)")
     lead = f"Decode alone, the speed after each run's first token: {decode}. " if decode else ""
     return f"{lead}Measured on {machine_words(meta)}{many}."
 
