@@ -874,7 +874,7 @@ def test_the_cards_give_the_run_shown_with_the_rounds_ranges_where_the_page_show
     medians = render_cards(records, {}, spreads)  # no middle runs named: the rounds' medians
     assert f"{spreads['sd']['ttft_s'].median:.2f} s <small" in medians
     meta = {"median_runs": {"ar": 1, "sd": 1, "mirror": 1}}
-    sub = re.search(r'class="msd-verdict-sub">([^<]*)<', render_statistics(records, meta, {}, 3, spreads))[1]
+    sub = re.search(r'class="msd-verdict-sub">([^<]*)<', render_statistics(records, {}, meta, 3, spreads))[1]
     assert f"SD {c['sd'].decode_tps / c['ar'].decode_tps:.2f}× AR" in sub, sub
     assert "(each method&#x27;s middle run of 3, as in the cards)" in sub, sub
 
