@@ -573,8 +573,9 @@ def time_split_words(c: dict[str, Card], records: dict[str, RunRecord], m: str) 
     medians = (f"; windows of median {mirror.windows[1]:g} tokens against {sd.windows[1]:g}"
                if mirror.windows and sd.windows and mirror.windows[1] != sd.windows[1] else "")
     hidden = mirror.draft_hidden_s or 0.0
-    names = {"overlap": "waiting for the draft" + (f" (it hid {hidden:.2f} s of drafting beside the target)"
-                                                     if hidden >= 0.005 else ""),
+    drafted = hidden + (mirror.draft_exposed_s or 0.0)
+    names = {"overlap": "waiting for the draft" + (f" (it drafted {drafted:.2f} s in all and hid {hidden:.2f} s of "
+                                                     f"it beside the target)" if hidden >= 0.005 else ""),
              "steps": f"{abs(more)} {'more' if more > 0 else 'fewer'} verify step{'' if abs(more) == 1 else 's'} "
                       f"({mirror.verify_steps} against {sd.verify_steps}{medians})",
              "per_step": f"each verify step taking {'longer' if split['per_step'] > 0 else 'less time'} (mean)",

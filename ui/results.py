@@ -133,7 +133,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         how = f"in all {steps} of its steps" if turns == steps else f"in {turns} of its {steps} steps"
         text = (f"It took turns as SD does (the draft, then the target) {how}: both models share these "
                 f"cores, and its gate, which times both orders as it runs, judged taking turns the faster. "
-                f"Taking turns, it prices its windows from SD's own measured costs, so those steps are SD's.")
+                f"Taking turns, it prices its windows from the costs SD measures, so it drafts as SD would.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
