@@ -366,15 +366,16 @@ def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | No
 
 
 def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
-    """For the race's last line: 'These 3 rounds cannot tell Mirror-SD, SD and Mirror-SD
-    (always overlapped) apart: their finishing order is within this machine's noise.' ('' where
-    the runs tell the winner from the rest)."""
+    """For the race's last line: 'Over these 3 runs, SD's lead is within this machine's noise.'
+    (naming those it leads where the runs tell some others apart; '' where the runs tell the
+    winner from the rest). The verdict under the race says it in full, once."""
     level = level_with(c, winner(c, spreads), spreads)
     if not level:
         return ""
     runs = runs_of(spreads)
-    which = f"These {runs} rounds" if runs > 1 else f"One run (within {LEVEL:.0%})"
-    return f"{which} cannot tell {_told(level)}: their finishing order is within this machine's noise."
+    which = f"Over these {runs} runs" if runs > 1 else f"In one run (within {LEVEL:.0%})"
+    over = "" if len(level) == len(c) else f" over {_names(level[1:])}"
+    return f"{which}, {label(level[0])}'s lead{over} is within this machine's noise."
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
