@@ -11,7 +11,7 @@ import pytest
 
 from mirror_sd.engine.events import Commit, Verify
 from mirror_sd.latency.whatif_costs import core_split
-from ui.figures import LEVEL, Spread, cards, level_with, repeat_summary, split_words, verdict, verify_slowdown, winner
+from ui.figures import ITEM, LEVEL, Spread, cards, level_with, repeat_summary, split_words, verdict, verify_slowdown, winner
 from ui.results import render_statistics, render_verdict
 from ui.runs import label
 from ui.why import PARTS, breakdown
@@ -279,10 +279,8 @@ def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verif
     text = verdict(c, records, {"target_device": "cpu", "draft_device": "cpu"})
     assert "SD won" in text and "Net: Mirror-SD" in text
     from ui.figures import verdict_parts
-    from ui.results import _short_reason
-    html = _short_reason(verdict_parts(c, records, {"target_device": "cpu", "draft_device": "cpu"})[1])
-    reason = re.search(r'<p class="msd-verdict-why"><b>The reason:</b> (.*?) <span', html)[1]
-    assert "Net:" not in reason and ("Mirror-SD" in reason or "alike" in reason)  # the cause, not the net
+    reason = verdict_parts(c, records, {"target_device": "cpu", "draft_device": "cpu"})[1].split(ITEM)[1]
+    assert "Net:" not in reason and ("Mirror-SD" in reason or "alike" in reason)  # the cause first, then the net
     parts = {m: breakdown(records[m]) for m in ("sd", "mirror")}
     saved = parts["sd"]["draft_exposed"] - parts["mirror"]["draft_exposed"]
     lost = parts["mirror"]["verify"] - parts["sd"]["verify"]
@@ -589,9 +587,10 @@ def test_the_hardware_box_leads_into_the_chart_without_restating_its_figures():
     assert line.startswith("Here both models share") == (not lost)
 
 
-def test_statistics_leads_its_reason_as_the_verdict_does():
-    """Over interleaved runs whose ranges overlap the verdict says "The trade:"; the Statistics
-    fold's arithmetic uses the same lead (the same spreads), and names the run it is."""
+def test_statistics_leads_its_reason_as_the_verdict_text_does():
+    """Over interleaved runs whose ranges overlap the reason's lead is "The trade:", said once in
+    the Statistics fold with its arithmetic (the verdict on the page leaves it there), and
+    names the run it is."""
     records = tiny_records()
     rounds = [cards(records) for _ in range(3)]
     for r, x in zip(rounds, (1.05, 0.98, 1.2)):  # SD first by its median, its range overlapping AR's
@@ -599,7 +598,7 @@ def test_statistics_leads_its_reason_as_the_verdict_does():
     spreads = repeat_summary(rounds)
     verdict_html = render_verdict(records, {}, None, spreads)
     stats = render_statistics(records, {}, {}, 3, spreads)
-    assert "<b>The trade:</b>" in verdict_html and "<b>The trade:</b>" in stats
+    assert "<b>The trade:</b>" in stats and "The trade:" not in verdict_html  # said once, with its arithmetic
     assert "the runs shown: each method's middle run of 3" in stats
 
 

@@ -216,30 +216,15 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if one_device(meta) and "mirror" in c:
         parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
     parts.append(render_pay_chart(projection, c, spreads) if "mirror" in c else "")
-    if projection:
-        parts.append(_projection_line(projection))
-    if reason:
-        parts.append(_short_reason(reason) + _picture(done))
+    if projection:  # the What-if fold's row (c) in one line, its inputs named
+        parts.append(projection_line(projection, series=False))
+    if reason:  # the reason's words and arithmetic: Statistics (the takeaway says it in seconds)
+        parts.append(_picture(done))
     bought = exit_bought(c, done, spreads)
     if bought:
         parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
                      f'{esc(bought.split(":", 1)[1])}</p>')
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
-
-
-def _short_reason(reason: str) -> str:
-    """The reason in one line (its plain cause, the first item), notes on a second; every item of
-    it, with its arithmetic, in the Statistics fold (`reason_items`)."""
-    lead, *items = [x.strip() for x in reason.strip().split(ITEM)]
-    if not items:
-        return f'<p class="msd-verdict-why">{esc(lead)}</p>'
-    notes = [x for x in items if x.startswith(("Note:", "Over "))]
-    # the plain cause first (figures.cause_words): its main sentence here, a second one and the
-    # arithmetic in Statistics
-    cause = items[0].split(" Also, ")[0]
-    line = (f'<p class="msd-verdict-why"><b>{esc(lead)}</b> {esc(cause)} <span class="msd-more">'
-            f'(the arithmetic: Statistics)</span></p>')
-    return line + "".join(f'<p class="msd-verdict-note">{esc(x)}</p>' for x in notes)
 
 
 def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, spreads: dict | None = None) -> str:
@@ -422,12 +407,6 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
             f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
             f'this machine{legend}</div></div>')
-
-
-def _projection_line(projection: dict) -> str:
-    """The What-if fold's row (c) of its "own settings" table in one short line (the same
-    function prints it at the top of the fold, with the hit-rate series under it)."""
-    return projection_line(projection, series=False)
 
 
 # ---- the cards ----------------------------------------------------------------------------
