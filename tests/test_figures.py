@@ -1180,7 +1180,8 @@ def test_the_zoom_splits_the_draft_s_branch_work_at_the_early_exit():
     its own guess) and after apart: the two add up to the step's branch spans; all branches'
     forwards after the exit are named apart from when the taken branch was ready, and never
     exceed it (one lane: its forwards after the exit all end by then)."""
-    from ui.zoom import _branch_ms, zoom_record, zoom_step
+    from ui.steps import branch_ms as _branch_ms
+    from ui.zoom import zoom_record, zoom_step
     rec = zoom_record(tiny_records())
     step = zoom_step(rec)
     spans = [s for s in rec.spans if s.step == step]

@@ -111,13 +111,26 @@ def _hand_record():
     return rec
 
 
+def test_the_narration_splits_branch_forwards_at_the_exit_as_the_zoom_does():
+    """Branch forwards before the early exit's guesses reached the draft (on its own guess) and
+    after: the narration gives the two as the zoomed step does (steps.branch_ms)."""
+    from mirror_sd.engine.events import Span as S
+    rec = _hand_record()
+    exit_head = S("target", "exit_head", T0 + 29 * 10**7, T0 + 3 * 10**8, 0)  # ends 100 ms into the branches
+    rec = mirror_record([rec.events[0], exit_head] + rec.events[1:])
+    first = narrate(rec, 0)
+    assert "all branches together took 200 ms of draft forwards after the exit (100 ms more before the exit, on " \
+           "its own guess)" in first, first
+
+
 def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window():
     rec = _hand_record()
     first, second = narrate(rec, 0), narrate(rec, 1)
     assert first.startswith("Step 1: The first window")
     assert "miss" not in first.split(";")[0]
     assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
-    assert "built 1 branch in 300 ms, beside the target's remaining layers (3 and up, 400 ms)" in first  # the zoom's unit
+    assert ("built 1 branch: all branches together took 300 ms of draft forwards after the exit, beside the "
+            "target's remaining layers (3 and up, 400 ms)") in first  # the zoom's unit and words
     assert "longer than those layers" not in first
     assert "kept 1 of the 2 drafted tokens and wrote ‘w3’" in first
     assert "matched branch no. 1, whose window was ready when the verdict came" in first

@@ -287,17 +287,32 @@ def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> st
     return "a plain target step"
 
 
+def branch_ms(spans, exit_at: int | None) -> tuple[float, float]:
+    """The draft's branch forwards in ms, all branches together, before `exit_at` (the early
+    exit's end, when its guesses reach the draft: before it, on the draft's own guess) and after."""
+    cut = [(s.start_ns, s.end_ns) for s in spans if s.label == "branches"]
+    if exit_at is None:
+        return 0.0, sum(b - a for a, b in cut) / 1e6
+    before = sum(max(0, min(b, exit_at) - a) for a, b in cut) / 1e6
+    return before, sum(b - a for a, b in cut) / 1e6 - before
+
+
 def _branches(rec: RunRecord, sv: StepView) -> str:
     built = [b for b in sv.rollouts if b.tokens]
     if not built or sv.early_exit is None:
         return ""
     n = len(built)
-    took, rest = _seconds(rec, sv.step, 'branches'), _seconds(rec, sv.step, 'suffix')
-    words = (f"the draft built {n} branch{'es' if n != 1 else ''} in {_fmt_s(took)}, beside the "
-             f"target's remaining layers ({sv.early_exit.layer + 1} and up, {_fmt_s(rest)})")
+    spans = [s for s in rec.spans if s.step == sv.step]
+    exit_at = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)  # the guesses reach the draft
+    before, after = branch_ms(spans, exit_at)
+    took, rest = after / 1e3, _seconds(rec, sv.step, 'suffix')
+    own = f" ({_fmt_s(before / 1e3)} more before the exit, on its own guess)" if before >= 0.5 else ""
+    words = (f"the draft built {n} branch{'es' if n != 1 else ''}: all branches together took {_fmt_s(took)} "
+             f"of draft forwards after the exit{own}, beside the target's remaining layers "
+             f"({sv.early_exit.layer + 1} and up, {_fmt_s(rest)})")
     if took and rest and took > rest * 1.05:  # the draft's side of the step was the longer one
-        words += (f": {_fmt_s(took - rest)} longer than those layers, all branches counted (the target "
-                  f"waits only for the one its verdict takes)")
+        words += (f": {_fmt_s(took - rest)} longer than those layers (the target waits only for the "
+                  f"branch its verdict takes)")
     return words
 
 

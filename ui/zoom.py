@@ -12,7 +12,7 @@ import html
 from statistics import median
 
 from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
-from .steps import after_verdict_s, chipped, quoted, redraft_s
+from .steps import after_verdict_s, branch_ms, chipped, quoted, redraft_s
 from .why import lanes_at_once, steps_at_once
 
 esc = html.escape
@@ -264,16 +264,6 @@ def _ms(spans, label: str) -> float:
     return sum(s.end_ns - s.start_ns for s in spans if s.label == label) / 1e6
 
 
-def _branch_ms(spans, exit_at: int | None) -> tuple[float, float]:
-    """The draft's branch forwards in ms, all branches together, before `exit_at` (the early
-    exit's end, when its guesses reach the draft: before it, on the draft's own guess) and after."""
-    if exit_at is None:
-        return 0.0, _ms(spans, "branches")
-    cut = [(s.start_ns, s.end_ns) for s in spans if s.label == "branches"]
-    before = sum(max(0, min(b, exit_at) - a) for a, b in cut) / 1e6
-    return before, sum(b - a for a, b in cut) / 1e6 - before
-
-
 def _branches_written(sv: StepView, budget: int | None) -> str:
     """'n branches' as the step wrote them: the exit's best roots (the branch budget), and the
     one the draft had started on its own guess before the early exit, when it was dropped."""
@@ -323,7 +313,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
     read = f"read its last token ({extend:.0f} ms) and " if extend else ""
     exit_at = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)  # the guesses reach the draft
     early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
-    before, after = _branch_ms(spans, exit_at)
+    before, after = branch_ms(spans, exit_at)
     doing = (f"{read}started a branch on its own best guess of the verdict ({before:.0f} ms of forwards)" if early else
              (f"read its last token ({extend:.0f} ms)" if extend else "waited for the early exit"))
     rest = f"layers {layer + 1}–{layers}" if isinstance(layer, int) and isinstance(layers, int) else "the rest of its layers"
