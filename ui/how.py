@@ -91,11 +91,13 @@ def diagram(compact: bool = False) -> str:
     that stay legible at the race's side, where the picture is drawn small."""
     words = ({"v1": "verify 1", "v2": "verify 2", "dw": "draft 2", "before": "to the exit",
               "after": "after the exit", "sd": "SD: the models take turns",
-              "mirror": "Mirror-SD: the draft writes beside the target"} if compact else
+              "mirror": "Mirror-SD: the draft writes beside the target",
+              "scale": "time → (the ideal, not to scale)"} if compact else
              {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
               "before": "to the exit", "after": "after the exit",
               "sd": "SD: the models take turns, the target waits while the draft writes",
-              "mirror": "Mirror-SD: the draft guesses on its own, then from the early exit (pink) writes branches"})
+              "mirror": "Mirror-SD: the draft guesses on its own, then from the early exit (pink) writes branches",
+              "scale": "time → (the ideal, not to scale; on shared cores a branch often ends after the verdict)"})
     sd = (_lane(22, [(90, 150, "d-t", words["v1"]), (400, 150, "d-t", words["v2"])], "target")
           + _lane(50, [(240, 160, "d-dw", words["dw"])], "draft")
           + f'<text x="0" y="12" class="d-note">{words["sd"]}</text>')
@@ -109,7 +111,7 @@ def diagram(compact: bool = False) -> str:
     return (f'<div class="msd-diagram-wrap"><svg class="msd-diagram{" is-compact" if compact else ""}" '
             f'viewBox="0 0 560 172" role="img" aria-label="SD against '
             f'Mirror-SD on a time axis">{sd}{mirror}'
-            f'<text x="548" y="170" class="d-lab" text-anchor="end">time → (a sketch, not to scale)</text></svg></div>')
+            f'<text x="548" y="170" class="d-lab" text-anchor="end">{words["scale"]}</text></svg></div>')
 
 
 def race_key() -> str:
