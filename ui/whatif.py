@@ -369,7 +369,7 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     name = dict((v, k) for k, v in PROFILE_CHOICES).get(profile, profile)
     fig = make_subplots(rows=2, cols=1, vertical_spacing=0.2, subplot_titles=(
         f"measured on this machine (for comparison with the projection): the decode steps that write {TIMELINE_TOKENS} tokens",
-        f"projection {name}: the same steps, the same tokens"))
+        f"projection {name}: the same steps and tokens (the first {TIMELINE_TOKENS} only: the tables give whole runs)"))
     if result is None or not by_method:
         fig.add_annotation(text="The projection appears when a run has finished.", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
