@@ -1248,3 +1248,16 @@ def test_a_projection_of_the_runs_shown_lies_within_the_range_it_is_given_with()
     row = next(r for r in bars(cards(tiny_records()), None, p) if r["kind"] == "projected")
     assert (row["low"], row["high"]) == (0.90, 0.99) and row["low"] <= row["value"] <= row["high"]
     assert round_span({"over_sd": {"c": 0.9}, "over_sd_rounds": {"c": [0.95]}}, "c") == []  # one round: no range
+
+
+def test_a_verify_no_dearer_than_a_decode_is_said_so_beside_the_two_figures(monkeypatch):
+    """A 2-token verify measured no dearer than the 1-token forward (medians over other steps):
+    Statistics says why, so the two figures do not read as a contradiction; dearer, nothing."""
+    import ui.results as results
+    base = {"target": 0.172, "draft": 0.07, "verify_window": 1, "verify_alone": 0.167, "verify_beside": 0.25,
+            "beside_method": "mirror"}
+    monkeypatch.setattr(results, "costs", lambda done: dict(base))
+    text = results.render_lanes({})
+    assert "took 167 ms alone (SD)" in text and "no dearer than the 1-token forward above" in text, text
+    monkeypatch.setattr(results, "costs", lambda done: dict(base, verify_alone=0.2))
+    assert "no dearer" not in results.render_lanes({})

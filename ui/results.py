@@ -667,7 +667,10 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
         lines.append(f"sharing the hardware: the target's verify forward ({c['verify_window'] + 1} tokens) took "
                      f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
                      f"draft ({esc(label(c['beside_method']))}, its steps with both lanes at once): "
-                     f"<b>{k['verify']:.2f}×</b>")
+                     f"<b>{k['verify']:.2f}×</b>"
+                     + (f"; alone, no dearer than the 1-token forward above: reading the weights dominates "
+                        f"a forward here, so its time hardly grows with its tokens (medians over other steps)"
+                        if c.get("target") and c["verify_alone"] <= c["target"] else ""))
     if k.get("draft"):
         lines.append(f"one draft forward over a batch of branches, beside the target: {ms(c['draft_beside'])} a "
                      f"forward, {k['draft']:.2f}× a one-token draft forward alone")
