@@ -131,9 +131,9 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
     else:
         turns = steps - at_once - decoded
         how = f"in all {steps} of its steps" if turns == steps else f"in {turns} of its {steps} steps"
-        text = (f"It took turns as SD does (the draft, then the target) {how}: both models share these "
-                f"cores, and its gate, which times both orders as it runs, judged taking turns the faster. "
-                f"Taking turns, it prices its windows from the costs SD measures, so it drafts as SD would.")
+        text = (f"It took turns as SD does (the draft, then the target) {how}: its gate times both orders "
+                f"as it runs, and on these shared cores taking turns was the faster; taking turns, it drafts "
+                f"as SD would (the same measured costs).")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
