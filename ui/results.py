@@ -18,7 +18,7 @@ from .render import narrow_fold, term
 from .whatif import projection_line, round_span, round_values, rounds_span_one
 from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
                    method_names, variant_of)
-from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once,
+from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, steps_undrafted)
 
 esc = html.escape
@@ -129,8 +129,9 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
                 f"are priced from the costs it measures as it runs, and those prices judged drafting not worth "
                 f"it.{theirs}")
     else:
-        turns = steps - at_once - decoded
-        how = f"in all {steps} of its steps" if turns == steps else f"in {turns} of its {steps} steps"
+        turns = steps_in_turn(rec)
+        beside = f", its lanes at once in {at_once}" if at_once else ""
+        how = f"in {turns} of its {steps} steps{beside} (the last drafts no next window)"
         text = (f"It took turns as SD does (the draft, then the target) {how}: its gate times both orders "
                 f"as it runs, and on these shared cores taking turns was the faster; taking turns, it drafts "
                 f"as SD would (the same measured costs).")
@@ -668,8 +669,8 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
                      f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
                      f"draft ({esc(label(c['beside_method']))}, its steps with both lanes at once): "
                      f"<b>{k['verify']:.2f}×</b>"
-                     + (f"; alone, no dearer than the 1-token forward above: reading the weights dominates "
-                        f"a forward here, so its time hardly grows with its tokens (medians over other steps)"
+                     + ("; alone, no dearer than the 1-token forward above: reading the weights dominates "
+                        "a forward here, so its time hardly grows with its tokens (medians over other steps)"
                         if c.get("target") and c["verify_alone"] <= c["target"] else ""))
     if k.get("draft"):
         lines.append(f"one draft forward over a batch of branches, beside the target: {ms(c['draft_beside'])} a "

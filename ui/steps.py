@@ -310,10 +310,7 @@ def _branches(rec: RunRecord, sv: StepView) -> str:
     words = (f"the draft built {n} branch{'es' if n != 1 else ''}: all branches together took {_fmt_s(took)} "
              f"of draft forwards after the exit{own}, beside the target's remaining layers "
              f"({sv.early_exit.layer + 1} and up, {_fmt_s(rest)})")
-    if took and rest and took > rest * 1.05:  # the draft's side of the step was the longer one
-        words += (f": {_fmt_s(took - rest)} longer than those layers (the target waits only for the "
-                  f"branch its verdict takes)")
-    return words
+    return words  # how long the target waited for the branch it took: the next window's words
 
 
 def _verdict(rec: RunRecord, sv: StepView) -> str:

@@ -193,6 +193,20 @@ def steps_undrafted(rec: RunRecord | None) -> int:
     return sum(1 for e in (rec.events if rec else []) if isinstance(e, Verify) and not e.drafted)
 
 
+def steps_in_turn(rec: RunRecord | None) -> int:
+    """Verify steps whose next window the draft wrote after the verdict, the lanes in turn: those
+    neither at once nor a plain decode, less the run's last step (it drafts no next window),
+    so that with the lanes at once, the plain decodes and the last step they add up to the
+    verify steps, as the card's hits row counts them."""
+    at_once, steps = lanes_at_once(rec)
+    if not steps:
+        return 0
+    verifies = [e for e in rec.events if isinstance(e, Verify)]
+    last = max(e.step for e in verifies)
+    last_counted = last not in steps_at_once(rec) and any(e.step == last and e.drafted for e in verifies)
+    return max(0, steps - at_once - steps_undrafted(rec) - last_counted)
+
+
 def steps_at_once(rec: RunRecord | None) -> set[int]:
     """The steps in which the draft lane worked while the target lane did (from the spans)."""
     lanes: dict[int, dict[str, list]] = {}
@@ -250,7 +264,7 @@ LANES_TIP = ("Verify steps in which the draft wrote its branches while the targe
 
 
 def lanes_badge(method: str, rec: RunRecord) -> str:
-    """'gated: draft then target in 16 of 17 steps' (mostly in turn, as SD orders them) or
+    """'gated: draft then target in 15 of 17 steps' (mostly in turn, as SD orders them; `steps_in_turn`) or
     'gated: draft beside the target in 9 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
     ('' for the other methods and for the variant with the lanes at once in every step)."""
     if variant_of(method)[0] != "mirror" or always_overlapped(method):
@@ -261,8 +275,6 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     decoded = steps_undrafted(rec)
     if 2 * decoded >= steps:  # mostly no draft at all: its priced windows, not the gate
         return f"priced windows: no draft in {decoded} of {steps} steps"
-    if at_once == 0:
-        return f"gated: draft then target in all {steps} steps"
-    if 2 * at_once < steps:  # mostly in turn: say what it mostly did
-        return f"gated: draft then target in {steps - at_once} of {steps} steps"
+    if 2 * at_once < steps:  # mostly in turn: say what it mostly did (the last step drafts no next window)
+        return f"gated: draft then target in {steps_in_turn(rec)} of {steps} steps"
     return f"gated: draft beside the target in {at_once} of {steps} steps"
