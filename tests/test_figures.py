@@ -1265,3 +1265,18 @@ def test_a_verify_no_dearer_than_a_decode_is_said_so_beside_the_two_figures(monk
     assert "took 167 ms alone (SD)" in text and "no dearer than the 1-token forward above" in text, text
     monkeypatch.setattr(results, "costs", lambda done: dict(base, verify_alone=0.2))
     assert "no dearer" not in results.render_lanes({})
+
+
+def test_the_gate_badge_counts_steps_in_turn_as_the_card_does():
+    """A gated Mirror-SD that ran its lanes in turn: the badge counts the steps whose next window
+    was drafted after the verdict, the last step (no next window) and plain decodes apart, so
+    its count, the lanes at once and those add up to the verify steps."""
+    from mirror_sd.engine.events import Verify
+    from ui.why import lanes_at_once, lanes_badge, steps_in_turn, steps_undrafted
+    rec = _serial_after(tiny_records()["mirror"], 0)
+    at_once, steps = lanes_at_once(rec)
+    turns = steps_in_turn(rec)
+    last_drafted = any(e.step == max(v.step for v in rec.events if isinstance(v, Verify)) and e.drafted
+                       for e in rec.events if isinstance(e, Verify))
+    assert at_once == 0 and turns + steps_undrafted(rec) + last_drafted == steps
+    assert lanes_badge("mirror", rec) == f"gated: draft then target in {turns} of {steps} steps"
