@@ -122,7 +122,7 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
     parts = takeaway_parts(records, spreads)
     assert short and len(parts) >= 2 and short == " ".join(text for _, text in parts) and short not in status
     for lead, text in parts:  # said once, in the verdict, each under its lead
-        assert f"<li><b>{lead}:</b> {__import__('html').escape(text)}</li>" in html
+        assert f"<li><b>{lead}{'' if lead.endswith('?') else ':'}</b> {__import__('html').escape(text)}</li>" in html
     for m in ("sd", "mirror"):
         ratio = f"{med[m] / med['ar']:.2f}×"
         tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
@@ -926,7 +926,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
     assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.60× SD with the " \
-           "draft on a device of its own (inconclusive: 0.90–2.00× with the 3 rounds'); 1.20× SD on an accelerator pair." in gated, gated
+           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 rounds); 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
@@ -1096,6 +1096,8 @@ def test_projections_below_sd_are_not_called_a_gain():
     below = {"over_sd": {"b": 0.88, "c": 0.93}}
     said = takeaway(records, None, below)
     assert [lead for lead, _ in takeaway_parts(records, None, below)][-1] == "Would Mirror-SD pay elsewhere?"
+    from ui.results import takeaway_items
+    assert "<b>Would Mirror-SD pay elsewhere?</b> Not from" in takeaway_items(takeaway_parts(records, None, below))
     assert "Not from the steps of this run: projected, not measured (the chart below), Mirror-SD 0.88× SD" in said, said
     line = hardware_line(records, {}, below)
     assert "cannot show what Mirror-SD gains" not in line and "no more than SD there either" in line, line

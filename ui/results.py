@@ -93,7 +93,7 @@ def _projected(p: dict, key: str, words: str) -> str:
         return ""
     values, n = round_span(p, key), len(round_values(p, key))
     either = "inconclusive: " if rounds_span_one(p, key) else ""
-    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× with the {n} rounds')" if values else "")
+    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {n} rounds)" if values else "")
     return f"{last:.2f}× SD {words}{spread}"
 
 
@@ -199,6 +199,12 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     return parts
 
 
+def takeaway_items(short: list[tuple[str, str]]) -> str:
+    """The takeaway's parts as list items, each under its lead (a question keeps its mark)."""
+    return "".join(f'<li><b>{esc(lead)}{"" if lead.endswith("?") else ":"}</b> {esc(text)}</li>'
+                   for lead, text in short)
+
+
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
                    spreads: dict | None = None) -> str:
     """The verdict sentence, the hardware and its consequence in large type, the projection."""
@@ -208,7 +214,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if not head:
         return ""
     short = takeaway_parts(done, spreads, projection)
-    items = "".join(f'<li><b>{esc(lead)}:</b> {esc(text)}</li>' for lead, text in short)
+    items = takeaway_items(short)
     # the headline and the tiles first, the plain takeaway under them; the decode ratios and
     # how the lanes shared the machine go to Statistics (`render_statistics`)
     parts = [f'<p class="msd-verdict-text">{esc(head)}</p>', _scoreboard(c, spreads, done),
