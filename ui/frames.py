@@ -23,7 +23,7 @@ from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
-from .results import finished, render_cards, render_statistics, render_verdict
+from .results import finished, pays_words, render_cards, render_statistics, render_verdict
 from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
@@ -192,9 +192,10 @@ def _inspect_target(records: dict) -> str | None:
 
 
 def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, prompt: str,
-                  status: str, level: str = "info", pane_state: str | None = None,
+                  status: str | None, level: str = "info", pane_state: str | None = None,
                   methods=None, rounds: list | None = None, projected: list | None = None) -> tuple:
-    """Everything rendered from finished records (a run, a cached result or a trace)."""
+    """Everything rendered from finished records (a run, a cached result or a trace); `status`
+    None: a finished run's (`done_message`)."""
     methods = methods or tuple(records)
     which = _inspect_target(records)
     rec = records.get(which) if which else None
@@ -204,10 +205,13 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
     state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,
              "rounds": rounds or [], "projected": projected or []}
+    projection = best_projection(state)
+    if status is None:  # a finished run: the done message, with the verdict's projection
+        status = done_message(records, meta, rounds, projection)
     return frame(
         render_status(status, level),
         panes(records, methods, pane_state, ranks=round_rank(rounds, {m: i - 1 for m, i in (meta.get("median_runs") or {}).items()})),
-        verdict=render_verdict(records, meta, best_projection(state), spreads),
+        verdict=render_verdict(records, meta, projection, spreads),
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(zoom_record(records), dict(meta, branch_budget=settings.get("branch_budget"))),
         how=render_how(records, meta),
@@ -248,11 +252,13 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
                          "info", fraction)
 
 
-def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:
+def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None,
+                 projection: dict | None = None) -> str:
     """The status line after a run, the result in plain lines: the verdict's headline (each
     method's end-to-end ratio over AR, medians over the interleaved runs when there were
     several, and whether the runs can tell the methods apart), whether each method wrote AR's
-    tokens, and what the page below shows."""
+    tokens, where Mirror-SD would pay (`projection`: the verdict's, labelled), and what the
+    page below shows."""
     c = cards({m: r for m, r in records.items() if r is not None})
     spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
     head = verdict_parts(c, records, meta, spreads)[0] if c else ""
@@ -262,6 +268,7 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
         which = (f"each method's middle run of {len(rounds)} (its median)" if meta.get("median_runs") and spreads
                  else "the runs")
         lines = [f"Done, measured on {machine()} ({how}): {head}", output_words(records),
+                 pays_words(meta, projection, c),
                  f"Below: the race replays {which} side by side; under it, why."]
         message = "\n".join(x for x in lines if x)
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):

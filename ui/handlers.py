@@ -20,7 +20,7 @@ from mirror_sd.engine.settings import Settings
 from mirror_sd.errors import MirrorSDError
 
 from .figures import cards, median_runs
-from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, RunInputs, done_message,
+from .frames import (DEFAULT_PRECISION, EXIT_LAYER_CEILING, EXIT_LAYER_INFO, RunInputs,
                      final_outputs, frame, live_status, panes, session_of)
 from .inspector import render_inspector
 from .live import LivePush, race_message
@@ -136,7 +136,7 @@ class Handlers:
         else:
             self.app.results.put(key, {"records": records, "meta": meta, "rounds": rounds, "projected": projected,
                                        "when": time.strftime("%H:%M:%S")})
-            yield final_outputs(records, status=done_message(records, meta, rounds), **out)
+            yield final_outputs(records, status=None, **out)  # the done message
 
     # ---- buttons and timers -----------------------------------------------------------------
     def arm(self, request: gr.Request = None):

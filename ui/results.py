@@ -79,6 +79,19 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
             f"device{nor}.{why}")
 
 
+def pays_words(meta: dict, projection: dict | None, methods) -> str:
+    """The status's last line where both models shared one device: what Mirror-SD needs, and
+    the projection of this run's steps with the draft on a device of its own (the chart's row
+    (b), its range over the rounds), labelled ('' without Mirror-SD or that projection)."""
+    if "mirror" not in methods or not one_device(meta):
+        return ""
+    b = _projected(projection or {}, "b", "with the draft on a device of its own")
+    if not b:
+        return ""
+    return (f"Mirror-SD hides drafting behind the target, which needs hardware to spare; these shared cores "
+            f"have none. Projected, not measured: Mirror-SD {b}.")
+
+
 def _proven(a: Spread | None, b: Spread | None) -> bool:
     """Whether every run of `a` was faster than every run of `b` (their ranges apart)."""
     return a is not None and b is not None and a.low > b.high
