@@ -1287,13 +1287,15 @@ def test_the_gate_badge_counts_steps_in_turn_as_the_card_does():
 def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
     """On one shared device the status after a run gives the chart's row (b) in one labelled
     line, its range over the rounds; with lanes on devices of their own, or no projection, not."""
+    from ui.figures import machine
     from ui.frames import done_message
     records = tiny_records()
     meta = {"target_device": "cpu", "draft_device": "cpu"}
     proj = {"over_sd": {"b": 1.87, "c": 0.94}, "over_sd_rounds": {"b": [0.78, 1.5, 1.87]}}
     said = done_message(records, meta, None, proj)
-    assert ("\nMirror-SD hides drafting behind the target, which needs hardware to spare; these shared cores "
-            "have none. Projected, not measured: Mirror-SD 1.87× SD with the draft on a device of its own "
+    assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
+            f"here both models share {machine()}, no GPU. Projected, not measured: Mirror-SD 1.87× SD with the draft "
+            "on a device of its own "
             "(inconclusive: 0.78–1.87× over the 3 rounds).\n") in said, said
     assert "Projected" not in done_message(records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, None, proj)
     assert "Projected" not in done_message(records, meta, None, None)

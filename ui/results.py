@@ -88,8 +88,8 @@ def pays_words(meta: dict, projection: dict | None, methods) -> str:
     b = _projected(projection or {}, "b", "with the draft on a device of its own")
     if not b:
         return ""
-    return (f"Mirror-SD hides drafting behind the target, which needs hardware to spare; these shared cores "
-            f"have none. Projected, not measured: Mirror-SD {b}.")
+    return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
+            f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
 
 
 def _proven(a: Spread | None, b: Spread | None) -> bool:
