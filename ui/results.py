@@ -88,8 +88,12 @@ def pays_words(meta: dict, projection: dict | None, methods) -> str:
     b = _projected(projection or {}, "b", "with the draft on a device of its own")
     if not b:
         return ""
-    return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
-            f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
+    if round(projection["over_sd"]["b"], 2) >= 1:
+        return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
+                f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
+    return (f"Mirror-SD hides drafting behind the target, which needs the draft on hardware of its own; here "
+            f"both models share {machine_words(meta)}. Projected, not measured, even there these steps give "
+            f"Mirror-SD {b}.")
 
 
 def _proven(a: Spread | None, b: Spread | None) -> bool:
