@@ -93,16 +93,24 @@ def test_plain_sd_cells_are_drafted_windows():
     assert "k-hit" not in render_strip(rec, selected=0)
 
 
-def _hand_record():
-    """Step 0: the first window, 1 of 2 accepted; a branch rooted at the verdict is taken.
-    Step 1: that branch (a hit), all accepted plus a bonus."""
-    events = [
+def _first_step(branches_end: int, suffix_end: int, exit_event) -> list:
+    """A hand-made Mirror-SD run's prefill and first window, then step 0's branch and suffix
+    spans (ending `branches_end` and `suffix_end` tenths of a second in) and its early exit."""
+    return [
         Span("target", "prefill", T0, T0 + 10**8, 0),
         DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
         StepStart(0, 0, [1, 2]),
-        Span("draft", "branches", T0 + 2 * 10**8, T0 + 5 * 10**8, 0),
-        Span("target", "suffix", T0 + 2 * 10**8, T0 + 6 * 10**8, 0),
-        EarlyExit(0, 2, [0, 1, 2], [[1, 7], [8, 3], [6, 5]], [[-0.1, -2.0], [-0.5, -1.2], [-0.2, -2.0]]),
+        Span("draft", "branches", T0 + 2 * 10**8, T0 + branches_end * 10**8, 0),
+        Span("target", "suffix", T0 + 2 * 10**8, T0 + suffix_end * 10**8, 0),
+        exit_event,
+    ]
+
+
+def _hand_record():
+    """Step 0: the first window, 1 of 2 accepted; a branch rooted at the verdict is taken.
+    Step 1: that branch (a hit), all accepted plus a bonus."""
+    events = _first_step(5, 6, EarlyExit(0, 2, [0, 1, 2], [[1, 7], [8, 3], [6, 5]],
+                                         [[-0.1, -2.0], [-0.5, -1.2], [-0.2, -2.0]])) + [
         Verify(0, [1, 2], 1, [0.8, 0.1], [0.9, 0.4], 3, "correction"),
         Commit(0, [1, 3], ["accepted", "correction"], ""),
         DraftBranch(0, 1, 3, 0.4, [4, 5], [0.8, 0.8], "taken", rank=0),
@@ -438,13 +446,7 @@ def test_a_branch_hit_in_a_step_that_kept_none_of_its_window_says_so_in_plain_wo
     from ui.inspector import all_steps, render_inspector
     from ui.steps import plain
     from ui.zoom import _caption
-    events = [
-        Span("target", "prefill", T0, T0 + 10**8, 0),
-        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
-        StepStart(0, 0, [1, 2]),
-        Span("draft", "branches", T0 + 2 * 10**8, T0 + 3 * 10**8, 0),
-        Span("target", "suffix", T0 + 2 * 10**8, T0 + 4 * 10**8, 0),
-        EarlyExit(0, 2, [0, 1, 2], [[3, 7], [8, 3], [6, 5]], [[-0.1, -2.0]] * 3),
+    events = _first_step(3, 4, EarlyExit(0, 2, [0, 1, 2], [[3, 7], [8, 3], [6, 5]], [[-0.1, -2.0]] * 3)) + [
         Verify(0, [1, 2], 0, [0.1, 0.1], [0.9, 0.4], 3, "correction"),
         Commit(0, [3], ["correction"], ""),
         DraftBranch(0, 0, 3, 0.6, [4, 5], [0.8, 0.8], "taken", rank=0),
