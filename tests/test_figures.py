@@ -965,9 +965,10 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     low = dict(proj, over_sd_rounds={"b": [rows[0]["value"] * 0.5, 1.3]}, over_sd_run_settings={"a": 0.93})
     note = render_pay_chart(low, c)
     assert "Why a projection can fall below a bar measured here" in note, note
-    assert f"Mirror-SD is 0.93× SD against {rows[0]['value']:.2f}× measured" in note
+    decode = c["mirror"].decode_tps / c["sd"].decode_tps  # the projections price decode: set beside decode
+    assert f"Mirror-SD is 0.93× SD against {decode:.2f}× measured in decode" in note, note
     assert "that gap is the model's error here" in note.replace("&#x27;", "'")
-    same = render_pay_chart(dict(low, over_sd_run_settings={"a": round(rows[0]["value"], 3)}), c)
+    same = render_pay_chart(dict(low, over_sd_run_settings={"a": round(decode, 3)}), c)
     assert "the model matches it here" in same and "gap" not in same  # no gap: none said
     high = {"over_sd": {"b": rows[0]["value"] + 1, "c": rows[0]["value"] + 1}, "over_sd_rounds": {}}
     assert "Why a projection" not in render_pay_chart(high, c)

@@ -695,7 +695,7 @@ def test_the_projection_names_its_hit_rate_source_and_the_series(runs):
     assert re.search(r"\d+ (overlapped )?steps?", p["hit_source"])
     html = panel.projection_line(p)
     text = re.sub(r"<[^>]+>", "", html)
-    assert "On the accelerator pair Mirror-SD" in text and text.count("projection") >= 2
+    assert "From the runs shown, on the accelerator pair Mirror-SD" in text and text.count("projection") >= 2
     assert html.count('<p class="msd-projection') == 2
     # rows (b) and (c) are the chart's lines, each named by its row
     from ui.figures import cards

@@ -170,7 +170,7 @@ function stepBox(run, item) {
     if (!line) { line = mk('div', 'msd-bline msd-bbranches'); line.append(mk('span', 'msd-blab', 'branches beside the target')); box.append(line); }
     if (line.children.length > 4) return;
     const grp = mk('span', 'msd-bgrp b-' + item.st);
-    grp.title = item.st === 'taken' ? 'this branch matched the verdict: the next window, ready early (a branch hit)' : 'not the verdict: dropped';
+    grp.title = item.st === 'taken' ? 'this branch matched the verdict: the next window, begun before it (a branch hit)' : 'not the verdict: dropped';
     grp.append(chip(item.r, 'c-root'));
     for (const t of item.d) grp.append(chip(t, 'c-branch'));
     line.append(grp);

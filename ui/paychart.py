@@ -82,24 +82,33 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
             + '</div></div>')
     return (f'<div class="msd-paychart"><div class="msd-sub">Mirror-SD\'s speed over SD\'s: measured here, '
             f'and projected where the lanes do not share a device (the dashed line: SD\'s speed; past it, '
-            f'Mirror-SD is faster)</div>{"".join(lines)}{_below_note(rows, projection)}</div>')
+            f'Mirror-SD is faster)</div>{"".join(lines)}{_below_note(rows, projection, _decode_over_sd(c))}</div>')
 
 
-def _below_note(rows: list[dict], projection: dict | None) -> str:
+def _decode_over_sd(c: dict[str, Card]) -> float | None:
+    """Mirror-SD's decode speed over SD's in the runs shown: what a projection (decode only) is
+    set beside, not the bars' end-to-end ratio."""
+    sd, mirror = c.get("sd"), c.get("mirror")
+    return mirror.decode_tps / sd.decode_tps if sd and mirror and sd.decode_tps and mirror.decode_tps else None
+
+
+def _below_note(rows: list[dict], projection: dict | None, decode: float | None = None) -> str:
     """Where a projected bar (or its whisker) falls below a bar measured here: a projection is
     a model of the steps, not a rerun, and what the same model makes of this machine (What if,
-    row (a)) shows how far it strays here ('' otherwise)."""
+    row (a)) shows how far it strays here, against the measured decode ratio (`decode`: the
+    projections price decode only; else the first bar's) ('' otherwise)."""
     measured = [r["value"] for r in rows if r["kind"] == "measured"]
     projected = [min(r["value"], r["low"] if r["low"] is not None else r["value"])
                  for r in rows if r["kind"] == "projected"]
     if not measured or not projected or min(projected) >= min(measured):
         return ""
     own = ((projection or {}).get("over_sd_run_settings") or {}).get("a")
-    gated = measured[0]  # the first measured bar: Mirror-SD's own run, the one the projections replay
+    # Mirror-SD's own run, the one the projections replay: its decode ratio, as they price decode
+    gated, kind = (decode, " in decode") if decode else (measured[0], "")
     gap = ("that gap is the model's error here" if own is not None and abs(own - gated) >= 0.005 else
            "the model matches it here")
     here = (f" Replayed the same way on this machine (What if, row (a)), Mirror-SD is {own:.2f}× SD against "
-            f"{gated:.2f}× measured: {gap}." if own else "")
+            f"{gated:.2f}× measured{kind}: {gap}." if own else "")
     return (f'<p class="pc-note">Why a projection can fall below a bar measured here: it is a model, not a '
             f'rerun. It prices both methods\' steps from the median forward costs measured here, decode only, at the '
             f'settings each would pick there.{esc(here)}</p>')

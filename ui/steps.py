@@ -461,7 +461,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: {"whether the verdict found its next window ready (branch hit), not (branch miss), or the lanes ran in turn (the gate ran the draft after the target, as SD does, where overlapping them measured slower)" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
+            f'Cell: {"whether the verdict found its next window ready (branch hit), not (branch miss), or the lanes ran in turn (the target verified, then the draft wrote the next window, as SD does, where overlapping them measured slower)" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
             f'nd: n tokens drafted in its window (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 

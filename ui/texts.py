@@ -12,7 +12,7 @@ LEGEND = {
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own. In Mirror-SD: from a window drafted after the "
                  "verdict in a step whose lanes ran in turn (neither a hit nor a miss)."),
-    "hit": ("accepted, from a branch hit (window ready early)",
+    "hit": ("accepted, from a branch hit (its window begun before the verdict)",
             "Accepted, from a window the draft wrote while the target was still verifying the "
             "previous one (Mirror-SD's branch matched the verdict: a branch hit)."),
     "fallback": ("accepted, after a branch miss (window redrafted)",
@@ -29,7 +29,7 @@ LEGEND = {
               "the token of an SD or Mirror-SD step that drafted nothing."),
 }
 # the legend's groups: (title, ((kind, its short name in the group), ...))
-LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a branch hit (ready early)"),
+LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a branch hit (begun before the verdict)"),
                                     ("fallback", "after a branch miss (redrafted)"))),
                  ("the target's own token", (("correction", "after a rejection"), ("bonus", "bonus token"),
                                              ("plain", "alone (AR, or no draft)"))))

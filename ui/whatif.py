@@ -591,8 +591,8 @@ def projection_of(result: dict, hw: Accelerators) -> dict | None:
             "over_sd_range": {k: wh.ratio_range(v) for k, v in series.items()},
             # the source in full once in the What-if fold, in short elsewhere (`projection_line`)
             "inputs_short": inputs.replace(source, f"{short} (its source: the What-if fold)") if source else inputs,
-            "series_line": wh.series_words(series.get("c"), "On the accelerator pair"),
-            "series_short": wh.series_words(brief, "On the accelerator pair")}
+            "series_line": wh.series_words(series.get("c"), "From the runs shown, on the accelerator pair"),
+            "series_short": wh.series_words(brief, "From the runs shown, on the accelerator pair")}
 
 
 def _draft_shares(profiles: dict) -> dict:
