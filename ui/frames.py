@@ -257,19 +257,16 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
     """The status line after a run, the result in plain lines: the verdict's headline (each
     method's end-to-end ratio over AR, medians over the interleaved runs when there were
     several, and whether the runs can tell the methods apart), whether each method wrote AR's
-    tokens, where Mirror-SD would pay (`projection`: the verdict's, labelled), and what the
-    page below shows."""
+    tokens, and where Mirror-SD would pay (`projection`: the verdict's, labelled). The race
+    under it says which runs it replays."""
     c = cards({m: r for m, r in records.items() if r is not None})
     spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
     head = verdict_parts(c, records, meta, spreads)[0] if c else ""
     message = "Done."
     if head and baseline() in c and len(c) > 1:
         how = f"medians of {len(rounds)} interleaved runs each" if spreads else "one run each"
-        which = (f"each method's middle run of {len(rounds)} (its median)" if meta.get("median_runs") and spreads
-                 else "the runs")
         lines = [f"Done, measured on {machine()} ({how}): {head}", output_words(records),
-                 pays_words(meta, projection, c),
-                 f"Below: the race replays {which} side by side; under it, why."]
+                 pays_words(meta, projection, c)]
         message = "\n".join(x for x in lines if x)
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
