@@ -1297,7 +1297,7 @@ def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
     assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
             f"here both models share {machine()}, no GPU. Projected, not measured: Mirror-SD 1.87× SD with the draft "
             "on a device of its own "
-            "(inconclusive: 0.78–1.87× over the 3 rounds).\n") in said, said
+            "(inconclusive: 0.78–1.87× over the 3 rounds).") in said, said
     low = dict(proj, over_sd={"b": 0.89, "c": 0.94})
     assert ("which needs the draft on hardware of its own; here both models share "
             f"{machine()}, no GPU. Projected, not measured, even there these steps give Mirror-SD 0.89× SD with "
