@@ -911,7 +911,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert (f"It took turns as SD does (the draft, then the target) in {turns} of its {steps} steps (the last "
             "drafts no next window): its gate "
             "times both orders as it runs, and on these shared cores taking turns was the faster; taking "
-            "turns, it drafts as SD would (the same measured costs).") in gated, gated
+            "turns, it prices its windows from the same measured costs as SD.") in gated, gated
     assert "beat the gated run" not in gated  # the two runs' speeds alike
     from dataclasses import replace as dc_replace
     from ui.figures import speeds
@@ -1139,8 +1139,11 @@ def test_the_trade_says_when_sd_and_mirror_sd_drafted_windows_of_other_lengths()
     text = windows_note(other)
     assert "SD drafted 2–5, median 2 tokens a window, Mirror-SD 1–9, median 7." in text, text
     over = dict(other, mirror=replace(other["mirror"], hits=2, misses=1))
-    assert "Steps in turn price their windows from the same measured costs; Mirror-SD's 3 overlapped steps " \
-           "price drafting at what the target waited for it" in windows_note(over)
+    assert "Steps in turn price their windows from the same measured costs, which move with the machine " \
+           "between runs; Mirror-SD's 3 overlapped steps price drafting at what the target waited for it" \
+           in windows_note(over)
+    one = dict(other, mirror=replace(other["mirror"], hits=1, misses=0))
+    assert "Mirror-SD's 1 overlapped step prices drafting" in windows_note(one)
     turns = dict(other, mirror=replace(other["mirror"], hits=0, misses=0))
     assert "Both price their windows from the same measured costs" in windows_note(turns)
     assert windows_note({m: x for m, x in other.items() if m != "sd"}) == ""

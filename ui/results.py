@@ -150,8 +150,8 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         beside = f", its lanes at once in {at_once}" if at_once else ""
         how = f"in {turns} of its {steps} steps{beside} (the last drafts no next window)"
         text = (f"It took turns as SD does (the draft, then the target) {how}: its gate times both orders "
-                f"as it runs, and on these shared cores taking turns was the faster; taking turns, it drafts "
-                f"as SD would (the same measured costs).")
+                f"as it runs, and on these shared cores taking turns was the faster; taking turns, it prices "
+                f"its windows from the same measured costs as SD.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
@@ -310,9 +310,10 @@ def windows_note(c: dict[str, Card]) -> str:
     if not (sd and mirror and sd.windows and mirror.windows) or sd.windows[1] == mirror.windows[1]:
         return ""
     overlapped = (mirror.hits or 0) + (mirror.misses or 0)
-    why = (f"Steps in turn price their windows from the same measured costs; Mirror-SD's {overlapped} "
-           f"overlapped step{'s' if overlapped != 1 else ''} price drafting at what the target waited for "
-           f"it (near nothing where a branch was ready), so its windows differ by more than the overlap."
+    many = overlapped != 1
+    why = (f"Steps in turn price their windows from the same measured costs, which move with the machine "
+           f"between runs; Mirror-SD's {overlapped} overlapped step{'s' if many else ''} price{'' if many else 's'} "
+           f"drafting at what the target waited for it (near nothing where a branch was ready)."
            if overlapped else
            "Both price their windows from the same measured costs, which moved with the machine's speed "
            "and the text between the two runs.")
