@@ -26,7 +26,8 @@ each mode's steps into costs of their own, and a window is priced with the costs
 the run mostly steps in (gate.favoured). Steps with the lanes one after the other are SD's
 steps (the same forwards, in the same order): they read and feed the very costs SD's runs on
 this pair measure (windows.pair_costs for "sd"), so where the gate keeps the lanes apart,
-Mirror-SD drafts the windows SD would, and what separates the two methods is the overlap. A
+Mirror-SD prices its windows as SD does, from the same figures (which still move with the
+machine between runs), and the overlap is what separates the two methods by design. A
 priced window may be empty where drafting would not pay: that step is a plain target decode,
 the lanes one after the other (nothing to race). The length never depends on the target's distributions
 for the window it is verified against, so the acceptance rule stays lossless. The proposals
