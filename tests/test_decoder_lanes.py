@@ -377,6 +377,32 @@ def test_steps_in_turn_price_with_sd_s_costs_and_overlapped_steps_with_their_own
     assert fed and all(costs is own and reading is own for _, costs, reading in fed)
 
 
+def test_with_the_lanes_in_turn_and_the_same_costs_mirror_sd_drafts_sd_s_windows(monkeypatch):
+    """The gated Mirror-SD's steps in turn plan, draft and stop their windows as SD's do: from
+    the same costs and the same starting acceptance, every window is SD's, token count for token
+    count (on a real run the shared costs and acceptance move between the two runs, so its
+    windows can still differ there)."""
+    from mirror_sd.engine.events import Verify
+    from mirror_sd.engine.mirror import gate
+    from mirror_sd.engine.pricing import Costs, Prices
+    from mirror_sd.engine.speculative import Speculative
+    fixed = Prices([(1, 1.0), (2, 1.05), (9, 1.4)], {"draft": 0.15, "lookup": 0.0, "catchup": 0.0})
+    monkeypatch.setattr(Costs, "snapshot", lambda self: fixed)
+    monkeypatch.setattr(mirror_decoder, "lanes_share_a_device", lambda _pair: True)
+    monkeypatch.setattr(gate, "PROBE_EVERY", 10**6)  # no overlapped try: every step in turn
+    seed = 3
+    p = tiny.prompt(seed, 6)
+    settings = Settings(max_new_tokens=60, gamma=3, window="priced")
+    sd = [len(e.drafted) for e in Speculative(tiny.pair_perturbed(seed), settings).generate(p) if isinstance(e, Verify)]
+    decoder = MirrorSpeculative(tiny.pair_perturbed(seed), settings)  # a fresh pair: the same starting acceptance
+    decoder._prepare()
+    decoder._lane_costs(decoder.settings).update(overlap=50.0, serial=10.0)  # in turn wins
+    events = list(decoder.generate(p))
+    assert not of(events, EarlyExit)  # no step overlapped
+    mirror = [len(e.drafted) for e in events if isinstance(e, Verify)]
+    assert len(set(sd)) > 1 and mirror == sd, (sd, mirror)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_steps_with_the_lanes_one_after_the_other_give_the_same_tokens(monkeypatch, temperature):
     """Where the lanes share cores and overlapping measured slower, steps run the lanes one
