@@ -22,7 +22,7 @@ from mirror_sd.latency.whatif_costs import core_split
 from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
-from .runs import RunRecord, analyse, compare_tokens, exit_check, label, measured, variant_of, verdict_outcome
+from .runs import RunRecord, against_ar, analyse, exit_check, label, measured, variant_of, verdict_outcome
 from .why import breakdown, contention, costs, steps_at_once, steps_undrafted
 
 
@@ -86,8 +86,8 @@ def card(rec: RunRecord) -> Card | None:
         draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
         complete=rec.complete, in_turn=in_turn, undrafted=steps_undrafted(rec),
-        turns=turn_check(rec),
-        would_hit=(t["would_hit"], t["checked"]) if (t := turn_check(rec)) else None)
+        turns=(t := turn_check(rec)),
+        would_hit=(t["would_hit"], t["checked"]) if t else None)
 
 
 def turn_check(rec: RunRecord) -> dict | None:
@@ -175,13 +175,13 @@ def output_words(records: dict[str, RunRecord]) -> str:
     if ar is None or ar.finish is None:
         return ""
     same, differ, skipped = [], [], []
-    for m, rec in records.items():
-        if m == "ar" or rec is None or rec.finish is None:
+    for m in records:
+        cmp = None if m == "ar" else against_ar(records, m)
+        if cmp is None:
             continue
-        if not (ar.complete and rec.complete):
+        if cmp.get("stopped"):
             skipped.append(m)
             continue
-        cmp = compare_tokens(ar.finish.token_ids, rec.finish.token_ids)
         if cmp["identical"]:
             same.append(m)
         else:

@@ -10,13 +10,15 @@ import html
 import re
 from statistics import median
 
+from mirror_sd.latency.whatif_hits import shown
+
 from .figures import (ITEM, LEVEL, Card, Spread, cards, time_split_words, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .whatif import projection_line, round_span, round_values, rounds_span_one
-from .runs import (RunRecord, always_overlapped, analyse, colour, compare_tokens, exit_check, label, measured,
+from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of)
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, steps_undrafted)
@@ -88,7 +90,7 @@ def pays_words(meta: dict, projection: dict | None, methods) -> str:
     b = _projected(projection or {}, "b", "with the draft on a device of its own")
     if not b:
         return ""
-    if round(projection["over_sd"]["b"], 2) >= 1:
+    if shown(projection["over_sd"]["b"]) >= 1:  # as printed
         return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
                 f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
     return (f"Mirror-SD hides drafting behind the target, which needs the draft on hardware of its own; here "
@@ -626,14 +628,13 @@ def _metric(stats: dict, key: str, spec: str) -> str:
 
 
 def _greedy_check(records: dict[str, RunRecord], method: str) -> str:
-    ar, other = records.get("ar"), records.get(method)
-    name = label(method)
-    if ar is None or other is None or ar.finish is None or other.finish is None:
+    cmp, name = against_ar(records, method), label(method)
+    if cmp is None:
         return ""
-    if not (ar.complete and other.complete):
+    if cmp.get("stopped"):
         return (f'<li class="msd-check c-na">{esc(name)} vs AR: not compared (a run was stopped '
                 f'or failed).</li>')
-    cmp = compare_tokens(ar.finish.token_ids, other.finish.token_ids)
+    ar, other = records["ar"], records[method]
     if cmp["identical"]:
         return (f'<li class="msd-check c-ok">✓ {esc(name)} output is <b>identical to the '
                 f'baseline</b>: {cmp["compared"]} of {cmp["compared"]} tokens match.</li>')

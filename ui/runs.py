@@ -380,6 +380,18 @@ def live_stats(rec: RunRecord, now_ns: int | None = None) -> dict:
     return out
 
 
+def against_ar(records: dict, method: str) -> dict | None:
+    """`method`'s tokens against AR's (`compare_tokens`), for every place that says whether a
+    method wrote AR's tokens: None without both runs finished; {"stopped": True} where either
+    was stopped or failed (not compared)."""
+    ar, other = records.get("ar"), records.get(method)
+    if ar is None or other is None or ar.finish is None or other.finish is None:
+        return None
+    if not (ar.complete and other.complete):
+        return {"stopped": True}
+    return compare_tokens(ar.finish.token_ids, other.finish.token_ids)
+
+
 def compare_tokens(reference: list[int], other: list[int]) -> dict:
     """Position-by-position comparison; a length difference counts as mismatches."""
     n = min(len(reference), len(other))

@@ -198,13 +198,13 @@ def steps_in_turn(rec: RunRecord | None) -> int:
     neither at once nor a plain decode, less the run's last step (it drafts no next window),
     so that with the lanes at once, the plain decodes and the last step they add up to the
     verify steps, as the card's hits row counts them."""
-    at_once, steps = lanes_at_once(rec)
-    if not steps:
+    verifies = [e for e in (rec.events if rec else []) if isinstance(e, Verify)]
+    if not verifies:
         return 0
-    verifies = [e for e in rec.events if isinstance(e, Verify)]
-    last = max(e.step for e in verifies)
-    last_counted = last not in steps_at_once(rec) and any(e.step == last and e.drafted for e in verifies)
-    return max(0, steps - at_once - steps_undrafted(rec) - last_counted)
+    steps, once = {e.step for e in verifies}, steps_at_once(rec)
+    last = max(steps)
+    last_counted = last not in once and any(e.step == last and e.drafted for e in verifies)
+    return max(0, len(steps) - len(once & steps) - steps_undrafted(rec) - last_counted)
 
 
 def steps_at_once(rec: RunRecord | None) -> set[int]:

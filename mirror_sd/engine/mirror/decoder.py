@@ -154,6 +154,7 @@ class MirrorSpeculative(Decoder):
             overlap = bool(window.tokens) and gate.overlap()
             step_fn = self._step if overlap else self._serial_step
             window, hit = yield from step_fn(run, target, step, window, hit, marks, gate)
+            policy.costs = self._costs[gate.favoured()]  # the next windows: priced for the mode the gate favours now
             run.info["lane_split"] = f"{lane_split(self.pair)}; {gate.describe()}"
             step += 1
         while not run.done and not cancel.is_set():  # the draft lane failed: plain decoding
@@ -197,7 +198,6 @@ class MirrorSpeculative(Decoder):
             gate.record(True, (time.perf_counter_ns() - start) / 1e6, _drafted(window, job.next_window),
                         self._decode_ms())
             self._price(run, self._costs[True], step, len(window.tokens) + 1, job.next_window, waited, start)
-            self._policy.costs = self._costs[gate.favoured()]
         if job.proposals:
             yield EarlyExit(step, self._exit_layer, list(range(len(window.tokens) + 1)), *job.proposals,
                             lens=self._head.lens is not None)
@@ -247,7 +247,6 @@ class MirrorSpeculative(Decoder):
                     gate.record(False, wall_ms, _drafted(window, nxt), self._decode_ms())
                 self._price(run, self._costs[False], step, len(window.tokens) + 1, job.next_window, drafted,
                             start)
-                self._policy.costs = self._costs[gate.favoured()]
         yield from self._after_verdict(run, job, verify_event, commit, error)
         if run.done or error is not None:
             return None, False
