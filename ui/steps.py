@@ -287,6 +287,12 @@ def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> st
     return "a plain target step"
 
 
+def exit_end(spans) -> int | None:
+    """When the early exit's guesses reached the draft: the end of the step's exit head (None
+    without one)."""
+    return max((s.end_ns for s in spans if s.label == "exit_head"), default=None)
+
+
 def branch_ms(spans, exit_at: int | None) -> tuple[float, float]:
     """The draft's branch forwards in ms, all branches together, before `exit_at` (the early
     exit's end, when its guesses reach the draft: before it, on the draft's own guess) and after."""
@@ -303,8 +309,7 @@ def _branches(rec: RunRecord, sv: StepView) -> str:
         return ""
     n = len(built)
     spans = [s for s in rec.spans if s.step == sv.step]
-    exit_at = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)  # the guesses reach the draft
-    before, after = branch_ms(spans, exit_at)
+    before, after = branch_ms(spans, exit_end(spans))
     took, rest = after / 1e3, _seconds(rec, sv.step, 'suffix')
     own = f" ({_fmt_s(before / 1e3)} more before the exit, on its own guess)" if before >= 0.5 else ""
     words = (f"the draft built {n} branch{'es' if n != 1 else ''}: all branches together took {_fmt_s(took)} "

@@ -12,7 +12,7 @@ import html
 from statistics import median
 
 from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
-from .steps import after_verdict_s, branch_ms, chipped, quoted, redraft_s
+from .steps import after_verdict_s, branch_ms, chipped, exit_end, quoted, redraft_s
 from .why import lanes_at_once, steps_at_once
 
 esc = html.escape
@@ -226,16 +226,16 @@ def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) ->
     """The one condition Mirror-SD's gain rests on, with this step's figures: the branches cost
     the target nothing only when the draft finishes them within the target's layers after the
     early exit ('' for a step without an exit or whose next window was no branch)."""
-    exit_end = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)
-    if exit_end is None or outcome != "hit":
+    exit_ns = exit_end(spans)
+    if exit_ns is None or outcome != "hit":
         return ""
     # both from the exit's end: the draft's time to the taken branch against the target's to its
     # verdict (its layers after the exit and the acceptance), so the two compare as `fits`; a
     # branch done before the verdict was ready by the end of the draft's last branch forward
     done_ns = max((s.end_ns for s in spans if s.label == "branches"), default=ready_ns)
     fits = ready_ns <= verdict_ns
-    need = max(0.0, ((done_ns if fits else ready_ns) - exit_end) / 1e6)
-    have = (verdict_ns - exit_end) / 1e6
+    need = max(0.0, ((done_ns if fits else ready_ns) - exit_ns) / 1e6)
+    have = (verdict_ns - exit_ns) / 1e6
     after = (f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
              else "the layers after it and its verdict")
     wait = round((ready_ns - verdict_ns) / 1e6)  # the caption's wait, to the ms
@@ -311,7 +311,7 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
                 f"but the draft had already guessed that token")
     extend = _ms(spans, "extend")
     read = f"read its last token ({extend:.0f} ms) and " if extend else ""
-    exit_at = max((s.end_ns for s in spans if s.label == "exit_head"), default=None)  # the guesses reach the draft
+    exit_at = exit_end(spans)  # the guesses reach the draft
     early = exit_at is not None and any(s.label == "branches" and s.start_ns < exit_at for s in spans)
     before, after = branch_ms(spans, exit_at)
     doing = (f"{read}started a branch on its own best guess of the verdict ({before:.0f} ms of forwards)" if early else
