@@ -129,11 +129,11 @@ def test_analyse_colours_hits_fallbacks_bonus_and_corrections():
 def test_timeline_has_a_lane_per_run_and_model():
     records = {"ar": ar_record([1, 2, 3]), "mirror": mirror_record()}
     lanes = lanes_for(records)
-    assert lanes == ["AR · target", "Mirror-SD · target", "Mirror-SD · draft"]
+    assert lanes == ["AR · target", "Mirror-SD (gated) · target", "Mirror-SD (gated) · draft"]
     fig = build_timeline(records)
     names = {t.name for t in fig.data}
     assert {GROUP_OF[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
-    assert {"AR: tokens committed", "Mirror-SD: tokens committed"} <= names
+    assert {"AR: tokens committed", "Mirror-SD (gated): tokens committed"} <= names
     ys = {y for t in fig.data if t.type == "bar" for y in t.y}
     assert ys == set(lanes)
     prefix = next(t for t in fig.data if t.type == "bar" and " · prefix" in t.hovertext[0])
@@ -162,8 +162,8 @@ def test_cards_speedups_and_identical_check():
     assert "0.03 s" in html and "0.10 s" in html  # time to first token, both
     assert "identical to the baseline" in html and "7 of 7" in html
     verdict = render_verdict(records, {})
-    assert "Mirror-SD won end to end: Mirror-SD 2.00× AR." in verdict
-    assert "Mirror-SD 1.79× AR." in render_statistics(records, {}, {})  # decode alone: in Statistics
+    assert "Mirror-SD (gated) won end to end: Mirror-SD (gated) 2.00× AR." in verdict
+    assert "Mirror-SD (gated) 1.79× AR." in render_statistics(records, {}, {})  # decode alone: in Statistics
 
 
 def test_summary_counts_mismatches_and_never_hides_them():
@@ -255,13 +255,13 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     shown = dict((v, n) for n, v in which["choices"])[which["value"]]
     assert which["value"] in ("mirror", "mirror-overlap") and f"One {shown} step" in zoom
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
-    for name in (">AR<", ">SD<", ">Mirror-SD<", ">Mirror-SD (always overlapped)<"):  # the four panes' titles
+    for name in (">AR<", ">SD<", ">Mirror-SD (gated)<", ">Mirror-SD (always overlapped)<"):  # the four panes' titles
         assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1
-    assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
+    assert timeline["type"] == "plotly" and "Mirror-SD (gated) · draft" in timeline["plot"]
     assert "msd-ee" in inspector and "msd-verify" in inspector
     # the zoom draws a step whose lanes were at once, of the run it names; How it works says
     # which run its figure is from, and why two Mirror-SD runs
-    zoomed = re.search(r"One (Mirror-SD(?: \(lanes at once\))?) step, measured", zoom)
+    zoomed = re.search(r"One (Mirror-SD \((?:gated|always overlapped)\)) step, measured", zoom)
     assert zoomed, zoom
     assert "Two runs of Mirror-SD." in how and "overlap gate" in how
     if "left the draft of" in how:
@@ -361,10 +361,10 @@ def test_the_done_message_points_an_fp32_cpu_run_to_int8():
 
     records = {"ar": ar_record([1, 2, 3, 4]), "mirror": ar_record([1, 2, 3, 4])}
     fp32_cpu = _done_message(records, {"precision": "fp32", "target_device": "cpu"})
-    assert fp32_cpu.startswith("Done, measured on ") and "(one run each): Mirror-SD 1.00× AR end to end" in fp32_cpu
+    assert fp32_cpu.startswith("Done, measured on ") and "(one run each): Mirror-SD (gated) 1.00× AR end to end" in fp32_cpu
     assert "\nEvery method wrote exactly AR's 4 tokens" in fp32_cpu
     records["mirror"] = ar_record([1, 2, 5, 4])
-    assert "\nMirror-SD differs from AR in 1 of 4 tokens (first at token 2" in _done_message(records, {})
+    assert "\nMirror-SD (gated) differs from AR in 1 of 4 tokens (first at token 2" in _done_message(records, {})
     assert fp32_cpu.endswith(CPU_PRECISION_TIP) and "int8" in CPU_PRECISION_TIP
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "int8", "target_device": "cpu"})
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "fp32", "target_device": "cuda:0"})
@@ -490,7 +490,7 @@ def test_breakdown_adds_up_to_the_wall_time_and_the_why_is_said():
     assert "Precision <b>int8</b>" in html and "same weights" in html and "1.5 s warm-up" in html
     assert "held the target's token in <b>1 of 1</b> steps" in render_statistics(records, {}, meta)
     verdict = render_verdict(records, meta)
-    assert "Mirror-SD won" in verdict and "msd-hardware" in verdict and "share" in verdict
+    assert "Mirror-SD (gated) won" in verdict and "msd-hardware" in verdict and "share" in verdict
     on_gpu = render_verdict(records, dict(meta, target_device="cuda:0"))
     assert "msd-hardware" not in on_gpu  # said only where both lanes share one device
 

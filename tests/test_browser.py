@@ -69,7 +69,7 @@ UNREADABLE_JS = """() => {
   }
   return [...new Set(out)].slice(0, 40);
 }"""
-LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD", "mirror-overlap": "Mirror-SD (always overlapped)"}
+LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD (gated)", "mirror-overlap": "Mirror-SD (always overlapped)"}
 MAX_PAGE_PX = 4500  # the default results at 1600 x 1200 with the folds closed: under four screens for four runs (the result on top, the race, the verdict with its chart and its seconds split, the zoomed step, the cards); the text's length moves it by about 200 px from run to run
 
 
@@ -166,7 +166,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
         "#legend .msd-legend-item").count()
     # the verdict names the winner, in large type; a card per method with the three speeds
     verdict = page.inner_text("#verdict .msd-verdict-text")
-    assert re.search(r"\b(AR|SD|Mirror-SD) won\b|cannot tell .* (apart|from .* or )|Plain decoding \(AR\) won", verdict), verdict
+    assert re.search(r"\b(AR|SD|Mirror-SD \(gated\)) won\b|cannot tell .* (apart|from .* or )|Plain decoding \(AR\) won", verdict), verdict
     assert re.search(r"SD \d+\.\d\d× AR", verdict), verdict  # each its own ratio, the tiles'
     for m, small in page.evaluate("() => [...document.querySelectorAll('#verdict .msd-tile')].map("
                                   "t => [t.dataset.method, t.querySelector('.msd-tile-small').textContent])"):
@@ -281,9 +281,9 @@ def check_figures_agree(page, trace: dict) -> None:
         for kind in ("end", "tokens committed"):
             assert abs(ends[f"{LABELS[m]}: {kind}"] - f["wall"]) <= 0.006, (m, kind, ends, f)
     ticks = page.locator("#timeline .ytick text").evaluate_all("ts => ts.map(t => t.textContent)")
-    lanes = {"AR · target", "Mirror-SD · target"}
+    lanes = {"AR · target", "Mirror-SD (gated) · target"}
     if any(e.get("type") == "Span" and e.get("lane") == "draft" for e in trace["runs"]["mirror"]["events"]):
-        lanes.add("Mirror-SD · draft")  # a short run whose priced windows all decoded drafts nothing
+        lanes.add("Mirror-SD (gated) · draft")  # a short run whose priced windows all decoded drafts nothing
     assert lanes <= set(ticks), ticks
     page.get_by_text("Timeline: every measured span").first.click()
 
@@ -378,7 +378,7 @@ def check_whatif(page) -> None:
     assert "projection" in text.lower()
     heads = page.locator("#whatif-panel table thead th").evaluate_all(
         "ths => ths.map(t => t.textContent.trim())")
-    assert {"AR", "SD", "Mirror-SD"} <= set(heads), heads
+    assert {"AR", "SD", "Mirror-SD (gated)"} <= set(heads), heads
     page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
 
 

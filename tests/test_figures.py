@@ -187,8 +187,8 @@ def test_a_win_within_three_percent_is_called_level():
     for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.8)):
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {})
-    assert "one run cannot tell SD and Mirror-SD apart" in text and "“3, interleaved”" in text and " won" not in text
-    assert text.startswith("SD 1.25× AR, Mirror-SD 1.23× AR end to end: ")  # one set of ratios, the tiles'
+    assert "one run cannot tell SD and Mirror-SD (gated) apart" in text and "“3, interleaved”" in text and " won" not in text
+    assert text.startswith("SD 1.25× AR, Mirror-SD (gated) 1.23× AR end to end: ")  # one set of ratios, the tiles'
     from ui.figures import verdict_parts
     assert "tok/s" not in verdict_parts(c, records, {})[0]  # the headline: the tiles give the speeds
     assert "AR 1.00×" not in text
@@ -243,7 +243,7 @@ def test_a_first_token_gap_from_one_run_points_to_the_decode_speeds_without_call
     assert "same work" not in verdict(c, records, {})
     c["mirror"].ttft_s = 1.0  # twice SD's for the same prompt and first window
     text = verdict(c, records, {})
-    assert "Mirror-SD's time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
+    assert "Mirror-SD (gated)'s time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
     assert "no range to tell that gap from noise" in text and "is this run's noise" not in text
 
 
@@ -383,7 +383,7 @@ def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_fro
     for m, tps in (("ar", 10.0), ("sd", 12.0), ("mirror", 10.2)):  # SD wins; Mirror-SD 1.02x AR
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 10.0, True
     text = verdict(c, records, {})
-    assert "SD won end to end, 1.18× Mirror-SD's speed" in text and "one run cannot tell Mirror-SD and AR apart" in text
+    assert "SD won end to end, 1.18× Mirror-SD (gated)'s speed" in text and "one run cannot tell Mirror-SD (gated) and AR apart" in text
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.0, 1.1
     assert "cannot tell" not in verdict(c, records, {})
 
@@ -457,10 +457,10 @@ def test_statistics_says_how_mirror_sd_s_lanes_shared_the_machine():
     said = "none" if at_once == 0 else f"only {at_once}"
     assert f"(the lanes at once) in {said} of its {steps} verify steps" in html
     # the twin with its lanes at once in every step: what overlapping measured, beside the gate's choice
-    assert "With its lanes at once in every step" not in html
+    assert "with its lanes at once in every step" not in html
     c = cards(dict(records, **{"mirror-overlap": twin}))
-    said = re.search(r"With its lanes at once in every step, Mirror-SD (hit (\d+) of its (\d+) verdicts .*?and )?"
-                     r"ran ([\d.]+) tok/s .*? against the gated Mirror-SD&#x27;s ([\d.]+) tok/s", with_twin)
+    said = re.search(r"Mirror-SD \(always overlapped\), with its lanes at once in every step, (hit (\d+) of its (\d+) verdicts .*?and )?"
+                     r"ran ([\d.]+) tok/s .*? against Mirror-SD \(gated\)&#x27;s ([\d.]+) tok/s", with_twin)
     assert said, with_twin
     assert float(said.group(4)) == round(c["mirror-overlap"].e2e_tps, 2)
     assert float(said.group(5)) == round(c["mirror"].e2e_tps, 2)
@@ -726,7 +726,7 @@ def test_a_method_whose_range_overlaps_ar_s_is_named_in_the_same_sentence_withou
             r[m].e2e_tps, r[m].e2e_speedup, r[m].complete = x[i], x[i] / speeds["ar"][i], True
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
     head = text.split(".")[0] + "."
-    assert ("these 3 runs cannot tell SD and Mirror-SD apart, nor Mirror-SD (always overlapped) and AR "
+    assert ("these 3 runs cannot tell SD and Mirror-SD (gated) apart, nor Mirror-SD (always overlapped) and AR "
             "(their ranges overlap: within this machine's noise)") in text, head
     assert "((" not in text and "))" not in text
     # SD ahead of everything: the method level with AR follows after a semicolon
@@ -1285,7 +1285,35 @@ def test_the_gate_badge_counts_steps_in_turn_as_the_card_does():
     last_drafted = any(e.step == max(v.step for v in rec.events if isinstance(v, Verify)) and e.drafted
                        for e in rec.events if isinstance(e, Verify))
     assert at_once == 0 and turns + steps_undrafted(rec) + last_drafted == steps
-    assert lanes_badge("mirror", rec) == f"gated: draft then target in {turns} of {steps} steps"
+    assert lanes_badge("mirror", rec) == f"ran as SD: draft, then target, in {turns} of {steps} steps"
+
+
+def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its_tile():
+    """Where the gate ran Mirror-SD as SD in most of its steps, its top figure is SD's way of
+    working: the headline says so with the counts, the tile beside "top median" too; a run
+    whose lanes overlapped, and the always-overlapped twin, say nothing of it."""
+    from ui.results import _scoreboard
+    from ui.why import lanes_at_once, ran_as_sd, steps_in_turn
+    records = dict(tiny_records())
+    overlapped = records["mirror"]
+    records["mirror-overlap"] = overlapped
+    records["mirror"] = rec = _serial_after(overlapped, 0)
+    c = cards(records)
+    for m, tps in (("ar", 8.0), ("sd", 9.0), ("mirror", 12.0), ("mirror-overlap", 9.5)):
+        c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
+    steps = lanes_at_once(rec)[1]
+    assert ran_as_sd("mirror", rec) == (steps_in_turn(rec), steps)
+    assert ran_as_sd("mirror-overlap", rec) is None and ran_as_sd("sd", records["sd"]) is None
+    head = verdict(c, records, {})
+    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {steps_in_turn(rec)} of its "
+            f"{steps} steps, so its speed is not the overlap's.")
+    assert said in head and head.count("ran as SD") == 1, head
+    tile = _scoreboard(c, None, records)
+    assert re.search(r'data-method="mirror".*?msd-tile-best[^>]*>[^<]*, ran as SD<', tile), tile
+    at_once, n = lanes_at_once(overlapped)
+    assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
+    records["mirror"] = overlapped
+    assert "ran as SD" not in verdict(c, records, {}) + _scoreboard(c, None, records)
 
 
 def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():

@@ -133,7 +133,7 @@ def test_the_race_holds_every_run_and_plays_only_when_all_finished():
     steps = {e.step for e in mirror.events if isinstance(e, Verify)}
     at_once = len(steps_at_once(mirror) & steps)
     from ui.why import steps_in_turn
-    assert race["runs"]["mirror"]["lanes"] == (f"gated: draft then target in {steps_in_turn(mirror)} of {len(steps)} steps"
+    assert race["runs"]["mirror"]["lanes"] == (f"ran as SD: draft, then target, in {steps_in_turn(mirror)} of {len(steps)} steps"
                                                if 2 * at_once < len(steps) else
                                                f"gated: draft beside the target in {at_once} of {len(steps)} steps")
     assert "lanes" not in race["runs"]["sd"] and "lanes" not in race["runs"]["ar"] and race["lanesTip"]
@@ -197,12 +197,12 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         for m, t in (("ar", 0.45), ("sd", 0.50), ("mirror", 0.78)):
             records[m].finish.stats["prefill_s"] = t
         note = race_note(records)
-        assert note.startswith("AR's first token came at 0.45 s; Mirror-SD's at 0.78 s, after drafting and "
+        assert note.startswith("AR's first token came at 0.45 s; Mirror-SD (gated)'s at 0.78 s, after drafting and "
                                "checking a first window, so it starts the race 0.33 s behind.")
-        assert "SD's" not in note.replace("Mirror-SD's", "") and "end-to-end speed counts this time; their decode speed leaves it out" in note
+        assert "SD's" not in note.replace("Mirror-SD (gated)'s", "") and "end-to-end speed counts this time; their decode speed leaves it out" in note
         assert json.loads(race_message(records))["note"] == note
         records["sd"].finish.stats["prefill_s"] = 0.78
-        assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD's at 0.78 s and "
+        assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD (gated)'s at 0.78 s and "
                                              "0.78 s, after drafting and checking a first window, so they start")
         records["sd"].finish.stats["prefill_s"] = 0.50
         records["mirror"].finish.stats["prefill_s"] = 0.52

@@ -23,7 +23,7 @@ from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
 from .runs import RunRecord, against_ar, analyse, exit_check, label, measured, variant_of, verdict_outcome
-from .why import breakdown, contention, costs, steps_at_once, steps_undrafted
+from .why import breakdown, contention, costs, ran_as_sd, steps_at_once, steps_undrafted
 
 
 @dataclass
@@ -403,12 +403,26 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
         than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
         head = f"{label(best)} won end to end{than}: {ratios}{also}."
+    head += _as_sd(c, records)
     lead = "The trade:" if level else "The reason:"
     reason = _reason(best, c, records, meta.get("precision"), lead)
     notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
     if notes:
         reason += (ITEM if ITEM in reason else " ") + notes
     return head, reason
+
+
+def _as_sd(c: dict[str, Card], records: dict[str, RunRecord]) -> str:
+    """' Mirror-SD (gated) ran as SD (the draft, then the target) in 26 of its 27 steps, so its
+    speed is not the overlap's.': where a gated Mirror-SD's gate chose SD's order in most of its
+    steps, the headline says whose way of working its figure measures ('' otherwise)."""
+    said = []
+    for m in c:
+        got = ran_as_sd(m, records.get(m))
+        if got:
+            said.append(f" {label(m)} ran as SD (the draft, then the target) in {got[0]} of its {got[1]} "
+                        f"steps, so its speed is not the overlap's.")
+    return "".join(said)
 
 
 def verdict_sub(c: dict[str, Card], meta: dict, spreads: dict | None = None) -> str:
@@ -741,10 +755,10 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
         apart = level_with(pair, winner(pair, spreads), spreads)
         faster = twin[0] > gated[0]
         which = " (medians)" if runs_of(spreads) > 1 else ""
-        parts.append(f"ran {twin[0]:.2f} tok/s ({_x(twin[1])} AR) against the gated {label(base)}'s "
+        parts.append(f"ran {twin[0]:.2f} tok/s ({_x(twin[1])} AR) against {label(base)}'s "
                      f"{gated[0]:.2f} tok/s{which}" + (": the runs cannot tell them apart" if apart else
                                                  ": overlapping paid here" if faster else
                                                  ": both lanes on the same cores cost more than a hit saves"))
     if not parts:
         return ""
-    return f"With its lanes at once in every step, {label(base)} " + " and ".join(parts) + "."
+    return f"{label(v)}, with its lanes at once in every step, " + " and ".join(parts) + "."

@@ -21,7 +21,7 @@ from .whatif import projection_line, round_span, round_values, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of)
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
-                  lanes_badge, steps_undrafted)
+                  lanes_badge, ran_as_sd, steps_undrafted)
 
 esc = html.escape
 
@@ -403,6 +403,8 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         small = ("plain decoding: the baseline" if m == "ar" else
                  "–" if ratio is None else f"{ratio:.2f}× AR's speed")
         text, tip = badges.get(m, ("", ""))
+        if m == best and text and ran_as_sd(m, (done or {}).get(m)):  # the top, but not by overlapping
+            text, tip = f"{text}, ran as SD", f"{tip}; its gate ran it as SD (the draft, then the target) in most steps"
         behind = " is-behind" if text.startswith("behind ") else ""
         flag = f' <span class="msd-tile-best{behind}" title="{esc(tip)}">{esc(text)}</span>' if text else ""
         r = e2e_ranges(spreads).get(m)

@@ -84,10 +84,16 @@ def _entry(method: str):
     return REGISTRY.get(method) or VARIANTS.get(method)
 
 
+# The page runs Mirror-SD with its overlap gate beside a variant with the lanes at once in every
+# step, so it names the gated one as such (the engine's registry keeps the method's own name)
+SHOWN_AS = {"mirror": "Mirror-SD (gated)"}
+
+
 def label(method: str) -> str:
-    """The method's short display name ("AR", "SD", "Mirror-SD"); a trace's unknown name as is."""
+    """The method's short display name ("AR", "SD", "Mirror-SD (gated)"); a trace's unknown
+    name as is."""
     entry = _entry(method)
-    return entry.label if entry is not None else method
+    return SHOWN_AS.get(method) or (entry.label if entry is not None else method)
 
 
 def tag(method: str) -> str:

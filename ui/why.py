@@ -276,5 +276,18 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     if 2 * decoded >= steps:  # mostly no draft at all: its priced windows, not the gate
         return f"priced windows: no draft in {decoded} of {steps} steps"
     if 2 * at_once < steps:  # mostly in turn: say what it mostly did (the last step drafts no next window)
-        return f"gated: draft then target in {steps_in_turn(rec)} of {steps} steps"
+        return f"ran as SD: draft, then target, in {steps_in_turn(rec)} of {steps} steps"
     return f"gated: draft beside the target in {at_once} of {steps} steps"
+
+
+def ran_as_sd(method: str, rec: RunRecord | None) -> tuple[int, int] | None:
+    """(steps in turn, verify steps) for a gated Mirror-SD run whose gate chose SD's order (the
+    draft, then the target) in most of its steps, so its speed is SD's way of working and not
+    the overlap's; None otherwise (the other methods, the always-overlapped variant, a run that
+    mostly overlapped or mostly drafted nothing)."""
+    if rec is None or variant_of(method)[0] != "mirror" or always_overlapped(method):
+        return None
+    at_once, steps = lanes_at_once(rec)
+    if not steps or 2 * at_once >= steps or 2 * steps_undrafted(rec) >= steps:
+        return None
+    return steps_in_turn(rec), steps
