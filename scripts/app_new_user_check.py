@@ -73,6 +73,12 @@ def run_once(page, out: Path, prefix: str, repeat: int) -> dict:
     page.screenshot(path=str(out / f"{prefix}-top.png"))
     page.screenshot(path=str(out / f"{prefix}-full.png"), full_page=True)
     print("page height:", page.evaluate("() => document.documentElement.scrollHeight"))
+    page.locator("#presenter input").check()  # the presenter view of the same run
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(out / f"{prefix}-presenter.png"), full_page=True)
+    print("presenter view height:", page.evaluate("() => document.documentElement.scrollHeight"))
+    page.locator("#presenter input").uncheck()
+    page.wait_for_timeout(500)
     page.get_by_text("Traces and cache").first.click()
     href = page.locator("#trace-download a[href]").first.get_attribute("href")
     body = page.request.get(href).body()

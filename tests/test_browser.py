@@ -382,6 +382,30 @@ def check_whatif(page) -> None:
     page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
 
 
+def check_presenter(page, url: str) -> None:
+    """The presenter view keeps the race, the panes, the headline with its tiles and the
+    projection bar (b), and hides the cards, the zoom, the folds and the prose; unticked, all
+    of it is back; "?presenter" in the address opens the page in it."""
+    full = page.evaluate("() => document.documentElement.scrollHeight")
+    page.locator("#presenter input").check()
+    page.wait_for_function("() => document.body.classList.contains('msd-presenter')", timeout=10_000)
+    for shown in ("#board", "#verdict .msd-verdict-text", "#verdict .msd-scoreboard", "#pane-ar"):
+        assert page.locator(shown).first.is_visible(), shown
+    for hidden in ("#cards", "#zoom", "#statistics-fold", "#verdict .msd-takeaway", "#settings-row",
+                   "#verdict .pc-c", "#verdict .pc-note"):
+        assert all(not e.is_visible() for e in page.locator(hidden).all()), hidden
+    if page.locator("#verdict .pc-b").count():
+        assert page.locator("#verdict .pc-b").first.is_visible()  # the one projection bar
+    short = page.evaluate("() => document.documentElement.scrollHeight")
+    assert short < full * 0.7, (short, full)
+    page.locator("#presenter input").uncheck()
+    page.wait_for_function("() => !document.body.classList.contains('msd-presenter')", timeout=10_000)
+    assert page.locator("#cards").is_visible()
+    page.goto(url + "?presenter")
+    page.wait_for_function("() => document.body.classList.contains('msd-presenter')", timeout=60_000)
+    assert page.locator("#presenter input").is_checked()
+
+
 def test_a_page_closed_during_a_run_ends_it(browser, monkeypatch):
     """The handler's generator closes with the page: its run stops within a step."""
     import threading
@@ -607,6 +631,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         open_inspector(page)
         check_step_strip_and_token_jump(page)
         check_whatif(page)
+        check_presenter(page, url)
         assert not page.errors, page.errors
     finally:
         demo.close()

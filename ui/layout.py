@@ -176,6 +176,10 @@ RUN_INPUTS = ("prompt", "target", "draft", "precision", "target_device", "draft_
               "draft_vocab", "proposer", "repeat")  # handlers.RunInputs' fields: the run API's parameters
 PAIR_INPUTS = ("target", "draft", "precision", "target_device", "draft_device", "draft_precision")
 HIDE_REJECTED_JS = "(show) => { document.body.classList.toggle('msd-hide-rej', !show); return show; }"
+# the presenter view: the race and the result for an audience, the rest hidden (style.css);
+# "?presenter" in the address opens the page in it
+PRESENTER_JS = "(on) => { document.body.classList.toggle('msd-presenter', !!on); return on; }"
+PRESENTER_FROM_URL_JS = "() => new URLSearchParams(window.location.search).has('presenter')"
 OPEN_INSPECTOR_JS = """() => { const d = document.querySelector('#inspector-fold');
   if (d && !d.querySelector('.open')) { const b = d.querySelector('button'); if (b) b.click(); } }"""
 
@@ -202,7 +206,11 @@ def _prompt_row(c: dict) -> None:
                               label="Runs per method", elem_id="repeat",
                               info="3 or 5: median and range on the cards, and the verdict says when the "
                               "ranges cannot tell two methods apart; 5 narrows them and takes longer.")
-    c.update(prompt=prompt, example=example, run_btn=run_btn, stop_btn=stop_btn, repeat=repeat)
+            presenter = gr.Checkbox(False, label="Presenter view: the race and the result, the details hidden",
+                                    elem_id="presenter")
+    presenter.change(None, presenter, presenter, js=PRESENTER_JS)
+    c.update(prompt=prompt, example=example, run_btn=run_btn, stop_btn=stop_btn, repeat=repeat,
+             presenter=presenter)
     with gr.Row(equal_height=False, elem_id="settings-row"):
         for section in (_speculation, _sampling, _pair, _traces):
             with gr.Column(min_width=240):
@@ -294,6 +302,7 @@ def build_demo(tiny: bool = False) -> gr.Blocks:
         _wire_run(c, handlers, box)
         _wire_pair(c, handlers, box, demo)
         _wire_inspect(c, handlers)
+        demo.load(None, None, c["presenter"], js=PRESENTER_FROM_URL_JS)
     demo.msd_handlers = handlers  # launch() starts the background preparation through it
     demo.msd_components = c  # tests inspect the built page
     return demo

@@ -47,7 +47,7 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
         spread = (f"; the whisker: its range with each of the {len(rounds) - 1} rounds' projections" if rounds else "")
-        out.append({"label": words, "value": value, "low": min(rounds) if rounds else None,
+        out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
                     "high": max(rounds) if rounds else None, "kind": "projected",
                     "colour": PROJECTED_COLOUR,
                     "note": f"decode, the steps of {shown_run(spreads)} replayed (What if, row ({key})){cost}{spread}"})
@@ -72,7 +72,7 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
                        f'width:{pct(r["high"]) - pct(r["low"]):.1f}%" title="{r["low"]:.2f}–{r["high"]:.2f}×"></span>')
         tag = '<span class="msd-proj-tag">projection</span> ' if r["kind"] == "projected" else ""
         lines.append(
-            f'<div class="pc-row pc-{r["kind"]}"><div class="pc-label">{tag}{esc(r["label"])}'
+            f'<div class="pc-row pc-{r["kind"]}{" pc-" + r["key"] if "key" in r else ""}"><div class="pc-label">{tag}{esc(r["label"])}'
             f'<small>{esc(r["note"])}</small></div><div class="pc-track">'
             f'<span class="pc-bar" style="width:{pct(r["value"]):.1f}%;background:{r["colour"]}"></span>{whisker}'
             f'<span class="pc-one" style="left:{pct(1.0):.1f}%"></span></div>'
