@@ -289,7 +289,7 @@ def test_the_reason_nets_what_mirror_sd_saved_waiting_against_what_it_lost_verif
     assert "-0." not in text  # never a negative saving
     # the net closes on the two runs' wall times: its parts, first token and the rest included
     said = re.search(r"Net: Mirror-SD (saved|waited) ([\d.]+) s .*? and (lost|saved) ([\d.]+) s verifying; its first "
-                     r"token came ([\d.]+) s (later|earlier), and the rest \(host time, idle\) (added|saved) ([\d.]+) s: "
+                     r"token came ([\d.]+) s (later|earlier), and the rest \(overhead, idle\) (added|saved) ([\d.]+) s: "
                      r"its run took ([\d.]+) s against SD's ([\d.]+) s", text)
     assert said, text
     g = said.groups()
@@ -360,7 +360,7 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
     assert proj["over_sd_rounds"]["c"] == [own["c"], own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    words = f"(the runs shown; with each of the 3 rounds&#x27;: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
+    words = f"(the runs shown; with each of the 3 runs&#x27;: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = own["c"] * 0.5 < 1 < own["c"] * 2
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
@@ -370,9 +370,9 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     assert words in render_panel(result, projected=projected)
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        " (the runs shown; with each of the 3 rounds': 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
+        " (the runs shown; with each of the 3 runs': 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
         "would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; with each of the 2 rounds': 1.05–1.28×)"
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; with each of the 2 runs': 1.05–1.28×)"
     single = best_projection(dict(base, records=records, projected=[own]))
     assert "rounds: " not in render_verdict(records, base["meta"], single)  # one round: no range
 
@@ -747,7 +747,7 @@ def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why(
     from ui.results import hardware_line
     records = tiny_records()
     line = hardware_line(records, {}, {"over_sd": {"b": 1.4, "c": 1.02}})
-    assert "this pair's dear draft leaves much to hide" in line and "1.40" not in line
+    assert "this pair's costly draft leaves much to hide" in line and "1.40" not in line
     from ui.figures import verify_slowdown
     slow = verify_slowdown(records)  # the cost of overlapping on shared cores, where it shows
     if slow and slow["factor"] > 1.05:
@@ -926,7 +926,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
     assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.60× SD with the " \
-           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 rounds); 1.20× SD on an accelerator pair." in gated, gated
+           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 runs); 1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
@@ -1254,7 +1254,7 @@ def test_a_projection_of_the_runs_shown_lies_within_the_range_it_is_given_with()
     from ui.whatif import round_span, rounds_words
     p = {"over_sd": {"c": 0.90}, "over_sd_rounds": {"c": [0.93, 0.99, 0.95]}}
     assert round_span(p, "c") == [0.93, 0.99, 0.95, 0.90]
-    assert rounds_words(p, "c") == " (the runs shown; with each of the 3 rounds': 0.90–0.99×)"
+    assert rounds_words(p, "c") == " (the runs shown; with each of the 3 runs': 0.90–0.99×)"
     row = next(r for r in bars(cards(tiny_records()), None, p) if r["kind"] == "projected")
     assert (row["low"], row["high"]) == (0.90, 0.99) and row["low"] <= row["value"] <= row["high"]
     assert round_span({"over_sd": {"c": 0.9}, "over_sd_rounds": {"c": [0.95]}}, "c") == []  # one round: no range
@@ -1268,9 +1268,9 @@ def test_a_verify_no_dearer_than_a_decode_is_said_so_beside_the_two_figures(monk
             "beside_method": "mirror"}
     monkeypatch.setattr(results, "costs", lambda done: dict(base))
     text = results.render_lanes({})
-    assert "took 167 ms alone (SD)" in text and "no dearer than the 1-token forward above" in text, text
+    assert "took 167 ms alone (SD)" in text and "no slower than the 1-token forward above" in text, text
     monkeypatch.setattr(results, "costs", lambda done: dict(base, verify_alone=0.2))
-    assert "no dearer" not in results.render_lanes({})
+    assert "no slower" not in results.render_lanes({})
 
 
 def test_the_gate_badge_counts_steps_in_turn_as_the_card_does():
@@ -1328,7 +1328,7 @@ def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
     assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
             f"here both models share {machine()}, no GPU. Projected, not measured: Mirror-SD 1.87× SD with the draft "
             "on a device of its own "
-            "(inconclusive: 0.78–1.87× over the 3 rounds).") in said, said
+            "(inconclusive: 0.78–1.87× over the 3 runs).") in said, said
     low = dict(proj, over_sd={"b": 0.89, "c": 0.94})
     assert ("which needs the draft on hardware of its own; here both models share "
             f"{machine()}, no GPU. Projected, not measured, even there these steps give Mirror-SD 0.89× SD with "

@@ -643,7 +643,7 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
         first = mirror.ttft_s - sd.ttft_s
         rest = (mirror.wall_s - sd.wall_s) - first - (verify["mirror"] - verify["sd"]) - (exposed["mirror"] - exposed["sd"])
         net += (f"; its first token came {abs(first):.2f} s {'later' if first > 0 else 'earlier'}, and the "
-                f"rest (host time, idle) {'added' if rest >= 0 else 'saved'} {abs(rest):.2f} s: its run took "
+                f"rest (overhead, idle) {'added' if rest >= 0 else 'saved'} {abs(rest):.2f} s: its run took "
                 f"{mirror.wall_s:.2f} s against SD's {sd.wall_s:.2f} s")
     net += "."
     cause = cause_words(sd, mirror, parts, {m: verify[m] / after[m] if after[m] else None for m in verify})

@@ -46,7 +46,7 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         rounds = round_span(p, key)  # the rounds' projections and the runs shown's
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        spread = (f"; the whisker: its range with each of the {len(rounds) - 1} rounds' projections" if rounds else "")
+        spread = (f"; the whisker: its range with each of the {len(rounds) - 1} runs' projections" if rounds else "")
         out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
                     "high": max(rounds) if rounds else None, "kind": "projected",
                     "colour": PROJECTED_COLOUR,

@@ -73,7 +73,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     why = ""
     if b is not None and acc is not None and b > acc + 0.05:  # (b) above (c): say why, or it reads as a contradiction
         why = (" Mirror-SD gains over SD by hiding the drafting that SD's target waits for behind the "
-               "target's own layers: once the draft has a device of its own, this pair's dear draft leaves "
+               "target's own layers: once the draft has a device of its own, this pair's costly draft leaves "
                "much to hide; on the accelerator pair the draft is cheap beside its target, which leaves "
                "less to hide.")
     nor = "" if gains_elsewhere else ": from these steps, no more than SD there either"
@@ -112,7 +112,7 @@ def _projected(p: dict, key: str, words: str) -> str:
         return ""
     values, n = round_span(p, key), len(round_values(p, key))
     either = "inconclusive: " if rounds_span_one(p, key) else ""
-    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {n} rounds)" if values else "")
+    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {n} runs)" if values else "")
     return f"{last:.2f}× SD {words}{spread}"
 
 
@@ -696,7 +696,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
                      f"{ms(c['verify_alone'])} alone (SD) and {ms(c['verify_beside'])} beside the "
                      f"draft ({esc(label(c['beside_method']))}, its steps with both lanes at once): "
                      f"<b>{k['verify']:.2f}×</b>"
-                     + ("; alone, no dearer than the 1-token forward above: reading the weights dominates "
+                     + ("; alone, no slower than the 1-token forward above: reading the weights dominates "
                         "a forward here, so its time hardly grows with its tokens (medians over other steps)"
                         if c.get("target") and c["verify_alone"] <= c["target"] else ""))
     if k.get("draft"):

@@ -30,7 +30,7 @@ TITLE = "What if (projection)"
 TIMELINE_TOKENS = 16  # each run is drawn for the decode steps that commit its first this many tokens
 LANES = ("target", "draft", "verify", "transfer", "host")  # top to bottom within a method
 # projected bars that no measured span has: label -> (legend name, colour)
-EXTRA_LABELS = {"host": ("host time per step (outside the lanes)", PALETTE["host"]),
+EXTRA_LABELS = {"host": ("overhead per step (outside the model forwards)", PALETTE["host"]),
                 "early exit -> draft": ("message: early-exit ids to the draft", PALETTE["message"]),
                 "verdict -> draft": ("message: verdict to the draft", PALETTE["message"])}
 PROFILE_CHOICES = [("(a) this machine, the model's replay", "a"),
@@ -536,7 +536,7 @@ def rounds_words(p: dict, key: str) -> str:
     values = round_span(p, key)
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    return f" (the runs shown; with each of the {n} rounds': {min(values):.2f}–{max(values):.2f}×{either})"
+    return f" (the runs shown; with each of the {n} runs': {min(values):.2f}–{max(values):.2f}×{either})"
 
 
 def rounds_span_one(p: dict, key: str) -> bool:
