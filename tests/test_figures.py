@@ -908,10 +908,10 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     turns = steps_in_turn(records["mirror"])
     assert turns == steps - 1 - sum(1 for e in records["mirror"].events  # the last step drafts no next window
                                     if isinstance(e, Verify) and not e.drafted)
-    assert (f"It took turns as SD does (the draft, then the target) in {turns} of its {steps} steps (the last "
-            "drafts no next window): its gate "
-            "times both orders as it runs, and on these shared cores taking turns was the faster; taking "
-            "turns, it prices its windows from the same measured costs as SD.") in gated, gated
+    assert (f"Its gate ran it as SD (the draft, then the target) in {turns} of its {steps} steps (the last "
+            "drafts no next window): timing both orders as it runs, it found taking turns the faster on "
+            "these shared cores, and taking turns it prices its windows from SD's measured costs.") in gated, gated
+    assert "Mirror-SD (always overlapped), overlapped in every step, ran " in gated, gated
     assert "beat the gated run" not in gated  # the two runs' speeds alike
     from dataclasses import replace as dc_replace
     from ui.figures import speeds

@@ -151,9 +151,9 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         turns = steps_in_turn(rec)
         beside = f", its lanes at once in {at_once}" if at_once else ""
         how = f"in {turns} of its {steps} steps{beside} (the last drafts no next window)"
-        text = (f"It took turns as SD does (the draft, then the target) {how}: its gate times both orders "
-                f"as it runs, and on these shared cores taking turns was the faster; taking turns, it prices "
-                f"its windows from the same measured costs as SD.")
+        text = (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, "
+                f"it found taking turns the faster on these shared cores, and taking turns it prices its "
+                f"windows from SD's measured costs.")
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
@@ -161,7 +161,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
     pair = {"mirror": c["mirror"], twin: c[twin]}
     beat = (sp[twin][0] and sp["mirror"][0] and sp[twin][0] > sp["mirror"][0]
             and not level_with(pair, winner(pair, spreads), spreads))
-    return text + f" Forced to overlap every step, Mirror-SD ran {vs}" + (
+    return text + f" {label(twin)}, overlapped in every step, ran {vs}" + (
         "; it also beat the gated run, so the gate's judgement did not pay here." if beat else ".")
 
 
