@@ -121,8 +121,10 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
     from ui.results import takeaway_parts
     parts = takeaway_parts(records, spreads)
     assert short and len(parts) >= 2 and short == " ".join(text for _, text in parts) and short not in status
-    for lead, text in parts:  # said once, in the verdict, each under its lead
-        assert f"<li><b>{lead}{'' if lead.endswith('?') else ':'}</b> {__import__('html').escape(text)}</li>" in html
+    for lead, text in parts:  # said once, in the verdict, each under its lead (the seconds chart in its item)
+        said = f"<li><b>{lead}{'' if lead.endswith('?') else ':'}</b> {__import__('html').escape(text)}"
+        assert html.count(said) == 1 and html.split(said)[1].startswith(
+            '<div class="msd-split"' if lead == "Against SD, second by second" else "</li>"), lead
     for m in ("sd", "mirror"):
         ratio = f"{med[m] / med['ar']:.2f}×"
         tile = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
@@ -814,18 +816,56 @@ def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside
     assert "it cost time here" not in text
 
 
+def _split_records():
+    """The recorded runs with two Mirror-SDs against SD: the gated one's lanes in turn after its
+    first step, the twin's at once in every step."""
+    records = dict(tiny_records())
+    records["mirror-overlap"] = records["mirror"]
+    records["mirror"] = _serial_after(records["mirror"], 0)
+    return records
+
+
+ROW = (r'data-part="(\w+)" data-cents="(-?\d+)"><span class="sp-track">(.*?)<span class="sp-zero"></span></span>'
+       r'<span class="sp-label"[^>]*>([^<]*)</span>')
+BAR = r'class="sp-bar sp-(\w+)" style="(left|right):50%;width:([\d.]+)%;background:(#\w+)" title="([^"]*)"'
+
+
+def _chart_rows(page: str) -> dict[str, list[dict]]:
+    """The seconds chart read back from its HTML: per method, its rows in order, each with its
+    part, hundredths, bar (side, width, colour, title) and label as printed."""
+    from html import unescape
+    out = {}
+    for block in page.split('<div class="sp-method" data-method="')[1:]:
+        rows = []
+        for part, n, track, text in re.findall(ROW, block):
+            bar = re.search(BAR, track)
+            rows.append({"part": part, "cents": int(n), "label": unescape(text),
+                         "bar": bar and {"kind": bar[1], "edge": bar[2], "width": float(bar[3]),
+                                         "colour": bar[4], "title": unescape(bar[5])}})
+        out[block.split('"')[0]] = rows
+    return out
+
+
+def _printed_cents(label_text: str) -> int:
+    """'+0.49 s ...', 'Mirror-SD: −0.71 s against ...' -> 49, -71."""
+    sign, whole = re.search(r"([+−]?)(\d+\.\d\d) s", label_text).groups()
+    return round(float(whole) * 100) * (-1 if sign == "−" else 1)
+
+
 def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_difference():
     """Each Mirror-SD's wall time against SD's, split into the drafting the target waited for
     (the overlap), the count of verify steps (at SD's mean a step), each step's time and the
     rest: the parts add up to the difference, read from each method's own record (the twin's
-    too), and the takeaway says it in seconds."""
-    from ui.figures import time_split, time_split_words
+    too); the chart prints each part as its two decimals round it (the rest closing the sum),
+    the total as the cards' wall times subtract, and its printed parts add up to its printed
+    total; the takeaway says the total in one line."""
+    from ui.figures import time_split
     from ui.results import takeaway_parts
-    from ui.why import breakdown
-    records = dict(tiny_records())
-    records["mirror-overlap"] = records["mirror"]
-    records["mirror"] = _serial_after(records["mirror"], 0)
+    from ui.splitchart import LEAD, cents, printed_split, render_split_chart, short_line
+    records = _split_records()
     c = cards(records)
+    chart = _chart_rows(render_split_chart(c, records, ["mirror", "mirror-overlap"]))
+    assert list(chart) == ["mirror", "mirror-overlap"]
     for m in ("mirror", "mirror-overlap"):
         split = time_split(c["sd"], c[m], records["sd"], records[m])
         assert split is not None
@@ -833,22 +873,93 @@ def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_di
         assert sum(split[k] for k in ("overlap", "steps", "per_step", "rest")) == pytest.approx(split["total"])
         waited = {x: breakdown(records[x])["draft_exposed"] for x in ("sd", m)}
         assert split["overlap"] == pytest.approx(waited[m] - waited["sd"])
-        words = time_split_words(c, records, m)
-        assert words.startswith(f"{label(m)} took {c[m].wall_s:.2f} s, "), words
-        assert ("saved" if split["overlap"] < 0 else "lost") + f" {abs(split['overlap']):.2f} s on waiting for the " \
-            "draft" in words, words
-        hidden = c[m].draft_hidden_s or 0.0
-        drafted = hidden + (c[m].draft_exposed_s or 0.0)
-        assert (f"(it drafted {drafted:.2f} s in all and hid {hidden:.2f} s of it beside the target)"
-                in words) == (hidden >= 0.005), words
-        assert f"verify step{'' if abs(c[m].verify_steps - c['sd'].verify_steps) == 1 else 's'} " \
-            f"({c[m].verify_steps} against {c['sd'].verify_steps}" in words or abs(split["steps"]) < 0.005, words
+        printed = printed_split(c, records, m)
+        assert printed["total"] == cents(c[m].wall_s) - cents(c["sd"].wall_s)
+        assert abs(printed["total"] / 100 - split["total"]) <= 0.01 + 1e-9
+        for k in ("overlap", "steps", "per_step"):  # as the words rounded them; 0.00 s left out
+            assert printed["parts"].get(k, 0) == round(float(f"{split[k]:.2f}") * 100), k
+        assert abs(printed["parts"].get("rest", 0) / 100 - split["rest"]) <= 0.025 + 1e-9
+        assert 0 not in printed["parts"].values() and sum(printed["parts"].values()) == printed["total"]
+        rows = chart[m]
+        total, parts = rows[0], rows[1:]
+        assert total["part"] == "total" and _printed_cents(total["label"]) == printed["total"]
+        assert total["label"].startswith(f"{label(m)}: ") and f"against SD's {c['sd'].wall_s:.2f} s" in total["label"]
+        assert {r["part"]: _printed_cents(r["label"]) for r in parts} == printed["parts"]
+        assert sum(_printed_cents(r["label"]) for r in parts) == _printed_cents(total["label"])
     assert time_split(c["sd"], c["mirror"], records["sd"], records["mirror"]) != time_split(
         c["sd"], c["mirror-overlap"], records["sd"], records["mirror-overlap"])
-    leads = dict(takeaway_parts(records))
-    said = leads["Against SD, second by second"]
-    assert time_split_words(c, records, "mirror") in said and time_split_words(c, records, "mirror-overlap") in said
-    assert time_split_words({m: x for m, x in c.items() if m != "sd"}, records, "mirror") == ""
+    said = dict(takeaway_parts(records))[LEAD]
+    assert said == short_line(c, records, ["mirror", "mirror-overlap"])
+    n = {m: printed_split(c, records, m)["total"] for m in ("mirror", "mirror-overlap")}
+    assert said == (f"Mirror-SD took {abs(n['mirror']) / 100:.2f} s {'more' if n['mirror'] > 0 else 'less'} than SD "
+                    f"({c['mirror'].wall_s:.2f} s against {c['sd'].wall_s:.2f} s); Mirror-SD (always overlapped) "
+                    f"{abs(n['mirror-overlap']) / 100:.2f} s {'more' if n['mirror-overlap'] > 0 else 'less'} "
+                    f"({c['mirror-overlap'].wall_s:.2f} s); the chart below splits each."), said
+    assert len(said.split()) < 60  # one line per method, the detail in the chart
+    alone = {m: x for m, x in c.items() if m != "sd"}
+    assert printed_split(alone, records, "mirror") is None and short_line(alone, records, ["mirror"]) == ""
+    assert render_split_chart(alone, records, ["mirror"]) == ""
+
+
+def test_the_seconds_chart_draws_each_part_on_its_side_of_the_zero_line_on_one_scale():
+    """Saved seconds left of the zero line, lost ones right, in their own colours; every bar
+    of every method on one scale (the largest figure drawn fills half the track); each bar's
+    title the sentence with its figures, the steps' counts and the drafting hidden among them;
+    the chart sits in its takeaway item, under its line."""
+    from ui.palette import SPLIT
+    from ui.results import render_verdict
+    from ui.splitchart import printed_split, render_split_chart
+    records = _split_records()
+    c = cards(records)
+    c["sd"].wall_s += 1.0  # SD a second slower: Mirror-SD's total and its rest saved, other parts lost
+    html = render_split_chart(c, records, ["mirror", "mirror-overlap"])
+    chart = _chart_rows(html)
+    drawn = [r for rows in chart.values() for r in rows]
+    top = max(abs(r["cents"]) for r in drawn)
+    assert f'data-top-cents="{top}"' in html
+    assert {r["bar"]["kind"] for r in drawn} == {"saved", "lost"}
+    for r in drawn:
+        n, bar = r["cents"], r["bar"]
+        assert n != 0 and bar is not None, r
+        assert (bar["kind"], bar["edge"], bar["colour"]) == (
+            ("lost", "left", SPLIT["lost"]) if n > 0 else ("saved", "right", SPLIT["saved"])), r
+        assert bar["width"] == pytest.approx(50 * abs(n) / top, abs=0.051), r
+        assert _printed_cents(r["label"]) == n, r
+        assert re.search(r"([+−])\d", r["label"])[1] == ("+" if n > 0 else "−"), r
+        assert f"{abs(n) / 100:.2f} s" in bar["title"] and bar["title"].endswith("."), r
+    assert max(r["bar"]["width"] for r in drawn) == pytest.approx(50.0)
+    for m, rows in chart.items():
+        got, x = printed_split(c, records, m), c[m]
+        assert rows[0]["part"] == "total" and rows[0]["cents"] == got["total"] < 0
+        assert rows[0]["bar"]["title"] == (f"{label(m)} took {x.wall_s:.2f} s, {abs(got['total']) / 100:.2f} s "
+                                           f"less than SD's {c['sd'].wall_s:.2f} s.")
+        for r in rows[1:]:
+            verb = "lost" if r["cents"] > 0 else "saved"
+            assert r["bar"]["title"].startswith(f"{label(m)} {verb} {abs(r['cents']) / 100:.2f} s on "), r
+            if r["part"] == "steps":
+                assert f"({x.verify_steps} against {c['sd'].verify_steps}" in r["bar"]["title"], r
+            if r["part"] == "overlap" and (x.draft_hidden_s or 0) >= 0.005:
+                assert f"hid {x.draft_hidden_s:.2f} s of it beside the target" in r["bar"]["title"], r
+    page = render_verdict(records, {})
+    item = page.split("<b>Against SD, second by second:</b>")[1].split("</li>")[0]
+    assert '<div class="msd-split"' in item and page.count('class="msd-split"') == 1
+
+
+def test_a_mirror_sd_as_long_as_sd_gets_a_total_row_without_a_bar_and_one_clause():
+    """A Mirror-SD whose wall time prints as SD's: the line says it took as long as SD, its
+    total row reads 0.00 s with no bar, and its parts (the rest closing the sum) still add up
+    to it."""
+    from ui.splitchart import printed_split, render_split_chart, short_line
+    records = _split_records()
+    c = cards(records)
+    c["mirror"].wall_s = c["sd"].wall_s
+    assert short_line(c, records, ["mirror"]) == (f"Mirror-SD took as long as SD ({c['sd'].wall_s:.2f} s against "
+                                                 f"{c['sd'].wall_s:.2f} s); the chart below splits it.")
+    rows = _chart_rows(render_split_chart(c, records, ["mirror"]))["mirror"]
+    assert rows[0] == {"part": "total", "cents": 0, "label": f"Mirror-SD: 0.00 s against SD's {c['sd'].wall_s:.2f} s",
+                       "bar": None}
+    assert sum(r["cents"] for r in rows[1:]) == 0 and printed_split(c, records, "mirror")["total"] == 0
+    assert all(r["bar"] is not None for r in rows[1:])
 
 
 def test_the_cards_give_the_run_shown_with_the_rounds_ranges_where_the_page_shows_middle_runs():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ui.palette import LANES, TOKENS, hue_family
+from ui.palette import LANES, SPLIT, TOKENS, hue_family
 from ui.timeline import GROUPS
 
 UI = Path(__file__).resolve().parent.parent / "ui"
@@ -82,3 +82,25 @@ def test_no_rule_chains_the_class_dark_which_gradio_reads_as_its_dark_theme():
     assert not chained, chained
     from ui.how import diagram
     assert " dark" not in diagram() and "on-light" in diagram()
+
+
+def _luminance(hex_colour: str) -> float:
+    """WCAG's relative luminance."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(int(hex_colour.lstrip("#")[i:i + 2], 16) / 255) for i in (0, 2, 4))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_the_seconds_chart_s_saved_and_lost_are_apart_and_readable_on_the_takeaway():
+    """Saved and lost are two hue families (green-ish, red-ish), neither a token's, a lane's or
+    a method's colour, and each bar stands out 3:1 against the takeaway's background (WCAG's
+    contrast for a graphic)."""
+    from ui.runs import colour, method_names
+    assert hue_family(SPLIT["saved"]) == "green" and hue_family(SPLIT["lost"]) in ("red", "orange")
+    others = set(TOKENS.values()) | set(LANES.values()) | {colour(m) for m in method_names()}
+    assert not set(SPLIT.values()) & others
+    background = re.search(r"\.msd-takeaway \{[^}]*background: (#[0-9a-f]{6})", CSS)[1]
+    for meaning, bar in SPLIT.items():
+        contrast = (_luminance(background) + 0.05) / (_luminance(bar) + 0.05)
+        assert contrast >= 3.0, (meaning, bar, contrast)

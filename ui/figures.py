@@ -574,35 +574,6 @@ def time_split(sd: Card, mirror: Card, sd_rec: RunRecord, mirror_rec: RunRecord)
     return split
 
 
-def time_split_words(c: dict[str, Card], records: dict[str, RunRecord], m: str) -> str:
-    """'Mirror-SD took 9.10 s, 1.30 s less than SD's 10.40 s: it saved 1.20 s on waiting for
-    the draft (it hid 2.10 s of drafting beside the target), ...': `time_split` in one sentence, the largest part
-    first, for the run of method `m` against "sd" ('' without it)."""
-    if "sd" not in c or m not in c:
-        return ""
-    sd, mirror = c["sd"], c[m]
-    split = time_split(sd, mirror, records["sd"], records[m])
-    if split is None:
-        return ""
-    more = mirror.verify_steps - sd.verify_steps
-    medians = (f"; windows of median {mirror.windows[1]:g} tokens against {sd.windows[1]:g}"
-               if mirror.windows and sd.windows and mirror.windows[1] != sd.windows[1] else "")
-    hidden = mirror.draft_hidden_s or 0.0
-    drafted = hidden + (mirror.draft_exposed_s or 0.0)
-    names = {"overlap": "waiting for the draft" + (f" (it drafted {drafted:.2f} s in all and hid {hidden:.2f} s of "
-                                                     f"it beside the target)" if hidden >= 0.005 else ""),
-             "steps": f"{abs(more)} {'more' if more > 0 else 'fewer'} verify step{'' if abs(more) == 1 else 's'} "
-                      f"({mirror.verify_steps} against {sd.verify_steps}{medians})",
-             "per_step": f"each verify step taking {'longer' if split['per_step'] > 0 else 'less time'} (mean)",
-             "rest": "the rest (first token, host time)"}
-    items = [f"{'lost' if split[k] > 0 else 'saved'} {abs(split[k]):.2f} s on {names[k]}"
-             for k in sorted(names, key=lambda k: -abs(split[k])) if abs(split[k]) >= 0.005]
-    total = split["total"]
-    than = (f"{abs(total):.2f} s {'more' if total > 0 else 'less'} than" if abs(total) >= 0.005 else "as long as")
-    return (f"{label(m)} took {mirror.wall_s:.2f} s, {than} SD's {sd.wall_s:.2f} s"
-            + (f": it {', '.join(items)}." if items else "."))
-
-
 def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
                        precision: str | None = None, lead: str = "The reason:") -> str:
     """Where Mirror-SD's decode time went against SD's (whichever won), from the two runs' own

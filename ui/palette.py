@@ -5,7 +5,9 @@ a time axis: which model was busy, and whether the target waited) use different 
 tokens green, blue, yellow, red, purple; lanes greys (the target), pink (its early exit) and
 cyan (the draft: dark while the target waits for it, light while it works beside the target).
 The CSS (style.css, panes.css, live.css) uses these same values; tests/test_palette.py checks
-the families and that each key gives each meaning its own colour.
+the families and that each key gives each meaning its own colour. A third, small key colours
+the seconds chart's bars (saved, lost): two hue families apart, none of the other keys' colours,
+each readable against the takeaway's background.
 """
 from __future__ import annotations
 
@@ -49,3 +51,8 @@ def hue_family(hex_colour: str) -> str:
         if hue < upto:
             return name
     return "red"
+
+# the seconds chart (ui/splitchart.py): Mirror-SD's seconds against SD's, saved (left of its zero
+# line) and lost (right of it); its own key, drawn only there, each bar's side and sign saying
+# the same as its colour
+SPLIT = {"saved": "#4d7c0f", "lost": "#c2410c"}

@@ -12,11 +12,12 @@ from statistics import median
 
 from mirror_sd.latency.whatif_hits import shown
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, time_split_words, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
+from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import projection_line, round_span, round_values, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of)
@@ -199,10 +200,9 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     parts = [("SD against plain decoding", first + ".")]
     if "mirror" in done and (mirror := _mirror_takeaway(done["mirror"], c, sp, spreads)):
         parts.append(("Mirror-SD on this machine", mirror))
-    # where each Mirror-SD's time went against SD's, in seconds that add up to the difference
-    splits = [time_split_words(c, done, m) for m in c if variant_of(m)[0] == "mirror"]
-    if splits := [w for w in splits if w]:
-        parts.append(("Against SD, second by second", " ".join(splits)))
+    # each Mirror-SD's time against SD's in one line; the chart in its item splits it into parts
+    if split := short_line(c, done, _mirrors(c)):
+        parts.append((SPLIT_LEAD, split))
     p = projection or {}
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
@@ -218,10 +218,17 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     return parts
 
 
-def takeaway_items(short: list[tuple[str, str]]) -> str:
-    """The takeaway's parts as list items, each under its lead (a question keeps its mark)."""
-    return "".join(f'<li><b>{esc(lead)}{"" if lead.endswith("?") else ":"}</b> {esc(text)}</li>'
-                   for lead, text in short)
+def _mirrors(c: dict[str, Card]) -> list[str]:
+    """The Mirror-SD methods among the cards, in their order."""
+    return [m for m in c if variant_of(m)[0] == "mirror"]
+
+
+def takeaway_items(short: list[tuple[str, str]], charts: dict[str, str] | None = None) -> str:
+    """The takeaway's parts as list items, each under its lead (a question keeps its mark), an
+    item's chart (`charts`, by lead: HTML) under its words."""
+    charts = charts or {}
+    return "".join(f'<li><b>{esc(lead)}{"" if lead.endswith("?") else ":"}</b> {esc(text)}'
+                   f'{charts.get(lead, "")}</li>' for lead, text in short)
 
 
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
@@ -233,7 +240,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     if not head:
         return ""
     short = takeaway_parts(done, spreads, projection)
-    items = takeaway_items(short)
+    items = takeaway_items(short, {SPLIT_LEAD: render_split_chart(c, done, _mirrors(c))})
     # the headline and the tiles first, the plain takeaway under them; the decode ratios and
     # how the lanes shared the machine go to Statistics (`render_statistics`)
     parts = [f'<p class="msd-verdict-text">{esc(head)}</p>', _scoreboard(c, spreads, done),
