@@ -891,7 +891,7 @@ def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_di
     said = dict(takeaway_parts(records))[LEAD]
     assert said == short_line(c, records, ["mirror", "mirror-overlap"])
     n = {m: printed_split(c, records, m)["total"] for m in ("mirror", "mirror-overlap")}
-    assert said == (f"Mirror-SD took {abs(n['mirror']) / 100:.2f} s {'more' if n['mirror'] > 0 else 'less'} than SD "
+    assert said == (f"Mirror-SD (gated) took {abs(n['mirror']) / 100:.2f} s {'more' if n['mirror'] > 0 else 'less'} than SD "
                     f"({c['mirror'].wall_s:.2f} s against {c['sd'].wall_s:.2f} s); Mirror-SD (always overlapped) "
                     f"{abs(n['mirror-overlap']) / 100:.2f} s {'more' if n['mirror-overlap'] > 0 else 'less'} "
                     f"({c['mirror-overlap'].wall_s:.2f} s); the chart below splits each."), said
@@ -953,10 +953,10 @@ def test_a_mirror_sd_as_long_as_sd_gets_a_total_row_without_a_bar_and_one_clause
     records = _split_records()
     c = cards(records)
     c["mirror"].wall_s = c["sd"].wall_s
-    assert short_line(c, records, ["mirror"]) == (f"Mirror-SD took as long as SD ({c['sd'].wall_s:.2f} s against "
+    assert short_line(c, records, ["mirror"]) == (f"Mirror-SD (gated) took as long as SD ({c['sd'].wall_s:.2f} s against "
                                                  f"{c['sd'].wall_s:.2f} s); the chart below splits it.")
     rows = _chart_rows(render_split_chart(c, records, ["mirror"]))["mirror"]
-    assert rows[0] == {"part": "total", "cents": 0, "label": f"Mirror-SD: 0.00 s against SD's {c['sd'].wall_s:.2f} s",
+    assert rows[0] == {"part": "total", "cents": 0, "label": f"Mirror-SD (gated): 0.00 s against SD's {c['sd'].wall_s:.2f} s",
                        "bar": None}
     assert sum(r["cents"] for r in rows[1:]) == 0 and printed_split(c, records, "mirror")["total"] == 0
     assert all(r["bar"] is not None for r in rows[1:])

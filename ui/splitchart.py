@@ -75,8 +75,8 @@ def part_words(sd: Card, mirror: Card, m: str, key: str, n: int) -> tuple[str, s
              "per_step": (f"each verify step {'longer' if n > 0 else 'shorter'} (mean)",
                           f"each verify step taking {'longer' if n > 0 else 'less time'} "
                           f"(its mean over the verify steps after the first, against SD's)"),
-             "rest": ("the rest (first token, host time)",
-                      "the rest (first token, host time): what the other parts leave of the difference")}
+             "rest": ("the rest (first token, overhead)",
+                      "the rest (first token, overhead): what the other parts leave of the difference")}
     short, detail = names[key]
     return (f"{seconds(n)} {short}",
             f"{label(m)} {'lost' if n > 0 else 'saved'} {seconds(n, False)} on {detail}.")
