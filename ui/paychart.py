@@ -81,7 +81,7 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
             + (f' <small>({r["low"]:.2f}–{r["high"]:.2f}×)</small>' if r["low"] is not None else "")
             + '</div></div>')
     return (f'<div class="msd-paychart"><div class="msd-sub">Mirror-SD\'s speed over SD\'s: measured here, '
-            f'and projected where the lanes do not share a device (the dashed line: SD\'s speed; past it, '
+            f'and projected where the two models do not share a device (the dashed line: SD\'s speed; past it, '
             f'Mirror-SD is faster)</div>{"".join(lines)}{_below_note(rows, projection, _decode_over_sd(c))}</div>')
 
 

@@ -69,7 +69,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     over = (projection or {}).get("over_sd") or {}
     b, acc = over.get("b"), over.get("c")
     if b is None and acc is None:
-        return (f"{lead} Mirror-SD needs lanes that do not share a device and a draft much cheaper "
+        return (f"{lead} Mirror-SD needs two models that do not share a device and a draft much cheaper "
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
     why = ""
     if b is not None and acc is not None and b > acc + 0.05:  # (b) above (c): say why, or it reads as a contradiction
@@ -78,7 +78,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
                "much to hide; on the accelerator pair the draft is cheap beside its target, which leaves "
                "less to hide.")
     nor = "" if gains_elsewhere else ": from these steps, no more than SD there either"
-    return (f"{lead} The chart shows what the same steps would give where the lanes do not share a "
+    return (f"{lead} The chart shows what the same steps would give where the two models do not share a "
             f"device{nor}.{why}")
 
 
@@ -150,7 +150,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
                 f"it.{theirs}")
     else:
         turns = steps_in_turn(rec)
-        beside = f", its lanes at once in {at_once}" if at_once else ""
+        beside = f", the draft beside the target in {at_once}" if at_once else ""
         how = f"in {turns} of its {steps} steps{beside} (the last drafts no next window)"
         text = (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, "
                 f"it found taking turns the faster on these shared cores, and taking turns it prices its "
