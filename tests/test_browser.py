@@ -155,7 +155,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
     # coloured tokens: the AR pane is plain, the Mirror-SD pane shows the draft's work
     assert page.locator("#pane-ar .msd-tok.k-plain").count() >= 1
     kinds = {k: page.locator(f"#pane-mirror .msd-tok.k-{k}").count()
-             for k in ("accepted", "hit", "fallback", "correction", "bonus")}
+             for k in ("accepted", "hit", "late", "fallback", "correction", "bonus")}
     assert sum(kinds.values()) >= 1, kinds
     colour = page.eval_on_selector("#pane-mirror .msd-tok:not(.k-plain)",
                                    "e => getComputedStyle(e).backgroundColor")
@@ -320,7 +320,7 @@ def open_inspector(page) -> None:
     # the early exit's table and the branches: the inspector opens on a step that read the exit,
     # unless no step did (every step's lanes ran in turn: the overlap gate's choice here)
     in_turn = ("No early exit in this step" in page.inner_text("#inspector")
-               and "k-hit" not in page.inner_html("#inspector .msd-strip-cells")
+               and not re.search(r"k-(hit|late)\b", page.inner_html("#inspector .msd-strip-cells"))
                and "k-miss" not in page.inner_html("#inspector .msd-strip-cells"))
     assert in_turn or page.locator("#inspector table.msd-ee").count() == 1
     assert in_turn or page.locator("#inspector table.msd-tree").count() == 1

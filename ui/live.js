@@ -148,9 +148,17 @@ function verdictLine(item) {
   const own = mk('span', 'msd-bown');
   own.append(mk('span', 'msd-barrow', '→ target:'), chip(item.y, item.kd === 'bonus' ? 'c-bonus' : 'c-corr'));
   line.append(kept, own, mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length));
+  if (item.h !== undefined) line.append(lateBadge(item.h));
   return line;
 }
-window.msdBoard = {verdictLine, tokPieces, tokEl};  // the pure builders, for the browser test
+// a window that came from a late hit (ui/runs.py late_ms, late_words): its badge, in whole ms
+function lateBadge(ms) {
+  const b = mk('span', 'msd-blate', 'late hit +' + ms + ' ms');
+  b.title = 'This window was the branch the previous verdict matched (a branch hit), but the draft finished it ' +
+            ms + ' ms after that verdict: the target waited that long for it (a late hit).';
+  return b;
+}
+window.msdBoard = {verdictLine, tokPieces, tokEl, lateBadge};  // the pure builders, for the browser test
 
 function stepBox(run, item) {
   if (run.step !== item.s) { run.step = item.s; run.stepBox.textContent = '';
