@@ -137,7 +137,7 @@ function put(run, el, endsLine) {
 // the verdict's line in a step: what the target kept of the window and its own token; a step
 // that drafted nothing (the window priced at 0) says so, not "kept 0 of 0"
 function verdictLine(item) {
-  const line = mk('div', 'msd-bline');
+  const line = mk('div', 'msd-bline is-verdict');
   if (!item.d.length) {
     line.append(mk('span', 'msd-blab', 'no draft, the target\'s own token:'), chip(item.y, 'c-plain'));
     return line;
