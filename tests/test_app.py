@@ -111,7 +111,7 @@ def test_legend_lists_every_kind_with_a_tooltip():
         assert escape(label) in html and escape(tip) in html
     assert html.count("title=") == len(LEGEND) + len(LEGEND_MARKS) <= 8  # a short legend
     assert html.count('class="msd-legend-group"') == len(LEGEND_GROUPS)
-    assert {"accepted", "hit", "fallback", "correction", "bonus", "plain"} <= set(LEGEND)
+    assert {"accepted", "hit", "late", "fallback", "correction", "bonus", "plain"} <= set(LEGEND)
 
 
 def test_analyse_colours_hits_fallbacks_bonus_and_corrections():
@@ -244,9 +244,9 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     for pane in (ar, mirror, sd, overlap):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
     assert "k-plain" in ar
-    assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "fallback", "correction", "bonus"))
+    assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "late", "fallback", "correction", "bonus"))
     # the twin with its lanes at once in every step races each verdict: hits or misses show
-    assert any(f"k-{k}" in overlap for k in ("hit", "fallback"))
+    assert any(f"k-{k}" in overlap for k in ("hit", "late", "fallback"))
     assert (" won" in verdict or "cannot tell" in verdict) and "CPU cores" in verdict
     assert noexit.get("visible") is False  # the variant without the early exit runs only when ticked
     # the inspector offers the runs that drafted, not the variant that did not run

@@ -155,7 +155,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
     # coloured tokens: the AR pane is plain, the Mirror-SD pane shows the draft's work
     assert page.locator("#pane-ar .msd-tok.k-plain").count() >= 1
     kinds = {k: page.locator(f"#pane-mirror .msd-tok.k-{k}").count()
-             for k in ("accepted", "hit", "fallback", "correction", "bonus")}
+             for k in ("accepted", "hit", "late", "fallback", "correction", "bonus")}
     assert sum(kinds.values()) >= 1, kinds
     colour = page.eval_on_selector("#pane-mirror .msd-tok:not(.k-plain)",
                                    "e => getComputedStyle(e).backgroundColor")
@@ -237,6 +237,25 @@ def figures_from_trace(trace: dict) -> dict:
     return out
 
 
+def late_tokens_from_trace(run: dict) -> int:
+    """Accepted tokens of windows that came from a late hit, from the trace alone by the rule the
+    legend states: the step's taken branch ready (the end of its branch forwards) more than 0.5 ms
+    after its verdict (the end of its target forward and acceptance rule); that window is the
+    next step's."""
+    events = run["events"]
+
+    def wait_ms(step: int) -> float:
+        spans = [e for e in events if e["type"] == "Span" and e.get("step") == step]
+        verdict = max((e["end_ns"] for e in spans if e["label"] in ("suffix", "verify_forward", "accept")), default=None)
+        done = max((e["end_ns"] for e in spans if e["label"] == "branches"), default=None)
+        return 0.0 if verdict is None or done is None else (done - verdict) / 1e6
+
+    late = {e["step"] + 1 for e in events if e["type"] == "DraftBranch" and e["status"] == "taken"
+            and wait_ms(e["step"]) > 0.5}
+    return sum(source == "accepted" for e in events if e["type"] == "Commit" and e["step"] in late
+               for source in e["sources"])
+
+
 def close(text: str, value: float, digits: int = 2) -> bool:
     """`text` shows `value` rounded to `digits` places (one unit of rounding either way)."""
     found = [float(x) for x in re.findall(r"\d+\.\d+", text)]
@@ -271,6 +290,8 @@ def check_figures_agree(page, trace: dict) -> None:
             assert rows["rejections"].startswith(f"{f['rejections']} of"), (m, rows, f)
         pane = page.inner_text(f"#pane-{m} .msd-pane-head")
         assert close(pane, f["ttft"]) and close(pane, f["e2e"]), (m, pane, f)
+        late = page.locator(f"#pane-{m} .msd-tok.k-late:not(.is-cont)").count()  # the late hits' windows
+        assert late == late_tokens_from_trace(trace["runs"][m]), (m, late)
         bar = page.locator(".msd-bk-row", has_text=name).first.inner_text()
         assert re.search(rf"to the first token {f['ttft']:.2f}", bar) or close(bar, f["ttft"]), (m, bar, f)
     # the timeline: each run ends at its wall time
@@ -320,7 +341,7 @@ def open_inspector(page) -> None:
     # the early exit's table and the branches: the inspector opens on a step that read the exit,
     # unless no step did (every step's lanes ran in turn: the overlap gate's choice here)
     in_turn = ("No early exit in this step" in page.inner_text("#inspector")
-               and "k-hit" not in page.inner_html("#inspector .msd-strip-cells")
+               and not re.search(r"k-(hit|late)\b", page.inner_html("#inspector .msd-strip-cells"))
                and "k-miss" not in page.inner_html("#inspector .msd-strip-cells"))
     assert in_turn or page.locator("#inspector table.msd-ee").count() == 1
     assert in_turn or page.locator("#inspector table.msd-tree").count() == 1
@@ -466,7 +487,7 @@ NARROW_BOARD_JS = """() => {
   board.classList.add('is-on');
   const r = e => e.getBoundingClientRect();
   const apart = (a, b) => a.right <= b.left + .5 || b.right <= a.left + .5 || a.bottom <= b.top + .5 || b.bottom <= a.top + .5;
-  const out = {steps: 0, under: [], overlaps: [], wide: [], clocks: [], lines: 0};
+  const out = {steps: 0, under: [], overlaps: [], wide: [], cut: [], clocks: [], lines: 0};
   for (const pane of board.querySelectorAll('.msd-bpane')) {
     const box = pane.querySelector('.msd-bstep'), pre = pane.querySelector('pre.msd-tokens');
     out.lines += pre.querySelectorAll(':scope > .msd-ln').length;
@@ -480,6 +501,9 @@ NARROW_BOARD_JS = """() => {
       kids.forEach((a, i) => kids.slice(i + 1).forEach(b => {
         if (!apart(r(a), r(b))) out.overlaps.push(a.textContent + ' / ' + b.textContent); }));
       if (r(line).right > r(pane).right + .5) out.wide.push(line.textContent);
+      const st = getComputedStyle(line);  // wrapped, never cut or faded at the row's end
+      if (line.offsetWidth && (line.scrollWidth > line.clientWidth + 1 || (st.maskImage || st.webkitMaskImage || 'none') !== 'none'))
+        out.cut.push(line.textContent);
     }
   }
   const key = [...document.querySelectorAll('#board-timeline .msd-btl-k')].map(r);
@@ -495,11 +519,12 @@ NARROW_BOARD_JS = """() => {
 BOARD_WORDS_JS = """() => {
   const none = window.msdBoard.verdictLine({k: 'v', s: 57, a: 0, d: [], y: 'x', kd: 'bonus'}).textContent;
   const some = window.msdBoard.verdictLine({k: 'v', s: 3, a: 1, d: ['a', 'b'], y: 'c', kd: 'correction'}).textContent;
+  const late = window.msdBoard.verdictLine({k: 'v', s: 4, a: 2, d: ['a', 'b'], y: 'c', kd: 'bonus', h: 99}).textContent;
   const pre = document.createElement('pre'); pre.className = 'msd-tokens';
   document.querySelector('#board').append(pre);
   for (const [t] of window.msdBoard.tokPieces(' \\n    ', 'accepted')) pre.append(t);
   const nl = pre.querySelector('.msd-nl'), sp = pre.querySelector('.msd-sp');
-  const got = {none, some, text: pre.textContent, mark: nl && getComputedStyle(nl, '::before').content,
+  const got = {none, some, late, text: pre.textContent, mark: nl && getComputedStyle(nl, '::before').content,
                dots: sp && getComputedStyle(sp).backgroundImage, pieces: pre.children.length};
   pre.remove();
   return got;
@@ -522,13 +547,14 @@ def check_tokens_chart(page) -> None:
 def check_narrow_board(page) -> None:
     got = page.evaluate(NARROW_BOARD_JS)
     assert got["steps"] >= 1 and got["lines"] >= 4 and got["key"] >= 6, got
-    assert not got["under"] and not got["overlaps"] and not got["wide"], got
+    assert not got["under"] and not got["overlaps"] and not got["wide"] and not got["cut"], got
     # a phone: the four panes one under another, full width, together within one phone screen
     assert got["columns"] == 1 and 0 < got["height"] <= 700, got
     assert all(re.fullmatch(r"(run|run took|t =) \d+\.\d+ s", c) for c in got["clocks"] if c), got
     words = page.evaluate(BOARD_WORDS_JS)
     assert "no draft" in words["none"] and "of 0" not in words["none"], words
     assert "verdict" in words["some"] and "kept 1 of 2" in words["some"], words
+    assert "late hit +99 ms" in words["late"] and "late hit" not in words["some"], words  # runs.late_words
     assert words["text"] == " \n    " and words["pieces"] == 2, words  # the characters kept
     assert words["mark"] == '"↵"' and "radial-gradient" in words["dots"], words  # and marked
 

@@ -46,6 +46,40 @@ def test_pulled_event_by_event_the_items_are_those_of_one_pull():
     assert pieces == LiveFeed("mirror").pull(rec)
 
 
+def test_the_board_marks_a_late_hit_s_window_as_the_settled_panes_do():
+    """The real run's events in the engine's order, one hit's branch forward made to end 50 ms
+    after its verdict: pulled event by event, the board gives that hit's window's accepted tokens
+    "late" and its verdict line the badge's 50 ms, as the settled analysis does; every other
+    window's tokens and badges as the analysis has them too."""
+    from dataclasses import replace
+
+    from mirror_sd.engine.events import Span
+    from ui.runs import verdict_outcome
+    rec = tiny_records()["mirror"]
+    steps = analyse(rec).steps
+    hit = min(s for s, sv in steps.items() if verdict_outcome(sv) == "hit"
+              and steps[s + 1].verify is not None and steps[s + 1].verify.accepted)  # its window kept a token
+    verdict = max(e.end_ns for e in rec.spans if e.step == hit and e.label in ("suffix", "accept"))
+    last = max(i for i, e in enumerate(rec.events) if isinstance(e, Span) and e.step == hit and e.label == "branches")
+    events = list(rec.events)
+    events[last] = replace(events[last], end_ns=verdict + 50 * 10**6)
+    late = RunRecord("mirror", events, list(rec.times_ns), rec.t0_ns, rec.token_texts, rec.id_texts)
+    a = analyse(late)
+    assert a.steps[hit].late_ms == 50 and a.steps[hit + 1].window_late_ms == 50
+    feed, growing, items = LiveFeed("mirror"), RunRecord("mirror", t0_ns=late.t0_ns, id_texts=late.id_texts), []
+    growing.token_texts = late.token_texts
+    for ev, t in zip(late.events, late.times_ns):
+        growing.add(ev, t)
+        items += feed.pull(growing)
+    kinds = [k for it in items if it["k"] == "c" for _, k in it["x"]]
+    assert kinds == [t.kind for t in a.tokens] and "late" in kinds
+    assert [k for it in items if it["k"] == "c" and it["s"] == hit + 1 for _, k in it["x"]] == [
+        t.kind for t in a.tokens if t.step == hit + 1]
+    badges = {it["s"]: it.get("h") for it in items if it["k"] == "v"}
+    assert badges == {s: sv.window_late_ms for s, sv in a.steps.items() if sv.verify is not None}
+    assert badges[hit + 1] == 50
+
+
 def test_push_sends_new_items_and_repeats_the_recent_ones():
     """Polled every few events, a quarter of a second apart: a page that merges the messages
     has every item, also when it saw only the last of each burst of up to eight."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ui.palette import LANES, SPLIT, TOKENS, hue_family
+from ui.palette import HATCHED, LANES, SPLIT, TOKENS, hue_family
 from ui.timeline import GROUPS
 
 UI = Path(__file__).resolve().parent.parent / "ui"
@@ -33,8 +33,21 @@ def _backgrounds(selector: str) -> set[str]:
 def test_token_colours_and_lane_colours_are_different_hue_families():
     tokens = {hue_family(c) for c in TOKENS.values()}
     lanes = {hue_family(c) for c in LANES.values()}
-    assert len(tokens) == len(TOKENS)  # each token kind a family of its own
+    own = [k for k in TOKENS if k not in HATCHED]
+    assert len({hue_family(TOKENS[k]) for k in own}) == len(own)  # each token kind a family of its own
     assert not tokens & lanes, tokens & lanes
+
+
+def test_a_kind_in_another_s_family_is_hatched_in_its_own_colour():
+    """A late hit is a hit: drawn in the hit's family, in a colour of its own, and hatched
+    wherever the CSS draws the kind (tokens, step cells, their key), so it never reads as the hit."""
+    css = "".join((UI / f).read_text(encoding="utf-8") for f in ("style.css", "panes.css"))
+    for kind, like in HATCHED.items():
+        assert hue_family(TOKENS[kind]) == hue_family(TOKENS[like]) and TOKENS[kind] != TOKENS[like]
+        rules = re.findall(rf"([^{{}}]*\.k-{kind}\b[^{{}}]*)\{{([^{{}}]*)\}}", css)
+        drawn = [body for sel, body in rules if "background:" in body]
+        assert len(drawn) >= 3, rules  # the token (twice: style.css, panes.css), the cell, its key
+        assert all("repeating-linear-gradient" in body for body in drawn), drawn
 
 
 def test_each_key_gives_each_meaning_its_own_colour():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from dataclasses import replace
 import re
 
 from mirror_sd.engine.events import Commit, DraftBranch, EarlyExit, Finish, Span, StepStart, Verify
@@ -47,6 +48,7 @@ def test_one_numbered_cell_per_step_with_its_run():
 
 
 def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
+    from ui.steps import after_verdict_s
     rec = tiny_records()["mirror"]
     a = analyse(rec)
     order = sorted(a.steps)
@@ -54,36 +56,43 @@ def test_cell_colours_follow_the_step_s_own_verdict_and_the_verify():
     for pos, s in enumerate(order):
         sv = a.steps[s]
         hit = any(b.status == "taken" for b in sv.rollouts)
-        want = ("k-hit" if hit else "k-miss" if sv.fallback is not None else
+        late = hit and after_verdict_s(rec, s) * 1e3 > 0.5  # its branch ready after the verdict
+        want = ("k-late" if late else "k-hit" if hit else "k-miss" if sv.fallback is not None else
                 "k-turn" if sv.in_turn is not None else "k-end")
         assert want in cells[pos][0], (pos, cells[pos][0])
     for (cls, *_), s in zip(cells, order):
         v = a.steps[s].verify
         assert f"o-{v.kind}" in cls
-    assert {"k-hit", "k-miss", "k-turn"} & {c.split()[0] for c, *_ in cells}  # the run has one
+    assert {"k-hit", "k-late", "k-miss", "k-turn"} & {c.split()[0] for c, *_ in cells}  # the run has one
     kinds = [c.split()[0] for c, *_ in cells]
-    stats = rec.finish.stats  # the cards' hits / misses: the strip shows as many of each
-    assert (kinds.count("k-hit"), kinds.count("k-miss")) == (stats["hits"], stats["fallbacks"])
+    stats = rec.finish.stats  # the cards' hits / misses: the strip shows as many of each, late ones hits too
+    assert (kinds.count("k-hit") + kinds.count("k-late"), kinds.count("k-miss")) == (stats["hits"], stats["fallbacks"])
 
 
 def test_the_strip_the_inspector_and_the_zoomed_step_read_one_hit_or_miss():
     """A step the zoomed step calls a hit is blue in the strip and "hit" in the inspector's
-    table (and a miss is yellow and "miss" in both), for every step the zoom may show."""
+    table (a late hit hatched indigo, "late hit +n ms" with the zoom's n, and a miss yellow and
+    "miss" in both), for every step the zoom may show."""
     from ui.inspector import all_steps
     from ui.zoom import render_zoom, zoom_step
     rec = tiny_records()["mirror"]
     a = analyse(rec)
     order = sorted(a.steps)
     cells = {int(s): cls for cls, s, *_ in _cells(render_strip(rec, selected=order[0]))}
-    table = dict(re.findall(r'<tr data-step="(\d+)" data-run="mirror">(?:<td>.*?</td>){4}<td>([\w ]+|–)</td>',
+    table = dict(re.findall(r'<tr data-step="(\d+)" data-run="mirror">(?:<td>.*?</td>){4}<td>([\w +]+|–)</td>',
                             all_steps(rec)))
     step = zoom_step(rec)
     caption = re.search(r'<p class="msd-zcaption">(.*?)</p>', render_zoom(rec, {"branch_budget": 2})).group(1)
-    said = "hit" if ("Branch hit:" in caption or "Branch hit, but" in caption) else "miss" if "Branch miss:" in caption else "end"
+    late = re.search(r"\bLate hit \+(\d+) ms\b", caption)
+    said = ("late" if late else "hit" if "Branch hit:" in caption else "miss" if "Branch miss:" in caption
+            else "end")
     assert f"k-{said}" in cells[step], (said, cells[step])
+    if late:  # the zoom's figure is the strip's badge
+        assert f'aria-label="step {order.index(step) + 1}, late hit +{late[1]} ms"' in render_strip(rec, step)
     for s in (s for s in order if str(s) in table):
         kind = re.search(r"k-(\w+)", cells[s]).group(1)
-        assert table[str(s)] == {"end": "–", "turn": "lanes in turn"}.get(kind, f"branch {kind}"), (s, kind, table[str(s)])
+        want = {"end": "–", "turn": "lanes in turn", "late": f"late hit +{a.steps[s].late_ms} ms"}
+        assert table[str(s)] == want.get(kind, f"branch {kind}"), (s, kind, table[str(s)])
 
 
 def test_plain_sd_cells_are_drafted_windows():
@@ -335,7 +344,7 @@ def test_the_zoom_says_instead_of_a_new_window_only_when_the_hit_saved_time():
     rec = tiny_records(48)["mirror"]
     html = render_zoom(rec, {})
     saved = re.search(r"finished it (\d+) ms after the verdict, so the target waited that long instead of for a whole new window\.", html)
-    cost = re.search(r"Branch hit, but it cost time here: .*? the draft finished it (\d+) ms after the verdict, while a window "
+    cost = re.search(r"Late hit \+\d+ ms, and it cost time here: .*? the draft finished it (\d+) ms after the verdict, while a window "
                      r"drafted fresh after the verdict took (\d+) ms in this run \(median\)", html)
     if saved is None and cost is None:
         return  # this run's zoomed step was not a late hit
@@ -469,3 +478,107 @@ def test_a_branch_hit_in_a_step_that_kept_none_of_its_window_says_so_in_plain_wo
     verdict = plain(dict(_caption(rec, sv, spans, 2, 4, "hit", 0.0))["The verdict:"])
     assert verdict.startswith("the target kept none of the 2 drafted tokens and wrote ‘w3’ itself, but the draft "
                               "had already guessed that token. Branch hit: "), verdict
+
+
+MS = 10**6
+
+
+def _step_spans(step: int, at: int, branches_end: int, last: bool = False) -> list:
+    """A step's spans as the engine sends them, `at` ms into the run: the target's layers to the
+    exit (100 ms), the exit head (10 ms), the rest of its layers (190 ms) and the acceptance rule
+    (5 ms: the verdict at `at` + 305 ms), and the draft's branches from 5 ms after the exit to
+    `branches_end` ms into the run (none for the run's last step)."""
+    ms = lambda x: T0 + x * MS  # noqa: E731
+    spans = [Span("target", "prefix", ms(at), ms(at + 100), step),
+             Span("target", "exit_head", ms(at + 100), ms(at + 110), step),
+             Span("target", "suffix", ms(at + 110), ms(at + 300), step),
+             Span("verify", "accept", ms(at + 300), ms(at + 305), step)]
+    return spans if last else spans + [Span("draft", "branches", ms(at + 115), ms(branches_end), step)]
+
+
+def _guesses(step: int) -> EarlyExit:
+    return EarlyExit(step, 2, [0, 1, 2], [[1, 7], [8, 3], [6, 5]], [[-0.1, -2.0], [-0.5, -1.2], [-0.2, -2.0]])
+
+
+def _hits_record(second_branches_end: float) -> RunRecord:
+    """Three Mirror-SD steps in the engine's order (per step: its start, the early exit, the
+    verdict, the commit, the branches, then the spans). Step 1's branch is done 25 ms before its
+    verdict (405 ms): a hit on time. Step 2's branches end at `second_branches_end` ms, its
+    verdict at 805 ms. Step 3 verifies the window step 2's hit made and ends the run."""
+    events = [
+        Span("target", "prefill", T0, T0 + 100 * MS, 0),
+        DraftBranch(0, 0, 9, 1.0, [1, 2], [0.9, 0.4], "serial"),
+        StepStart(0, 0, [1, 2]), _guesses(0),
+        Verify(0, [1, 2], 1, [0.8, 0.1], [0.9, 0.4], 3, "correction"),
+        Commit(0, [1, 3], ["accepted", "correction"], ""),
+        DraftBranch(0, 1, 3, 0.4, [4, 5], [0.8, 0.8], "taken", rank=0),
+        DraftBranch(0, 1, 7, 0.2, [8, 8], [0.5, 0.5], "cancelled", rank=1),
+        *_step_spans(0, 100, 380),
+        StepStart(1, 2, [4, 5]), _guesses(1),
+        Verify(1, [4, 5], 1, [0.9, 0.1], [0.8, 0.8], 6, "correction"),
+        Commit(1, [4, 6], ["accepted", "correction"], "", hit=True),
+        DraftBranch(1, 1, 6, 0.4, [7, 8], [0.8, 0.8], "taken", rank=0),
+        *_step_spans(1, 500, 0),
+        StepStart(2, 4, [7, 8]),
+        Verify(2, [7, 8], 2, [0.9, 0.9], [0.8, 0.8], 9, "bonus"),
+        Commit(2, [7, 8, 9], ["accepted", "accepted", "bonus"], "", hit=True),
+        *_step_spans(2, 900, 0, last=True),
+        Finish({"new_tokens": 7, "wall_s": 1.5, "tokens_per_s": 7 / 1.5, "hits": 2, "fallbacks": 0,
+                "hit_rate": 1.0}, [1, 3, 4, 6, 7, 8, 9], ""),
+    ]
+    # step 2's branch forward ends `second_branches_end` ms in (fractions of a ms kept)
+    events = [replace(e, end_ns=T0 + int(second_branches_end * MS))
+              if isinstance(e, Span) and e.step == 1 and e.label == "branches" else e for e in events]
+    return mirror_record(events)
+
+
+@pytest.mark.parametrize("branches_end, late", [(905.0, 100), (805.4, None), (805.6, 1), (700.0, None)])
+def test_a_hit_whose_branch_was_ready_after_the_verdict_is_late_alike_live_and_settled(branches_end, late):
+    """A hit whose taken branch the draft finished more than 0.5 ms after the verdict is a late
+    hit: its window's accepted tokens are "late" (else "hit"), in the settled analysis and on the
+    live board alike, and every place that names the step gives the same whole milliseconds."""
+    from html import unescape
+
+    from ui.figures import card
+    from ui.inspector import all_steps, render_inspector
+    from ui.live import LiveFeed
+    from ui.render import token_spans
+    from ui.results import _card_rows
+    from ui.runs import late_words
+    rec = _hits_record(branches_end)
+    a = analyse(rec)
+    kinds = [t.kind for t in a.tokens]
+    assert kinds == ["accepted", "correction", "hit", "correction", "late" if late else "hit",
+                     "late" if late else "hit", "bonus"]
+    assert (a.steps[0].late_ms, a.steps[1].late_ms, a.steps[2].window_late_ms) == (None, late, late)
+    items = LiveFeed("mirror").pull(rec)
+    assert [k for i in items if i["k"] == "c" for _, k in i["x"]] == kinds  # the live board's kinds
+    verdicts = {i["s"]: i for i in items if i["k"] == "v"}
+    assert "h" not in verdicts[0] and "h" not in verdicts[1] and verdicts[2].get("h") == late
+    cells = _cells(render_strip(rec, selected=1))
+    assert ["k-hit" in cells[0][0], "k-late" in cells[1][0], "k-hit" in cells[1][0]] == [True, bool(late), not late]
+    rows = dict((k, v) for k, v, _ in _card_rows(card(rec), {}))
+    if late:
+        words = late_words(late)
+        assert words == f"late hit +{late} ms" and f'aria-label="step 2, {words}"' in render_strip(rec, 1)
+        assert f"<td>{words}</td>" in all_steps(rec) and f"a {words}: begun beside the target" in narrate(rec, 1)
+        assert f"(a {words}: ready {late} ms after that step's verdict)" in unescape(render_inspector(rec, 2))
+        assert f"{words.capitalize()}: the taken branch is the next window" in render_inspector(rec, 1)
+        assert f"accepted, from a branch hit, ready after the verdict (late): {words}" in token_spans(rec)
+        assert rows["hits / misses"].startswith("2 (1 late) / 0")
+    else:
+        assert "late hit +" not in render_strip(rec, 1) + all_steps(rec) + narrate(rec, 1) + token_spans(rec)
+        assert rows["hits / misses"].startswith("2 / 0")
+
+
+def test_the_zoom_gives_a_late_hit_the_badge_s_milliseconds():
+    """The zoomed step (a late hit here) words its wait with the number the strip's badge and
+    the live board's show."""
+    from ui.live import LiveFeed
+    from ui.zoom import render_zoom, zoom_step
+    rec = _hits_record(905.4)  # 100.4 ms after the verdict
+    assert zoom_step(rec) == 1 and analyse(rec).steps[1].late_ms == 100
+    html = render_zoom(rec, {"target_layers": 4})
+    assert "Late hit +100 ms" in html and "the draft finished it 100 ms after the verdict" in html
+    assert "the target waited 100 ms for it at the verdict" in html  # the rule's figure
+    assert next(i["h"] for i in LiveFeed("mirror").pull(rec) if i["k"] == "v" and i["s"] == 2) == 100

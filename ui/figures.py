@@ -47,6 +47,7 @@ class Card:
     decode_speedup: float | None = None  # over AR's decode speed
     e2e_speedup: float | None = None  # over AR's end-to-end speed
     in_turn: int = 0  # Mirror-SD: steps whose lanes ran one after the other (neither hit nor miss)
+    late: int = 0  # Mirror-SD: of the hits, those whose branch was ready after the verdict (runs.late_ms)
     would_hit: tuple[int, int] | None = None  # exit check after the run: (would have hit, steps checked)
     undrafted: int = 0  # verify steps whose window was empty: a plain target forward for one token
     turns: dict | None = None  # Mirror-SD: `turn_check`, the counts every place states
@@ -69,7 +70,8 @@ def card(rec: RunRecord) -> Card | None:
     windows = (min(lengths), int(median(lengths)) if len(lengths) % 2 else median(lengths),
                max(lengths)) if lengths else None
     parts = breakdown(rec) if rec.spans else None
-    in_turn = sum(verdict_outcome(sv) == "turn" for sv in analyse(rec).steps.values())
+    views = analyse(rec).steps.values()
+    in_turn = sum(verdict_outcome(sv) == "turn" for sv in views)
     # Mirror-SD always says its hits and misses, 0 / 0 when every step ran its lanes in turn
     has_branches = "hits" in stats and (stats.get("hits") or stats.get("fallbacks") or in_turn
                                         or stats.get("hit_rate") is not None
@@ -85,7 +87,8 @@ def card(rec: RunRecord) -> Card | None:
         misses=int(stats.get("fallbacks") or 0) if has_branches else None,
         draft_exposed_s=parts["draft_exposed"] if parts and lengths else None,
         draft_hidden_s=parts["draft_hidden"] if parts and lengths else None,
-        complete=rec.complete, in_turn=in_turn, undrafted=steps_undrafted(rec),
+        complete=rec.complete, in_turn=in_turn, late=sum(sv.late_ms is not None for sv in views),
+        undrafted=steps_undrafted(rec),
         turns=(t := turn_check(rec)),
         would_hit=(t["would_hit"], t["checked"]) if t else None)
 

@@ -25,7 +25,7 @@ MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass 
           "target finishes. If the target's verdict matches a branch (a <b>branch hit</b>) the next window "
           "was started early: it is ready as soon as the draft finishes that branch (at once when "
           "the draft is faster than the rest of the target; here, where both models share the cores, "
-          "it can come well after the verdict, even later than a fresh window would take: the zoomed "
+          "it can come well after the verdict, a <b>late hit</b>, even later than a fresh window would take: the zoomed "
           "step gives this run's figures); if not (a <b>branch miss</b>) the draft writes it after the "
           "verdict, as in plain SD. Every token is still checked by the full target, so the text does not change.")
 GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the lanes pays only when each has hardware of "

@@ -8,7 +8,8 @@ On top, the step strip (every step, clickable) and the step's narration (steps.p
 3) the verification: p (target) vs q (draft) for each drafted token, accepted or rejected.
 Steps are numbered from 1 on the page (the engine counts from 0). Chip colours are the token
 legend's: green accepted draft, red the target's token after a rejection, purple its bonus
-token, blue a branch reused as the next window (hit), yellow a redraft after a miss.
+token, blue a branch reused as the next window (hit; indigo hatched where the draft finished it
+after the verdict: a late hit), yellow a redraft after a miss.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import math
 import gradio as gr
 
 from . import texts
-from .runs import RunRecord, StepView, analyse, checked_step, drafts, exit_off, label, verdict_outcome
+from .runs import RunRecord, StepView, analyse, checked_step, drafts, exit_off, label, late_words, verdict_outcome
 from .steps import (lanes_in_turn, narrate_html, price_table, render_strip, step_kind, visible, window_note,
                     would_hit_words)
 
@@ -159,10 +160,45 @@ OUTCOME_NOTES = {
     "turn": "Lanes in turn: overlapping the two lanes measured slower on this machine, so this step ran them one after the other; the draft wrote the next window after the verdict (grey), as plain SD does. Neither a hit nor a miss."}
 
 
+def _origin_words(sv: StepView, origin: str) -> str:
+    """How the step's window came about (ORIGINS), with a late hit's badge."""
+    if origin == "hit" and sv.window_late_ms is not None:
+        return (f"a branch prepared during the previous step (a {late_words(sv.window_late_ms)}: ready "
+                f"{sv.window_late_ms} ms after that step's verdict)")
+    return ORIGINS.get(origin, origin)
+
+
+def _outcome_note(sv: StepView) -> str:
+    """What the step's verdict found for the next window, in one sentence ('' at the run's end)."""
+    outcome = verdict_outcome(sv)
+    if outcome == "hit" and sv.late_ms is not None:
+        return (f"{late_words(sv.late_ms)[:1].upper()}{late_words(sv.late_ms)[1:]}: the taken branch is the next "
+                f"window, begun while the target was still verifying, but the draft finished it "
+                f"{sv.late_ms} ms after the verdict, so the target waited that long for it.")
+    return OUTCOME_NOTES[outcome] if outcome is not None else ""
+
+
+def _next_words(sv: StepView) -> str:
+    """The next window as the step's head names it: NEXT, with a late hit's badge."""
+    outcome = verdict_outcome(sv) or ""
+    if outcome == "hit" and sv.late_ms is not None:
+        return (f"{late_words(sv.late_ms)}, a branch drafted beside this verify matched the verdict and became "
+                f"the next window, ready {sv.late_ms} ms after the verdict")
+    return NEXT.get(outcome, "")
+
+
+def _outcome_name(sv: StepView) -> str:
+    """The step's outcome in the table of every step: branch hit, late hit +n ms, branch miss…"""
+    outcome = verdict_outcome(sv)
+    if outcome == "hit" and sv.late_ms is not None:
+        return late_words(sv.late_ms)
+    return {"turn": "lanes in turn", "hit": "branch hit", "miss": "branch miss"}.get(outcome or "–", outcome or "–")
+
+
 def _branch_notes(rec: RunRecord, sv: StepView) -> str:
     """Under the branch table: what the verdict made of the branches, and where they came from."""
     outcome = verdict_outcome(sv)
-    note = f'<p class="msd-muted">{OUTCOME_NOTES[outcome]}</p>' if outcome is not None else ""
+    note = f'<p class="msd-muted">{esc(_outcome_note(sv))}</p>' if outcome is not None else ""
     if sv.rollouts and exit_off(rec.method):
         note += ('<p class="msd-muted">Where the branches come from: the early exit is off in this '
                  'run, so the draft ranks the roots by its own probabilities alone and rolls out the '
@@ -195,7 +231,7 @@ def _branches(rec: RunRecord, sv: StepView, last: str, kind: str, origin: str | 
         state = "" if A is None else "k-accepted" if i < A else "is-rejected" if i == A else "is-unchecked"
         wcells.append(f"<td>{_chip(rec, t, state)}</td>")
     wcells += ['<td></td>'] * (width - len(wcells))
-    rows = [f'<tr class="b-window b-{kind}"><th>window ({esc(ORIGINS.get(origin or kind, kind))})</th>'
+    rows = [f'<tr class="b-window b-{kind}"><th>window ({esc(_origin_words(sv, origin or kind))})</th>'
             f'{"".join(wcells)}</tr>']
     if v is not None:
         cells = ['<td></td>'] * (1 + A) + [f"<td>{_chip(rec, v.token, _target_cls(v.kind))}</td>"]
@@ -309,11 +345,11 @@ def render_inspector(rec: RunRecord | None, step: int, greedy: bool = True,
         verdict = (f" · the target kept <b>{v.accepted}</b> of {len(v.drafted)} drafted tokens, then "
                    f"{own} {_chip(rec, v.token, _target_cls(v.kind))}")
     committed = "".join(a.tokens[i].text for i in sv.commit_tokens)
-    after = NEXT.get(verdict_outcome(sv) or "")
+    after = _next_words(sv)
     after = f" · <b>the next step's window</b> (the cell's colour): {esc(after)}" if after else ""
     head = (f'<div class="msd-step-head"><b>Step {pos + 1}</b> of {len(steps)} · '
             f'{sv.committed} token{"" if sv.committed == 1 else "s"} committed before · <b>the window of this step</b> (how it came): '
-            f'{esc(ORIGINS.get(origin, kind))}{_window(v)}{verdict} · committed '
+            f'{esc(_origin_words(sv, origin))}{_window(v)}{verdict} · committed '
             f'<code>{esc(committed)}</code>{after}{price_table(v)}</div>')
     replay = '<span class="msd-replay-tag">replay</span> ' if played is not None else ""
     return (f'<div class="msd-inspector">{render_strip(rec, step, played)}'
@@ -340,8 +376,7 @@ def all_steps(rec: RunRecord) -> str:
             continue
         rejected = (_chip(rec, v.drafted[v.accepted], "is-rejected")
                     if v.kind == "correction" and v.accepted < len(v.drafted) else "–")
-        outcome = {"turn": "lanes in turn", "hit": "branch hit", "miss": "branch miss"}.get(
-            verdict_outcome(sv) or "–", verdict_outcome(sv) or "–")
+        outcome = _outcome_name(sv)
         ms = _step_ms(rec, s)
         rows.append(f'<tr data-step="{s}" data-run="{esc(rec.method)}"><td>{pos + 1}</td>'
                     f'<td>{len(v.drafted)}</td><td>{v.accepted}</td><td>{rejected}</td>'

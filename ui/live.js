@@ -137,7 +137,7 @@ function put(run, el, endsLine) {
 // the verdict's line in a step: what the target kept of the window and its own token; a step
 // that drafted nothing (the window priced at 0) says so, not "kept 0 of 0"
 function verdictLine(item) {
-  const line = mk('div', 'msd-bline');
+  const line = mk('div', 'msd-bline is-verdict');
   if (!item.d.length) {
     line.append(mk('span', 'msd-blab', 'no draft, the target\'s own token:'), chip(item.y, 'c-plain'));
     return line;
@@ -148,9 +148,17 @@ function verdictLine(item) {
   const own = mk('span', 'msd-bown');
   own.append(mk('span', 'msd-barrow', '→ target:'), chip(item.y, item.kd === 'bonus' ? 'c-bonus' : 'c-corr'));
   line.append(kept, own, mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length));
+  if (item.h !== undefined) line.append(lateBadge(item.h));
   return line;
 }
-window.msdBoard = {verdictLine, tokPieces, tokEl};  // the pure builders, for the browser test
+// a window that came from a late hit (ui/runs.py late_ms, late_words): its badge, in whole ms
+function lateBadge(ms) {
+  const b = mk('span', 'msd-blate', 'late hit +' + ms + ' ms');
+  b.title = 'This window was the branch the previous verdict matched (a branch hit), but the draft finished it ' +
+            ms + ' ms after that verdict: the target waited that long for it (a late hit).';
+  return b;
+}
+window.msdBoard = {verdictLine, tokPieces, tokEl, lateBadge};  // the pure builders, for the browser test
 
 function stepBox(run, item) {
   if (run.step !== item.s) { run.step = item.s; run.stepBox.textContent = '';

@@ -11,7 +11,8 @@ Items (each has `k`, its kind, and `t`, its arrival in ms from the run's start):
   w  a window of drafted tokens, before the target's verdict (`d`: texts)
   x  the early exit's top guesses (`l`: layer, `g`: per position, its three best texts)
   b  a branch the draft rolled out beside the target (`r`: root, `d`: texts, `st`: status)
-  v  the verdict (`a`: accepted, `d`: drafted texts, `y`: the target's own token, `kd`)
+  v  the verdict (`a`: accepted, `d`: drafted texts, `y`: the target's own token, `kd`; `h`:
+     where the window came from a late hit, how late, in whole ms: runs.late_ms)
   c  committed tokens (`x`: [text, kind] pairs, kinds as ui/runs.analyse gives them)
   p  a span on the target or draft lane (`l`: "t" | "d", `a` .. `b`: start .. end, `n`)
   f  the run's end (`n`: tokens, `w`: wall time, `c`: stopped); e / n: an error / a notice
@@ -25,7 +26,8 @@ from pathlib import Path
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                                      StepStart, Verify)
 
-from .runs import VARIANTS, RunRecord, Verdicts, colour, drafted_in_turn, label, measured, method_names, tag
+from .runs import (VARIANTS, RunRecord, Verdicts, colour, drafted_in_turn, label, measured, method_names, tag,
+                   token_kind)
 from .why import LANES_TIP, lanes_badge
 
 # the board's fixed HTML: Gradio re-renders a gr.HTML's template when its value changes, and
@@ -66,9 +68,12 @@ class LiveFeed:
         self.tokens = 0  # committed tokens so far
         self.origin = "none"  # where the next window comes from (as runs.analyse)
         self.step_origin: dict[int, str] = {}
+        self.hit_step: int | None = None  # the step whose taken branch is the next window
+        self.window_late: dict[int, int | None] = {}  # step -> its window's late hit, in ms (runs.late_ms)
         self.verified: dict[int, Verify] = {}
         self.raced: set[int] = set()  # Mirror-SD steps with an early exit or branches
-        self.verdicts = Verdicts()  # a branch forward after its step's verdict: drawn as the target waiting
+        # a branch forward after its step's verdict: drawn as the target waiting; how late a hit was
+        self.verdicts = Verdicts()
 
     def pull(self, rec: RunRecord) -> list[dict]:
         """Items for the events that arrived since the last pull."""
@@ -87,7 +92,7 @@ class LiveFeed:
 
     def _item(self, rec: RunRecord, ev) -> dict | None:
         if isinstance(ev, StepStart):
-            self.step_origin[ev.step] = self.origin if ev.window else "none"
+            self._window(ev)
             return {"k": "w", "s": ev.step, "d": [self._text(rec, t) for t in ev.window]} if ev.window else None
         if isinstance(ev, DraftBranch):
             return self._branch(rec, ev)
@@ -97,8 +102,11 @@ class LiveFeed:
                     "g": [[self._text(rec, t) for t in row[:GUESSES]] for row in ev.token_ids[:POSITIONS]]}
         if isinstance(ev, Verify):
             self.verified[ev.step] = ev
-            return {"k": "v", "s": ev.step, "a": ev.accepted, "kd": ev.kind,
+            item = {"k": "v", "s": ev.step, "a": ev.accepted, "kd": ev.kind,
                     "d": [self._text(rec, t) for t in ev.drafted], "y": self._text(rec, ev.token)}
+            if self.window_late.get(ev.step) is not None:
+                item["h"] = self.window_late[ev.step]
+            return item
         if isinstance(ev, Commit):
             return self._commit(rec, ev)
         if isinstance(ev, Span):
@@ -114,6 +122,16 @@ class LiveFeed:
         if isinstance(ev, (Error, Notice)):
             return {"k": "e" if isinstance(ev, Error) else "n", "m": ev.message}
         return None
+
+    def _window(self, ev: StepStart) -> None:
+        """Where the step's window came from, as runs.analyse reads it at the same event. The
+        engine sends a step's verdict, commit, branches and then its spans before the next step
+        starts (engine/mirror/decoder.py `_after_verdict`), so by this StepStart the verdict's
+        time and the end of the branches of the step that hit are in: a late hit is decided here,
+        from the events seen so far, before its window's tokens commit."""
+        origin = self.origin if ev.window else "none"
+        self.step_origin[ev.step] = origin
+        self.window_late[ev.step] = self.verdicts.late_ms(self.hit_step) if origin == "hit" else None
 
     def _branch(self, rec: RunRecord, ev: DraftBranch) -> dict | None:
         """The window's origin as runs.analyse tracks it; a branch beside the target as an item."""
@@ -131,7 +149,7 @@ class LiveFeed:
             return None
         self.raced.add(ev.step)
         if ev.status == "taken":
-            self.origin = "hit"
+            self.origin, self.hit_step = "hit", ev.step
         return {"k": "b", "s": ev.step, "r": self._text(rec, ev.root_token), "d": texts,
                 "st": ev.status, "rk": ev.rank}
 
@@ -139,7 +157,7 @@ class LiveFeed:
         origin = self.step_origin.get(ev.step, "none")
         out = []
         for tok, source in zip(ev.token_ids, ev.sources):
-            kind = origin if source == "accepted" and origin in ("hit", "fallback") else source
+            kind = token_kind(source, origin, self.window_late.get(ev.step))
             text = rec.token_texts[self.tokens] if self.tokens < len(rec.token_texts) else self._text(rec, tok)
             out.append([text, kind])
             self.tokens += 1

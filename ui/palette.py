@@ -2,7 +2,8 @@
 
 Token colours (the text's highlight: how each token was committed) and lane colours (bars on
 a time axis: which model was busy, and whether the target waited) use different hue families:
-tokens green, blue, yellow, red, purple; lanes greys (the target), pink (its early exit) and
+tokens green, blue, yellow, red, purple (a late hit is a hit: blue's family, its own indigo,
+hatched); lanes greys (the target), pink (its early exit) and
 cyan (the draft: dark while the target waits for it, light while it works beside the target).
 The CSS (style.css, panes.css, live.css) uses these same values; tests/test_palette.py checks
 the families and that each key gives each meaning its own colour. A third, small key colours
@@ -12,8 +13,11 @@ each readable against the takeaway's background.
 from __future__ import annotations
 
 # token kind -> its highlight's colour (drawn translucent behind the text)
-TOKENS = {"accepted": "#22c55e", "hit": "#3b82f6", "fallback": "#eab308",
+TOKENS = {"accepted": "#22c55e", "hit": "#3b82f6", "late": "#6366f1", "fallback": "#eab308",
           "correction": "#ef4444", "bonus": "#a855f7"}
+# a kind in another kind's hue family (a late hit is a hit), told apart by its own colour and
+# a hatching (the CSS's repeating-linear-gradient over its colour): kind -> that other kind
+HATCHED = {"late": "hit"}
 
 # lane meaning -> bar colour
 LANES = {

@@ -14,7 +14,7 @@ import unicodedata
 
 from mirror_sd.engine.events import Verify
 
-from .runs import RunRecord, analyse, colour, label, live_stats, tag
+from .runs import RunRecord, analyse, colour, label, late_words, live_stats, tag
 from .runs import title as method_title
 from .texts import GLOSSARY, LEGEND, LEGEND_GROUPS, LEGEND_MARKS
 from .why import LANES_TIP, lanes_badge
@@ -87,9 +87,12 @@ def token_spans(rec: RunRecord) -> str:
     per space and ↵ per line break), not as a blank brick."""
     lines, line = [], []
     rejected = _rejections(rec)
-    numbers = {s: i + 1 for i, s in enumerate(sorted({t.step for t in analyse(rec).tokens}))}
-    for t in analyse(rec).tokens:
+    a = analyse(rec)
+    numbers = {s: i + 1 for i, s in enumerate(sorted({t.step for t in a.tokens}))}
+    for t in a.tokens:
         kind_label = LEGEND.get(t.kind, (t.kind, ""))[0]
+        if t.kind == "late" and a.steps[t.step].window_late_ms is not None:  # its badge: how late
+            kind_label = f"{kind_label}: {late_words(a.steps[t.step].window_late_ms)}"
         if t.kind == "correction" and t.step in rejected:
             line.append(_rejected(rec, rejected.pop(t.step), numbers.get(t.step, t.step + 1)))
         ws = " ws" if is_ws(t.text) else ""

@@ -496,7 +496,8 @@ def _card_rows(c: Card, s: dict, ratios: tuple | None = None, shown: bool = Fals
         # the last step drafts no next window: neither hit, miss nor in turn, and said so, so
         # that the counts add up to the verify steps
         last = " · the last step: no next window" if c.hits + c.misses + c.in_turn == c.verify_steps - 1 else ""
-        rows.append(("hits / misses", f"{c.hits} / {c.misses}{turn}{last}", "hit"))
+        late = f" ({c.late} late)" if c.late else ""  # of the hits: their branch ready after the verdict
+        rows.append(("hits / misses", f"{c.hits}{late} / {c.misses}{turn}{last}", "hit"))
         if checked:  # apart from the timed count: read after the run, untimed
             rows.append(("in turn, checked after the run", checked, "hit"))
     if c.draft_exposed_s is not None:

@@ -7,7 +7,9 @@ candidates). `analyse()` turns it into per-token colours and per-step views; it 
 
 Token kinds (the legend): accepted (drafted, verified; also a Mirror-SD window drafted after
 the verdict in a step whose lanes ran in turn, neither hit nor miss), hit (accepted from a
-window that was a reused branch), fallback (accepted from a window drafted serially after a miss),
+window that was a reused branch, ready by the verdict), late (the same, from a branch the draft
+finished after the verdict: the target waited for it), fallback (accepted from a window drafted
+serially after a miss),
 correction (the target's token where it rejected a draft), bonus (the target's token after
 a fully accepted window), plain (the target alone: the AR baseline, or a plain step).
 """
@@ -204,7 +206,7 @@ class RunRecord:
 class TokenView:
     token_id: int
     text: str
-    kind: str  # accepted | hit | fallback | correction | bonus | plain
+    kind: str  # accepted | hit | late | fallback | correction | bonus | plain
     step: int
     t_ns: int
 
@@ -223,6 +225,8 @@ class StepView:
     in_turn: DraftBranch | None = None  # next step's window, the lanes in turn (no race, no miss)
     commit: Commit | None = None
     commit_tokens: list[int] = field(default_factory=list)  # indices into Analysis.tokens
+    late_ms: int | None = None  # a hit whose branch was ready this long after the verdict (late_ms)
+    window_late_ms: int | None = None  # this step's window: from such a late hit, so long after its verdict
 
     @property
     def window(self) -> list[int]:
@@ -234,22 +238,65 @@ class StepView:
 LATE_BRANCHES = "branches_late"  # a branch forward that began at or after its step's verdict
 
 
+LATE_MS = 0.5  # a taken branch ready more than this after its step's verdict: a late hit
+VERDICT_LABELS = ("suffix", "verify_forward", "accept")  # the target's forward and acceptance rule
+
+
+def branch_after_verdict_ns(spans) -> int | None:
+    """From a step's verdict (the end of its target forward and acceptance rule) to the end of
+    its "branches" spans (the draft's branch rollouts), in ns, from the step's spans: <= 0 when
+    they were done by then; None without either."""
+    verdict = max((s.end_ns for s in spans if s.label in VERDICT_LABELS), default=None)
+    done = max((s.end_ns for s in spans if s.label == "branches"), default=None)
+    return None if verdict is None or done is None else done - verdict
+
+
+def late_ms(spans) -> int | None:
+    """How late a step's hit was, from its spans: its taken branch was ready at max(verdict, the
+    end of its branch rollouts), so the target waited ready - verdict; that wait in whole ms (as
+    every place prints it: the zoom, the badges) when over LATE_MS, else None (on time)."""
+    wait = (branch_after_verdict_ns(spans) or 0) / 1e6
+    return round(wait) if wait > LATE_MS else None
+
+
+def late_words(ms: int) -> str:
+    """A late hit's badge: 'late hit +99 ms' (live.js writes the same)."""
+    return f"late hit +{ms} ms"
+
+
+def token_kind(source: str, origin: str, window_late: int | None) -> str:
+    """A committed token's kind (the legend's), the one rule of the settled panes (analyse) and
+    the live board (live.LiveFeed): the commit's own source, except that an accepted draft from
+    a window that was a branch hit is "hit", or "late" where that branch was ready after the
+    verdict (`window_late`, late_ms), and one redrafted after a miss is "fallback"."""
+    if source != "accepted" or origin not in ("hit", "fallback"):
+        return source
+    return "late" if origin == "hit" and window_late is not None else origin
+
+
 class Verdicts:
     """Each step's verdict time (the end of its target and verify spans seen so far), read span
     by span, so that a branch forward begun after it is drawn as drafting the target waits for
-    (`shown_label`), not as drafting beside the target."""
+    (`see`), not as drafting beside the target; and the spans that time a hit (`late_ms`)."""
 
     def __init__(self):
         self.ends: dict[int, int] = {}
+        self.timing: dict[int, list] = {}  # step -> its verdict's and its branches' spans
 
     def see(self, span) -> str:
         """`span`'s label as drawn: its own, or LATE_BRANCHES for a branch forward that began at
         or after its step's verdict."""
+        if span.label in VERDICT_LABELS or span.label == "branches":
+            self.timing.setdefault(span.step, []).append(span)
         if span.lane in ("target", "verify"):
             self.ends[span.step] = max(self.ends.get(span.step, span.end_ns), span.end_ns)
             return span.label
         end = self.ends.get(span.step)
         return LATE_BRANCHES if span.label == "branches" and end is not None and span.start_ns >= end else span.label
+
+    def late_ms(self, step: int | None) -> int | None:
+        """`late_ms` of `step` from its spans seen so far (None for no step)."""
+        return None if step is None else late_ms(self.timing.get(step, ()))
 
 
 def drafted_in_turn(branch: DraftBranch, raced: bool) -> bool:
@@ -278,7 +325,8 @@ def checked_step(rec: RunRecord, step: int) -> dict | None:
 def verdict_outcome(sv: StepView) -> str | None:
     """The one per-step fact the step strip, the inspector and the zoomed step all read: "hit"
     when one of the branches the draft rolled out during this step started exactly at its
-    verdict (it became the next window), "miss" when none did and the draft wrote the next
+    verdict (it became the next window; a late hit where it was ready after the verdict, the
+    step's `late_ms`), "miss" when none did and the draft wrote the next
     window serially after the verdict, "turn" when the lanes ran one after the other (no
     branch raced the verdict: the draft wrote the next window after it, as SD does), None when
     no next window followed (the run's end)."""
@@ -297,51 +345,70 @@ class Analysis:
 
 def analyse(rec: RunRecord) -> Analysis:
     """One pass over the events: token colours and the per-step views."""
-    tokens: list[TokenView] = []
-    steps: dict[int, StepView] = {}
+    a = Analysis([], {})
+    steps = a.steps
     origin, window_branch = "none", None
+    verdicts = Verdicts()
     for ev, t in zip(rec.events, rec.times_ns):
         if isinstance(ev, StepStart):
-            steps[ev.step] = StepView(ev.step, ev.committed, t, origin if ev.window else "none",
-                                      window_branch if ev.window else None)
+            steps[ev.step] = sv = StepView(ev.step, ev.committed, t, origin if ev.window else "none",
+                                           window_branch if ev.window else None)
+            # the previous step's spans came before this step (engine/mirror/decoder.py
+            # `_after_verdict`): a hit's lateness is known before its window's tokens commit
+            if sv.origin == "hit":
+                sv.window_late_ms = verdicts.late_ms(window_branch.step)
         elif isinstance(ev, DraftBranch):
-            sv = steps.get(ev.step)
-            if ev.status == "serial":
-                if sv is None:  # drafted before its step started: the first window
-                    origin, window_branch = "draft", ev
-                elif sv.verify is None:  # drafted inside its own step (plain SD)
-                    sv.origin, sv.window_branch = "draft", ev
-                elif drafted_in_turn(ev, bool(sv.rollouts) or sv.early_exit is not None):
-                    sv.in_turn = ev  # the lanes in turn: drafted after the verdict, no race
-                    origin, window_branch = "turn", ev
-                else:  # after the verdict: a miss, rolled out serially for the next step
-                    sv.fallback = ev
-                    origin, window_branch = "fallback", ev
-            elif sv is not None:
-                sv.rollouts.append(ev)
-                if ev.status == "taken":
-                    origin, window_branch = "hit", ev
+            origin, window_branch = _window_origin(steps, ev, origin, window_branch)
         elif isinstance(ev, EarlyExit) and ev.step in steps:
             steps[ev.step].early_exit = ev
         elif isinstance(ev, Verify) and ev.step in steps:
             steps[ev.step].verify = ev
+        elif isinstance(ev, Span):
+            verdicts.see(ev)
         elif isinstance(ev, Commit):
-            sv = steps.get(ev.step)
-            step_origin = sv.origin if sv else "none"
-            for j, (tok, source) in enumerate(zip(ev.token_ids, ev.sources)):
-                kind = source
-                if source == "accepted" and step_origin in ("hit", "fallback"):
-                    kind = step_origin
-                i = len(tokens)
-                text = rec.token_texts[i] if i < len(rec.token_texts) else None
-                if text is None:  # a trace without per-token text: the commit's text, once
-                    text = ev.text if j == 0 else ""
-                tokens.append(TokenView(tok, text, kind, ev.step, t))
-                if sv is not None:
-                    sv.commit_tokens.append(i)
-            if sv is not None:
-                sv.commit = ev
-    return Analysis(tokens, steps)
+            _commit_tokens(rec, a, ev, t)
+    for sv in steps.values():
+        if verdict_outcome(sv) == "hit":
+            sv.late_ms = verdicts.late_ms(sv.step)
+    return a
+
+
+def _window_origin(steps: dict[int, StepView], ev: DraftBranch, origin: str, window_branch):
+    """A DraftBranch read into its step's view: (where the next window comes from, its rollout)."""
+    sv = steps.get(ev.step)
+    if ev.status == "serial":
+        if sv is None:  # drafted before its step started: the first window
+            return "draft", ev
+        if sv.verify is None:  # drafted inside its own step (plain SD)
+            sv.origin, sv.window_branch = "draft", ev
+        elif drafted_in_turn(ev, bool(sv.rollouts) or sv.early_exit is not None):
+            sv.in_turn = ev  # the lanes in turn: drafted after the verdict, no race
+            return "turn", ev
+        else:  # after the verdict: a miss, rolled out serially for the next step
+            sv.fallback = ev
+            return "fallback", ev
+    elif sv is not None:
+        sv.rollouts.append(ev)
+        if ev.status == "taken":
+            return "hit", ev
+    return origin, window_branch
+
+
+def _commit_tokens(rec: RunRecord, a: Analysis, ev: Commit, t: int) -> None:
+    """A Commit's tokens into the analysis, each of its kind (`token_kind`)."""
+    sv = a.steps.get(ev.step)
+    step_origin = sv.origin if sv else "none"
+    for j, (tok, source) in enumerate(zip(ev.token_ids, ev.sources)):
+        kind = token_kind(source, step_origin, sv.window_late_ms if sv else None)
+        i = len(a.tokens)
+        text = rec.token_texts[i] if i < len(rec.token_texts) else None
+        if text is None:  # a trace without per-token text: the commit's text, once
+            text = ev.text if j == 0 else ""
+        a.tokens.append(TokenView(tok, text, kind, ev.step, t))
+        if sv is not None:
+            sv.commit_tokens.append(i)
+    if sv is not None:
+        sv.commit = ev
 
 
 def timed_origin(rec: RunRecord, engine_t0_ns: int | None = None) -> int | None:

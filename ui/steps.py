@@ -5,6 +5,8 @@ colour is the step's own verdict outcome (ui/runs.verdict_outcome, the fact the 
 the zoomed step state too):
   hit    (blue)   one of the branches the draft rolled out during this step, beside the target,
                   started exactly at its verdict: it became the next window, no serial redraft;
+  late   (indigo, hatched) such a hit whose branch the draft finished after the verdict (the
+                  target waited for it: "late hit +n ms", runs.late_ms);
   miss   (yellow) no branch started there: the draft wrote the next window after the verdict,
                   serially, while the target waited;
   turn   (grey)   the lanes ran one after the other (the overlap gate's choice): no branch raced
@@ -25,7 +27,8 @@ import math
 import re
 import statistics
 
-from .runs import RunRecord, StepView, analyse, checked_step, exit_check, variant_of, verdict_outcome
+from .runs import (RunRecord, StepView, analyse, branch_after_verdict_ns, checked_step, exit_check, late_words,
+                   variant_of, verdict_outcome)
 
 esc = html.escape
 
@@ -33,6 +36,10 @@ KINDS = {  # strip kind -> (label, definition)
     "hit": ("branch hit", "One of the branches the draft rolled out during this step, beside the "
                           "target, started exactly at its verdict: it became the next window (no "
                           "serial redraft), however many drafted tokens the target kept."),
+    "late": ("late hit", "A branch hit whose branch was ready after the verdict: one of the branches "
+                         "the draft rolled out during this step started exactly at its verdict and became "
+                         "the next window, but the draft finished it after the verdict, so the target "
+                         "waited for it (+n ms: how long)."),
     "miss": ("branch miss", "No branch started at this step's verdict: the draft wrote the next "
                             "window after it, serially, while the target waited."),
     "turn": ("lanes in turn", "The lanes ran one after the other in this step (overlapping them "
@@ -216,6 +223,8 @@ def strip_kind(rec: RunRecord, sv: StepView, first: bool) -> str:
     if not _mirror(rec) or sv.verify is None:
         return step_kind(rec, sv, first)
     outcome = verdict_outcome(sv) or "end"
+    if outcome == "hit" and sv.late_ms is not None:
+        return "late"
     return "turn" if outcome == "miss" and lanes_in_turn(rec, sv.step) else outcome
 
 
@@ -226,11 +235,8 @@ def _seconds(rec: RunRecord, step: int, *labels: str) -> float:
 def after_verdict_s(rec: RunRecord, step: int) -> float:
     """Seconds from the verdict (the end of the step's target forward and acceptance rule) to
     the end of the draft's branch rollouts; <= 0 when they were done by then."""
-    spans = [s for s in rec.spans if s.step == step]
-    verdict = max((s.end_ns for s in spans if s.label in ("suffix", "verify_forward", "accept")),
-                  default=None)
-    branches = max((s.end_ns for s in spans if s.label == "branches"), default=None)
-    return 0.0 if verdict is None or branches is None else (branches - verdict) / 1e9
+    after = branch_after_verdict_ns([s for s in rec.spans if s.step == step])
+    return 0.0 if after is None else after / 1e9
 
 
 def _fmt_s(x: float) -> str:
@@ -268,6 +274,8 @@ def _exit_guess(rec: RunRecord, sv: StepView) -> str:
 
 
 def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> str:
+    if kind == "hit" and sv.window_late_ms is not None:
+        return f"the window was a branch prepared during the previous step (a {late_words(sv.window_late_ms)})"
     if kind == "hit":
         return "the window was a branch prepared during the previous step (a branch hit)"
     if kind == "miss" and previous is not None:
@@ -340,9 +348,9 @@ def _next(rec: RunRecord, sv: StepView, saved_s: float | None, last: bool) -> st
                 if sv.verify.accepted == 0 else "")
         redraft = (f"; after a branch miss the target waited {_fmt_s(saved_s)} for a window redrafted serially "
                    f"(the median over this run's misses)") if saved_s else ""
-        if late * 1e3 > 0.5:  # in the zoom's words
-            return (f"so the verdict matched branch{rank}{none}, begun beside the target before the verdict; "
-                    f"the draft finished it {_fmt_s(late)} after the verdict (the target waited that "
+        if sv.late_ms is not None:  # in the zoom's words
+            return (f"so the verdict matched branch{rank}{none}, a {late_words(sv.late_ms)}: begun beside the "
+                    f"target before the verdict; the draft finished it {_fmt_s(late)} after the verdict (the target waited that "
                     f"long){redraft}")
         return f"so the verdict matched branch{rank}{none}, whose window was ready when the verdict came{redraft}"
     if sv.fallback is not None and lanes_in_turn(rec, sv.step):
@@ -413,6 +421,35 @@ def _window_mark(verify) -> str:
             f'{len(verify.drafted)}d{mark}</small>')
 
 
+def _cell(rec: RunRecord, sv: StepView, pos: int, selected: bool, future: bool) -> str:
+    """One step's strip cell: its number, tokens committed and window length, its kind's colour,
+    its name ("late hit +n ms" for a late hit) and its facts on hover."""
+    kind = strip_kind(rec, sv, pos == 0)
+    outcome = sv.verify.kind if sv.verify is not None else ""
+    label, tip = KINDS[kind]
+    if kind == "late":
+        label = late_words(sv.late_ms)
+    tips = [f"Step {pos + 1}: {label}", tip]
+    if outcome in OUTCOMES:
+        tips.append(OUTCOMES[outcome][1])
+    if sv.verify is not None:
+        tips.append(window_note(sv.verify)[:1].upper() + window_note(sv.verify)[1:] + ".")
+    tips.append(f"{len(sv.commit_tokens)} token{'s' if len(sv.commit_tokens) != 1 else ''} committed")
+    cls = ["msd-step", f"k-{kind}", f"o-{outcome or 'none'}"]
+    checked = checked_step(rec, sv.step) if kind == "turn" else None
+    if checked is not None:
+        cls.append("w-hit" if checked.get("would_hit") else "w-miss")
+        tips.append(WOULD[bool(checked.get("would_hit"))])
+    if selected:
+        cls.append("is-selected")
+    if future:
+        cls.append("is-future")
+    return (f'<button type="button" class="{" ".join(cls)}" data-step="{sv.step}" '
+            f'data-run="{esc(rec.method)}" title="{esc(" ".join(tips))}" '
+            f'aria-label="step {pos + 1}, {esc(label)}">{pos + 1}'
+            f'<small>+{len(sv.commit_tokens)}</small>{_window_mark(sv.verify)}</button>')
+
+
 def render_strip(rec: RunRecord, selected: int | None, played: int | None = None) -> str:
     """One button per step (numbered from 1), coloured by `strip_kind`, with the verdict's bar;
     `played`: during a replay, the steps after it are faded."""
@@ -420,31 +457,8 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     order = sorted(a.steps)
     if not order:
         return ""
-    cells = []
-    for pos, s in enumerate(order):
-        sv = a.steps[s]
-        kind = strip_kind(rec, sv, pos == 0)
-        outcome = sv.verify.kind if sv.verify is not None else ""
-        label, tip = KINDS[kind]
-        tips = [f"Step {pos + 1}: {label}", tip]
-        if outcome in OUTCOMES:
-            tips.append(OUTCOMES[outcome][1])
-        if sv.verify is not None:
-            tips.append(window_note(sv.verify)[:1].upper() + window_note(sv.verify)[1:] + ".")
-        tips.append(f"{len(sv.commit_tokens)} token{'s' if len(sv.commit_tokens) != 1 else ''} committed")
-        cls = ["msd-step", f"k-{kind}", f"o-{outcome or 'none'}"]
-        checked = checked_step(rec, s) if kind == "turn" else None
-        if checked is not None:
-            cls.append("w-hit" if checked.get("would_hit") else "w-miss")
-            tips.append(WOULD[bool(checked.get("would_hit"))])
-        if s == selected:
-            cls.append("is-selected")
-        if played is not None and s > played:
-            cls.append("is-future")
-        cells.append(f'<button type="button" class="{" ".join(cls)}" data-step="{s}" '
-                     f'data-run="{esc(rec.method)}" title="{esc(" ".join(tips))}" '
-                     f'aria-label="step {pos + 1}, {esc(label)}">{pos + 1}'
-                     f'<small>+{len(sv.commit_tokens)}</small>{_window_mark(sv.verify)}</button>')
+    cells = [_cell(rec, a.steps[s], pos, s == selected, played is not None and s > played)
+             for pos, s in enumerate(order)]
     at = order.index(selected) if selected in order else None
     nav = ""
     if at is not None:
@@ -455,7 +469,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
             f'title="{title}">{arrow}</button>' if s is not None else
             f'<button type="button" class="msd-step-nav" disabled>{arrow}</button>'
             for s, arrow, title in ((prev_s, "◀", "previous step"), (next_s, "▶", "next step")))
-    kinds = ["hit", "miss", "turn", "end"] if _mirror(rec) else ["drafted"]
+    kinds = ["hit", "late", "miss", "turn", "end"] if _mirror(rec) else ["drafted"]
     key = "".join(f'<span class="msd-step-key k-{k}" title="{esc(KINDS[k][1])}">{esc(KINDS[k][0])}</span>'
                   for k in kinds)
     if exit_check(rec) is not None:
@@ -466,7 +480,7 @@ def render_strip(rec: RunRecord, selected: int | None, played: int | None = None
     return (f'<div class="msd-strip" role="group" aria-label="steps">'
             f'<div class="msd-strip-cells">{nav}{"".join(cells)}</div>'
             f'<div class="msd-strip-key">Click a step, or a token in an output pane. '
-            f'Cell: {"whether the verdict found its next window ready (branch hit), not (branch miss), or the lanes ran in turn (the target verified, then the draft wrote the next window, as SD does, where overlapping them measured slower)" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
+            f'Cell: {"whether the verdict found its next window ready (branch hit), a branch the draft finished after it (late hit), none (branch miss), or the lanes ran in turn (the target verified, then the draft wrote the next window, as SD does, where overlapping them measured slower)" if _mirror(rec) else "where the window came from"}; bar: the verdict; +n: tokens committed; '
             f'nd: n tokens drafted in its window (· when it stopped early: hover for why). {key}</div>'
             f'</div>')
 

@@ -5,16 +5,22 @@ from mirror_sd.models.precision import draft_precisions, target_precisions
 
 # kind -> (label, tooltip). Order = legend order. Colours (ui/palette.py TOKENS, hue families no
 # bar on the page uses): green = a drafted token the target accepted, blue = accepted from a
-# window ready early (Mirror-SD's hit), amber = accepted from a window redrafted after a miss,
+# window ready early (Mirror-SD's hit), indigo hatched = from a hit whose branch was ready only
+# after the verdict (a late hit), amber = accepted from a window redrafted after a miss,
 # red = the target's own token after a rejection, purple = the bonus token, none = the target alone.
 LEGEND = {
     "accepted": ("accepted draft",
                  "The draft model proposed this token and the target agreed: it cost no "
                  "target forward of its own. In Mirror-SD: from a window drafted after the "
                  "verdict in a step whose lanes ran in turn (neither a hit nor a miss)."),
-    "hit": ("accepted, from a branch hit (its window begun before the verdict)",
+    "hit": ("accepted, from a branch hit, ready by the verdict",
             "Accepted, from a window the draft wrote while the target was still verifying the "
-            "previous one (Mirror-SD's branch matched the verdict: a branch hit)."),
+            "previous one (Mirror-SD's branch matched the verdict: a branch hit), ready by the "
+            "verdict: the target did not wait for it."),
+    "late": ("accepted, from a branch hit, ready after the verdict (late)",
+             "Accepted, from a window the draft began while the target was still verifying the "
+             "previous one (a branch hit) but finished after the verdict: the target waited for it "
+             "(a late hit; the step's line says how long, “late hit +n ms”)."),
     "fallback": ("accepted, after a branch miss (window redrafted)",
                  "Accepted, from a window the draft had to write after the verdict because no "
                  "prepared branch matched it (a branch miss: the target waited for it)."),
@@ -29,7 +35,8 @@ LEGEND = {
               "the token of an SD or Mirror-SD step that drafted nothing."),
 }
 # the legend's groups: (title, ((kind, its short name in the group), ...))
-LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a branch hit (begun before the verdict)"),
+LEGEND_GROUPS = (("drafted, kept", (("accepted", "accepted draft"), ("hit", "from a branch hit, ready by the verdict"),
+                                    ("late", "from a branch hit, ready after the verdict (late)"),
                                     ("fallback", "after a branch miss (redrafted)"))),
                  ("the target's own token", (("correction", "after a rejection"), ("bonus", "bonus token"),
                                              ("plain", "alone (AR, or no draft)"))))
@@ -57,10 +64,11 @@ GLOSSARY = {
     "tau": "τ: tokens committed per target forward (AR: 1).",
     "hit": ("A branch hit: at the end of a Mirror-SD step the target's verdict (how many drafted tokens "
             "it kept, and its own next token) matched a branch the draft had already written "
-            "while the target was verifying, so the next window started early (it may still finish "
-            "a little after the verdict when the draft is slower than the rest of the target). It is "
-            "about the branch, not the tokens kept: a step that kept none of its window still hits "
-            "when a branch began at the target's own token."),
+            "while the target was verifying, so the next window started early. It is about the "
+            "branch, not the tokens kept: a step that kept none of its window still hits when a "
+            "branch began at the target's own token. A late hit: the draft finished that branch "
+            "after the verdict (it is slower than the rest of the target), so the target waited for "
+            "it, “late hit +n ms”, though less than for a whole new window; still a hit in every count."),
     "fallback": ("A branch miss: no branch the draft had written during the step matched the verdict, "
                  "so the draft wrote the next window after it while the target waited."),
     "ttft": ("Time to first token: from the run's start (the prompt goes in) to its first "

@@ -11,7 +11,8 @@ from __future__ import annotations
 import html
 from statistics import median
 
-from .runs import RunRecord, StepView, analyse, label, variant_of, verdict_outcome
+from .runs import (LATE_MS, VERDICT_LABELS, RunRecord, StepView, analyse, label, late_ms, late_words, variant_of,
+                   verdict_outcome)
 from .steps import after_verdict_s, branch_ms, chipped, exit_end, quoted, redraft_s
 from .why import lanes_at_once, steps_at_once
 
@@ -105,7 +106,7 @@ def zoom_step(rec: RunRecord) -> int | None:
         overlapped = "prefix" in have and "branches" in have
         hit = any(b.status == "taken" for b in sv.rollouts)
         wait = after_verdict_s(rec, s) * 1e3 if hit else 0.0
-        saved = hit and (wait <= 0.5 or (fresh is not None and wait < fresh))
+        saved = hit and (wait <= LATE_MS or (fresh is not None and wait < fresh))
         key = (windowed, overlapped, hit, saved, bool(sv.rollouts), "prefix" in have, -wait)
         if best_key is None or key > best_key:
             best, best_key = s, key
@@ -197,7 +198,7 @@ def render_zoom(rec: RunRecord | None, meta: dict) -> str:
         lane = "draft" if s.lane == "draft" else "target"
         lanes[lane].append(_bar(s, t0, scale, names[s.label], SEGMENTS[s.label][1], last.get(lane) != s.label))
         last[lane] = s.label
-    verdict_ns = max((s.end_ns for s in spans if s.label in ("accept", "suffix")), default=t1)
+    verdict_ns = max((s.end_ns for s in spans if s.label in VERDICT_LABELS), default=t1)  # runs.late_ms's
     marks = [_mark(verdict_ns, t0, scale, f"verdict at {(verdict_ns - t0) / 1e6:.0f} ms", "z-verdict")]
     ready_ns, outcome = _next_window(sv, spans, verdict_ns)
     # the two labels share a row unless the marks are close enough for them to overlap
@@ -238,7 +239,7 @@ def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) ->
     have = (verdict_ns - exit_ns) / 1e6
     after = (f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
              else "the layers after it and its verdict")
-    wait = round((ready_ns - verdict_ns) / 1e6)  # the caption's wait, to the ms
+    wait = late_ms(spans) or 0  # the caption's wait and the late hit's badge, to the ms
     if not fits:  # the figures shown add up: when it was ready is what the target took plus its wait
         need = round(have) + wait
     then = ("so the next window was ready at the verdict: the drafting was hidden" if fits else
@@ -329,17 +330,20 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
 def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) -> str:
     """Hit, miss or neither, and what the step's next window cost the target."""
     hit = "Branch hit: one branch began exactly where the verdict left off, with the target's own token, and "
-    if outcome == "hit" and wait_ms > 0.5:
+    late = sv.late_ms if outcome == "hit" else None  # runs.late_ms: the strip's and the live board's badge
+    if late is not None:
+        badge = late_words(late)[:1].upper() + late_words(late)[1:]
         redraft = _redraft_ms(rec)
         if redraft is not None and redraft <= wait_ms:  # the hit came later than a fresh window would have
-            return (f"Branch hit, but it cost time here: one branch began exactly where the verdict left off, with the "
-                    f"target's own token, and became the next window, yet the draft finished it {wait_ms:.0f} ms "
+            return (f"{badge}, and it cost time here: one branch began exactly where the verdict left off, with the "
+                    f"target's own token, and became the next window, yet the draft finished it {late} ms "
                     f"after the verdict, while a window drafted fresh after the verdict took {redraft:.0f} ms in "
                     f"this run (median). Both models sharing the cores slowed the branches more than the head "
                     f"start gained.")
         fresh = (f" A window drafted fresh after a verdict kept the target waiting {redraft:.0f} ms in this run (median): "
-                 f"this hit saved {round(redraft) - round(wait_ms)} ms." if redraft is not None else "")  # the shown figures' difference
-        return (f"{hit}became the next window; the draft finished it {wait_ms:.0f} ms after the verdict, so the "
+                 f"this hit saved {round(redraft) - late} ms." if redraft is not None else "")  # the shown figures' difference
+        return (f"{badge}: one branch began exactly where the verdict left off, with the target's own token, and "
+                f"became the next window; the draft finished it {late} ms after the verdict, so the "
                 f"target waited that long instead of for a whole new window.{fresh}{_miss_beside(rec, sv)}")
     if outcome == "hit":
         return f"{hit}was ready before the verdict, so it became the next window with no wait.{_miss_beside(rec, sv)}"
