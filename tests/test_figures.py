@@ -375,6 +375,8 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
         " (the runs shown; with each of the 3 runs': 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
         "would pass SD there)")
     assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; with each of the 2 runs': 1.05–1.28×)"
+    # a range printed 0.92–1.00× lies below 1× as read, though its top was 1.004
+    assert rounds_words({"over_sd_rounds": {"b": [0.92, 1.004]}}, "b") == " (the runs shown; with each of the 2 runs': 0.92–1.00×)"
     single = best_projection(dict(base, records=records, projected=[own]))
     assert "rounds: " not in render_verdict(records, base["meta"], single)  # one round: no range
 

@@ -207,7 +207,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
              "rounds": rounds or [], "projected": projected or []}
     projection = best_projection(state)
     if status is None:  # a finished run: the done message, with the verdict's projection
-        status = done_message(records, meta, rounds, projection)
+        status, level = done_message(records, meta, rounds, projection), "done"  # the result (style.css)
     return frame(
         render_status(status, level),
         panes(records, methods, pane_state, ranks=round_rank(rounds, {m: i - 1 for m, i in (meta.get("median_runs") or {}).items()})),

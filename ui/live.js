@@ -361,7 +361,7 @@ function raceTick(now) {
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
   const many = B.shown && B.shown > 1;
-  const whose = many ? "Each pane's head: that run's own figures (the cards below: the medians and ranges of all " + B.shown + ')' : 'Each run in full below';
+  const whose = many ? "Each pane's head: that run's own figures (the cards below: the same runs, with the ranges of all " + B.shown + ')' : 'Each run in full below';
   header('Race over' + roundWords() + ': ' + order[0] + ' finished first' +
          (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '. ' +
          ((B.raceMsg && B.raceMsg.tie) ? B.raceMsg.tie + ' ' : '') + whose + '; click a token for its step.');
@@ -395,6 +395,7 @@ function settle() {
   if (B.mode === 'race') B.mode = 'settled';
   board().classList.remove('is-on', 'is-racing');
   board().classList.add('is-settled');
+  if (B.cursor) B.cursor.hidden = true;  // no "now" on a finished page: every run has ended
 }
 
 // the first race after the runs hides the results under it until it ends (live.css): the
@@ -412,7 +413,7 @@ function startRace(first) {
   }
   axis(end, true);
   B.race = {start: performance.now(), end: end};
-  B.mode = 'race'; board().classList.remove('is-settled');
+  B.mode = 'race'; board().classList.remove('is-settled'); if (B.cursor) B.cursor.hidden = false;
   board().classList.add('is-on');
   board().classList.toggle('is-racing', !!first && B.speed !== Infinity);
   kick();
@@ -426,6 +427,7 @@ function handle(msg) {
     if (msg.round && msg.round[0] > 1 && same && B.mode === 'live') carryOver(msg.round[0]);
     else build(msg.runs);
     B.mode = 'live'; B.rounds = msg.round ? msg.round[1] : 1; B.raceMsg = null; board().classList.remove('is-settled', 'has-race', 'is-racing');
+    if (B.cursor) B.cursor.hidden = false;
     boardNote('');
     board().classList.add('is-on');
     if (!msg.round || msg.round[0] === 1) reveal();

@@ -593,10 +593,11 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
         return ""
     measured_twin = f' <span class="msd-twin">{esc(twin)}</span>' if twin else ""
     if steps and 2 * at_once < steps:  # most steps ran one lane after the other, or drafted nothing
-        decoded = steps_undrafted(rec)
-        turns = steps - at_once - decoded
+        decoded, turns = steps_undrafted(rec), steps_in_turn(rec)
+        last = steps - at_once - decoded - turns  # the last step: it drafts no next window
         others = ([f"{'all of them' if turns == steps else turns} ran the draft, then the target, as SD does"]
-                  if turns else []) + ([f"{decoded} drafted nothing (a plain decode)"] if decoded else [])
+                  if turns else []) + ([f"{decoded} drafted nothing (a plain decode)"] if decoded else []) + (
+                  ["the last drafts no next window"] if last > 0 else [])
         how = (f"in none of its {steps} verify steps: {' and '.join(others)}" if at_once == 0 else
                f"in only {at_once} of its {steps} verify steps; of the others, {' and '.join(others)}")
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><span class="msd-lanes-lead">Mirror-SD ran '

@@ -369,7 +369,8 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     name = dict((v, k) for k, v in PROFILE_CHOICES).get(profile, profile)
     fig = make_subplots(rows=2, cols=1, vertical_spacing=0.2, subplot_titles=(
         f"measured on this machine (for comparison with the projection): the decode steps that write {TIMELINE_TOKENS} tokens",
-        f"projection {name}: the same steps and tokens (the first {TIMELINE_TOKENS} only: the tables give whole runs)"))
+        f"projection {name}: the recorded steps of the first {TIMELINE_TOKENS} tokens at this run's settings, "
+        f"not whole runs nor the settings each would pick there (the tables give those)"))
     if result is None or not by_method:
         fig.add_annotation(text="The projection appears when a run has finished.", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
@@ -542,7 +543,7 @@ def rounds_words(p: dict, key: str) -> str:
 def rounds_span_one(p: dict, key: str) -> bool:
     """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round (or the
     runs shown) and above it in another (the rounds cannot tell which would be faster there)."""
-    values = round_span(p, key)
+    values = [round(v, 2) for v in round_span(p, key)]  # as printed: 0.92–1.00× is not above 1×
     return len(values) > 1 and min(values) < 1 < max(values)
 
 
