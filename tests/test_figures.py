@@ -1439,10 +1439,13 @@ def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
     proj = {"over_sd": {"b": 1.87, "c": 0.94}, "over_sd_rounds": {"b": [0.78, 1.5, 1.87]}}
     said = done_message(records, meta, None, proj)
     assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
-            f"here both models share {machine()}, no GPU. Projected, not measured: Mirror-SD 1.87× SD with the draft "
-            "on a device of its own "
-            "(inconclusive: 0.78–1.87× over the 3 runs).") in said, said
-    low = dict(proj, over_sd={"b": 0.89, "c": 0.94})
+            f"here both models share {machine()}, no GPU. Projected, not measured, with the draft on a device of "
+            "its own: from 0.78× to 1.87× SD over the 3 runs, too spread to say whether it would pass SD (5 runs "
+            "narrow it).") in said, said
+    apart = dict(proj, over_sd_rounds={"b": [1.2, 1.5, 1.87]})  # every run above 1×: the figure and its range
+    assert ("Projected, not measured: Mirror-SD 1.87× SD with the draft on a device of its own (1.20–1.87× over "
+            "the 3 runs).") in done_message(records, meta, None, apart)
+    low = dict(proj, over_sd={"b": 0.89, "c": 0.94}, over_sd_rounds={"b": [0.78, 0.8, 0.89]})
     assert ("which needs the draft on hardware of its own; here both models share "
             f"{machine()}, no GPU. Projected, not measured, even there these steps give Mirror-SD 0.89× SD with "
             "the draft on a device of its own") in done_message(records, meta, None, low)

@@ -91,6 +91,12 @@ def pays_words(meta: dict, projection: dict | None, methods) -> str:
     b = _projected(projection or {}, "b", "with the draft on a device of its own")
     if not b:
         return ""
+    if rounds_span_one(projection, "b"):  # the runs disagree on the side of 1×: no single figure on top
+        values, n = round_span(projection, "b"), len(round_values(projection, "b"))
+        return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
+                f"own; here both models share {machine_words(meta)}. Projected, not measured, with the draft on "
+                f"a device of its own: from {min(values):.2f}× to {max(values):.2f}× SD over the {n} runs, too "
+                f"spread to say whether it would pass SD (5 runs narrow it).")
     if shown(projection["over_sd"]["b"]) >= 1:  # as printed
         return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
                 f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
