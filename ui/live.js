@@ -153,7 +153,7 @@ function verdictLine(item) {
 }
 // a window that came from a late hit (ui/runs.py late_ms, late_words): its badge, in whole ms
 function lateBadge(ms) {
-  const b = mk('span', 'msd-blate', 'late hit +' + ms + ' ms');
+  const b = mk('span', 'msd-blate', 'its window: late hit +' + ms + ' ms');  // the window's, not the verdict's
   b.title = 'This window was the branch the previous verdict matched (a branch hit), but the draft finished it ' +
             ms + ' ms after that verdict: the target waited that long for it (a late hit).';
   return b;
