@@ -1423,6 +1423,7 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     assert said in head and head.count("ran as SD") == 1, head
     tile = _scoreboard(c, None, records)
     assert re.search(r'data-method="mirror".*?msd-tile-best[^>]*>[^<]*, ran as SD<', tile), tile
+    assert "“gated”: Mirror-SD picks, step by step" in tile and "“always overlapped”: beside it" in tile
     at_once, n = lanes_at_once(overlapped)
     assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
     records["mirror"] = overlapped

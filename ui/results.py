@@ -446,6 +446,10 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         legend = (f'<br>“{esc(tie_words(runs))}”: {how}, so '
                   f'{"these runs cannot" if runs > 1 else "one run cannot"} tell it from {top}'
                   + (", even where the medians lie well apart" if runs > 1 else ""))
+    if "mirror" in c:  # the two Mirror-SD names, once
+        legend += ("<br>“gated”: Mirror-SD picks, step by step from the times it measures, whether the draft "
+                   "writes beside the target or first, as in SD" + ("; “always overlapped”: beside it in every step"
+                                                                    if any(always_overlapped(m) for m in c) else ""))
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
             f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
             f'this machine{legend}</div></div>')
