@@ -22,7 +22,9 @@ INTRO = ("A large language model (the <i>target</i>) writes one token at a time,
 MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass the target peeks "
           "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the "
           "draft, which writes the likely next windows (<i>branches</i>) at the same time as the "
-          "target finishes. If the target's verdict matches a branch (a <b>branch hit</b>) the next window "
+          "target finishes (before the exit it has already begun one on its own best guess, kept "
+          "only if the exit ranks that guess among its best). If the target's verdict matches a "
+          "branch (a <b>branch hit</b>) the next window "
           "was started early: it is ready as soon as the draft finishes that branch (at once when "
           "the draft is faster than the rest of the target; here, where both models share the cores, "
           "it can come well after the verdict, a <b>late hit</b>, even later than a fresh window would take: the zoomed "
@@ -140,7 +142,8 @@ def flow(layer: int | None = None, layers: int | None = None) -> str:
         '<div class="f-name" style="grid-area:dn">draft</div>',
         box("f-d", "d3", "branches, beside the target", "a few possible next windows, each grown from "
                                                        "one of the exit's top guesses (as many as the "
-                                                       "branch budget allows)"),
+                                                       "branch budget allows; one may be the draft's "
+                                                       "own guess, begun before the exit)"),
         box("f-hit", "o1", "hit → reuse", "a branch starts with the verdict's token: it is the next "
                                          "window, already written"),
         box("f-miss", "o2", "miss → fall back", "no branch matches: the draft writes the next window "
