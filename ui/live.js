@@ -313,7 +313,7 @@ function carryOver(round) {
   for (const m of B.order) {
     const run = B.runs[m]; if (!run.on || !run.items.length) continue;
     run.stale = true; run.staleRound = round - 1; run.pane.classList.add('is-stale'); setState(run, 'waiting');
-    run.badge.textContent = 'next in turn · faded: round ' + (round - 1);
+    run.badge.textContent = 'waiting its turn · shown faded: its run ' + (round - 1);
     run.note.textContent = 'Faded: its round ' + (round - 1) + ' run, shown until its round ' + round + ' run starts.';
   }
 }
