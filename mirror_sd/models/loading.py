@@ -205,7 +205,7 @@ def _kernels_ready(resolved: _Resolved, names: dict[str, str], cache_dir,
         thread = native_int8.start_build(jobs=None)  # none running (a failed start): build now
         step = resolved.steps
         so_far = native_int8.build_seconds_so_far() or 0
-        message = f"waiting for the CPU kernels to compile ({so_far:.0f} s so far, once per machine)"
+        message = f"waiting for the CPU kernels to compile ({so_far:.0f} s so far; about a minute, once per machine)"
         report(progress, f"{PREPARING}: step {step.total} of {step.total}, {message}"
                if step else f"Loading the models: {message}", step.end if step else 0.1)
         if thread is not None:
