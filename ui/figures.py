@@ -389,7 +389,24 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     best = winner(c, spreads)
     if best is None:
         return "", ""
-    ar = baseline()
+    head = "".join(headline(c, records, meta, spreads))
+    if baseline() not in c or len(c) < 2:
+        return head, ""
+    level, runs = level_with(c, best, spreads), runs_of(spreads)
+    lead = "The trade:" if level else "The reason:"
+    reason = _reason(best, c, records, meta.get("precision"), lead)
+    notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
+    if notes:
+        reason += (ITEM if ITEM in reason else " ") + notes
+    return head, reason
+
+
+def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
+             spreads: dict | None = None) -> tuple[str, str]:
+    """The verdict's headline in two parts that join into one text (the status says it whole):
+    what the large type shows (each method's end-to-end ratio over AR, the tiles' figures, and
+    who won), then what the runs cannot tell apart and where the gate ran Mirror-SD as SD."""
+    best, ar = winner(c, spreads), baseline()
     if ar not in c or len(c) < 2:
         return (f"On this machine ({machine_words(meta)}): {label(best)} wrote {c[best].tokens} tokens "
                 f"at {c[best].e2e_tps:.2f} tok/s end to end."), ""
@@ -397,22 +414,15 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     level = level_with(c, best, spreads)
     ratios = _ratio_list(c, sp)
     near = _near_ar(c, best, level, sp, spreads)
-    also = f"; {_apart(near + [ar], runs)}" if near else ""
     if level:
-        head = f"{ratios} end to end: {_apart(level, runs, set(level) == set(c), near and near + [ar])}."
-    elif best == ar:
-        head = f"Plain decoding (AR) won end to end: {ratios}."
-    else:
-        second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
-        than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
-        head = f"{label(best)} won end to end{than}: {ratios}{also}."
-    head += _as_sd(c, records)
-    lead = "The trade:" if level else "The reason:"
-    reason = _reason(best, c, records, meta.get("precision"), lead)
-    notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
-    if notes:
-        reason += (ITEM if ITEM in reason else " ") + notes
-    return head, reason
+        return (f"{ratios} end to end:", f" {_apart(level, runs, set(level) == set(c), near and near + [ar])}."
+                + _as_sd(c, records))
+    if best == ar:
+        return f"Plain decoding (AR) won end to end: {ratios}.", _as_sd(c, records)
+    second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
+    than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
+    also = f"; {_apart(near + [ar], runs)}" if near else ""
+    return f"{label(best)} won end to end{than}: {ratios}{also}.", _as_sd(c, records)
 
 
 def _as_sd(c: dict[str, Card], records: dict[str, RunRecord]) -> str:

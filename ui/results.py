@@ -12,7 +12,7 @@ from statistics import median
 
 from mirror_sd.latency.whatif_hits import shown
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
@@ -249,7 +249,10 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     items = takeaway_items(short, {SPLIT_LEAD: render_split_chart(c, done, _mirrors(c))})
     # the headline and the tiles first, the plain takeaway under them; the decode ratios and
     # how the lanes shared the machine go to Statistics (`render_statistics`)
-    parts = [f'<p class="msd-verdict-text">{esc(head)}</p>', _scoreboard(c, spreads, done),
+    big, rest = headline(c, done, meta, spreads)  # the same words as `head`, the large type's first
+    parts = [f'<p class="msd-verdict-text">{esc(big)}</p>'
+             + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
+             _scoreboard(c, spreads, done),
              f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     # what this machine cannot show and where Mirror-SD would pay, then the measured trade
     if one_device(meta) and "mirror" in c:
