@@ -1121,7 +1121,7 @@ def test_the_race_replays_each_method_s_middle_run():
     rounds = rounds_of([(10.05, 12.04, 9.05), (11.07, 13.06, 12.06), (10.05, 9.08, 13.09)])
     shown = median_runs(rounds)
     assert shown == {"ar": 2, "sd": 0, "mirror": 1}  # AR's two equal runs: the later
-    assert set(round_rank(rounds, shown).values()) == {"the middle of its 3 runs"}
+    assert set(round_rank(rounds, shown).values()) == {"the middle of its 3 runs by speed"}
     picked = {m: rounds[i][m].e2e_tps for m, i in shown.items()}
     assert sorted(picked, key=picked.get) == ["ar", "sd", "mirror"]  # the medians' order: AR 10.05, SD 12.04, Mirror-SD 12.06
     assert json.loads(race_message(records, shown=3))["runs_of"] == 3
@@ -1232,7 +1232,7 @@ def test_a_pane_says_where_its_run_stands_among_its_method_s_rounds():
     rounds[1]["sd"] = dc_replace(base["sd"], e2e_tps=base["sd"].e2e_tps * 0.5)  # SD's slowest round
     ranks = round_rank(rounds, {m: 1 for m in base})
     assert ranks["ar"] == "its fastest of 3 runs" and ranks["sd"] == "its slowest of 3 runs"
-    assert round_rank(rounds, {"ar": 0})["ar"] == "the middle of its 3 runs"
+    assert round_rank(rounds, {"ar": 0})["ar"] == "the middle of its 3 runs by speed"
     assert round_rank(rounds[:1], {"ar": 0}) == {} and round_rank(rounds, None) == {}
     head = render_pane("sd", records["sd"], "done", rank=ranks["sd"])
     assert "tok/s end to end <span class=\"msd-rank\">(its slowest of 3 runs)</span>" in head

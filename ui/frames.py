@@ -144,9 +144,9 @@ def round_rank(rounds: list | None, shown: dict[str, int] | None) -> dict[str, s
             continue
         n = len(values)
         middle = sorted(values)[(n - 1) // 2]  # its median run (equal speeds: the middle too)
-        out[m] = (f"the middle of its {n} runs" if own.e2e_tps == middle else
+        out[m] = (f"the middle of its {n} runs by speed" if own.e2e_tps == middle else
                   f"its fastest of {n} runs" if own.e2e_tps >= max(values) else
-                  f"its slowest of {n} runs" if own.e2e_tps <= min(values) else f"the middle of its {n} runs")
+                  f"its slowest of {n} runs" if own.e2e_tps <= min(values) else f"the middle of its {n} runs by speed")
     return out
 
 
