@@ -794,14 +794,14 @@ def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside
     from mirror_sd.engine.events import Span
     from ui.runs import RunRecord, analyse, verdict_outcome
     from ui.steps import after_verdict_s
-    from ui.zoom import _redraft_ms, nearest_miss, zoom_step
+    from ui.zoom import redraft_ms, nearest_miss, zoom_step
     rec = tiny_records()["mirror"]
     steps = analyse(rec).steps
     hits = [s for s in steps if verdict_outcome(steps[s]) == "hit"]
     assert hits and any(verdict_outcome(steps[s]) == "miss" for s in steps)
     hit = hits[0]
     verdict = max(sp.end_ns for sp in rec.spans if sp.step == hit and sp.label in ("suffix", "accept"))
-    fresh_ms = _redraft_ms(rec)
+    fresh_ms = redraft_ms(rec)
     # the same run with the hit's branch done 1 ms after its verdict: a wait shorter than a fresh window
     quick = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
     for ev, t in zip(rec.events, rec.times_ns):
@@ -1452,3 +1452,33 @@ def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
             "the draft on a device of its own") in done_message(records, meta, None, low)
     assert "Projected" not in done_message(records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, None, proj)
     assert "Projected" not in done_message(records, meta, None, None)
+
+
+def test_the_takeaway_says_how_late_the_branch_hits_came_from_the_run_s_own_steps():
+    """Where a Mirror-SD run's branches matched verdicts but the draft finished them after the
+    verdict, the takeaway counts them and gives the median wait, beside a fresh window's time
+    (zoom.redraft_ms), from that run's own steps; a run without a late hit, or no run, says nothing."""
+    from dataclasses import replace
+    from statistics import median
+
+    from mirror_sd.engine.events import Span
+    from ui.results import late_hits_words
+    from ui.runs import RunRecord, analyse, verdict_outcome
+    from ui.zoom import redraft_ms
+    rec = tiny_records()["mirror"]
+    hit = min(s for s, sv in analyse(rec).steps.items() if verdict_outcome(sv) == "hit")
+    verdict = max(e.end_ns for e in rec.spans if e.step == hit and e.label in ("suffix", "accept"))
+    last = max(i for i, e in enumerate(rec.events) if isinstance(e, Span) and e.step == hit and e.label == "branches")
+    events = list(rec.events)
+    events[last] = replace(events[last], end_ns=verdict + 50 * 10**6)
+    late = RunRecord("mirror", events, list(rec.times_ns), rec.t0_ns, rec.token_texts, rec.id_texts)
+    steps = analyse(late).steps
+    hits = [sv for sv in steps.values() if verdict_outcome(sv) == "hit"]
+    waits = [sv.late_ms for sv in hits if sv.late_ms]
+    assert 50 in waits
+    said = late_hits_words(late)
+    assert said.startswith(f" Its branches hit {len(hits)} verdict") and (
+        f"finished {len(waits)} of those branches after the verdict, a median {median(waits):.0f} ms late") in said, said
+    fresh = redraft_ms(late)
+    assert (f"a window drafted fresh after a verdict took {fresh:.0f} ms (median)" in said) == (fresh is not None)
+    assert late_hits_words(tiny_records()["sd"]) == "" and late_hits_words(None) == ""

@@ -90,12 +90,12 @@ def zoom_step(rec: RunRecord) -> int | None:
     verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
     target's layers split at the early exit while the draft wrote branches beside them; a hit
     best, one that saved time best of all (the target waited less for its branch than a window
-    drafted fresh after a verdict took, `_redraft_ms`), the shortest wait first; then one with
+    drafted fresh after a verdict took, `redraft_ms`), the shortest wait first; then one with
     branches, then one split at the exit. A step with nothing to draw but its verdict is never
     picked; None when no step has more."""
     steps = analyse(rec).steps
     labels = _labels(rec)
-    fresh = _redraft_ms(rec)
+    fresh = redraft_ms(rec)
     best, best_key = None, None
     for s in sorted(steps):
         have = labels.get(s, set())
@@ -280,7 +280,7 @@ def _branches_written(sv: StepView, budget: int | None) -> str:
     return text
 
 
-def _redraft_ms(rec: RunRecord) -> float | None:
+def redraft_ms(rec: RunRecord) -> float | None:
     """The median time the draft took to write a window after a verdict in this run (a miss's
     redraft, or a step whose lanes ran in turn), in ms; None when no step did."""
     steps = analyse(rec).steps
@@ -333,7 +333,7 @@ def _outcome(rec: RunRecord, sv: StepView, spans, outcome: str, wait_ms: float) 
     late = sv.late_ms if outcome == "hit" else None  # runs.late_ms: the strip's and the live board's badge
     if late is not None:
         badge = late_words(late)[:1].upper() + late_words(late)[1:]
-        redraft = _redraft_ms(rec)
+        redraft = redraft_ms(rec)
         if redraft is not None and redraft <= wait_ms:  # the hit came later than a fresh window would have
             return (f"{badge}, and it cost time here: one branch began exactly where the verdict left off, with the "
                     f"target's own token, and became the next window, yet the draft finished it {late} ms "
