@@ -825,6 +825,10 @@ def test_a_flat_hit_rate_series_gives_one_figure():
                          {"hit_rate": 1.0, "mirror_over_sd": 0.9722, "source": False}]}
     line = series_words(series, "On the accelerator pair")
     assert "about 0.98× SD whatever the hit rate" in line and "0.97" not in line and "gives" not in line, line
+    even = {**series, "points": [dict(p, mirror_over_sd=p["mirror_over_sd"] + 0.0268) for p in series["points"]]}
+    line = series_words(even, "On the accelerator pair")  # 0.9988-1.0028: printed 1.00× everywhere
+    assert line.startswith("On the accelerator pair Mirror-SD matches SD at any hit rate (about 1.00× SD") and \
+        "passes" not in line, line
 
 
 def test_the_model_s_contention_factor_is_named_apart_from_the_verdict_s_verify_figure():

@@ -220,7 +220,9 @@ def series_words(series: dict | None, where: str) -> str:
     own = next((p for p in series["points"] if p["source"] and p["mirror_over_sd"] is not None), None)
     if high - low < 0.005:  # one figure, the source's where it has one (its recorded hits priced as such)
         flat = own["mirror_over_sd"] if own is not None else low
-        return _lead(where, 0.0 if shown(flat) >= 1.0 else None) + (
+        lead = (f"{where} Mirror-SD matches SD at any hit rate" if shown(flat) == 1.0 else  # as printed: 1.00×
+                _lead(where, 0.0 if shown(flat) >= 1.0 else None))
+        return lead + (
             f" (about {flat:.2f}× SD whatever the hit rate: in this run a hit still left as much "
             f"draft work after its verdict as a miss's rollout, so the model prices hits and misses alike)")
     ahead = [shown(v) >= 1.0 for v in pts.values()]
