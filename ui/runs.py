@@ -46,7 +46,7 @@ VARIANTS: dict[str, Variant] = {
                               "Mirror-SD with its two lanes at once in every step, as on devices of their "
                               "own (here they share the cores, so it runs slower), and adaptive windows: "
                               "every step races the verdict, so its hits and misses show",
-                              "#4338ca", "no gate: draft beside the target, every step"),
+                              "#b45309", "no gate: draft beside the target, every step"),
 }
 
 
