@@ -651,11 +651,11 @@ def test_the_series_line_says_mirror_sd_passes_sd_only_beside_figures_that_do():
     # at one rate for every step Mirror-SD passes SD at 0-100%, this run's own steps give 0.98x
     said = wh.series_words(wh.hit_rate_series(lambda h: (1.0, 1.01 + 0.02 * h), run, own=0.98), where)
     assert "passes" not in said and "0.98× SD at this run's 60%" in said and "1.01-1.03× SD" in said, said
-    # one flat figure that prints 1.00: not "does not pass"
+    # one flat figure that prints 1.00: not "does not pass" nor "passes": it matches
     flat = wh.hit_rate_series(lambda h: (1.0, 0.9955 + 0.001 * h), run, own=0.996)
     assert flat["break_even"] is None
     said = wh.series_words(flat, where)
-    assert "about 1.00× SD" in said and "does not pass" not in said and "passes SD at any hit rate" in said
+    assert "about 1.00× SD" in said and "does not pass" not in said and "matches SD at any hit rate" in said
     # over many lines and own figures: the claim and the printed figures never disagree
     for lo in (0.95, 0.99, 0.996, 1.0, 1.004, 1.02):
         for slope in (0.0, 0.004, 0.02, 0.1):
@@ -670,6 +670,8 @@ def test_the_series_line_says_mirror_sd_passes_sd_only_beside_figures_that_do():
                         assert min(figures) >= 1.0, said
                     if "does not pass" in said:
                         assert max(figures) < 1.0, said
+                    if "matches SD at any hit rate" in said:
+                        assert set(figures) == {1.0}, said
                     m = re.search(r"above a (\d+)% hit rate; .* gives (\d\.\d\d)× SD", said)
                     if m:
                         assert (float(m[2]) >= 1.0) == (src.used * 100 >= int(m[1])), said

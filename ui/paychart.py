@@ -17,9 +17,9 @@ from .runs import colour, label, variant_of
 
 esc = html.escape
 
-PROJECTED = {  # What-if profile key -> what its bar is
-    "b": "projected: this pair, the draft on a device of its own",
-    "c": "projected: an accelerator pair (target GPU, draft NPU)",
+PROJECTED = {  # What-if profile key -> what its bar is (the What-if fold replays the gated run's steps)
+    "b": "projected: this pair, the draft on a device of its own (Mirror-SD (gated)'s steps)",
+    "c": "projected: an accelerator pair, target GPU, draft NPU (Mirror-SD (gated)'s steps)",
 }
 PROJECTED_COLOUR = "#7c3aed"
 
