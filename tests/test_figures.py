@@ -1024,17 +1024,18 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert (f"Its gate ran it as SD (the draft, then the target) in {turns} of its {steps} steps (the last "
             "drafts no next window): timing both orders as it runs, it found taking turns the faster on "
             "these shared cores, and taking turns it prices its windows from SD's measured costs.") in gated, gated
-    assert "Mirror-SD (always overlapped), overlapped in every step, ran " in gated, gated
+    assert "Overlapped in every step, it ran " in gated, gated
     assert "beat the gated run" not in gated  # the two runs' speeds alike
     from dataclasses import replace as dc_replace
     from ui.figures import speeds
     from ui.results import _mirror_takeaway
     c = cards(records)
     faster = dict(c, **{"mirror-overlap": dc_replace(c["mirror-overlap"], e2e_tps=c["mirror"].e2e_tps * 1.2)})
-    assert "it also beat the gated run, so the gate's judgement did not pay here." in _mirror_takeaway(
-        records["mirror"], faster, speeds(faster), None)
+    items = _mirror_takeaway(records["mirror"], faster, speeds(faster), None)
+    assert [lead for lead, _ in items] == ["Mirror-SD (gated) on this machine", "Mirror-SD (always overlapped)"]
+    assert "it also beat the gated run, so the gate's judgement did not pay here." in items[1][1]
     ratio = c["mirror-overlap"].e2e_tps / c["sd"].e2e_tps
-    assert f"Mirror-SD (always overlapped), overlapped in every step, ran {ratio:.2f}× SD end to end: " in gated, gated
+    assert f"Overlapped in every step, it ran {ratio:.2f}× SD end to end: " in gated, gated
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said

@@ -155,17 +155,18 @@ def late_hits_words(rec: RunRecord | None) -> str:
 
 
 def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict | None,
-                     done: dict[str, RunRecord] | None = None) -> str:
-    """What the gated Mirror-SD did (its lanes at once or in SD's order, and why), and what its
-    twin with the lanes at once in every step measured against SD; where hits came after the
-    verdict, how late (`late_hits_words`)."""
+                     done: dict[str, RunRecord] | None = None) -> list[tuple[str, str]]:
+    """(lead, text) items: what the gated Mirror-SD did (its lanes at once or in SD's order, and
+    why), and what its twin with the lanes at once in every step measured against SD; where hits
+    came after the verdict, how late (`late_hits_words`)."""
     at_once, steps = lanes_at_once(rec)
     if not steps:
-        return ""
+        return []
+    lead = f"{label('mirror')} on this machine"
     if at_once * 2 >= steps:
         vs = _against_sd("mirror", c, sp, spreads)
-        return f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
-            f", {vs}." if vs else ".") + late_hits_words(rec)
+        return [(lead, f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
+            f", {vs}." if vs else ".") + late_hits_words(rec))]
     decoded = steps_undrafted(rec)
     if 2 * decoded >= steps:  # mostly a plain decode: the priced windows judged drafting not worth it
         sd = c.get("sd")
@@ -184,13 +185,13 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
     twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
     vs = _against_sd(twin, c, sp, spreads) if twin else ""
     if not vs:
-        return text
+        return [(lead, text)]
     pair = {"mirror": c["mirror"], twin: c[twin]}
     beat = (sp[twin][0] and sp["mirror"][0] and sp[twin][0] > sp["mirror"][0]
             and not level_with(pair, winner(pair, spreads), spreads))
-    return text + f" {label(twin)}, overlapped in every step, ran {vs}" + (
+    return [(lead, text), (label(twin), f"Overlapped in every step, it ran {vs}" + (
         "; it also beat the gated run, so the gate's judgement did not pay here." if beat else ".") + late_hits_words(
-        (done or {}).get(twin))
+        (done or {}).get(twin)))]
 
 
 def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
@@ -225,8 +226,8 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
         first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
                  + (", within one run's noise" if abs(sd - 1) < LEVEL else ""))
     parts = [("SD against plain decoding", first + ".")]
-    if "mirror" in done and (mirror := _mirror_takeaway(done["mirror"], c, sp, spreads, done)):
-        parts.append(("Mirror-SD on this machine", mirror))
+    if "mirror" in done:
+        parts += _mirror_takeaway(done["mirror"], c, sp, spreads, done)
     # each Mirror-SD's time against SD's in one line; the chart in its item splits it into parts
     if split := short_line(c, done, _mirrors(c)):
         parts.append((SPLIT_LEAD, split))
