@@ -123,3 +123,24 @@ def test_a_branch_forward_after_its_verdict_is_drawn_as_drafting_the_target_wait
     waits = [tr for tr in fig.data if tr.name == GROUP_OF[LATE_BRANCHES][0]]
     assert GROUP_OF[LATE_BRANCHES][0] == "draft, the target waits" and waits
     assert any("after" not in str(tr.name) for tr in fig.data if tr.name == "draft beside the target")
+
+
+def test_the_committed_curve_puts_each_token_at_its_verdict_not_its_arrival():
+    """Mirror-SD yields a step's tokens after the draft lane's work of the step: the curve draws
+    them at the step's verdict on the engine's clock, so its first token sits at the card's time
+    to first token, and a run whose events all reached the page 300 ms late draws the same curve."""
+    from ui.figures import cards
+    from ui.runs import RunRecord
+    from ui.timeline import committed_curve
+    records = tiny_records()
+    c = cards(records)
+    for m, rec in records.items():
+        xs, ys = committed_curve(rec, run_origin_ns(rec))  # t = 0 where the timeline puts it
+        first = xs[ys.index(1)]
+        assert abs(first - c[m].ttft_s) < 0.005, (m, first, c[m].ttft_s)
+        assert xs == sorted(xs)
+    rec = records["mirror"]
+    late = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        late.add(ev, t + 300_000_000)
+    assert committed_curve(late, run_origin_ns(rec))[0][:-1] == committed_curve(rec, run_origin_ns(rec))[0][:-1]

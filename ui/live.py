@@ -26,7 +26,7 @@ from pathlib import Path
 from mirror_sd.engine.events import (Commit, DraftBranch, EarlyExit, Error, Finish, Notice, Span,
                                      StepStart, Verify)
 
-from .runs import (VARIANTS, RunRecord, Verdicts, colour, drafted_in_turn, label, measured, method_names, tag,
+from .runs import (VARIANTS, RunRecord, Verdicts, colour, drafted_in_turn, label, measured, method_names, step_marks, tag,
                    token_kind)
 from .why import LANES_TIP, lanes_badge
 
@@ -262,31 +262,6 @@ def race_note(records: dict[str, RunRecord]) -> str:
             f"this time; their decode speed leaves it out.")
 
 
-def _step_marks(rec: RunRecord) -> dict[int, dict[str, float]]:
-    """Per step, from the engine's own clock (ms from the run's start): when the target began
-    checking its window (`check`, prefill left out), when the early exit's guesses were ready
-    (`exit`) and when the verdict was in (`verdict`: the acceptance rule's end, or the end of the
-    step's last target span where no rule ran, as in AR)."""
-    marks: dict[int, dict[str, float]] = {}
-    for ev in rec.events:
-        if not isinstance(ev, Span):
-            continue
-        m = marks.setdefault(ev.step, {})
-        a, b = _ms(ev.start_ns - rec.t0_ns), _ms(ev.end_ns - rec.t0_ns)
-        if ev.lane == "target" and ev.label != "prefill":
-            m["check"] = min(m.get("check", a), a)
-        if ev.lane == "target":
-            m["target_end"] = max(m.get("target_end", b), b)
-        if ev.label == "exit_head":
-            m["exit"] = b
-        if ev.lane == "verify" and ev.label == "accept":
-            m["verdict"] = b
-    for m in marks.values():
-        if "verdict" not in m and "target_end" in m:
-            m["verdict"] = m["target_end"]
-    return marks
-
-
 RACE_AT = {"w": "check", "x": "exit", "b": "verdict", "v": "verdict", "c": "verdict"}
 
 
@@ -298,7 +273,7 @@ def race_items(rec: RunRecord, items: list[dict]) -> list[dict]:
     blank while it already decoded. Here a step's items move to the engine's marks (never later
     than their arrival, and in their order), and a span starts at its own start (the page grows
     it to its end)."""
-    marks = _step_marks(rec)
+    marks = step_marks(rec)
     out, floor = [], 0.0
     for item in items:
         item = dict(item)

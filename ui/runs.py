@@ -473,3 +473,28 @@ def compare_tokens(reference: list[int], other: list[int]) -> dict:
     first = diffs[0] if diffs else (n if extra else None)
     return {"compared": max(len(reference), len(other)), "mismatches": len(diffs) + extra,
             "first": first, "identical": not diffs and not extra}
+
+
+def step_marks(rec: RunRecord) -> dict[int, dict[str, float]]:
+    """Per step, from the engine's own clock (ms from the run's start): when the target began
+    checking its window (`check`, prefill left out), when the early exit's guesses were ready
+    (`exit`) and when the verdict was in (`verdict`: the acceptance rule's end, or the end of the
+    step's last target span where no rule ran, as in AR)."""
+    marks: dict[int, dict[str, float]] = {}
+    for ev in rec.events:
+        if not isinstance(ev, Span):
+            continue
+        m = marks.setdefault(ev.step, {})
+        a, b = round((ev.start_ns - rec.t0_ns) / 1e6, 2), round((ev.end_ns - rec.t0_ns) / 1e6, 2)
+        if ev.lane == "target" and ev.label != "prefill":
+            m["check"] = min(m.get("check", a), a)
+        if ev.lane == "target":
+            m["target_end"] = max(m.get("target_end", b), b)
+        if ev.label == "exit_head":
+            m["exit"] = b
+        if ev.lane == "verify" and ev.label == "accept":
+            m["verdict"] = b
+    for m in marks.values():
+        if "verdict" not in m and "target_end" in m:
+            m["verdict"] = m["target_end"]
+    return marks

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .palette import LANES
-from .runs import LATE_BRANCHES, RunRecord, Verdicts, analyse, colour, label, method_names
+from .runs import LATE_BRANCHES, RunRecord, Verdicts, analyse, colour, label, method_names, step_marks
 
 # span label -> (legend name, colour), in the lane colours of ui/palette.py (hue families the
 # token colours never use): the target in greys, its early exit pink, the draft cyan, dark while
@@ -100,11 +100,16 @@ def run_end_s(rec: RunRecord, origin_ns: int) -> float:
 
 
 def committed_curve(rec: RunRecord, origin_ns: int) -> tuple[list[float], list[int]]:
-    """(seconds, tokens committed) steps from (0, 0) to (end, the run's token count)."""
-    xs, ys, n = [0.0], [0], 0
+    """(seconds, tokens committed) steps from (0, 0) to (end, the run's token count), each token
+    at its step's verdict on the engine's clock (`step_marks`), never later than it arrived:
+    Mirror-SD yields a step's tokens after the draft lane's work of the step, as the race knows."""
+    xs, ys, n, floor = [0.0], [0], 0, 0.0
+    marks = step_marks(rec)
     for t in analyse(rec).tokens:
         n += 1
-        xs.append(max(0.0, (rec.t0_ns + t.t_ns - origin_ns) / 1e9))
+        at_ms = min(t.t_ns / 1e6, marks.get(t.step, {}).get("verdict", float("inf")))
+        floor = max(floor, (rec.t0_ns + at_ms * 1e6 - origin_ns) / 1e9)  # in order, as committed
+        xs.append(max(0.0, floor))
         ys.append(n)
     f = rec.finish
     total = int(f.stats.get("new_tokens", n)) if f is not None else n
