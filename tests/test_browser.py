@@ -70,7 +70,7 @@ UNREADABLE_JS = """() => {
   return [...new Set(out)].slice(0, 40);
 }"""
 LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD (gated)", "mirror-overlap": "Mirror-SD (always overlapped)"}
-MAX_PAGE_PX = 4500  # the default results at 1600 x 1200 with the folds closed: under four screens for four runs (the result on top, the race, the verdict with its chart and its seconds split, the zoomed step, the cards); the text's length moves it by about 200 px from run to run
+MAX_PAGE_PX = 4700  # the default results at 1600 x 1200 with the folds closed: about four screens for four runs (the result on top, the race, the verdict with its chart, its seconds chart and an item per Mirror-SD, the zoomed step, the cards); the text's length moves it by about 200 px from run to run
 
 
 def free_port() -> int:
