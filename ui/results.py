@@ -78,7 +78,8 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
                "target's own layers: once the draft has a device of its own, this pair's costly draft leaves "
                "much to hide; on the accelerator pair the draft is cheap beside its target, which leaves "
                "less to hide.")
-    nor = "" if gains_elsewhere else ": from these steps, no more than SD there either"
+    unsure = any(rounds_span_one(projection or {}, k) for k in ("b", "c"))  # the runs disagree: no claim
+    nor = "" if gains_elsewhere or unsure else ": from these steps, no more than SD there either"
     return (f"{lead} The chart shows what the same steps would give where the two models do not share a "
             f"device{nor}.{why}")
 
@@ -137,6 +138,9 @@ def _against_sd(m: str, c: dict[str, Card], sp: dict, spreads: dict | None) -> s
     return f"{ratio:.2f}× SD end to end: {said}"
 
 
+FRESH_MIN = 3  # fresh windows (drafted after a verdict) a run needs before their median is set beside its hits
+
+
 def late_hits_words(rec: RunRecord | None) -> str:
     """' Its branches hit 9 verdicts, but sharing the cores the draft finished 8 of those branches
     after the verdict, a median 189 ms late; a window drafted fresh after a verdict took 54 ms
@@ -149,6 +153,8 @@ def late_hits_words(rec: RunRecord | None) -> str:
     if not late:
         return ""
     fresh = redraft_ms(rec)
+    fresh_steps = sum(1 for sv in steps.values() if sv.fallback is not None or verdict_outcome(sv) == "turn")
+    fresh = fresh if fresh_steps >= FRESH_MIN else None  # a median of one or two windows compares nothing
     return (f" Its branches hit {len(hits)} verdict{'' if len(hits) == 1 else 's'}, but sharing the cores the "
             f"draft finished {len(late)} of those branches after the verdict, a median {median(late):.0f} ms late"
             + (f"; a window drafted fresh after a verdict took {fresh:.0f} ms (median)" if fresh else "") + ".")
