@@ -21,7 +21,7 @@ from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import projection_line, round_span, round_values, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of, verdict_outcome)
-from .zoom import redraft_ms
+from .zoom import fresh_steps, redraft_ms
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
@@ -153,8 +153,7 @@ def late_hits_words(rec: RunRecord | None) -> str:
     if not late:
         return ""
     fresh = redraft_ms(rec)
-    fresh_steps = sum(1 for sv in steps.values() if sv.fallback is not None or verdict_outcome(sv) == "turn")
-    fresh = fresh if fresh_steps >= FRESH_MIN else None  # a median of one or two windows compares nothing
+    fresh = fresh if len(fresh_steps(steps)) >= FRESH_MIN else None  # a median of one or two windows compares nothing
     return (f" Its branches hit {len(hits)} verdict{'' if len(hits) == 1 else 's'}, but sharing the cores the "
             f"draft finished {len(late)} of those branches after the verdict, a median {median(late):.0f} ms late"
             + (f"; a window drafted fresh after a verdict took {fresh:.0f} ms (median)" if fresh else "") + ".")

@@ -275,8 +275,8 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     decoded = steps_undrafted(rec)
     if 2 * decoded >= steps:  # mostly no draft at all: its priced windows, not the gate
         return f"priced windows: no draft in {decoded} of {steps} steps"
-    if 2 * at_once < steps:  # mostly in turn: say what it mostly did (the last step drafts no next window)
-        return f"ran as SD: draft, then target, in {steps_in_turn(rec)} of {steps} steps"
+    if turned := ran_as_sd(method, rec):  # mostly in turn: what it mostly did (the last step drafts no next window)
+        return f"ran as SD: draft, then target, in {turned[0]} of {turned[1]} steps"
     return f"gated: draft beside the target in {at_once} of {steps} steps"
 
 

@@ -280,12 +280,16 @@ def _branches_written(sv: StepView, budget: int | None) -> str:
     return text
 
 
+def fresh_steps(steps: dict[int, StepView]) -> list[int]:
+    """The steps whose next window the draft wrote after the verdict: a miss's redraft, or a
+    step whose lanes ran in turn."""
+    return [s for s, sv in steps.items() if sv.fallback is not None or verdict_outcome(sv) == "turn"]
+
+
 def redraft_ms(rec: RunRecord) -> float | None:
     """The median time the draft took to write a window after a verdict in this run (a miss's
     redraft, or a step whose lanes ran in turn), in ms; None when no step did."""
-    steps = analyse(rec).steps
-    times = [redraft_s(rec, s) for s in steps
-             if steps[s].fallback is not None or verdict_outcome(steps[s]) == "turn"]
+    times = [redraft_s(rec, s) for s in fresh_steps(analyse(rec).steps)]
     times = [t for t in times if t > 0]
     return median(times) * 1e3 if times else None
 
