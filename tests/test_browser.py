@@ -520,12 +520,13 @@ NARROW_BOARD_JS = """() => {
 BOARD_WORDS_JS = """() => {
   const none = window.msdBoard.verdictLine({k: 'v', s: 57, a: 0, d: [], y: 'x', kd: 'bonus'}).textContent;
   const some = window.msdBoard.verdictLine({k: 'v', s: 3, a: 1, d: ['a', 'b'], y: 'c', kd: 'correction'}).textContent;
-  const late = window.msdBoard.verdictLine({k: 'v', s: 4, a: 2, d: ['a', 'b'], y: 'c', kd: 'bonus', h: 99}).textContent;
+  const late = window.msdBoard.lateBadge(99).textContent;
+  const lateVerdict = window.msdBoard.verdictLine({k: 'v', s: 4, a: 0, d: ['a', 'b'], y: 'c', kd: 'correction', h: 99}).textContent;
   const pre = document.createElement('pre'); pre.className = 'msd-tokens';
   document.querySelector('#board').append(pre);
   for (const [t] of window.msdBoard.tokPieces(' \\n    ', 'accepted')) pre.append(t);
   const nl = pre.querySelector('.msd-nl'), sp = pre.querySelector('.msd-sp');
-  const got = {none, some, late, text: pre.textContent, mark: nl && getComputedStyle(nl, '::before').content,
+  const got = {none, some, late, lateVerdict, text: pre.textContent, mark: nl && getComputedStyle(nl, '::before').content,
                dots: sp && getComputedStyle(sp).backgroundImage, pieces: pre.children.length};
   pre.remove();
   return got;
@@ -554,8 +555,11 @@ def check_narrow_board(page) -> None:
     assert all(re.fullmatch(r"(run|run took|t =) \d+\.\d+ s", c) for c in got["clocks"] if c), got
     words = page.evaluate(BOARD_WORDS_JS)
     assert "no draft" in words["none"] and "of 0" not in words["none"], words
-    assert "verdict" in words["some"] and "kept 1 of 2" in words["some"], words
-    assert "late hit +99 ms" in words["late"] and "late hit" not in words["some"], words  # runs.late_words
+    assert "verdict" in words["some"] and "kept 1 of 2 drafted" in words["some"], words
+    # the late badge names the window's origin (runs.late_words); the verdict's line says only
+    # what the target kept, so "hit" never sits beside "kept 0 of 2"
+    assert "late hit +99 ms" in words["late"], words
+    assert "hit" not in words["lateVerdict"] and "kept 0 of 2 drafted" in words["lateVerdict"], words
     assert words["text"] == " \n    " and words["pieces"] == 2, words  # the characters kept
     assert words["mark"] == '"↵"' and "radial-gradient" in words["dots"], words  # and marked
 

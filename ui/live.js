@@ -147,15 +147,16 @@ function verdictLine(item) {
   item.d.forEach((d, j) => kept.append(chip(d, j < item.a ? 'c-ok' : (j === item.a ? 'c-no' : 'c-gone'))));
   const own = mk('span', 'msd-bown');
   own.append(mk('span', 'msd-barrow', '→ target:'), chip(item.y, item.kd === 'bonus' ? 'c-bonus' : 'c-corr'));
-  line.append(kept, own, mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length));
-  if (item.h !== undefined) line.append(lateBadge(item.h));
+  line.append(kept, own, mk('span', 'msd-bsum', 'kept ' + item.a + ' of ' + item.d.length + ' drafted'));
   return line;
 }
-// a window that came from a late hit (ui/runs.py late_ms, late_words): its badge, in whole ms
+// a window that came from a late hit (ui/runs.py late_ms, late_words): its badge, in whole ms,
+// on the step's drafted line: where the window came from, apart from what the target kept of it
 function lateBadge(ms) {
-  const b = mk('span', 'msd-blate', 'its window: late hit +' + ms + ' ms');  // the window's, not the verdict's
-  b.title = 'This window was the branch the previous verdict matched (a branch hit), but the draft finished it ' +
-            ms + ' ms after that verdict: the target waited that long for it (a late hit).';
+  const b = mk('span', 'msd-blate', 'from a late hit +' + ms + ' ms');
+  b.title = 'This window is the branch the previous verdict matched (a branch hit: the branch began with the ' +
+            'target\'s own token), but the draft finished it ' + ms + ' ms after that verdict: the target waited ' +
+            'that long for it (a late hit). How many of its tokens the target keeps is the verdict\'s line.';
   return b;
 }
 window.msdBoard = {verdictLine, tokPieces, tokEl, lateBadge};  // the pure builders, for the browser test
@@ -165,7 +166,7 @@ function stepBox(run, item) {
     run.stepBox.append(mk('span', 'msd-bstep-n', 'step ' + (item.s + 1))); }
   const box = run.stepBox;
   if (item.k === 'w') {
-    const line = mk('div', 'msd-bline'); line.append(mk('span', 'msd-blab', 'drafted'));
+    const line = mk('div', 'msd-bline is-window'); line.append(mk('span', 'msd-blab', 'drafted'));
     for (const d of item.d) line.append(chip(d, 'c-draft'));
     box.append(line);
   } else if (item.k === 'x') {
@@ -184,6 +185,7 @@ function stepBox(run, item) {
     line.append(grp);
   } else if (item.k === 'v') {
     box.append(verdictLine(item));
+    if (item.h !== undefined) (box.querySelector('.msd-bline.is-window') || box.lastChild).append(lateBadge(item.h));
   }
 }
 
