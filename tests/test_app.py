@@ -264,6 +264,10 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     zoomed = re.search(r"One (Mirror-SD \((?:gated|always overlapped)\)) step, measured", zoom)
     assert zoomed, zoom
     assert "Two runs of Mirror-SD." in how and "overlap gate" in how
+    # the page's words, each defined in a line of its own that shows without a hover
+    from ui.how import WORDS
+    assert "Words on this page" in how and all(f"<dt>{w}</dt>" in how for w, _ in WORDS)
+    assert "hit can keep 0" in how  # a branch hit is not the tokens kept
     if "left the draft of" in how:
         assert f"left the draft of {zoomed.group(1)} about" in how
     data = json.load(open(trace))

@@ -404,6 +404,9 @@ def check_whatif(page) -> None:
     page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
 
 
+RUNS_CHOSEN_JS = "document.querySelector('#repeat input:checked')?.closest('label')?.textContent.trim()"
+
+
 def check_presenter(page, url: str) -> None:
     """The presenter view keeps the race, the panes, the headline with its tiles and the
     projection bar (b), and hides the cards, the zoom, the folds and the prose; unticked, all
@@ -411,6 +414,7 @@ def check_presenter(page, url: str) -> None:
     full = page.evaluate("() => document.documentElement.scrollHeight")
     page.locator("#presenter input").check()
     page.wait_for_function("() => document.body.classList.contains('msd-presenter')", timeout=10_000)
+    page.wait_for_function(f"() => ({RUNS_CHOSEN_JS}) === '1'", timeout=10_000)  # one run per method
     for shown in ("#board", "#verdict .msd-verdict-text", "#verdict .msd-scoreboard", "#pane-ar"):
         assert page.locator(shown).first.is_visible(), shown
     for hidden in ("#cards", "#zoom", "#statistics-fold", "#verdict .msd-takeaway", "#settings-row",
@@ -423,6 +427,7 @@ def check_presenter(page, url: str) -> None:
     page.locator("#presenter input").uncheck()
     page.wait_for_function("() => !document.body.classList.contains('msd-presenter')", timeout=10_000)
     assert page.locator("#cards").is_visible()
+    page.wait_for_function(f"() => ({RUNS_CHOSEN_JS}).startsWith('3')", timeout=10_000)  # the default back
     page.goto(url + "?presenter")
     page.wait_for_function("() => document.body.classList.contains('msd-presenter')", timeout=60_000)
     assert page.locator("#presenter input").is_checked()
@@ -590,6 +595,7 @@ def watch_live(page, methods=tuple(LABELS), timeout_s: float = 120, carried: lis
     while time.time() < deadline:
         if carried is not None:
             carried.extend(page.evaluate(CARRIED_JS))
+            carried.append(("header", 0, page.inner_text("#board .msd-board-say")))
         for m, (state, n, stat) in page.evaluate(LIVE_TOKENS_JS).items():
             if state == "running" and m in seen:
                 seen[m] = max(seen[m], n)
@@ -614,7 +620,13 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         live, ended = watch_live(page, carried=carried)
         assert all(n >= 1 for n in live.values()), live  # each pane grew while its run ran
         # in rounds 2 and 3 a pane keeps the round before's run, faded, until its own run starts
+        headers = {note for m, _, note in carried if m == "header"}
+        carried = [c for c in carried if c[0] != "header"]
         assert carried and all(n >= 1 and note.startswith("Faded: its round ") for _, n, note in carried), carried[:5]
+        # from round 2 on, the board's header gives the round before's times and when the race comes
+        later = [h for h in headers if h.startswith("Round 2 of 3")]
+        assert later and all(re.search(r"Round 1 took (.+ \d+\.\d s, ){3}.+ \d+\.\d s\. The race plays.+ in about \d+ s\.", h)
+                             for h in later), headers
         # the race plays by itself after the last run, then the full panes show
         page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)
         assert "Race replay" in page.inner_text("#board .msd-board-say")

@@ -20,23 +20,37 @@ INTRO = ("A large language model (the <i>target</i>) writes one token at a time,
          "would write; only the speed changes. In plain SD the two models take turns: while the "
          "draft guesses, the target waits.")
 MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass the target peeks "
-          "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the "
-          "draft, which writes the likely next windows (<i>branches</i>) at the same time as the "
-          "target finishes (before the exit it has already begun one on its own best guess, kept "
-          "only if the exit ranks that guess among its best). If the target's verdict matches a "
-          "branch (a <b>branch hit</b>) the next window "
-          "was started early: it is ready as soon as the draft finishes that branch (at once when "
-          "the draft is faster than the rest of the target; here, where both models share the cores, "
-          "it can come well after the verdict, a <b>late hit</b>, even later than a fresh window would take: the zoomed "
-          "step gives this run's figures); if not (a <b>branch miss</b>) the draft writes it after the "
-          "verdict, as in plain SD. Every token is still checked by the full target, so the text does not change.")
-GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the lanes pays only when each has hardware of "
-        "its own. Where both models share one device, as on this CPU, Mirror-SD times its steps and "
-        "runs a step with the lanes one after the other (<i>in turn</i>, as SD does) whenever that "
-        "measured faster (the <i>overlap gate</i>); after the run it checks, untimed, whether each such "
-        "step would have hit. <b>Mirror-SD (always overlapped)</b> overlaps the lanes in every step, "
-        "whatever they cost here, so its hits, misses and branches show: the two runs side by side "
+          "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the draft. "
+          "The draft writes the likely next windows from them (<i>branches</i>) while the target "
+          "finishes; one branch may start earlier, on the draft's own guess. If the target's verdict "
+          "matches a branch (a <b>branch hit</b>), the next window is already under way. If the draft "
+          "finishes that branch only after the verdict, the target waits for the rest (a <b>late "
+          "hit</b>): common here, where both models share the cores (the zoomed step gives this run's "
+          "figures). If no branch matches (a <b>branch miss</b>), the draft writes the next window "
+          "after the verdict, as in plain SD. The full target still checks every token, so the text "
+          "does not change.")
+GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the two models pays only when each has "
+        "hardware of its own. Where both share one device, as on this CPU, Mirror-SD times its steps. "
+        "It runs a step with the models one after the other (<i>in turn</i>, as SD does) whenever "
+        "that measured faster: the <i>overlap gate</i>. After the run it checks, untimed, whether each "
+        "such step would have hit. <b>Mirror-SD (always overlapped)</b> overlaps them in every step, "
+        "whatever that costs here, so its hits, misses and branches show. Side by side, the two runs "
         "are the gate's choice and what it chose against.")
+# the words the page uses, each in one short line (the longer definitions are on hover: GLOSSARY)
+WORDS = (
+    ("window", "the tokens the draft guesses before the target checks them"),
+    ("verify step", "one target pass over a window: it keeps the guesses it agrees with and writes one token"),
+    ("bonus token", "the target's own token after a window it kept whole: free, from the same pass"),
+    ("early exit", "the target's likely next tokens, read part-way through its layers"),
+    ("exit lens", "a small trained correction that makes those half-way guesses match more often"),
+    ("root, score", "where a branch starts (keep j drafted tokens, then token v), and how likely the verdict lands there"),
+    ("branch budget", "at most this many branches per step (the exit's guesses and the draft's own)"),
+    ("hit, late hit, miss", "a branch began with the target's token (ready by the verdict, or after it); or none did"),
+    ("kept n of m", "how many of a window's m drafted tokens the target agreed with: a hit can keep 0"),
+    ("in turn, overlapped", "the two models one after the other, as SD; or at the same time"),
+    ("overlap gate", "per step, Mirror-SD runs in turn where that measured faster on this machine"),
+    ("hidden, exposed", "draft time beside the target's work; or time the target waited for the draft"),
+)
 CROSS = ("<b>Another tokenizer.</b> This run's draft spells text with other tokens than the "
          "target. It proposes only the tokens both vocabularies spell the same, and the target "
          "checks them as usual, so the text still does not change; the pair check says how many "
@@ -154,6 +168,12 @@ def flow(layer: int | None = None, layers: int | None = None) -> str:
             + "".join(cells) + '</div>')
 
 
+def words() -> str:
+    """The page's words, one short line each (How it works' last part)."""
+    rows = "".join(f"<dt>{esc(w)}</dt><dd>{esc(d)}</dd>" for w, d in WORDS)
+    return f'<h4>Words on this page</h4><dl class="msd-words">{rows}</dl>'
+
+
 def render_how(records: dict[str, RunRecord], meta: dict) -> str:
     """The section for the run on screen; the general text before any run."""
     parts = [f"<p>{INTRO}</p>"]
@@ -168,4 +188,5 @@ def render_how(records: dict[str, RunRecord], meta: dict) -> str:
         parts.append(_this_run(records, meta))
     if (meta or {}).get("cross"):
         parts.append(f"<p>{CROSS}</p>")
+    parts.append(words())
     return f'<div class="msd-how">{"".join(parts)}</div>'

@@ -206,9 +206,12 @@ def _prompt_row(c: dict) -> None:
                               label="Runs per method", elem_id="repeat",
                               info="3 or 5: median and range on the cards, and the verdict says when the "
                               "ranges cannot tell two methods apart; 5 narrows them and takes longer.")
-            presenter = gr.Checkbox(False, label="Presenter view: the race and the result, the details hidden",
+            presenter = gr.Checkbox(False, label="Presenter view: one run per method, the race and the result, the details hidden",
                                     elem_id="presenter")
-    presenter.change(None, presenter, presenter, js=PRESENTER_JS)
+    # an audience sees the race after one run of each method, not three: the presenter view
+    # runs each once (the runs' control is hidden there); leaving it brings back the default
+    presenter.change(None, presenter, presenter, js=PRESENTER_JS).then(
+        lambda on: 1 if on else INPUTS.repeat, presenter, repeat, api_visibility="private", queue=False)
     c.update(prompt=prompt, example=example, run_btn=run_btn, stop_btn=stop_btn, repeat=repeat,
              presenter=presenter)
     with gr.Row(equal_height=False, elem_id="settings-row"):

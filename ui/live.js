@@ -319,6 +319,24 @@ function carryOver(round) {
     run.note.textContent = 'Faded: its round ' + (round - 1) + ' run, shown until its round ' + round + ' run starts.';
   }
 }
+// each method's last ended run (the faded panes'), quickest first: [label, seconds]
+function lastTimes() {
+  return B.order.map(m => B.runs[m]).filter(r => r.on && r.ended && r.endT !== null)
+    .map(r => [r.label, r.endT / 1000]).sort((a, b) => a[1] - b[1]);
+}
+// the board's header while runs are timed; from the second round on, the last round's times and
+// about when the race comes (the rounds left at the last round's pace: an estimate, said as one)
+function roundHeader(round, times) {
+  const [r, n] = round || [1, 1];
+  const how = 'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ';
+  if (n <= 1) return 'Live: ' + how + 'They race side by side, at their measured pace, when the last run ends.';
+  if (r === 1 || !times.length) return 'Round 1 of ' + n + ', live: ' + how +
+    'They race side by side, at their measured pace, when round ' + n + ' ends.';
+  const left = times.reduce((t, x) => t + x[1], 0) * (n - r + 1);
+  return 'Round ' + r + ' of ' + n + ', live: the same runs again, to tell close methods apart. Round ' + (r - 1) +
+    ' took ' + times.map(x => x[0] + ' ' + x[1].toFixed(1) + ' s').join(', ') +
+    '. The race plays, at the measured pace, when round ' + n + ' ends, in about ' + Math.round(left) + ' s.';
+}
 function resetRun(run) {
   Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null,
                       step: null, line: null, pend: null, stale: false, growing: []});
@@ -433,9 +451,7 @@ function handle(msg) {
     boardNote('');
     board().classList.add('is-on');
     if (!msg.round || msg.round[0] === 1) reveal();
-    header((msg.round && msg.round[1] > 1 ? 'Round ' + msg.round[0] + ' of ' + msg.round[1] + ', live: ' : 'Live: ') +
-           'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ' +
-           'They race side by side, at their measured pace, when the last run ends.');
+    header(roundHeader(msg.round, same ? lastTimes() : []));
     kick();
   } else if (msg.op === 'feed') {
     if (B.mode !== 'live') return;
