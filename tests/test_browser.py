@@ -494,6 +494,9 @@ NARROW_BOARD_JS = """() => {
   const r = e => e.getBoundingClientRect();
   const apart = (a, b) => a.right <= b.left + .5 || b.right <= a.left + .5 || a.bottom <= b.top + .5 || b.bottom <= a.top + .5;
   const out = {steps: 0, under: [], overlaps: [], wide: [], cut: [], clocks: [], lines: 0};
+  const mini = board.querySelector('.msd-bmini'), panesTop = r(board.querySelector('.msd-board-panes')).top;
+  out.mini = [...mini.querySelectorAll('.bm-name')].filter(e => e.offsetWidth).map(e => e.textContent);
+  out.miniAbove = !!mini.offsetHeight && r(mini).bottom <= panesTop + .5;
   for (const pane of board.querySelectorAll('.msd-bpane')) {
     const box = pane.querySelector('.msd-bstep'), pre = pane.querySelector('pre.msd-tokens');
     out.lines += pre.querySelectorAll(':scope > .msd-ln').length;
@@ -557,6 +560,8 @@ def check_narrow_board(page) -> None:
     assert not got["under"] and not got["overlaps"] and not got["wide"] and not got["cut"], got
     # a phone: the four panes one under another, full width, together within one phone screen
     assert got["columns"] == 1 and 0 < got["height"] <= 700, got
+    # and above the stacked panes the race in brief, a bar per run
+    assert sorted(got["mini"]) == sorted(LABELS.values()) and got["miniAbove"], got
     assert all(re.fullmatch(r"(run|run took|t =) \d+\.\d+ s", c) for c in got["clocks"] if c), got
     words = page.evaluate(BOARD_WORDS_JS)
     assert "no draft" in words["none"] and "of 0" not in words["none"], words
@@ -647,6 +652,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         page.set_viewport_size({"width": 1600, "height": 1200})
         cut = page.evaluate(LANE_NAMES_CUT_JS)
         assert not cut, cut  # and wide: each method's name beside its lanes, wrapped, not cut
+        assert not page.locator("#board .msd-bmini").is_visible()  # wide, the panes side by side say it
         assert "Race over" in page.inner_text("#board .msd-board-say")
         check_tokens_chart(page)
         assert {"ar", "sd"} <= set(ended), ended  # ended while the next ones ran

@@ -271,6 +271,22 @@ function advance(run, clock) {
 // tokens written against time, one line per run on the timeline's time axis, its key each run's
 // speed so far (tokens over its own time; an ended run's over its whole run): the race at a glance
 const TVT_L = 30, TVT_R = 8, TVT_B = 18;  // drawn at the box's own pixel size (text at its real size)
+// on a phone, where the panes stack, the race in brief above them: a bar per run, its tokens so
+// far against the most any run wrote (live.css shows it there only)
+function minis() {
+  const box = $('.msd-bmini'); if (!box) return;
+  const runs = B.order.map(m => B.runs[m]).filter(r => r.on);
+  const totals = runs.map(r => { const f = r.items.length && r.items[r.items.length - 1]; return f && f.k === 'f' ? f.n : r.tokens; });
+  const top = Math.max(1, ...totals, ...runs.map(r => r.tokens));
+  const key = runs.map(r => r.tokens + (r.ended ? 'e' : '')).join(',') + '/' + top;
+  if (box.dataset.key === key) return;
+  box.dataset.key = key;
+  box.innerHTML = runs.map(r => '<div class="bm-row' + (r.stale ? ' is-stale' : '') + '"><span class="bm-name">' +
+    r.label.replace(/&/g, '&amp;').replace(/</g, '&lt;') + '</span><span class="bm-track"><i style="width:' +
+    (100 * r.tokens / top).toFixed(1) + '%;background:' + r.colour + '"></i></span><span class="bm-n">' + r.tokens +
+    (r.ended ? ' ✓' : '') + '</span></div>').join('');
+}
+
 function chart() {
   const box = $('.msd-tvt'); if (!box) return;
   const runs = B.order.map(m => B.runs[m]).filter(r => r.on && r.pts.length);
@@ -399,7 +415,7 @@ function loop() {
   B.raf = 0;
   const now = performance.now();
   const again = B.mode === 'live' ? liveTick(now) : B.mode === 'race' ? raceTick(now) : false;
-  chart();
+  chart(); minis();
   if (again) B.raf = requestAnimationFrame(loop);
 }
 function kick() { if (!B.raf) B.raf = requestAnimationFrame(loop); }

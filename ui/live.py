@@ -37,7 +37,9 @@ BOARD_TEMPLATE = (
     '<span class="msd-board-ctl"><span class="msd-blab">race speed</span>'
     '<span class="msd-board-speeds"></span>'
     '<button type="button" class="msd-replay">↻ Replay the race</button></span></div>'
-    '<div class="msd-board-note"></div><div class="msd-board-panes"></div>'
+    '<div class="msd-board-note"></div>'
+    '<div class="msd-bmini" aria-label="the race in brief: tokens written so far, one bar per run"></div>'
+    '<div class="msd-board-panes"></div>'
     '<div class="msd-tvt" aria-label="tokens written against time, one line per run"></div>'
     '<div class="msd-board-wait">The verdict and the figures appear under the timeline when the race ends '
     '(“instant” ends it now).</div></div>')
