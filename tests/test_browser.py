@@ -418,7 +418,7 @@ def check_presenter(page, url: str) -> None:
     for shown in ("#board", "#verdict .msd-verdict-text", "#verdict .msd-scoreboard", "#pane-ar"):
         assert page.locator(shown).first.is_visible(), shown
     for hidden in ("#cards", "#zoom", "#statistics-fold", "#verdict .msd-takeaway", "#settings-row",
-                   "#verdict .pc-c", "#verdict .pc-note", "#legend-row", "#panes s.msd-rej"):
+                   "#verdict .pc-c", "#verdict .pc-note", "#legend-row", "#panes s.msd-rej", "#repeat"):
         assert all(not e.is_visible() for e in page.locator(hidden).all()), hidden
     if page.locator("#verdict .pc-b").count():
         assert page.locator("#verdict .pc-b").first.is_visible()  # the one projection bar

@@ -45,7 +45,7 @@ function build(heads) {
   B.axisSet = false;
   B.runs = {}; B.order = [];
   for (const h of heads) {
-    const run = {m: h.m, label: h.label, on: h.on, items: [], drawn: 0, tokens: 0, lastT: 0,
+    const run = {m: h.m, label: h.label, on: h.on, items: [], drawn: 0, tokens: 0, lastT: 0, now: 0,
                  lastWall: 0, ended: false, endT: null, step: null, growing: []};
     const pane = mk('div', 'msd-pane msd-bpane m-' + h.m);
     const head = mk('div', 'msd-pane-head');
@@ -89,7 +89,9 @@ function axis(ms, tight) {
   if (!tight && ms <= cur && B.axisSet) return;
   const want = Math.max(1000, ms * (tight ? 1.02 : 1.25));
   const step = STEPS.find(st => want / st <= 5) || 20000;
-  const nice = Math.ceil(want / step) * step;
+  // the race's axis ends just past its last finish, not at the next round tick (a 10.5 s race on a
+  // 15 s axis reads as slower than it was); live, a round end leaves room ahead
+  const nice = tight ? Math.ceil(want / 100) * 100 : Math.ceil(want / step) * step;
   tl.style.setProperty('--axis', nice); B.axisSet = true;
   const ticks = []; for (let t = 0; t <= nice + 1; t += step) ticks.push(t);
   // ticks placed on the bars' own scale (--a ms over --axis ms of the same track width)
@@ -266,11 +268,9 @@ function advance(run, clock) {
   if (run.drawn) run.stat.innerHTML = '<b>' + run.tokens + '</b> tokens';
   // its own run's clock: live, the run's time so far; in the race, the replay's time since its start
   if (!run.ended && run.drawn) run.clock.textContent = (B.mode === 'race' ? 't = ' : 'run ') + secs(Math.max(0, clock));
+  if (isFinite(clock)) run.now = Math.max(0, clock);  // the chart's "so far": tokens over this time
 }
 
-// tokens written against time, one line per run on the timeline's time axis, its key each run's
-// speed so far (tokens over its own time; an ended run's over its whole run): the race at a glance
-const TVT_L = 30, TVT_R = 8, TVT_B = 18;  // drawn at the box's own pixel size (text at its real size)
 // on a phone, where the panes stack, the race in brief above them: a bar per run, its tokens so
 // far against the most any run wrote (live.css shows it there only)
 function minis() {
@@ -287,6 +287,9 @@ function minis() {
     (r.ended ? ' ✓' : '') + '</span></div>').join('');
 }
 
+// tokens written against time, one line per run on the timeline's time axis, its key each run's
+// speed so far (tokens over its own time; an ended run's over its whole run): the race at a glance
+const TVT_L = 30, TVT_R = 8, TVT_B = 18;  // drawn at the box's own pixel size (text at its real size)
 function chart() {
   const box = $('.msd-tvt'); if (!box) return;
   const runs = B.order.map(m => B.runs[m]).filter(r => r.on && r.pts.length);
@@ -295,7 +298,8 @@ function chart() {
   const top = Math.max(16, ...runs.map(r => r.tokens));
   const TVT_W = Math.round(Math.min(640, Math.max(280, box.clientWidth || 600)));
   const TVT_H = TVT_W < 500 ? 130 : 104;  // a phone's chart drawn at its own size, not scaled down
-  const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '') + (r.stale ? 's' : '')).join(',');
+  const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '') + (r.stale ? 's' : '') +
+    (r.ended || r.stale ? '' : '@' + Math.floor((r.now || 0) / 250))).join(',');  // a running run's speed: four times a second
   if (key === B.tvt) return;  // nothing new to draw
   B.tvt = key;
   const x = t => TVT_L + (TVT_W - TVT_L - TVT_R) * Math.min(t, axisMs) / axisMs;
@@ -310,8 +314,9 @@ function chart() {
   const ends = [];
   for (const r of runs) {
     // an ended run's line runs on to its end, and its speed is its tokens over its whole run (the
-    // pane head's "tok/s end to end")
-    const pts = [[0, 0]].concat(r.pts, r.ended && r.endT !== null ? [[r.endT, r.tokens]] : []);
+    // pane head's "tok/s end to end"); a running one's, on to its clock: its tokens over the time so far
+    const last = r.ended && r.endT !== null ? r.endT : !r.ended && !r.stale && r.now > r.pts[r.pts.length - 1][0] ? r.now : null;
+    const pts = [[0, 0]].concat(r.pts, last !== null ? [[last, r.tokens]] : []);
     let d = 'M' + x(0) + ' ' + y(0);
     for (let i = 1; i < pts.length; i++) d += ' H' + x(pts[i][0]).toFixed(1) + ' V' + y(pts[i][1]).toFixed(1);
     svg += '<path class="tvt-line' + (r.stale ? ' is-stale' : '') + '" d="' + d + '" style="stroke:' + r.colour + '"/>';
@@ -354,7 +359,7 @@ function roundHeader(round, times) {
     '. The race plays, at the measured pace, when round ' + n + ' ends, in about ' + Math.round(left) + ' s.';
 }
 function resetRun(run) {
-  Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null,
+  Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null, now: 0,
                       step: null, line: null, pend: null, stale: false, growing: []});
   for (const el of [run.pre, run.stepBox, run.note, run.stat, run.clock]) el.textContent = '';
   run.clock.classList.remove('is-done'); run.pane.classList.remove('is-stale');
@@ -398,9 +403,11 @@ function raceTick(now) {
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
   const many = B.shown && B.shown > 1;
   const whose = many ? "Each pane's head: that run's own figures (the cards below: the same runs, with the ranges of all " + B.shown + ')' : 'Each run in full below';
-  header('Race over' + roundWords() + ': ' + order[0] + ' finished first' +
-         (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '. ' +
-         ((B.raceMsg && B.raceMsg.tie) ? B.raceMsg.tie + ' ' : '') + whose + '; click a token for its step.');
+  // where the runs cannot tell the leaders apart, that comes first and no one "finished first"
+  const tie = B.raceMsg && B.raceMsg.tie;
+  header('Race over' + roundWords() + ': ' + (tie ? tie + ' The order in these runs: ' + order.join(', ') :
+         order[0] + ' finished first' + (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '')) + '. ' +
+         whose + '; click a token for its step.');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
 }
