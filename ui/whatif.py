@@ -120,10 +120,6 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
         for m in methods)
     last = (f", the runs shown only (each method's middle run, the race's; their steps replayed below; the cards give the medians of {runs})"
             if runs > 1 else "")
-    # over interleaved runs: this table replays the runs shown; the quoted Mirror-SD over SD is the runs' median
-    shown = (f". Every row here replays the runs shown (each method's middle run); the Mirror-SD over SD "
-             f"that the verdict quotes for (b) and (c) is the median of the {runs} runs' "
-             f"projections, each run's own steps replayed, not a ratio of two columns here" if runs > 1 else "")
     rows = [f'<tr class="w-measured"><th scope="row">measured on this machine{last}, for comparison '
             f'with the projections</th>{measured}</tr>']
     for key, profile in result["profiles"].items():
@@ -162,7 +158,7 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
             f'tokens written in it: a speed is tokens over time, and a run that drafts writes more than '
             f'one token before its decode starts) per method: the measured run, then the projection of the same recorded steps on each '
             f'hardware profile. Mirror-SD (always overlapped) has no column: where the lanes get devices '
-            f'of their own, (b) and (c), the Mirror-SD column already prices every step overlapped{shown}'
+            f'of their own, (b) and (c), the Mirror-SD column already prices every step overlapped{_replay_note(runs)}'
             f'</caption><thead><tr><th scope="col">projection profile</th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
@@ -289,21 +285,38 @@ def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> 
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
-    medians = {k: over_sd_figure(p, k) for k in ("b", "c") if k in choices and median_words(p, k)}
-    caption, ratio = "A projection, not a measurement: each profile with the settings it would pick among those this run can replay", ""
-    if medians:  # over interleaved runs: this table replays the runs shown, the quoted figure is the median
-        n = len(round_span(p, next(iter(medians))))
-        caption = ("A projection, not a measurement: each profile with the settings it would pick among those "
-                   "the runs shown (each method's middle run) can replay, their steps replayed. The Mirror-SD "
-                   f"over SD that the verdict and the line above quote is the median of the {n} runs' projections, "
-                   "each run's own steps replayed: " + ", ".join(f"({k}) {v:.2f}×" for k, v in medians.items())
-                   + "; this table's last column is the runs shown replayed, not that median")
-        ratio = " (the runs shown replayed)"
+    caption, ratio = _choices_caption(choices, p)
     return (f'<table class="msd-whatif-table"><caption>{esc(caption)}</caption>'
             '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (the settings it picks there)</th>'
             '<th scope="col">Mirror-SD over AR (the settings it picks there)</th><th scope="col">Mirror-SD over '
             f'SD{esc(ratio)}</th>{column}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
+
+
+def _replay_note(runs: int) -> str:
+    """The replay table's caption over interleaved runs: its rows replay the runs shown, and the
+    Mirror-SD over SD the page quotes is the runs' median, not a ratio of its columns ('' from one run)."""
+    if runs < 2:
+        return ""
+    return (f". Every row here replays the runs shown (each method's middle run); the Mirror-SD over SD "
+            f"that the verdict quotes for (b) and (c) is the median of the {runs} runs' projections, each "
+            f"run's own steps replayed, not a ratio of two columns here")
+
+
+def _choices_caption(choices: dict, p: dict | None) -> tuple[str, str]:
+    """(the first table's caption, its Mirror-SD over SD column's qualifier): over interleaved
+    runs (`p` with each round's figures) the table is the runs shown's replay, and the caption
+    gives the medians the page quotes for (b) and (c), named so."""
+    caption = "A projection, not a measurement: each profile with the settings it would pick among those this run can replay"
+    medians = {k: over_sd_figure(p, k) for k in ("b", "c") if k in choices and median_words(p, k)}
+    if not medians:
+        return caption, ""
+    n = len(round_span(p, next(iter(medians))))
+    return ("A projection, not a measurement: each profile with the settings it would pick among those "
+            "the runs shown (each method's middle run) can replay, their steps replayed. The Mirror-SD "
+            f"over SD that the verdict and the line above quote is the median of the {n} runs' projections, "
+            "each run's own steps replayed: " + ", ".join(f"({k}) {v:.2f}×" for k, v in medians.items())
+            + "; this table's last column is the runs shown replayed, not that median"), " (the runs shown replayed)"
 
 
 def _figures_differ(result: dict, key: str) -> bool:
