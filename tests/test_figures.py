@@ -1482,10 +1482,13 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     steps = lanes_at_once(rec)[1]
     assert ran_as_sd("mirror", rec) == (steps_in_turn(rec), steps)
     assert ran_as_sd("mirror-overlap", rec) is None and ran_as_sd("sd", records["sd"]) is None
-    head = verdict(c, records, {})
+    from ui.figures import verdict_parts
+    head, reason = verdict_parts(c, records, {})
     said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {steps_in_turn(rec)} of its "
             f"{steps} steps, so its speed is not the overlap's.")
     assert said in head and head.count("ran as SD") == 1, head
+    # the reason (Statistics) says it once more, where it sets the run against SD's
+    assert reason.count("ran as SD") == 1 and "so its difference from SD is not the overlap's" in reason, reason
     tile = _scoreboard(c, None, records)
     assert re.search(r'data-method="mirror".*?msd-tile-best[^>]*>[^<]*, ran as SD<', tile), tile
     assert "“gated”: Mirror-SD picks, step by step" in tile and "“always overlapped”: beside it" in tile
@@ -1493,6 +1496,44 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
     records["mirror"] = overlapped
     assert "ran as SD" not in verdict(c, records, {}) + _scoreboard(c, None, records)
+
+
+def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_overlap():
+    """Where the overlap gate ran Mirror-SD as SD in most steps and the runs cannot tell it from
+    SD, the trade (the verdict's reason, and Statistics, which shows it) says so with the counts
+    and calls their difference this machine's run-to-run spread, never a cost of its verify
+    beside the draft; told apart, the difference is still not the overlap's; a run whose lanes
+    overlapped keeps its cause."""
+    from ui.figures import verdict_parts
+    from ui.why import ran_as_sd
+    records = dict(tiny_records())
+    overlapped = records["mirror"]
+    records["mirror"] = rec = _serial_after(overlapped, 0)
+    turns, steps = ran_as_sd("mirror", rec)
+
+    def spreads(sd, mirror):
+        rounds = [cards(records) for _ in range(3)]
+        for r, x in zip(rounds, (1.05, 0.98, 1.2)):
+            r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 5.0, sd * x, mirror * x
+        return repeat_summary(rounds)
+
+    level = spreads(10.0, 9.9)  # SD first by its median, Mirror-SD's range overlapping it
+    reason = verdict_parts(cards(records), records, {}, level)[1]
+    lead, first, *rest = reason.strip().split(ITEM)
+    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {turns} of its {steps} steps, so its "
+            f"difference from SD is this machine's run-to-run spread: the same way of working timed in two runs, "
+            f"not a cost or a gain of the overlap.")
+    assert (lead, first) == ("The trade:", said), reason
+    assert "as long beside the draft" not in reason  # its few steps beside the draft explain nothing
+    stats = render_statistics(records, {}, {}, 3, level)
+    assert f"<b>The trade:</b> {said}".replace("'", "&#x27;") in stats, stats
+    apart = verdict_parts(cards(records), records, {}, spreads(10.0, 6.0))[1]  # every SD run faster
+    first = apart.strip().split(ITEM)[1]
+    assert first.startswith(f"Mirror-SD (gated) ran as SD (the draft, then the target) in {turns} of its {steps} "
+                            f"steps, so its difference from SD is not the overlap's. "), apart
+    assert "run-to-run spread" not in apart
+    records["mirror"] = overlapped  # its lanes at once in most steps: the measured cause, no such words
+    assert "ran as SD" not in verdict_parts(cards(records), records, {}, level)[1]
 
 
 def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
