@@ -349,7 +349,8 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     """Each round's records give their own projection (over_sd_of); the verdict's line and the
-    What-if fold's first line give the range over the rounds beside the figure of the runs shown."""
+    What-if fold's first line quote the median of the rounds' projections, said so, with their
+    range; the fold's tables, the runs shown's replay, say that they are not that figure."""
     from mirror_sd.models.tiny import LAYERS
     from ui.results import render_verdict
     from ui.whatif import best_projection, over_sd_of, project_state, render_panel
@@ -358,27 +359,80 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
             "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
     own = over_sd_of(dict(base, records=records))
     assert own["c"] == best_projection(dict(base, records=records))["over_sd"]["c"]
-    projected = [own, {"b": own["b"] * 0.5, "c": own["c"] * 0.5}, {"b": own["b"] * 2, "c": own["c"] * 2}, {}]
+    projected = [{"b": own["b"] * 1.3, "c": own["c"] * 1.3}, {"b": own["b"] * 0.5, "c": own["c"] * 0.5},
+                 {"b": own["b"] * 2, "c": own["c"] * 2}, {}]
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
-    assert proj["over_sd_rounds"]["c"] == [own["c"], own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    words = f"(the runs shown; with each of the 3 runs&#x27;: {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×"
+    assert proj["over_sd_rounds"]["c"] == [own["c"] * 1.3, own["c"] * 0.5, own["c"] * 2]  # an empty round left out
+    # the median (1.3× the runs shown's), not the runs shown's figure
+    words = (f'Mirror-SD <b class="msd-proj-ratio">{own["c"] * 1.3:.2f}×</b> SD, the median of the 3 runs&#x27; '
+             f"projections (their range {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×")
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
-    either = own["c"] * 0.5 < 1 < own["c"] * 2
+    either = round(own["c"] * 0.5, 2) < 1 < round(own["c"] * 2, 2)
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
-    words = words.replace("'", "&#x27;")  # as the page escapes it
-    assert words in render_verdict(records, base["meta"], proj)
+    verdict_html = render_verdict(records, base["meta"], proj)
+    assert words in verdict_html, verdict_html
+    assert "the runs shown (each method's middle run) replayed: <b class=\"msd-proj-figures\">SD " in verdict_html
     result, _ = project_state(state)
-    assert words in render_panel(result, projected=projected)
+    panel = render_panel(result, projected=projected, runs=3)
+    assert words in panel
+    # the first table: the runs shown's replay, its caption naming the medians it is not
+    assert (f"is the median of the 3 runs&#x27; projections, each run&#x27;s own steps replayed: "
+            f"(b) {own['b'] * 1.3:.2f}×, (c) {own['c'] * 1.3:.2f}×; this table&#x27;s last column is the runs "
+            f"shown replayed, not that median") in panel, panel
+    assert "Mirror-SD over SD (the runs shown replayed)" in panel
+    assert "the Mirror-SD over SD that the verdict quotes for (b) and (c) is the median of the 3 runs" in panel
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        " (the runs shown; with each of the 3 runs': 0.95–1.28×: on both sides of 1×, so these runs cannot say whether Mirror-SD "
-        "would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == " (the runs shown; with each of the 2 runs': 1.05–1.28×)"
+        "the median of the 3 runs' projections (their range 0.95–1.28×: on both sides of 1×, so these runs cannot "
+        "say whether Mirror-SD would pass SD there)")
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == (
+        "the median of the 2 runs' projections (their range 1.05–1.28×)")
     # a range printed 0.92–1.00× lies below 1× as read, though its top was 1.004
-    assert rounds_words({"over_sd_rounds": {"b": [0.92, 1.004]}}, "b") == " (the runs shown; with each of the 2 runs': 0.92–1.00×)"
+    assert rounds_words({"over_sd_rounds": {"b": [0.92, 1.004]}}, "b") == (
+        "the median of the 2 runs' projections (their range 0.92–1.00×)")
     single = best_projection(dict(base, records=records, projected=[own]))
-    assert "rounds: " not in render_verdict(records, base["meta"], single)  # one round: no range
+    one = render_verdict(records, base["meta"], single)
+    assert "runs&#x27; projections" not in one and "their range" not in one  # one round: its own figure, no range
+    assert "Mirror-SD over SD (the runs shown" not in render_panel(result, projected=[own])
+
+
+def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
+    """Three runs whose projections of row (b) were 1.76×, 0.85× and 1.13× (the runs shown's own
+    replay 1.76×): the status, the takeaway and the pay chart quote 1.13×, the median, say so,
+    and give the range of all three beside it (inconclusive: on both sides of 1×); from one
+    run, that run's figure."""
+    from ui.frames import done_message
+    from ui.paychart import bars, render_pay_chart
+    from ui.results import takeaway
+    from ui.whatif import over_sd_figure, round_span
+    records = tiny_records()
+    meta = {"target_device": "cpu", "draft_device": "cpu"}
+    proj = {"over_sd": {"b": 1.76, "c": 1.5}, "over_sd_rounds": {"b": [1.76, 0.85, 1.13], "c": [1.5, 1.2, 1.3]}}
+    assert over_sd_figure(proj, "b") == 1.13 and over_sd_figure(proj, "c") == 1.3
+    assert round_span(proj, "b") == [1.76, 0.85, 1.13]  # all three runs, none other
+    said = takeaway(records, None, proj)
+    assert ("Projected, not measured (the chart below, from the steps of the 3 runs): Mirror-SD 1.13× SD with "
+            "the draft on a device of its own (the median of the 3 runs' projections; inconclusive: 0.85–1.76×); "
+            "1.30× SD on an accelerator pair (the median of the 3 runs' projections; 1.20–1.50×).") in said, said
+    assert "1.76× SD with" not in said and "1.50× SD on" not in said
+    assert ("with the draft on a device of its own: from 0.85× to 1.76× SD over the 3 runs' projections (their "
+            "median 1.13×), too spread to say whether it would pass SD (5 runs narrow it).") in done_message(
+        records, meta, None, proj)
+    apart = dict(proj, over_sd_rounds={"b": [1.76, 1.05, 1.13]})
+    assert ("Projected, not measured: Mirror-SD 1.13× SD with the draft on a device of its own (the median of the "
+            "3 runs' projections; 1.05–1.76×).") in done_message(records, meta, None, apart)
+    c = cards(records)
+    b, cc = [r for r in bars(c, None, proj) if r["kind"] == "projected"]
+    assert (b["value"], b["low"], b["high"]) == (1.13, 0.85, 1.76) and cc["value"] == 1.3
+    assert "the median of the 3 runs' projections, the whisker their range" in b["note"]
+    chart = render_pay_chart(proj, c)
+    assert re.search(r'pc-b">.*?pc-val">1\.13× <small>\(0\.85–1\.76×\)</small> <small class="pc-unsure">inconclusive',
+                     chart), chart
+    one = {"over_sd": {"b": 1.76, "c": 1.5}, "over_sd_rounds": {"b": [1.76], "c": [1.5]}}
+    assert over_sd_figure(one, "b") == 1.76 and round_span(one, "b") == []
+    assert "Mirror-SD 1.76× SD with the draft on a device of its own." in done_message(records, meta, None, one)
+    assert "runs' projections" not in takeaway(records, None, one)
 
 
 def test_a_method_within_three_percent_of_ar_is_said_to_be_indistinguishable_from_it():
@@ -1039,15 +1093,16 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
-    assert "Projected, not measured (the chart below, from the steps of this run): Mirror-SD 1.60× SD with the " \
-           "draft on a device of its own (inconclusive: 0.90–2.00× over the 3 runs); 1.20× SD on an accelerator pair." in gated, gated
+    assert "Projected, not measured (the chart below, from the steps of the 3 runs): Mirror-SD 1.70× SD with the " \
+           "draft on a device of its own (the median of the 3 runs' projections; inconclusive: 0.90–2.00×); 1.20× SD " \
+           "on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
 def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_their_spread():
     """The chart's measured bars are each Mirror-SD run's end-to-end speed over SD's, the tiles'
-    figures; its projected bars are the What-if rows (b) and (c), each with the range of the
-    interleaved runs' projections; every projected bar says it is one."""
+    figures; its projected bars are the What-if rows (b) and (c), over interleaved runs the
+    median of the runs' projections with their range; every projected bar says it is one."""
     from mirror_sd.models.tiny import LAYERS
     from ui.figures import speeds
     from ui.paychart import bars, render_pay_chart
@@ -1063,11 +1118,12 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     sp = speeds(c)
     assert [r["kind"] for r in rows] == ["measured", "projected", "projected"]
     assert rows[0]["value"] == sp["mirror"][0] / sp["sd"][0] and "this run" in rows[0]["note"]
-    assert [r["value"] for r in rows[1:]] == [proj["over_sd"]["b"], proj["over_sd"]["c"]]
+    assert [r["value"] for r in rows[1:]] == [0.9 * b, proj["over_sd"]["c"]]  # (b): the rounds' median
     assert (rows[1]["low"], rows[1]["high"]) == (0.7 * b, 1.3 * b) and rows[2]["low"] is None
     html = render_pay_chart(proj, c)
     assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
-    assert f"({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
+    assert f"{0.9 * b:.2f}× <small>({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
+    assert "the median of the 3 runs&#x27; projections, the whisker their range" in html
     unsure = round(0.7 * b, 2) < 1 < round(1.3 * b, 2)  # row (b)'s whisker across 1×: the bar says so
     assert html.count('class="pc-unsure">inconclusive<') == (1 if unsure else 0)
     across = dict(proj, over_sd=dict(proj["over_sd"], b=1.05), over_sd_rounds={"b": [0.8, 1.2, 0.9]})
@@ -1368,17 +1424,17 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
     assert need <= have, (need, have)
 
 
-def test_a_projection_of_the_runs_shown_lies_within_the_range_it_is_given_with():
+def test_the_projected_figure_lies_within_the_range_it_is_given_with():
     """The runs shown (each method's middle run) are a set no round ran as such: their
-    projection can lie outside the rounds' own, so the range said beside it, and the chart's
-    whisker, span both."""
+    projection can lie outside the rounds' own. The figure quoted is the rounds' median, so it
+    lies within the range said beside it, the rounds' own, and the chart's whisker."""
     from ui.paychart import bars
     from ui.whatif import round_span, rounds_words
     p = {"over_sd": {"c": 0.90}, "over_sd_rounds": {"c": [0.93, 0.99, 0.95]}}
-    assert round_span(p, "c") == [0.93, 0.99, 0.95, 0.90]
-    assert rounds_words(p, "c") == " (the runs shown; with each of the 3 runs': 0.90–0.99×)"
+    assert round_span(p, "c") == [0.93, 0.99, 0.95]
+    assert rounds_words(p, "c") == "the median of the 3 runs' projections (their range 0.93–0.99×)"
     row = next(r for r in bars(cards(tiny_records()), None, p) if r["kind"] == "projected")
-    assert (row["low"], row["high"]) == (0.90, 0.99) and row["low"] <= row["value"] <= row["high"]
+    assert (row["value"], row["low"], row["high"]) == (0.95, 0.93, 0.99)
     assert round_span({"over_sd": {"c": 0.9}, "over_sd_rounds": {"c": [0.95]}}, "c") == []  # one round: no range
 
 
@@ -1426,10 +1482,13 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     steps = lanes_at_once(rec)[1]
     assert ran_as_sd("mirror", rec) == (steps_in_turn(rec), steps)
     assert ran_as_sd("mirror-overlap", rec) is None and ran_as_sd("sd", records["sd"]) is None
-    head = verdict(c, records, {})
+    from ui.figures import verdict_parts
+    head, reason = verdict_parts(c, records, {})
     said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {steps_in_turn(rec)} of its "
             f"{steps} steps, so its speed is not the overlap's.")
     assert said in head and head.count("ran as SD") == 1, head
+    # the reason (Statistics) says it once more, where it sets the run against SD's
+    assert reason.count("ran as SD") == 1 and "so its difference from SD is not the overlap's" in reason, reason
     tile = _scoreboard(c, None, records)
     assert re.search(r'data-method="mirror".*?msd-tile-best[^>]*>[^<]*, ran as SD<', tile), tile
     assert "“gated”: Mirror-SD picks, step by step" in tile and "“always overlapped”: beside it" in tile
@@ -1437,6 +1496,44 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
     records["mirror"] = overlapped
     assert "ran as SD" not in verdict(c, records, {}) + _scoreboard(c, None, records)
+
+
+def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_overlap():
+    """Where the overlap gate ran Mirror-SD as SD in most steps and the runs cannot tell it from
+    SD, the trade (the verdict's reason, and Statistics, which shows it) says so with the counts
+    and calls their difference this machine's run-to-run spread, never a cost of its verify
+    beside the draft; told apart, the difference is still not the overlap's; a run whose lanes
+    overlapped keeps its cause."""
+    from ui.figures import verdict_parts
+    from ui.why import ran_as_sd
+    records = dict(tiny_records())
+    overlapped = records["mirror"]
+    records["mirror"] = rec = _serial_after(overlapped, 0)
+    turns, steps = ran_as_sd("mirror", rec)
+
+    def spreads(sd, mirror):
+        rounds = [cards(records) for _ in range(3)]
+        for r, x in zip(rounds, (1.05, 0.98, 1.2)):
+            r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 5.0, sd * x, mirror * x
+        return repeat_summary(rounds)
+
+    level = spreads(10.0, 9.9)  # SD first by its median, Mirror-SD's range overlapping it
+    reason = verdict_parts(cards(records), records, {}, level)[1]
+    lead, first, *rest = reason.strip().split(ITEM)
+    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {turns} of its {steps} steps, so its "
+            f"difference from SD is this machine's run-to-run spread: the same way of working timed in two runs, "
+            f"not a cost or a gain of the overlap.")
+    assert (lead, first) == ("The trade:", said), reason
+    assert "as long beside the draft" not in reason  # its few steps beside the draft explain nothing
+    stats = render_statistics(records, {}, {}, 3, level)
+    assert f"<b>The trade:</b> {said}".replace("'", "&#x27;") in stats, stats
+    apart = verdict_parts(cards(records), records, {}, spreads(10.0, 6.0))[1]  # every SD run faster
+    first = apart.strip().split(ITEM)[1]
+    assert first.startswith(f"Mirror-SD (gated) ran as SD (the draft, then the target) in {turns} of its {steps} "
+                            f"steps, so its difference from SD is not the overlap's. "), apart
+    assert "run-to-run spread" not in apart
+    records["mirror"] = overlapped  # its lanes at once in most steps: the measured cause, no such words
+    assert "ran as SD" not in verdict_parts(cards(records), records, {}, level)[1]
 
 
 def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
@@ -1450,14 +1547,14 @@ def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
     said = done_message(records, meta, None, proj)
     assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
             f"here both models share {machine()}, no GPU. Projected, not measured, with the draft on a device of "
-            "its own: from 0.78× to 1.87× SD over the 3 runs, too spread to say whether it would pass SD (5 runs "
-            "narrow it).") in said, said
-    apart = dict(proj, over_sd_rounds={"b": [1.2, 1.5, 1.87]})  # every run above 1×: the figure and its range
-    assert ("Projected, not measured: Mirror-SD 1.87× SD with the draft on a device of its own (1.20–1.87× over "
-            "the 3 runs).") in done_message(records, meta, None, apart)
+            "its own: from 0.78× to 1.87× SD over the 3 runs' projections (their median 1.50×), too spread to say "
+            "whether it would pass SD (5 runs narrow it).") in said, said
+    apart = dict(proj, over_sd_rounds={"b": [1.2, 1.5, 1.87]})  # every run above 1×: the median and the range
+    assert ("Projected, not measured: Mirror-SD 1.50× SD with the draft on a device of its own (the median of the "
+            "3 runs' projections; 1.20–1.87×).") in done_message(records, meta, None, apart)
     low = dict(proj, over_sd={"b": 0.89, "c": 0.94}, over_sd_rounds={"b": [0.78, 0.8, 0.89]})
     assert ("which needs the draft on hardware of its own; here both models share "
-            f"{machine()}, no GPU. Projected, not measured, even there these steps give Mirror-SD 0.89× SD with "
+            f"{machine()}, no GPU. Projected, not measured, even there these steps give Mirror-SD 0.80× SD with "
             "the draft on a device of its own") in done_message(records, meta, None, low)
     assert "Projected" not in done_message(records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, None, proj)
     assert "Projected" not in done_message(records, meta, None, None)

@@ -394,7 +394,7 @@ def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         return head, ""
     level, runs = level_with(c, best, spreads), runs_of(spreads)
     lead = "The trade:" if level else "The reason:"
-    reason = _reason(best, c, records, meta.get("precision"), lead)
+    reason = _reason(best, c, records, meta.get("precision"), lead, level)
     notes = _first_token_note(c).strip() if runs == 1 else ""  # medians steady the first token
     if notes:
         reason += (ITEM if ITEM in reason else " ") + notes
@@ -504,12 +504,15 @@ def _first_token_note(c: dict[str, Card]) -> str:
 
 
 def _reason(best: str, c: dict[str, Card], records: dict[str, RunRecord], precision: str | None = None,
-            lead: str = "The reason:") -> str:
+            lead: str = "The reason:", level: list[str] | None = None) -> str:
+    """The reason's items (`level`: the methods the runs cannot tell from the winner)."""
     slow = verify_slowdown(records)
     sd_name, mirror_name = roles()
     mirror, sd = c.get(mirror_name), c.get(sd_name)
     if best in (sd_name, mirror_name) and mirror is not None and sd is not None:
-        return _sd_against_mirror(sd, mirror, records, slow, precision, lead)
+        return _sd_against_mirror(sd, mirror, records, slow, precision, lead, level)
+    if best == mirror_name and mirror is not None and ran_as_sd(mirror_name, records.get(mirror_name)):
+        return ""  # its speed is SD's way of working, not the overlap's: the headline says so (`_as_sd`)
     if best == mirror_name and mirror is not None:
         hidden = mirror.draft_hidden_s or 0.0
         extra = (f"; the target's verify forward took {slow['factor']:.2f}× as long beside it "
@@ -588,15 +591,21 @@ def time_split(sd: Card, mirror: Card, sd_rec: RunRecord, mirror_rec: RunRecord)
 
 
 def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], slow: dict | None,
-                       precision: str | None = None, lead: str = "The reason:") -> str:
+                       precision: str | None = None, lead: str = "The reason:",
+                       level: list[str] | None = None) -> str:
     """Where Mirror-SD's decode time went against SD's (whichever won), from the two runs' own
     parts (totals after the first token, as the bars show them), in three items: verifying
     (with what running the draft beside the target cost each verify, medians, named as the
-    core split and the interference beyond it), drafting the target waited for, and the net."""
+    core split and the interference beyond it), drafting the target waited for, and the net.
+    Where the overlap gate ran Mirror-SD as SD in most steps (`ran_as_sd`), the first item says
+    so instead of a cause, and nothing credits its time to the overlap: both runs worked SD's
+    way, and where the runs cannot tell the two apart (`level`), their difference is this
+    machine's run-to-run spread."""
     got = _verify_and_waits(sd, mirror, records[sd.method], records[mirror.method])
     if got is None:
         return ""
     parts, verify, exposed, after = got
+    turned = ran_as_sd(mirror.method, records[mirror.method])
     mean = {m: verify[m] / after[m] * 1e3 if after[m] else None for m in verify}
     per = {m: f" ({mean[m]:.0f} ms a step, mean)" if mean[m] else "" for m in mean}
     verifying = (f"Verifying (the target's forwards, one-token ones where a step drafted nothing), after "
@@ -606,7 +615,7 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
                  f"{sd.verify_steps}{per['sd']}")
     if mean["sd"] and mean["mirror"]:
         verifying += f": {mean['mirror'] / mean['sd']:.2f}× per step, mean over all windows"
-    if slow:
+    if slow and not (turned and slow["method"] == mirror.method):  # in turn, its few steps beside the draft say nothing
         whose = "" if slow["method"] == "mirror" else f" ({label(slow['method'])}'s steps)"
         verifying += (f"; at one window length, {slow['tokens']} tokens, the median verify forward "
                       f"took {slow['factor']:.2f}× as long beside the draft{whose} "
@@ -631,7 +640,22 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
                 f"{mirror.wall_s:.2f} s against SD's {sd.wall_s:.2f} s")
     net += "."
     cause = cause_words(sd, mirror, parts, {m: verify[m] / after[m] if after[m] else None for m in verify})
+    if turned:
+        cause = as_sd_words(mirror.method, turned, {sd.method, mirror.method} <= set(level or []), cause)
     return f" {lead}{ITEM}{cause}{ITEM}{verifying}.{ITEM}{drafting}.{ITEM}{net}"
+
+
+def as_sd_words(method: str, turned: tuple[int, int], level: bool, cause: str) -> str:
+    """The trade's first item for a gated Mirror-SD that ran as SD in most steps (`turned`:
+    `ran_as_sd`'s counts): what it ran, and what its difference from SD then is: where the runs
+    cannot tell the two apart (`level`), this machine's run-to-run spread; else not the
+    overlap's, with the measured `cause`."""
+    ran = (f"{label(method)} ran as SD (the draft, then the target) in {turned[0]} of its {turned[1]} steps, "
+           f"so its difference from SD")
+    if level:
+        return (f"{ran} is this machine's run-to-run spread: the same way of working timed in two runs, "
+                f"not a cost or a gain of the overlap.")
+    return f"{ran} is not the overlap's. {cause}"
 
 
 def window_words(x: Card) -> str:

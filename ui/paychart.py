@@ -2,17 +2,18 @@
 
 Each bar is Mirror-SD's speed over SD's. Measured here (both models on the same cores): each
 Mirror-SD run's end-to-end median over SD's, the tiles' figures. Projected (the What-if fold's
-rows (b), a device of its own for the draft, and (c), the accelerator pair): the steps of
-the runs shown (each method's middle run) replayed, a whisker over each interleaved round's projection where there were several, so
-that how far one run's projection swings shows beside it. Pure HTML from figures: nothing is
-measured here.
+rows (b), a device of its own for the draft, and (c), the accelerator pair): each run's steps
+replayed, the bar at the median of the interleaved rounds' projections where there were
+several (`whatif.over_sd_figure`), a whisker over their range, so that how far one run's
+projection swings shows beside it; from one run, that run's. Pure HTML from figures: nothing
+is measured here.
 """
 from __future__ import annotations
 
 import html
 
 from .figures import Card, runs_of, shown_run, speeds
-from .whatif import round_span
+from .whatif import median_words, over_sd_figure, round_span
 from .runs import colour, label, variant_of
 
 esc = html.escape
@@ -40,17 +41,17 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
                         "note": f"end to end, {scope}, both models on the same cores"})
     p = projection or {}
     for key, words in PROJECTED.items():
-        value = (p.get("over_sd") or {}).get(key)
+        value = over_sd_figure(p, key)  # the rounds' median, or the one run's
         if value is None:
             continue
-        rounds = round_span(p, key)  # the rounds' projections and the runs shown's
+        rounds = round_span(p, key)  # each round's projection
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        spread = (f"; the whisker: its range with each of the {len(rounds) - 1} runs' projections" if rounds else "")
+        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, the whisker their range"
+               if rounds else f"the steps of {shown_run(spreads)} replayed (What if, row ({key}))")
         out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
                     "high": max(rounds) if rounds else None, "kind": "projected",
-                    "colour": PROJECTED_COLOUR,
-                    "note": f"decode, the steps of {shown_run(spreads)} replayed (What if, row ({key})){cost}{spread}"})
+                    "colour": PROJECTED_COLOUR, "note": f"decode, {how}{cost}"})
     return out
 
 

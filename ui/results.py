@@ -18,7 +18,7 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline,
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
-from .whatif import projection_line, round_span, round_values, rounds_span_one
+from .whatif import median_words, over_sd_figure, projection_line, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of, verdict_outcome)
 from .zoom import fresh_steps, redraft_ms
@@ -41,8 +41,10 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 # ---- the verdict ------------------------------------------------------------------------
 
 def _over_sd(projection: dict | None) -> list[float]:
-    """Mirror-SD over SD at every projected profile (the runs shown)."""
-    return [v for v in ((projection or {}).get("over_sd") or {}).values() if v is not None]
+    """Mirror-SD over SD at every projected profile, as the page quotes it (`over_sd_figure`:
+    the median of the interleaved rounds' projections where there were several)."""
+    return [v for v in (over_sd_figure(projection, k) for k in ((projection or {}).get("over_sd") or {}))
+            if v is not None]
 
 
 def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
@@ -67,8 +69,7 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     if slow and slow["factor"] > 1.05:  # the cost of overlapping here, the Statistics fold's figure
         lead += (f" With the draft working beside it, the target's verify pass took {slow['factor']:.2f}× "
                  f"its time alone (medians, at one window length: {slow['tokens']} tokens).")
-    over = (projection or {}).get("over_sd") or {}
-    b, acc = over.get("b"), over.get("c")
+    b, acc = over_sd_figure(projection, "b"), over_sd_figure(projection, "c")
     if b is None and acc is None:
         return (f"{lead} Mirror-SD needs two models that do not share a device and a draft much cheaper "
                 f"than the target (the paper pairs a 14-32B target with a ~0.6B draft).")
@@ -87,19 +88,21 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
 def pays_words(meta: dict, projection: dict | None, methods) -> str:
     """The status's last line where both models shared one device: what Mirror-SD needs, and
     the projection of this run's steps with the draft on a device of its own (the chart's row
-    (b), its range over the rounds), labelled ('' without Mirror-SD or that projection)."""
+    (b): the median of the rounds' projections, their range beside it), labelled ('' without
+    Mirror-SD or that projection)."""
     if "mirror" not in methods or not one_device(meta):
         return ""
     b = _projected(projection or {}, "b", "with the draft on a device of its own")
     if not b:
         return ""
-    if rounds_span_one(projection, "b"):  # the runs disagree on the side of 1×: no single figure on top
-        values, n = round_span(projection, "b"), len(round_values(projection, "b"))
+    if rounds_span_one(projection, "b"):  # the runs disagree on the side of 1×: the range first, no claim
+        values = round_span(projection, "b")
         return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
                 f"own; here both models share {machine_words(meta)}. Projected, not measured, with the draft on "
-                f"a device of its own: from {min(values):.2f}× to {max(values):.2f}× SD over the {n} runs, too "
-                f"spread to say whether it would pass SD (5 runs narrow it).")
-    if shown(projection["over_sd"]["b"]) >= 1:  # as printed
+                f"a device of its own: from {min(values):.2f}× to {max(values):.2f}× SD over the {len(values)} "
+                f"runs' projections (their median {over_sd_figure(projection, 'b'):.2f}×), too spread to say "
+                f"whether it would pass SD (5 runs narrow it).")
+    if shown(over_sd_figure(projection, "b")) >= 1:  # as printed
         return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
                 f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
     return (f"Mirror-SD hides drafting behind the target, which needs the draft on hardware of its own; here "
@@ -113,16 +116,16 @@ def _proven(a: Spread | None, b: Spread | None) -> bool:
 
 
 def _projected(p: dict, key: str, words: str) -> str:
-    """'1.84× SD <words> (0.97–1.98× over the 3 rounds)': the runs shown's Mirror-SD over SD at
-    profile `key`, as the chart and the What-if fold give it, with its range over the
-    interleaved rounds ('' without it)."""
-    last = (p.get("over_sd") or {}).get(key)
-    if last is None:
+    """'1.13× SD <words> (the median of the 3 runs' projections; 0.97–1.98×)': Mirror-SD over SD
+    at profile `key` as the chart and the What-if fold give it (`over_sd_figure`), with the
+    interleaved rounds' range ('' without it)."""
+    figure = over_sd_figure(p, key)
+    if figure is None:
         return ""
-    values, n = round_span(p, key), len(round_values(p, key))
+    values = round_span(p, key)
     either = "inconclusive: " if rounds_span_one(p, key) else ""
-    spread = (f" ({either}{min(values):.2f}–{max(values):.2f}× over the {n} runs)" if values else "")
-    return f"{last:.2f}× SD {words}{spread}"
+    spread = (f" ({median_words(p, key)}; {either}{min(values):.2f}–{max(values):.2f}×)" if values else "")
+    return f"{figure:.2f}× SD {words}{spread}"
 
 
 def _against_sd(m: str, c: dict[str, Card], sp: dict, spreads: dict | None) -> str:
@@ -240,13 +243,16 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
+        # over interleaved runs, each run's steps projected (the figures their median); else the run's own
+        n = max(len(round_span(p, k)) for k in ("b", "c"))
+        steps = f"the steps of the {n} runs" if n else f"the steps of {shown_run(spreads)}"
         if max(_over_sd(p)) < 1:  # no profile passes SD: the lead asks, and the text answers no
             parts.append(("Would Mirror-SD pay elsewhere?",
-                          f"Not from the steps of {shown_run(spreads)}: projected, not measured (the chart "
-                          f"below), Mirror-SD {'; '.join(where)}."))
+                          f"Not from {steps}: projected, not measured (the chart below), Mirror-SD "
+                          f"{'; '.join(where)}."))
         else:
             parts.append(("Projected on other hardware",
-                          f"Projected, not measured (the chart below, from the steps of {shown_run(spreads)}): "
+                          f"Projected, not measured (the chart below, from {steps}): "
                           f"Mirror-SD {'; '.join(where)}."))
     return parts
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import logging
 from dataclasses import dataclass
+from statistics import median
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -157,7 +158,7 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
             f'tokens written in it: a speed is tokens over time, and a run that drafts writes more than '
             f'one token before its decode starts) per method: the measured run, then the projection of the same recorded steps on each '
             f'hardware profile. Mirror-SD (always overlapped) has no column: where the lanes get devices '
-            f'of their own, (b) and (c), the Mirror-SD column already prices every step overlapped'
+            f'of their own, (b) and (c), the Mirror-SD column already prices every step overlapped{_replay_note(runs)}'
             f'</caption><thead><tr><th scope="col">projection profile</th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
@@ -206,11 +207,11 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
             "the measured row, and the gap is the model's error.</p>")
     p = projection_of(result, hw or Accelerators())
     default = hw is None or hw == Accelerators()
-    if p is not None and default:  # the verdict's line: the same range over the rounds
+    if p is not None and default:  # the verdict's line: the rounds' median and range
         p["over_sd_rounds"] = _rounds(projected)
     top = projection_line(p, "the verdict's line; below: the first table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults", full=True) if p else ""
-    return (f'<div class="msd-whatif">{top}{render_choices(result, own_c=default)}{lead}{render_table(result, runs, own_c=default)}'
+    return (f'<div class="msd-whatif">{top}{render_choices(result, own_c=default, p=p if default else None)}{lead}{render_table(result, runs, own_c=default)}'
             f'{render_split(result)}{render_costs(result)}</div>')
 
 
@@ -236,10 +237,13 @@ def choice_row(ch: dict) -> dict:
                 m: x for m, x in (("sd", sd.get("speedup")), ("mirror", mirror.get("speedup"))) if x is not None}}
 
 
-def render_choices(result: dict, own_c: bool = False) -> str:
+def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> str:
     """Each profile with the settings it would pick among those this run can replay; what no
     profile could search, once below the table when it is the same for all; where the next
-    table (`render_table`, `own_c` as there) prints a row's figures otherwise, one line says why."""
+    table (`render_table`, `own_c` as there) prints a row's figures otherwise, one line says why.
+    Over interleaved runs (`p`, the verdict's projection with each round's figures) the table is
+    the runs shown's replay, and its caption says so: the Mirror-SD over SD the page quotes for
+    (b) and (c) is the median of the runs' projections (`over_sd_figure`), not its column."""
     choices = result.get("choices") or {}
     missing = {key: tuple(map(str, ch.get("not_replayable") or [])) for key, ch in choices.items()}
     shared = len(set(missing.values())) == 1
@@ -281,12 +285,38 @@ def render_choices(result: dict, own_c: bool = False) -> str:
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
-    return ('<table class="msd-whatif-table"><caption>A projection, not a measurement: each '
-            'profile with the settings it would pick among those this run can replay</caption>'
+    caption, ratio = _choices_caption(choices, p)
+    return (f'<table class="msd-whatif-table"><caption>{esc(caption)}</caption>'
             '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (the settings it picks there)</th>'
             '<th scope="col">Mirror-SD over AR (the settings it picks there)</th><th scope="col">Mirror-SD over '
-            f'SD</th>{column}</tr></thead>'
+            f'SD{esc(ratio)}</th>{column}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
+
+
+def _replay_note(runs: int) -> str:
+    """The replay table's caption over interleaved runs: its rows replay the runs shown, and the
+    Mirror-SD over SD the page quotes is the runs' median, not a ratio of its columns ('' from one run)."""
+    if runs < 2:
+        return ""
+    return (f". Every row here replays the runs shown (each method's middle run); the Mirror-SD over SD "
+            f"that the verdict quotes for (b) and (c) is the median of the {runs} runs' projections, each "
+            f"run's own steps replayed, not a ratio of two columns here")
+
+
+def _choices_caption(choices: dict, p: dict | None) -> tuple[str, str]:
+    """(the first table's caption, its Mirror-SD over SD column's qualifier): over interleaved
+    runs (`p` with each round's figures) the table is the runs shown's replay, and the caption
+    gives the medians the page quotes for (b) and (c), named so."""
+    caption = "A projection, not a measurement: each profile with the settings it would pick among those this run can replay"
+    medians = {k: over_sd_figure(p, k) for k in ("b", "c") if k in choices and median_words(p, k)}
+    if not medians:
+        return caption, ""
+    n = len(round_span(p, next(iter(medians))))
+    return ("A projection, not a measurement: each profile with the settings it would pick among those "
+            "the runs shown (each method's middle run) can replay, their steps replayed. The Mirror-SD "
+            f"over SD that the verdict and the line above quote is the median of the {n} runs' projections, "
+            "each run's own steps replayed: " + ", ".join(f"({k}) {v:.2f}×" for k, v in medians.items())
+            + "; this table's last column is the runs shown replayed, not that median"), " (the runs shown replayed)"
 
 
 def _figures_differ(result: dict, key: str) -> bool:
@@ -529,31 +559,48 @@ def over_sd_of(state: dict) -> dict:
 
 
 def rounds_words(p: dict, key: str) -> str:
-    """' (its 3 runs: 0.98–1.25×)': the range of Mirror-SD over SD over the interleaved rounds
-    at profile `key` ('' from fewer than two)."""
-    n = len(round_values(p, key))
-    if n < 2:
-        return ""
+    """'the median of the 3 runs' projections (their range 0.98–1.25×)': how the figure
+    `over_sd_figure` quotes at profile `key` was made from the interleaved rounds, with their
+    range ('' from fewer than two)."""
     values = round_span(p, key)
+    if not values:
+        return ""
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    return f" (the runs shown; with each of the {n} runs': {min(values):.2f}–{max(values):.2f}×{either})"
+    return f"{median_words(p, key)} (their range {min(values):.2f}–{max(values):.2f}×{either})"
+
+
+def median_words(p: dict | None, key: str) -> str:
+    """"the median of the 3 runs' projections": what `over_sd_figure` is at profile `key` ('' from
+    fewer than two rounds, where it is the run's own)."""
+    n = len(round_span(p, key))
+    return f"the median of the {n} runs' projections" if n else ""
+
+
+def over_sd_figure(p: dict | None, key: str) -> float | None:
+    """Mirror-SD over SD at profile `key` as the page quotes it (the status, the verdict, the pay
+    chart, the What-if fold's first line): the median of the interleaved rounds' projections
+    where there were several (one round's figure moves far on the same prompt), else the run's
+    own; None without either."""
+    values = round_span(p, key)
+    if values:
+        return median(values)
+    return ((p or {}).get("over_sd") or {}).get(key)
 
 
 def rounds_span_one(p: dict, key: str) -> bool:
-    """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round (or the
-    runs shown) and above it in another (the rounds cannot tell which would be faster there)."""
+    """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round and
+    above it in another (the rounds cannot tell which would be faster there)."""
     values = [round(v, 2) for v in round_span(p, key)]  # as printed: 0.92–1.00× is not above 1×
     return len(values) > 1 and min(values) < 1 < max(values)
 
 
 def round_span(p: dict | None, key: str) -> list[float]:
-    """The rounds' Mirror-SD over SD at profile `key` and, beside them, the runs shown's (each
-    method's middle run, a set no round ran as such, so it can lie outside the rounds' own);
+    """The interleaved rounds' Mirror-SD over SD at profile `key`, each round's own records
+    projected: the figures whose median the page quotes and whose range it gives beside it;
     [] from fewer than two rounds."""
     values = round_values(p, key)
-    shown = ((p or {}).get("over_sd") or {}).get(key)
-    return values + ([shown] if shown is not None else []) if len(values) > 1 else []
+    return values if len(values) > 1 else []
 
 
 def round_values(p: dict | None, key: str) -> list[float]:
@@ -633,19 +680,28 @@ def short_source(words: str | None) -> str:
 def projection_line(p: dict, where: str = "What if, first table, row (c)",
                     series: bool = True, full: bool = False) -> str:
     """The projection in one short line, its inputs named (the hit rate's source and the steps
-    behind it among them), the same words in the verdict and at the top of the What-if fold;
-    with `series`, under it one line of Mirror-SD over SD against the hit rate (where the hit
-    rate is unknown, the range over hit rates 0-100%): the fold's, not the verdict's."""
+    behind it among them), the same words in the verdict and at the top of the What-if fold:
+    Mirror-SD over SD as the page quotes it (`over_sd_figure`: over interleaved runs, the median
+    of their projections, with their range), and each method over AR in the replay of the runs
+    shown (the first table's row (c)), named as such where the two differ in kind; with
+    `series`, under it one line of Mirror-SD over SD against the hit rate (where the hit rate is
+    unknown, the range over hit rates 0-100%): the fold's, not the verdict's."""
     row = p["row"]
     settings = "; ".join(f"{label(m)}: {row[m + '_settings']}" for m in ("sd", "mirror")
                          if row.get(m + "_settings"))
+    inputs = esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))
+    figures = f'<b class="msd-proj-figures">SD {row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>'
+    if rounds := rounds_words(p, "c"):  # the rounds' median on top; the runs shown's replay, named so
+        said = (f'replaying each run\'s steps ({inputs}): Mirror-SD <b class="msd-proj-ratio">'
+                f'{over_sd_figure(p, "c"):.2f}×</b> SD, {esc(rounds)}; the runs shown (each method\'s middle '
+                f'run) replayed: {figures}')
+    else:
+        said = (f'replaying this run\'s steps ({inputs}): {figures}, so Mirror-SD '
+                f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD')
     line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
             f'On an accelerator pair like the Mirror-SD paper\'s, larger models than the pair that ran here, '
-            f'replaying this run\'s steps ({esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))}): <b class="msd-proj-figures">SD '
-            f'{row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>, so Mirror-SD '
-            f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD{esc(rounds_words(p, "c"))} '
-            f'<span class="msd-more">({esc(where)})</span></p>')
+            f'{said} <span class="msd-more">({esc(where)})</span></p>')
     said = p.get("series_short", p.get("series_line"))  # the source said in full in the line above
     if series and said:
         line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
