@@ -278,3 +278,12 @@ def test_pair_check_names_a_bundled_pair_by_its_models_own_names():
     shown = re.sub(r'title="[^"]*"', "", html)
     assert "q4_k_m" not in shown and 'title="default target (qwen2.5-coder-1.5b-instruct-q4_k_m-int8)"' in html
     assert ">tiny-target (fp32)<" in render_pair_check(dict(check, target="tiny-target", precision="fp32"))
+
+
+def test_a_default_pair_not_loaded_yet_is_named_by_its_models_own_names():
+    """Before the pair loads, the box names the bundled models, not "default + default"."""
+    from ui.frames import pair_spec
+    from ui.pairbox import _names
+    words = _names(pair_spec("default", "default", "int8", "auto", "auto", "same"))
+    assert words == "target Qwen2.5-Coder 1.5B Instruct + draft Qwen2.5-Coder 0.5B Instruct (int8)", words
+    assert "target gpt2 + draft tiny" in _names(pair_spec("gpt2", "tiny", "fp32", "auto", "auto", "same"))

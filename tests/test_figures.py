@@ -863,8 +863,7 @@ def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside
             ev = dataclasses.replace(ev, end_ns=verdict + 1_000_000)
         quick.add(ev, t)
     assert abs(after_verdict_s(quick, hit) * 1e3 - 1.0) < 1e-6 and fresh_ms > 1.0
-    assert zoom_step(quick) == hit
-    text = re.sub(r"<[^>]+>", "", render_zoom(quick, {"target_layers": 4}))
+    text = re.sub(r"<[^>]+>", "", render_zoom(quick, {"target_layers": 4}, step=hit))
     assert f"this hit saved {round(fresh_ms) - 1} ms" in text, text  # the two figures shown, subtracted
     n, miss_ms = nearest_miss(quick, hit)
     assert verdict_outcome(steps[sorted(steps)[n - 1]]) == "miss"
@@ -1222,14 +1221,47 @@ def test_the_zoom_says_how_many_steps_are_like_the_one_it_draws():
     rec = tiny_records()["mirror"]
     n = len(analyse(rec).steps)
     html = render_zoom(rec, {"target_layers": 4, "exit_layer": 2})
-    alike, of, hit = re.search(r"; (\d+) of its (\d+) steps like this one \(the lanes at once, (a|no) branch hit\)",
-                               html).groups()
+    alike, of, kind = re.search(r"; (\d+) of its (\d+) steps like this one \(the lanes at once, "
+                                r"(a late hit|a branch hit ready by the verdict|no branch hit)", html).groups()
     card = cards({"mirror": rec})["mirror"]
-    assert int(of) == n and int(alike) == (card.hits if hit == "a" else card.misses), (alike, card)
+    steps = analyse(rec).steps
+    late = sum(1 for sv in steps.values() if sv.late_ms is not None)
+    want = {"a late hit": late, "a branch hit ready by the verdict": card.hits - late, "no branch hit": card.misses}[kind]
+    assert int(of) == n and int(alike) == want, (alike, kind, card, late)
     mostly = _serial_after(rec, 2)  # lanes at once in steps 0 and 1 only
     from ui.zoom import how_typical
-    assert re.fullmatch(rf"[12] of its {n} steps like this one \(the lanes at once, (a|no) branch hit\)", how_typical(mostly, 1))
-    assert re.fullmatch(rf"\d+ of its {n} steps like this one \(the lanes in turn, (a|no) branch hit\)", how_typical(mostly, 2))
+    kinds = r"(a late hit|a branch hit ready by the verdict|no branch hit)"
+    assert re.fullmatch(rf"[12] of its {n} steps like this one \(the lanes at once, {kinds}\)", how_typical(mostly, 1))
+    assert re.fullmatch(rf"\d+ of its {n} steps like this one \(the lanes in turn, {kinds}\)", how_typical(mostly, 2))
+
+
+def test_the_zoom_draws_the_typical_hit_not_the_best_case():
+    """Among the steps whose lanes overlapped and hit, the zoom draws the one whose wait for its
+    branch after the verdict is the median of theirs, however quick the quickest was."""
+    import dataclasses
+    from mirror_sd.engine.events import Span
+    from ui.runs import RunRecord, analyse, verdict_outcome
+    from ui.steps import after_verdict_s
+    from ui.zoom import zoom_step
+    rec = tiny_records(64, 2)["mirror"]  # a longer run with shorter windows: several hits
+    steps = analyse(rec).steps
+    hits = [s for s in steps if s > 0 and verdict_outcome(steps[s]) == "hit"
+            and {"prefix", "branches"} <= {sp.label for sp in rec.spans if sp.step == s}]
+    assert len(hits) >= 3, hits
+    # the hits' branches done 1, 40, 80 ... ms after their verdicts: the median's step is drawn
+    waits = {s: 1 + 40 * i for i, s in enumerate(hits)}
+    spread = RunRecord("mirror", t0_ns=rec.t0_ns, token_texts=rec.token_texts, id_texts=rec.id_texts)
+    for ev, t in zip(rec.events, rec.times_ns):
+        if isinstance(ev, Span) and ev.step in waits and ev.label == "branches":
+            verdict = max(sp.end_ns for sp in rec.spans if sp.step == ev.step and sp.label in ("suffix", "accept"))
+            if ev.end_ns >= verdict - 10**6 or ev is max((sp for sp in rec.spans if sp.step == ev.step and sp.label == "branches"), key=lambda sp: sp.end_ns):
+                ev = dataclasses.replace(ev, end_ns=verdict + waits[ev.step] * 1_000_000)
+        spread.add(ev, t)
+    got = {s: after_verdict_s(spread, s) * 1e3 for s in hits}
+    middle = sorted(got.values())[(len(got) - 1) // 2]
+    drawn = zoom_step(spread)
+    assert drawn in hits and abs(got[drawn] - middle) < 1e-6, (drawn, got)
+    assert got[drawn] > min(got.values())  # not the quickest
 
 
 def test_the_race_says_when_its_finishing_order_is_within_noise():
@@ -1408,7 +1440,7 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
         if isinstance(ev, Span) and ev.step == hit and ev.label == "branches" and ev.end_ns >= verdict - 10**6:
             ev = dataclasses.replace(ev, end_ns=verdict + 2_600_000)
         late.add(ev, t)
-    text = re.sub(r"<[^>]+>", "", render_zoom(late, {"target_layers": 4}))
+    text = re.sub(r"<[^>]+>", "", render_zoom(late, {"target_layers": 4}, step=hit))
     need, have, wait = map(int, re.search(r"was ready (\d+) ms after the exit, .*? took (\d+) ms, so the target "
                                           r"waited (\d+) ms for it", text).groups())
     assert need == have + wait and wait == 3, (need, have, wait)
@@ -1418,7 +1450,7 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
         if isinstance(ev, Span) and ev.step == hit and ev.label == "branches" and ev.end_ns >= verdict - 10**6:
             ev = dataclasses.replace(ev, end_ns=min(ev.end_ns, verdict))
         early.add(ev, t)
-    text = re.sub(r"<[^>]+>", "", render_zoom(early, {"target_layers": 4}))
+    text = re.sub(r"<[^>]+>", "", render_zoom(early, {"target_layers": 4}, step=hit))
     need, have = map(int, re.search(r"was ready by (\d+) ms after the exit, .*? took (\d+) ms, so the next "
                                     r"window was ready at the verdict", text).groups())
     assert need <= have, (need, have)

@@ -19,7 +19,7 @@ INTRO = ("A large language model (the <i>target</i>) writes one token at a time,
          "agrees with, and writes one token of its own. The text is exactly what the target alone "
          "would write; only the speed changes. In plain SD the two models take turns: while the "
          "draft guesses, the target waits.")
-MIRROR = ("<b>Mirror-SD</b> removes that wait. Part-way through its verify pass the target peeks "
+MIRROR = ("<b>Mirror-SD</b> is built to remove that wait. Part-way through its verify pass the target peeks "
           "at what it is likely to say (an <i>early exit</i>) and hands its top guesses to the draft. "
           "The draft writes the likely next windows from them (<i>branches</i>) while the target "
           "finishes; one branch may start earlier, on the draft's own guess. If the target's verdict "

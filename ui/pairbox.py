@@ -14,7 +14,7 @@ import gradio as gr
 
 from . import zerogpu
 from .frames import pair_spec
-from .paircheck import ensure_check, render_pair_check, render_pair_note
+from .paircheck import ensure_check, human_name, render_pair_check, render_pair_note
 from .render import render_status
 from .session import PairSpec, page_errors
 from .state import AppState
@@ -29,7 +29,11 @@ ON_ZEROGPU = "{names}: the check comes with the first Run here (the models load 
 
 
 def _names(spec: PairSpec) -> str:
-    return f"{spec.target} + {spec.draft} ({spec.precision})"
+    """'target Qwen2.5-Coder 1.5B Instruct + draft Qwen2.5-Coder 0.5B Instruct (int8)': "default"
+    said by the bundled model's own name (paircheck.human_name)."""
+    def own(name: str, role: str) -> str:
+        return human_name(f"default {role}" if str(name).strip().lower() == "default" else name)
+    return f"target {own(spec.target, 'target')} + draft {own(spec.draft, 'draft')} ({spec.precision})"
 
 
 class CheckJob(threading.Thread):

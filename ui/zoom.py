@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from statistics import median
 
-from .runs import (LATE_MS, VERDICT_LABELS, RunRecord, StepView, analyse, label, late_ms, late_words, variant_of,
+from .runs import (VERDICT_LABELS, RunRecord, StepView, analyse, label, late_ms, late_words, variant_of,
                    verdict_outcome)
 from .steps import after_verdict_s, branch_ms, chipped, exit_end, quoted, redraft_s
 from .why import lanes_at_once, steps_at_once
@@ -89,14 +89,13 @@ def zoom_step(rec: RunRecord) -> int | None:
     """The step the zoom draws, the most telling one after the first: a step with a window to
     verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
     target's layers split at the early exit while the draft wrote branches beside them; a hit
-    best, one that saved time best of all (the target waited less for its branch than a window
-    drafted fresh after a verdict took, `redraft_ms`), the shortest wait first; then one with
+    best, and among hits the typical one, not the best case: the one whose wait for its branch
+    after the verdict is the median of theirs (the lower middle of an even count); then one with
     branches, then one split at the exit. A step with nothing to draw but its verdict is never
     picked; None when no step has more."""
     steps = analyse(rec).steps
     labels = _labels(rec)
-    fresh = redraft_ms(rec)
-    best, best_key = None, None
+    found = {}
     for s in sorted(steps):
         have = labels.get(s, set())
         if s == 0 or not (have & set(SEGMENTS)) - {"accept"}:
@@ -106,11 +105,13 @@ def zoom_step(rec: RunRecord) -> int | None:
         overlapped = "prefix" in have and "branches" in have
         hit = any(b.status == "taken" for b in sv.rollouts)
         wait = after_verdict_s(rec, s) * 1e3 if hit else 0.0
-        saved = hit and (wait <= LATE_MS or (fresh is not None and wait < fresh))
-        key = (windowed, overlapped, hit, saved, bool(sv.rollouts), "prefix" in have, -wait)
-        if best_key is None or key > best_key:
-            best, best_key = s, key
-    return best
+        found[s] = ((windowed, overlapped, hit, bool(sv.rollouts), "prefix" in have), wait)
+    if not found:
+        return None
+    top = max(kind for kind, _ in found.values())
+    waits = sorted(wait for kind, wait in found.values() if kind == top)
+    middle = waits[(len(waits) - 1) // 2]
+    return min((s for s, (kind, _) in found.items() if kind == top), key=lambda s: (abs(found[s][1] - middle), s))
 
 
 def nearest_miss(rec: RunRecord, step: int) -> tuple[int, float] | None:
@@ -161,25 +162,31 @@ def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
 
 
 def how_typical(rec: RunRecord, step: int) -> str:
-    """'1 of its 17 steps like this one (the lanes at once, a hit)': how many of the run's
-    steps share the drawn step's kind (the hits among them the card's hits), so that a rare step
-    reads as rare."""
+    """'9 of its 11 steps like this one (the lanes at once, a late hit; this one the middle of
+    them by how late)': how many of the run's steps share the drawn step's kind (the hits among
+    them the card's hits, a late hit apart from one ready by the verdict), so that a rare step
+    reads as rare and a typical one as typical."""
     steps, at_once = analyse(rec).steps, steps_at_once(rec)
 
-    def kind(s: int) -> tuple[bool, bool]:
-        return s in at_once, any(b.status == "taken" for b in steps[s].rollouts)
+    def kind(s: int) -> tuple[bool, str]:
+        hit = any(b.status == "taken" for b in steps[s].rollouts)
+        return s in at_once, ("late" if steps[s].late_ms is not None else "hit") if hit else "none"
 
     mine = kind(step)
-    alike = sum(kind(s) == mine for s in steps)
-    words = ("the lanes at once" if mine[0] else "the lanes in turn") + (", a branch hit" if mine[1] else ", no branch hit")
-    return f"{alike} of its {len(steps)} steps like this one ({words})"
+    alike = [s for s in steps if kind(s) == mine]
+    words = ("the lanes at once" if mine[0] else "the lanes in turn") + {
+        "late": ", a late hit", "hit": ", a branch hit ready by the verdict", "none": ", no branch hit"}[mine[1]]
+    if mine[1] == "late" and len(alike) > 2:
+        words += "; this one the middle of them by how late"
+    return f"{len(alike)} of its {len(steps)} steps like this one ({words})"
 
 
-def render_zoom(rec: RunRecord | None, meta: dict) -> str:
-    """The annotated zoom of one Mirror-SD step ('' without a Mirror-SD run)."""
+def render_zoom(rec: RunRecord | None, meta: dict, step: int | None = None) -> str:
+    """The annotated zoom of one Mirror-SD step, `zoom_step`'s unless one is given ('' without
+    a Mirror-SD run)."""
     if rec is None or rec.finish is None:
         return ""
-    step = zoom_step(rec)
+    step = zoom_step(rec) if step is None else step
     if step is None:
         return ""
     sv = analyse(rec).steps[step]
