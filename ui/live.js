@@ -96,7 +96,7 @@ function axis(ms, tight) {
   const ticks = []; for (let t = 0; t <= nice + 1; t += step) ticks.push(t);
   // ticks placed on the bars' own scale (--a ms over --axis ms of the same track width)
   if (B.axisLabel) B.axisLabel.innerHTML = ticks.map(t =>
-    '<span class="msd-btl-tick" style="--a:' + t + '">' + String(+(t / 1000).toFixed(2)) + ' s</span>').join('');
+    '<span class="msd-btl-tick' + (t === nice ? ' is-end' : '') + '" style="--a:' + t + '">' + String(+(t / 1000).toFixed(2)) + ' s</span>').join('');
 }
 
 // a token as a chip: line breaks and tabs drawn, a token of spaces alone as ␣
