@@ -161,12 +161,12 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     level = level_with(c, best)
     badges = dict(re.findall(r'data-method="(\w+)".*?class="msd-tile-best[^"]*" title="[^"]*">([^<]*)<', html))
     assert set(badges) == set(c)  # every tile says where it stands, against the same method
-    assert badges[best] == ("top speed" if level else "fastest")
+    assert badges[best] == ("fastest, a tie" if level else "fastest")
     for m in c:
         if m != best:
-            assert badges[m] == ("within 3% of the top" if m in level else "baseline" if m == "ar"
-                                 else "behind the top")
-    assert ("“within 3% of the top”" in html) == bool(level)  # the legend beside the tiles, when a tile ties
+            assert badges[m] == ("within 3% of the fastest" if m in level else "baseline" if m == "ar"
+                                 else "clearly slower")
+    assert ("“within 3% of the fastest”" in html) == bool(level)  # the legend beside the tiles, when a tile ties
     assert "msd-tile-range" not in html  # one run: no range
     from ui.why import lanes_badge
     gate = lanes_badge("mirror", records["mirror"])
@@ -175,7 +175,7 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     many = render_verdict(records, {"target_device": "cpu", "draft_device": "cpu"}, None, spreads)
     low, high = c["ar"].e2e_tps * 0.2, c["ar"].e2e_tps * 3
     assert f"its 3 runs: {low:.2f}–{high:.2f} tok/s" in many
-    assert "within noise of the top" in many  # every range overlaps the winner's
+    assert "tied with the fastest" in many  # every range overlaps the winner's
     assert f"cannot tell it from {label(winner(c, spreads))}" in many  # the legend names the top
     for m in c:  # each tile: its own tok/s, then its ratio over AR in words
         big = re.search(rf'data-method="{m}".*?msd-tile-big">([^<]*)<.*?msd-tile-small">([^<]*)<', html).groups()
@@ -260,13 +260,18 @@ def test_the_reason_names_its_cause_from_the_runs_own_windows_and_steps():
     mirror.windows, mirror.verify_steps, mirror.tokens = (1, 1, 1), 25, 48
     parts = {"sd": {"draft_exposed": 0.76}, "mirror": {"draft_exposed": 0.87}}
     text = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
-    assert text.startswith("Mirror-SD's windows were shorter on median (1 drafted token against SD's 2–4, median 2)")
-    assert "1.9 tokens per verify step against 3.0" in text
+    assert text.startswith("Each of Mirror-SD's verify steps wrote fewer tokens: 1.9 against SD's 3.0 "
+                           "(its windows 1 drafted token against SD's 2–4, median 2; rejections in "), text
     assert "so 25 verify steps (target forwards) against SD's 16" in text
     assert text.count(".") <= 4 and "Also" not in text  # the minor wait is left to Statistics
-    # the same windows: the rejections are the cause
+    # the same windows: no word of them, the rejections beside the tokens per step
     mirror.windows, mirror.rejections, sd.rejections = (2, 2, 4), 9, 1
-    assert "rejected Mirror-SD's drafts in 9 of its 25 steps" in cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
+    same = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.062})
+    assert "(rejections in 9 of its 25 steps against SD's 1 of 16)" in same and "windows" not in same, same
+    # shorter windows on median yet more tokens a step: "more", never "shorter ..., so fewer steps"
+    mirror.windows, mirror.verify_steps = (1, 3, 9), 12
+    more = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.07})
+    assert "wrote more tokens: 4.0 against SD's 3.0" in more and "shorter" not in more, more
     # Mirror-SD faster: fewer steps, less waiting
     mirror.verify_steps, parts["mirror"]["draft_exposed"] = 12, 0.1
     faster = cause_words(sd, mirror, parts, {"sd": 0.068, "mirror": 0.07})
@@ -1075,7 +1080,7 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     assert turns == steps - 1 - sum(1 for e in records["mirror"].events  # the last step drafts no next window
                                     if isinstance(e, Verify) and not e.drafted)
     assert (f"Its gate ran it as SD (the draft, then the target) in {turns} of its {steps} steps (the last "
-            "drafts no next window): timing both orders as it runs, it found taking turns the faster on "
+            "had no next window to draft): timing both orders as it runs, it found taking turns the faster on "
             "these shared cores, and taking turns it prices its windows from SD's measured costs.") in gated, gated
     assert "Overlapped in every step, it ran " in gated, gated
     assert "beat the gated run" not in gated  # the two runs' speeds alike
@@ -1500,7 +1505,7 @@ def test_the_gate_badge_counts_steps_in_turn_as_the_card_does():
 
 def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its_tile():
     """Where the gate ran Mirror-SD as SD in most of its steps, its top figure is SD's way of
-    working: the headline says so with the counts, the tile beside "top median" too; a run
+    working: the headline says so with the counts, the tile beside "fastest median, a tie" too; a run
     whose lanes overlapped, and the always-overlapped twin, say nothing of it."""
     from ui.results import _scoreboard
     from ui.why import lanes_at_once, ran_as_sd, steps_in_turn
@@ -1615,8 +1620,10 @@ def test_the_takeaway_says_how_late_the_branch_hits_came_from_the_run_s_own_step
     waits = [sv.late_ms for sv in hits if sv.late_ms]
     assert 50 in waits
     said = late_hits_words(late)
+    which = (("that branch" if len(hits) == 1 else f"all {len(hits)} of those branches") if len(waits) == len(hits)
+             else f"{len(waits)} of those branches")  # every hit late: "all", not "9 of those 9"
     assert said.startswith(f" Its branches hit {len(hits)} verdict") and (
-        f"finished {len(waits)} of those branches after the verdict, a median {median(waits):.0f} ms late") in said, said
+        f"finished {which} after the verdict, a median {median(waits):.0f} ms late") in said, said
     fresh, n = redraft_ms(late), sum(1 for sv in steps.values() if sv.fallback is not None
                                      or verdict_outcome(sv) == "turn")
     assert ("a window drafted fresh after a verdict took" in said) == (fresh is not None and n >= 3)

@@ -420,6 +420,8 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     if best == ar:
         return f"Plain decoding (AR) won end to end: {ratios}.", _as_sd(c, records)
     second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
+    if variant_of(best)[0] == "mirror" and "sd" in c and sp["sd"][0]:
+        second = "sd"  # a Mirror-SD's win is said against SD, the method it builds on, not its twin
     than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
     also = f"; {_apart(near + [ar], runs)}" if near else ""
     return f"{label(best)} won end to end{than}: {ratios}{also}.", _as_sd(c, records)
@@ -690,16 +692,18 @@ def cause_words(sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
 
 def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mean_s: dict) -> str:
     if key == "steps":
+        # the cause said as what it was: more (or fewer) tokens per verify step; the windows'
+        # medians and the rejections beside it as facts, never as a "so" that a median can
+        # contradict (shorter windows on median with fewer steps)
+        more = "more" if mirror.tokens_per_step > sd.tokens_per_step else "fewer"
+        facts = [f"rejections in {mirror.rejections} of its {mirror.verify_steps} steps against SD's "
+                 f"{sd.rejections} of {sd.verify_steps}"]
         if sd.windows and mirror.windows and mirror.windows[1] != sd.windows[1]:
-            shorter = "shorter on median" if mirror.windows[1] < sd.windows[1] else "longer on median"
             own = window_words(mirror)
-            why = (f"Mirror-SD's windows were {shorter} ({own} drafted token{'' if own == '1' else 's'} "
-                   f"against SD's {window_words(sd)})")
-        else:
-            why = (f"the target rejected Mirror-SD's drafts in {mirror.rejections} of its {mirror.verify_steps} "
-                   f"steps against SD's in {sd.rejections} of {sd.verify_steps}")
-        return (f"{why}: {mirror.tokens_per_step:.1f} tokens per verify step against {sd.tokens_per_step:.1f}, "
-                f"so {mirror.verify_steps} verify steps (target forwards) against SD's {sd.verify_steps}")
+            facts.insert(0, f"its windows {own} drafted token{'' if own == '1' else 's'} against SD's {window_words(sd)}")
+        return (f"each of Mirror-SD's verify steps wrote {more} tokens: {mirror.tokens_per_step:.1f} against "
+                f"SD's {sd.tokens_per_step:.1f} ({'; '.join(facts)}), so {mirror.verify_steps} verify steps "
+                f"(target forwards) against SD's {sd.verify_steps}")
     if key == "per_step":
         return (f"each of Mirror-SD's verify steps took {'longer' if lost else 'less time'}: "
                 f"{mean_s['mirror'] * 1e3:.0f} ms against SD's {mean_s['sd'] * 1e3:.0f} ms (the mean over "

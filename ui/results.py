@@ -157,8 +157,10 @@ def late_hits_words(rec: RunRecord | None) -> str:
         return ""
     fresh = redraft_ms(rec)
     fresh = fresh if len(fresh_steps(steps)) >= FRESH_MIN else None  # a median of one or two windows compares nothing
+    which = (("that branch" if len(hits) == 1 else f"all {len(hits)} of those branches") if len(late) == len(hits)
+             else f"{len(late)} of those branches")
     return (f" Its branches hit {len(hits)} verdict{'' if len(hits) == 1 else 's'}, but sharing the cores the "
-            f"draft finished {len(late)} of those branches after the verdict, a median {median(late):.0f} ms late"
+            f"draft finished {which} after the verdict, a median {median(late):.0f} ms late"
             + (f"; a window drafted fresh after a verdict took {fresh:.0f} ms (median)" if fresh else "") + ".")
 
 
@@ -186,7 +188,7 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
     else:
         turns = steps_in_turn(rec)
         beside = f", the draft beside the target in {at_once}" if at_once else ""
-        how = f"in {turns} of its {steps} steps{beside} (the last drafts no next window)"
+        how = f"in {turns} of its {steps} steps{beside} (the last had no next window to draft)"
         text = (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, "
                 f"it found taking turns the faster on these shared cores, and taking turns it prices its "
                 f"windows from SD's measured costs.")
@@ -406,21 +408,21 @@ def _verify_title(slow: dict) -> str:
 def tie_words(runs: int) -> str:
     """The badge of a method the runs cannot tell from the winner (the badge's hover and the
     legend under the tiles name it): short, to fit on a tile."""
-    return "within noise of the top" if runs > 1 else f"within {LEVEL:.0%} of the top"
+    return "tied with the fastest" if runs > 1 else f"within {LEVEL:.0%} of the fastest"
 
 
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
-    rest, else "top median"; every other method "within noise of the top" (from one run:
-    "within 3% of the top") when the runs cannot tell it from the winner (`level_with`), else
-    "behind the top" (AR: "baseline"), the winner named in the hover."""
+    rest, else "fastest median, a tie"; every other method "tied with the fastest" (from one
+    run: "within 3% of the fastest") when the runs cannot tell it from the winner (`level_with`),
+    else "clearly slower" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)
     if best is None:
         return {}
     level, runs, top = level_with(c, best, spreads), runs_of(spreads), label(best)
     apart = "their ranges overlap" if runs > 1 else f"within {LEVEL:.0%}, about one run's noise here"
-    out = {best: ("top median" if level and runs > 1 else "top speed" if level else "fastest",
+    out = {best: ("fastest median, a tie" if level and runs > 1 else "fastest, a tie" if level else "fastest",
                   f"the best end-to-end speed; the runs cannot tell it from "
                   f"{', '.join(label(m) for m in level[1:])} ({apart})" if level else
                   "the best end-to-end speed, clear of every other method")}
@@ -429,7 +431,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
             out[m] = ((tie_words(runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
                       ("baseline", f"the target alone, what the others are measured against; clearly slower "
                                    f"than {top} end to end") if m == "ar" else
-                      ("behind the top", f"clearly slower than {top} end to end"))
+                      ("clearly slower", f"clearly slower than {top} end to end"))
     return out
 
 
@@ -643,7 +645,7 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
         last = steps - at_once - decoded - turns  # the last step: it drafts no next window
         others = ([f"{'all of them' if turns == steps else turns} ran the draft, then the target, as SD does"]
                   if turns else []) + ([f"{decoded} drafted nothing (a plain decode)"] if decoded else []) + (
-                  ["the last drafts no next window"] if last > 0 else [])
+                  ["the last had no next window to draft"] if last > 0 else [])
         how = (f"in none of its {steps} verify steps: {' and '.join(others)}" if at_once == 0 else
                f"in only {at_once} of its {steps} verify steps; of the others, {' and '.join(others)}")
         return (f'<p class="msd-lanes-line" title="{esc(split)}"><span class="msd-lanes-lead">Mirror-SD ran '
