@@ -418,10 +418,11 @@ def check_presenter(page, url: str) -> None:
     for shown in ("#board", "#verdict .msd-verdict-text", "#verdict .msd-scoreboard", "#pane-ar"):
         assert page.locator(shown).first.is_visible(), shown
     for hidden in ("#cards", "#zoom", "#statistics-fold", "#verdict .msd-takeaway", "#settings-row",
-                   "#verdict .pc-c", "#verdict .pc-note", "#legend-row", "#panes s.msd-rej", "#repeat"):
+                   "#verdict .pc-note", "#legend-row", "#panes s.msd-rej", "#repeat"):
         assert all(not e.is_visible() for e in page.locator(hidden).all()), hidden
-    if page.locator("#verdict .pc-b").count():
-        assert page.locator("#verdict .pc-b").first.is_visible()  # the one projection bar
+    for bar in ("#verdict .pc-b", "#verdict .pc-c"):  # both projections, an inconclusive one too
+        if page.locator(bar).count():
+            assert page.locator(bar).first.is_visible(), bar
     short = page.evaluate("() => document.documentElement.scrollHeight")
     assert short < full * 0.7, (short, full)
     page.locator("#presenter input").uncheck()

@@ -381,10 +381,12 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     result, _ = project_state(state)
     panel = render_panel(result, projected=projected, runs=3)
     assert words in panel
-    # the first table: the runs shown's replay, its caption naming the medians it is not
-    assert (f"is the median of the 3 runs&#x27; projections, each run&#x27;s own steps replayed: "
-            f"(b) {own['b'] * 1.3:.2f}×, (c) {own['c'] * 1.3:.2f}×; this table&#x27;s last column is the runs "
-            f"shown replayed, not that median") in panel, panel
+    # the first table: the runs shown's replay, and beside it in a column of its own the
+    # medians the page quotes, each in its profile's row
+    assert "the median of the 3 runs' projections (the figure the page quotes)</th>" in panel, panel
+    for key in ("b", "c"):
+        row = re.search(rf'<tr data-key="{key}">(.*?)</tr>', panel).group(1)
+        assert row.endswith(f"<td><b>{own[key] * 1.3:.2f}×</b></td>"), row
     assert "Mirror-SD over SD (the runs shown replayed)" in panel
     assert "the Mirror-SD over SD that the verdict quotes for (b) and (c) is the median of the 3 runs" in panel
     from ui.whatif import rounds_words

@@ -206,7 +206,7 @@ def _prompt_row(c: dict) -> None:
                               label="Runs per method", elem_id="repeat",
                               info="3 or 5: median and range on the cards, and the verdict says when the "
                               "ranges cannot tell two methods apart; 5 narrows them and takes longer.")
-            presenter = gr.Checkbox(False, label="Presenter view: one run per method, the race and the result, the details hidden",
+            presenter = gr.Checkbox(False, label="Presenter view: the race and the result, the details hidden; its Run times each method once",
                                     elem_id="presenter")
     # an audience sees the race after one run of each method, not three: the presenter view
     # runs each once (the runs' control is hidden there); leaving it brings back the default

@@ -87,7 +87,7 @@ function axis(ms, tight) {
   const tl = host(); if (!tl) return;
   const cur = Number(tl.style.getPropertyValue('--axis')) || 1000;
   if (!tight && ms <= cur && B.axisSet) return;
-  const want = Math.max(1000, ms * (tight ? 1.02 : 1.25));
+  const want = Math.max(1000, ms * (tight ? 1 : 1.25));
   const step = STEPS.find(st => want / st <= 5) || 20000;
   // the race's axis ends just past its last finish, not at the next round tick (a 10.5 s race on a
   // 15 s axis reads as slower than it was); live, a round end leaves room ahead

@@ -247,17 +247,19 @@ def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> 
     choices = result.get("choices") or {}
     missing = {key: tuple(map(str, ch.get("not_replayable") or [])) for key, ch in choices.items()}
     shared = len(set(missing.values())) == 1
+    caption, ratio, medians = _choices_caption(choices, p)
     rows = []
     for key, ch in choices.items():
         row = choice_row(ch)
         own = "" if shared else f'<td><small>{esc("; ".join(missing[key]) or "–")}</small></td>'
         mark = ' <span class="msd-proj-tag">the verdict\'s figures</span>' if key == "c" else ""
+        quoted = (f'<td><b>{medians[key]:.2f}×</b></td>' if key in medians else "<td>–</td>") if medians else ""
         rows.append(
             f'<tr data-key="{esc(key)}"><th scope="row">projection ({esc(key)}), at the settings it picks there: '
             f'{esc(row["name"])}{mark}</th>'
             f'<td><b>{row["sd"]}</b> <small>{esc(row["sd_settings"])}</small></td>'
             f'<td><b>{row["mirror"]}</b> <small>{esc(row["mirror_settings"])}</small></td>'
-            f'<td><b>{row["ratio"]}</b></td>{own}</tr>')
+            f'<td><b>{row["ratio"]}</b></td>{quoted}{own}</tr>')
     if not rows:
         return ""
     column = "" if shared else '<th scope="col">not searched (the run cannot replay it)</th>'
@@ -285,11 +287,13 @@ def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> 
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
-    caption, ratio = _choices_caption(choices, p)
+    n = len(round_span(p, next(iter(medians)))) if medians else 0
+    median_col = (f'<th scope="col">Mirror-SD over SD, the median of the {n} runs\' projections '
+                  f'(the figure the page quotes)</th>' if medians else "")
     return (f'<table class="msd-whatif-table"><caption>{esc(caption)}</caption>'
             '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (the settings it picks there)</th>'
             '<th scope="col">Mirror-SD over AR (the settings it picks there)</th><th scope="col">Mirror-SD over '
-            f'SD{esc(ratio)}</th>{column}</tr></thead>'
+            f'SD{esc(ratio)}</th>{median_col}{column}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
 
 
@@ -303,20 +307,18 @@ def _replay_note(runs: int) -> str:
             f"run's own steps replayed, not a ratio of two columns here")
 
 
-def _choices_caption(choices: dict, p: dict | None) -> tuple[str, str]:
-    """(the first table's caption, its Mirror-SD over SD column's qualifier): over interleaved
-    runs (`p` with each round's figures) the table is the runs shown's replay, and the caption
-    gives the medians the page quotes for (b) and (c), named so."""
+def _choices_caption(choices: dict, p: dict | None) -> tuple[str, str, dict]:
+    """(the first table's caption, its replay column's qualifier, the medians the page quotes
+    for (b) and (c)): over interleaved runs (`p` with each round's figures) the table is the
+    runs shown's replay, and a column of its own gives those medians beside it, named so."""
     caption = "A projection, not a measurement: each profile with the settings it would pick among those this run can replay"
     medians = {k: over_sd_figure(p, k) for k in ("b", "c") if k in choices and median_words(p, k)}
     if not medians:
-        return caption, ""
-    n = len(round_span(p, next(iter(medians))))
+        return caption, "", {}
     return ("A projection, not a measurement: each profile with the settings it would pick among those "
-            "the runs shown (each method's middle run) can replay, their steps replayed. The Mirror-SD "
-            f"over SD that the verdict and the line above quote is the median of the {n} runs' projections, "
-            "each run's own steps replayed: " + ", ".join(f"({k}) {v:.2f}×" for k, v in medians.items())
-            + "; this table's last column is the runs shown replayed, not that median"), " (the runs shown replayed)"
+            "the runs shown (each method's middle run, from different runs) can replay, their steps replayed; "
+            "the last column is the figure the page quotes: each run's own steps replayed, the median of "
+            "those runs"), " (the runs shown replayed)", medians
 
 
 def _figures_differ(result: dict, key: str) -> bool:
