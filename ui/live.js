@@ -296,8 +296,8 @@ function chart() {
   if (!runs.length) { box.textContent = ''; B.tvt = null; return; }
   const axisMs = Number((host() || box).style.getPropertyValue('--axis')) || 1000;
   const top = Math.max(16, ...runs.map(r => r.tokens));
-  const TVT_W = Math.round(Math.min(640, Math.max(280, box.clientWidth || 600)));
-  const TVT_H = TVT_W < 500 ? 130 : 104;  // a phone's chart drawn at its own size, not scaled down
+  const TVT_W = Math.round(Math.min(960, Math.max(280, box.clientWidth || 600)));
+  const TVT_H = TVT_W < 500 ? 130 : TVT_W < 800 ? 120 : 150;  // drawn at its own size (a phone's too), not scaled
   const key = TVT_W + '/' + axisMs + '/' + top + '/' + runs.map(r => r.pts.length + (r.ended ? 'e' : '') + (r.stale ? 's' : '') +
     (r.ended || r.stale ? '' : '@' + Math.floor((r.now || 0) / 250))).join(',');  // a running run's speed: four times a second
   if (key === B.tvt) return;  // nothing new to draw
