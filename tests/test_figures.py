@@ -371,7 +371,7 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     assert proj["over_sd_rounds"]["c"] == [own["c"] * 1.3, own["c"] * 0.5, own["c"] * 2]  # an empty round left out
     # the median (1.3× the runs shown's), not the runs shown's figure
     words = (f'Mirror-SD <b class="msd-proj-ratio">{own["c"] * 1.3:.2f}×</b> SD, the median of the 3 runs&#x27; '
-             f"projections (their range {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×")
+             f"projections (with the runs shown replayed, the range {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×")
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = round(own["c"] * 0.5, 2) < 1 < round(own["c"] * 2, 2)
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
@@ -423,8 +423,8 @@ def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
             "the draft on a device of its own (the median of the 3 runs' projections; inconclusive: 0.85–1.76×); "
             "1.30× SD on an accelerator pair (the median of the 3 runs' projections; 1.20–1.50×).") in said, said
     assert "1.76× SD with" not in said and "1.50× SD on" not in said
-    assert ("with the draft on a device of its own: from 0.85× to 1.76× SD over the 3 runs' projections (their "
-            "median 1.13×), too spread to say whether it would pass SD (5 runs narrow it).") in done_message(
+    assert ("with the draft on a device of its own: from 0.85× to 1.76× SD over the 3 runs' projections and the "
+            "runs shown (their median 1.13×), too spread to say whether it would pass SD (5 runs narrow it).") in done_message(
         records, meta, None, proj)
     apart = dict(proj, over_sd_rounds={"b": [1.76, 1.05, 1.13]})
     assert ("Projected, not measured: Mirror-SD 1.13× SD with the draft on a device of its own (the median of the "
@@ -1465,15 +1465,16 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
 
 def test_the_projected_figure_lies_within_the_range_it_is_given_with():
     """The runs shown (each method's middle run) are a set no round ran as such: their
-    projection can lie outside the rounds' own. The figure quoted is the rounds' median, so it
-    lies within the range said beside it, the rounds' own, and the chart's whisker."""
+    projection (the What-if tables' figure) can lie outside the rounds' own. The figure quoted
+    is the rounds' median, and the range said beside it and the chart's whisker span the rounds'
+    and the runs shown's, so every figure the page prints for the profile lies within it."""
     from ui.paychart import bars
-    from ui.whatif import round_span, rounds_words
+    from ui.whatif import range_values, round_span, rounds_words
     p = {"over_sd": {"c": 0.90}, "over_sd_rounds": {"c": [0.93, 0.99, 0.95]}}
-    assert round_span(p, "c") == [0.93, 0.99, 0.95]
-    assert rounds_words(p, "c") == "the median of the 3 runs' projections (their range 0.93–0.99×)"
+    assert round_span(p, "c") == [0.93, 0.99, 0.95] and sorted(range_values(p, "c")) == [0.90, 0.93, 0.95, 0.99]
+    assert rounds_words(p, "c") == "the median of the 3 runs' projections (with the runs shown replayed, the range 0.90–0.99×)"
     row = next(r for r in bars(cards(tiny_records()), None, p) if r["kind"] == "projected")
-    assert (row["value"], row["low"], row["high"]) == (0.95, 0.93, 0.99)
+    assert (row["value"], row["low"], row["high"]) == (0.95, 0.90, 0.99)
     assert round_span({"over_sd": {"c": 0.9}, "over_sd_rounds": {"c": [0.95]}}, "c") == []  # one round: no range
 
 
@@ -1586,7 +1587,7 @@ def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
     said = done_message(records, meta, None, proj)
     assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
             f"here both models share {machine()}, no GPU. Projected, not measured, with the draft on a device of "
-            "its own: from 0.78× to 1.87× SD over the 3 runs' projections (their median 1.50×), too spread to say "
+            "its own: from 0.78× to 1.87× SD over the 3 runs' projections and the runs shown (their median 1.50×), too spread to say "
             "whether it would pass SD (5 runs narrow it).") in said, said
     apart = dict(proj, over_sd_rounds={"b": [1.2, 1.5, 1.87]})  # every run above 1×: the median and the range
     assert ("Projected, not measured: Mirror-SD 1.50× SD with the draft on a device of its own (the median of the "

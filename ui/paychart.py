@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 
 from .figures import Card, runs_of, shown_run, speeds
-from .whatif import median_words, over_sd_figure, round_span
+from .whatif import median_words, over_sd_figure, range_values
 from .runs import colour, label, variant_of
 
 esc = html.escape
@@ -44,10 +44,10 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         value = over_sd_figure(p, key)  # the rounds' median, or the one run's
         if value is None:
             continue
-        rounds = round_span(p, key)  # each round's projection
+        rounds = range_values(p, key)  # each round's projection and the runs shown's
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, the whisker their range"
+        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, the whisker their range with the runs shown's"
                if rounds else f"the steps of {shown_run(spreads)} replayed (What if, row ({key}))")
         out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
                     "high": max(rounds) if rounds else None, "kind": "projected",

@@ -18,7 +18,7 @@ from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline,
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
-from .whatif import median_words, over_sd_figure, projection_line, round_span, rounds_span_one
+from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of, verdict_outcome)
 from .zoom import fresh_steps, redraft_ms
@@ -96,11 +96,11 @@ def pays_words(meta: dict, projection: dict | None, methods) -> str:
     if not b:
         return ""
     if rounds_span_one(projection, "b"):  # the runs disagree on the side of 1×: the range first, no claim
-        values = round_span(projection, "b")
+        values, n = range_values(projection, "b"), len(round_span(projection, "b"))
         return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
                 f"own; here both models share {machine_words(meta)}. Projected, not measured, with the draft on "
-                f"a device of its own: from {min(values):.2f}× to {max(values):.2f}× SD over the {len(values)} "
-                f"runs' projections (their median {over_sd_figure(projection, 'b'):.2f}×), too spread to say "
+                f"a device of its own: from {min(values):.2f}× to {max(values):.2f}× SD over the {n} "
+                f"runs' projections and the runs shown (their median {over_sd_figure(projection, 'b'):.2f}×), too spread to say "
                 f"whether it would pass SD (5 runs narrow it).")
     if shown(over_sd_figure(projection, "b")) >= 1:  # as printed
         return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
@@ -122,7 +122,7 @@ def _projected(p: dict, key: str, words: str) -> str:
     figure = over_sd_figure(p, key)
     if figure is None:
         return ""
-    values = round_span(p, key)
+    values = range_values(p, key)
     either = "inconclusive: " if rounds_span_one(p, key) else ""
     spread = (f" ({median_words(p, key)}; {either}{min(values):.2f}–{max(values):.2f}×)" if values else "")
     return f"{figure:.2f}× SD {words}{spread}"

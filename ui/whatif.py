@@ -564,12 +564,13 @@ def rounds_words(p: dict, key: str) -> str:
     """'the median of the 3 runs' projections (their range 0.98–1.25×)': how the figure
     `over_sd_figure` quotes at profile `key` was made from the interleaved rounds, with their
     range ('' from fewer than two)."""
-    values = round_span(p, key)
+    values = range_values(p, key)
     if not values:
         return ""
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    return f"{median_words(p, key)} (their range {min(values):.2f}–{max(values):.2f}×{either})"
+    whose = ("with the runs shown replayed, the range" if len(values) > len(round_span(p, key)) else "their range")
+    return f"{median_words(p, key)} ({whose} {min(values):.2f}–{max(values):.2f}×{either})"
 
 
 def median_words(p: dict | None, key: str) -> str:
@@ -593,7 +594,7 @@ def over_sd_figure(p: dict | None, key: str) -> float | None:
 def rounds_span_one(p: dict, key: str) -> bool:
     """Whether Mirror-SD over SD at profile `key` lies below 1× in one interleaved round and
     above it in another (the rounds cannot tell which would be faster there)."""
-    values = [round(v, 2) for v in round_span(p, key)]  # as printed: 0.92–1.00× is not above 1×
+    values = [round(v, 2) for v in range_values(p, key)]  # as printed: 0.92–1.00× is not above 1×
     return len(values) > 1 and min(values) < 1 < max(values)
 
 
@@ -603,6 +604,16 @@ def round_span(p: dict | None, key: str) -> list[float]:
     [] from fewer than two rounds."""
     values = round_values(p, key)
     return values if len(values) > 1 else []
+
+
+def range_values(p: dict | None, key: str) -> list[float]:
+    """The figures a printed range at profile `key` spans: each interleaved round's projection
+    and the runs shown's replay (each method's middle run, from different rounds: the What-if
+    tables' figures), so that no figure the page prints for that profile falls outside the
+    range it gives; [] from fewer than two rounds."""
+    values = round_span(p, key)
+    shown = ((p or {}).get("over_sd") or {}).get(key)
+    return values + [shown] if values and shown is not None else values
 
 
 def round_values(p: dict | None, key: str) -> list[float]:
