@@ -1633,3 +1633,21 @@ def test_the_takeaway_says_how_late_the_branch_hits_came_from_the_run_s_own_step
     if fresh is not None and n >= 3:
         assert f"a window drafted fresh after a verdict took {fresh:.0f} ms (median)" in said
     assert late_hits_words(tiny_records()["sd"]) == "" and late_hits_words(None) == ""
+
+
+def test_the_hit_rate_line_says_the_runs_doubt_where_their_projections_straddle_one():
+    """The What-if hit-rate line (the runs shown's curve) may say Mirror-SD passes SD; where the
+    runs' own projections of that pair fall on both sides of 1×, the same line says they cannot
+    tell, so no "passes" stands beside the line above's "cannot say"."""
+    from mirror_sd.models.tiny import LAYERS
+    from ui.whatif import best_projection, over_sd_of, projection_line
+    records = tiny_records()
+    base = {"settings": {"gamma": 4, "kappa": 8, "branch_budget": 2},
+            "meta": {"target_layers": LAYERS, "exit_layer": LAYERS // 2}}
+    own = over_sd_of(dict(base, records=records))
+    for rounds, doubt in (([0.9, 1.1, 1.0], True), ([1.1, 1.2, 1.3], False)):
+        projected = [{"b": own["b"], "c": c} for c in rounds]
+        p = best_projection(dict(base, records=records, projected=projected))
+        series = re.search(r'msd-hit-series"><span class="msd-proj-tag">projection</span> (.*?)</p>', projection_line(p))
+        assert series, p  # the tiny pair's projection has its hit-rate line
+        assert ("cannot say whether it passes SD there" in series.group(1)) == doubt, series.group(1)
