@@ -165,7 +165,7 @@ def test_the_scoreboard_shows_the_cards_end_to_end_figures_and_marks_the_winner(
     for m in c:
         if m != best:
             assert badges[m] == ("within 3% of the fastest" if m in level else "baseline" if m == "ar"
-                                 else "clearly slower")
+                                 else "slower than the fastest")
     assert ("“within 3% of the fastest”" in html) == bool(level)  # the legend beside the tiles, when a tile ties
     assert "msd-tile-range" not in html  # one run: no range
     from ui.why import lanes_badge
@@ -1081,8 +1081,9 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     turns = steps_in_turn(records["mirror"])
     assert turns == steps - 1 - sum(1 for e in records["mirror"].events  # the last step drafts no next window
                                     if isinstance(e, Verify) and not e.drafted)
-    assert (f"Its gate ran it as SD (the draft, then the target) in {turns} of its {steps} steps (the last "
-            "had no next window to draft): timing both orders as it runs, it found taking turns the faster on "
+    how = (f"in all {turns} of its steps that drafted a next window" if turns == steps - 1 else
+           f"in {turns} of its {steps} steps (the last had no next window to draft)")
+    assert (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, it found taking turns the faster on "
             "these shared cores, and taking turns it prices its windows from SD's measured costs.") in gated, gated
     assert "Overlapped in every step, it ran " in gated, gated
     assert "beat the gated run" not in gated  # the two runs' speeds alike
@@ -1503,7 +1504,7 @@ def test_the_gate_badge_counts_steps_in_turn_as_the_card_does():
     last_drafted = any(e.step == max(v.step for v in rec.events if isinstance(v, Verify)) and e.drafted
                        for e in rec.events if isinstance(e, Verify))
     assert at_once == 0 and turns + steps_undrafted(rec) + last_drafted == steps
-    assert lanes_badge("mirror", rec) == f"ran as SD: draft, then target, in {turns} of {steps} steps"
+    assert lanes_badge("mirror", rec) == f"ran as SD: draft, then target, in {_counted(turns, steps, short=True)}"
 
 
 def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its_tile():
@@ -1524,8 +1525,8 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     assert ran_as_sd("mirror-overlap", rec) is None and ran_as_sd("sd", records["sd"]) is None
     from ui.figures import verdict_parts
     head, reason = verdict_parts(c, records, {})
-    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {steps_in_turn(rec)} of its "
-            f"{steps} steps, so its speed is not the overlap's.")
+    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(steps_in_turn(rec), steps)}, "
+            f"so its speed is not the overlap's.")
     assert said in head and head.count("ran as SD") == 1, head
     # the reason (Statistics) says it once more, where it sets the run against SD's
     assert reason.count("ran as SD") == 1 and "so its difference from SD is not the overlap's" in reason, reason
@@ -1560,7 +1561,7 @@ def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_ov
     level = spreads(10.0, 9.9)  # SD first by its median, Mirror-SD's range overlapping it
     reason = verdict_parts(cards(records), records, {}, level)[1]
     lead, first, *rest = reason.strip().split(ITEM)
-    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {turns} of its {steps} steps, so its "
+    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(turns, steps)}, so its "
             f"difference from SD is this machine's run-to-run spread: the same way of working timed in two runs, "
             f"not a cost or a gain of the overlap.")
     assert (lead, first) == ("The trade:", said), reason
@@ -1569,8 +1570,8 @@ def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_ov
     assert f"<b>The trade:</b> {said}".replace("'", "&#x27;") in stats, stats
     apart = verdict_parts(cards(records), records, {}, spreads(10.0, 6.0))[1]  # every SD run faster
     first = apart.strip().split(ITEM)[1]
-    assert first.startswith(f"Mirror-SD (gated) ran as SD (the draft, then the target) in {turns} of its {steps} "
-                            f"steps, so its difference from SD is not the overlap's. "), apart
+    assert first.startswith(f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(turns, steps)}, "
+                            f"so its difference from SD is not the overlap's. "), apart
     assert "run-to-run spread" not in apart
     records["mirror"] = overlapped  # its lanes at once in most steps: the measured cause, no such words
     assert "ran as SD" not in verdict_parts(cards(records), records, {}, level)[1]
@@ -1651,3 +1652,11 @@ def test_the_hit_rate_line_says_the_runs_doubt_where_their_projections_straddle_
         series = re.search(r'msd-hit-series"><span class="msd-proj-tag">projection</span> (.*?)</p>', projection_line(p))
         assert series, p  # the tiny pair's projection has its hit-rate line
         assert ("cannot say whether it passes SD there" in series.group(1)) == doubt, series.group(1)
+
+
+def _counted(turns: int, steps: int, short: bool = False) -> str:
+    """How the page counts a gated run's steps in turn: every step but the last (which has no
+    next window to draft) reads as all of them, so "11 of 12" never suggests one overlapped."""
+    if turns == steps - 1:
+        return f"all {turns} drafting steps" if short else f"all {turns} of its steps that drafted a next window"
+    return f"{turns} of {steps} steps" if short else f"{turns} of its {steps} steps"

@@ -23,7 +23,7 @@ from mirror_sd.engine.events import Verify
 from mirror_sd.engine.registry import baseline, having
 
 from .runs import RunRecord, against_ar, analyse, exit_check, label, measured, variant_of, verdict_outcome
-from .why import breakdown, contention, costs, ran_as_sd, steps_at_once, steps_undrafted
+from .why import as_sd_count, breakdown, contention, costs, ran_as_sd, steps_at_once, steps_undrafted
 
 
 @dataclass
@@ -435,8 +435,8 @@ def _as_sd(c: dict[str, Card], records: dict[str, RunRecord]) -> str:
     for m in c:
         got = ran_as_sd(m, records.get(m))
         if got:
-            said.append(f" {label(m)} ran as SD (the draft, then the target) in {got[0]} of its {got[1]} "
-                        f"steps, so its speed is not the overlap's.")
+            said.append(f" {label(m)} ran as SD (the draft, then the target) in {as_sd_count(got)}, "
+                        f"so its speed is not the overlap's.")
     return "".join(said)
 
 
@@ -652,7 +652,7 @@ def as_sd_words(method: str, turned: tuple[int, int], level: bool, cause: str) -
     `ran_as_sd`'s counts): what it ran, and what its difference from SD then is: where the runs
     cannot tell the two apart (`level`), this machine's run-to-run spread; else not the
     overlap's, with the measured `cause`."""
-    ran = (f"{label(method)} ran as SD (the draft, then the target) in {turned[0]} of its {turned[1]} steps, "
+    ran = (f"{label(method)} ran as SD (the draft, then the target) in {as_sd_count(turned)}, "
            f"so its difference from SD")
     if level:
         return (f"{ran} is this machine's run-to-run spread: the same way of working timed in two runs, "

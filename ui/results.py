@@ -188,7 +188,8 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
     else:
         turns = steps_in_turn(rec)
         beside = f", the draft beside the target in {at_once}" if at_once else ""
-        how = f"in {turns} of its {steps} steps{beside} (the last had no next window to draft)"
+        how = (f"in all {turns} of its steps that drafted a next window" if turns == steps - 1 else
+               f"in {turns} of its {steps} steps{beside} (the last had no next window to draft)")
         text = (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, "
                 f"it found taking turns the faster on these shared cores, and taking turns it prices its "
                 f"windows from SD's measured costs.")
@@ -416,7 +417,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
     rest, else "fastest median, a tie"; every other method "tied with the fastest" (from one
     run: "within 3% of the fastest") when the runs cannot tell it from the winner (`level_with`),
-    else "clearly slower" (AR: "baseline"), the winner named in the hover."""
+    else "slower than the fastest" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)
     if best is None:
         return {}
@@ -431,7 +432,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
             out[m] = ((tie_words(runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
                       ("baseline", f"the target alone, what the others are measured against; clearly slower "
                                    f"than {top} end to end") if m == "ar" else
-                      ("clearly slower", f"clearly slower than {top} end to end"))
+                      ("slower than the fastest", f"clearly slower than {top} end to end"))
     return out
 
 

@@ -276,8 +276,19 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
     if 2 * decoded >= steps:  # mostly no draft at all: its priced windows, not the gate
         return f"priced windows: no draft in {decoded} of {steps} steps"
     if turned := ran_as_sd(method, rec):  # mostly in turn: what it mostly did (the last step drafts no next window)
-        return f"ran as SD: draft, then target, in {turned[0]} of {turned[1]} steps"
+        return f"ran as SD: draft, then target, in {as_sd_count(turned, short=True)}"
     return f"gated: draft beside the target in {at_once} of {steps} steps"
+
+
+def as_sd_count(turned: tuple[int, int], short: bool = False) -> str:
+    """How many steps a gated run ran as SD, from `ran_as_sd`'s (steps in turn, verify steps):
+    'all 11 of its steps that drafted a next window' where that is every step but the last (it
+    has no next window to draft), so the count reads as all of them; else '11 of its 14 steps'.
+    `short`: the tile's words ('all 11 drafting steps', '11 of 14 steps')."""
+    k, n = turned
+    if k == n - 1:
+        return f"all {k} drafting steps" if short else f"all {k} of its steps that drafted a next window"
+    return f"{k} of {n} steps" if short else f"{k} of its {n} steps"
 
 
 def ran_as_sd(method: str, rec: RunRecord | None) -> tuple[int, int] | None:
