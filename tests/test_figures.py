@@ -190,7 +190,8 @@ def test_a_win_within_three_percent_is_called_level():
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {})
     assert "one run cannot tell SD and Mirror-SD (gated) apart" in text and "“3, interleaved”" in text and " won" not in text
-    assert text.startswith("SD 1.25× AR, Mirror-SD (gated) 1.23× AR end to end: ")  # one set of ratios, the tiles'
+    # no winner: who ties for the lead first, then one set of ratios, the tiles'
+    assert text.startswith("SD and Mirror-SD (gated) tie for the lead: SD 1.25× AR, Mirror-SD (gated) 1.23× AR end to end; "), text
     from ui.figures import verdict_parts
     assert "tok/s" not in verdict_parts(c, records, {})[0]  # the headline: the tiles give the speeds
     assert "AR 1.00×" not in text
@@ -1660,3 +1661,22 @@ def _counted(turns: int, steps: int, short: bool = False) -> str:
     if turns == steps - 1:
         return f"all {turns} drafting steps" if short else f"all {turns} of its steps that drafted a next window"
     return f"{turns} of {steps} steps" if short else f"{turns} of its {steps} steps"
+
+
+def test_the_seconds_split_says_when_the_runs_cannot_tell_mirror_sd_from_sd():
+    """The seconds chart splits a gap into parts; where the interleaved runs cannot tell the
+    Mirror-SD from SD (their ranges overlap) its line says the parts are not a proven cause, and
+    where every SD run was faster, not."""
+    from ui.results import takeaway
+    records = tiny_records()
+
+    def spreads(mirror_low: float) -> dict:
+        rounds = [cards(records) for _ in range(3)]
+        for r, (sd, mirror) in zip(rounds, ((10.0, mirror_low), (10.5, 9.0), (11.0, 9.2))):
+            r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 5.0, sd, mirror
+        return repeat_summary(rounds)
+
+    doubt = "These 3 runs cannot tell Mirror-SD (gated) from SD: the parts show where the runs shown spent their time"
+    said = takeaway(records, spreads(10.2))  # one Mirror-SD run faster than SD's slowest
+    assert "the chart below splits" in said and doubt in said, said
+    assert doubt not in takeaway(records, spreads(8.0))  # every SD run faster than every Mirror-SD run

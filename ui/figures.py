@@ -195,10 +195,10 @@ def output_words(records: dict[str, RunRecord]) -> str:
     if same and not differ and not skipped:
         out.append(f"Every method wrote exactly AR's {n} tokens: speculation changed the speed, not the text.")
     elif same:
-        out.append(f"{_names(same)} wrote exactly AR's {n} tokens.")
+        out.append(f"{names_of(same)} wrote exactly AR's {n} tokens.")
     out += [f"{d}." for d in differ]
     if skipped:
-        out.append(f"{_names(skipped)}: not compared with AR (a run was stopped or failed).")
+        out.append(f"{names_of(skipped)}: not compared with AR (a run was stopped or failed).")
     return " ".join(out)
 
 
@@ -341,7 +341,7 @@ def _ratio_list(c: dict[str, Card], sp: dict, key: int = 1) -> str:
     return ", ".join(f"{label(m)} {_x(sp[m][key])} AR" for m in c if m != ar and sp[m][key] is not None)
 
 
-def _names(methods: list[str]) -> str:
+def names_of(methods: list[str]) -> str:
     """'SD and Mirror-SD', 'AR, SD and Mirror-SD'."""
     names = [label(m) for m in methods]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
@@ -352,7 +352,7 @@ def _told(methods: list[str], apart: str = " apart") -> str:
     the rest: 'Mirror-SD from SD or AR' (the runs compare each with the first, not the rest
     with each other)."""
     if len(methods) < 3:
-        return f"{_names(methods)}{apart}"
+        return f"{names_of(methods)}{apart}"
     rest = [label(m) for m in methods[1:]]
     return f"{label(methods[0])} from {', '.join(rest[:-1])} or {rest[-1]}"
 
@@ -377,7 +377,7 @@ def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
         return ""
     runs = runs_of(spreads)
     which = f"Over these {runs} runs" if runs > 1 else f"In one run (within {LEVEL:.0%})"
-    over = "" if len(level) == len(c) else f" over {_names(level[1:])}"
+    over = "" if len(level) == len(c) else f" over {names_of(level[1:])}"
     return f"{which}, {label(level[0])}'s lead{over} is within this machine's noise."
 
 
@@ -414,8 +414,10 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     level = level_with(c, best, spreads)
     ratios = _ratio_list(c, sp)
     near = _near_ar(c, best, level, sp, spreads)
-    if level:
-        return (f"{ratios} end to end:", f" {_apart(level, runs, set(level) == set(c), near and near + [ar])}."
+    if level:  # no winner: who ties for the lead comes first, in the large type, then the ratios
+        lead = ("No method clearly ahead" if set(level) == set(c) else
+                f"{names_of(level)} tie for the lead")
+        return (f"{lead}: {ratios} end to end;", f" {_apart(level, runs, set(level) == set(c), near and near + [ar])}."
                 + _as_sd(c, records))
     if best == ar:
         return f"Plain decoding (AR) won end to end: {ratios}.", _as_sd(c, records)

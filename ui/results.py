@@ -12,7 +12,7 @@ from statistics import median
 
 from mirror_sd.latency.whatif_hits import shown
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, names_of, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
@@ -205,6 +205,20 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         (done or {}).get(twin)))]
 
 
+def _split_doubt(c: dict[str, Card], ranges: dict, runs: int) -> str:
+    """' These 3 runs cannot tell Mirror-SD (gated) from SD: ...': where the interleaved runs
+    cannot tell a Mirror-SD from SD (their ranges overlap), the seconds chart's parts are where
+    the runs shown spent their time, not a proven cause ('' otherwise, or from one run)."""
+    if runs < 2 or "sd" not in ranges:
+        return ""
+    tied = [m for m in _mirrors(c) if m in ranges and not _proven(ranges[m], ranges["sd"])
+            and not _proven(ranges["sd"], ranges[m])]
+    if not tied:
+        return ""
+    return (f" These {runs} runs cannot tell {names_of(tied)} from SD: the parts show "
+            f"where the runs shown spent their time, not a proven cause.")
+
+
 def takeaway(done: dict[str, RunRecord], spreads: dict | None = None, projection: dict | None = None) -> str:
     """The run in a few plain sentences (`takeaway_parts`, joined)."""
     return " ".join(text for _, text in takeaway_parts(done, spreads, projection))
@@ -241,7 +255,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
         parts += _mirror_takeaway(done["mirror"], c, sp, spreads, done)
     # each Mirror-SD's time against SD's in one line; the chart in its item splits it into parts
     if split := short_line(c, done, _mirrors(c)):
-        parts.append((SPLIT_LEAD, split))
+        parts.append((SPLIT_LEAD, split + _split_doubt(c, ranges, runs)))
     p = projection or {}
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
