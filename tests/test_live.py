@@ -26,6 +26,8 @@ def test_items_give_the_same_tokens_and_kinds_as_the_rendered_panes():
         assert committed == want, m
         assert [it["t"] for it in items] == sorted(it["t"] for it in items)
         assert items[-1]["k"] == "f" and items[-1]["n"] == len(want)
+        from ui.runs import live_stats  # the pane head's speed, carried so the race chart prints that figure
+        assert items[-1]["r"] == live_stats(rec)["tokens_per_s"]
         verdicts = [it for it in items if it["k"] == "v"]
         rejected = [it for it in items if it["k"] == "c" and "r" in it]
         assert len(rejected) == sum(v["kd"] == "correction" and v["a"] < len(v["d"]) for v in verdicts)

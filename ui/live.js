@@ -89,8 +89,8 @@ function axis(ms, tight) {
   if (!tight && ms <= cur && B.axisSet) return;
   const want = Math.max(1000, ms * (tight ? 1 : 1.25));
   const step = STEPS.find(st => want / st <= 5) || 20000;
-  // the race's axis ends just past its last finish, not at the next round tick (a 10.5 s race on a
-  // 15 s axis reads as slower than it was); live, a round end leaves room ahead
+  // the race's axis ends at its last finish (to the next 0.1 s), not at the next round tick (a
+  // 10.5 s race on a 15 s axis reads as slower than it was); live, a round end leaves room ahead
   const nice = tight ? Math.ceil(want / 100) * 100 : Math.ceil(want / step) * step;
   tl.style.setProperty('--axis', nice); B.axisSet = true;
   const ticks = []; for (let t = 0; t <= nice + 1; t += step) ticks.push(t);
@@ -238,7 +238,7 @@ function span(run, item, clock) {
 function grow(bar, item, clock) { bar.style.setProperty('--d', Math.max(Math.min(item.b, clock) - item.a, 0.3)); }
 
 function finish(run, item) {
-  run.ended = true; run.endT = item.w;
+  run.ended = true; run.endT = item.w; run.rate = item.r;  // the pane head's tok/s end to end
   setState(run, item.c ? 'stopped' : 'done');
   pending(run, null);
   run.clock.textContent = 'run took ' + secs(item.w); run.clock.classList.add('is-done');
@@ -321,7 +321,7 @@ function chart() {
     for (let i = 1; i < pts.length; i++) d += ' H' + x(pts[i][0]).toFixed(1) + ' V' + y(pts[i][1]).toFixed(1);
     svg += '<path class="tvt-line' + (r.stale ? ' is-stale' : '') + '" d="' + d + '" style="stroke:' + r.colour + '"/>';
     const [t, n] = pts[pts.length - 1];
-    const rate = t > 0 ? n / (t / 1000) : 0;
+    const rate = r.ended && r.rate != null ? r.rate : t > 0 ? n / (t / 1000) : 0;
     svg += '<circle class="tvt-dot" cx="' + x(t).toFixed(1) + '" cy="' + y(n).toFixed(1) + '" r="3" style="fill:' + r.colour + '"/>';
     const when = r.stale ? ' (round ' + r.staleRound + ', faded)' : r.ended ? '' : ' so far';
     ends.push({rate: rate, text: r.label + ': ' + n + ' tokens, ' + rate.toFixed(2) + ' tok/s' + when, colour: r.colour});
@@ -359,7 +359,7 @@ function roundHeader(round, times) {
     '. The race plays, at the measured pace, when round ' + n + ' ends, in about ' + Math.round(left) + ' s.';
 }
 function resetRun(run) {
-  Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null, now: 0,
+  Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null, now: 0, rate: null,
                       step: null, line: null, pend: null, stale: false, growing: []});
   for (const el of [run.pre, run.stepBox, run.note, run.stat, run.clock]) el.textContent = '';
   run.clock.classList.remove('is-done'); run.pane.classList.remove('is-stale');

@@ -118,9 +118,11 @@ class LiveFeed:
             return {"k": "p", "l": LANES[ev.lane], "n": shown, "s": ev.step,
                     "a": _ms(ev.start_ns - rec.t0_ns), "b": _ms(ev.end_ns - rec.t0_ns)}
         if isinstance(ev, Finish):
+            # "r": the run's end-to-end speed as its pane's head prints it (runs.measured), so the
+            # race chart's key gives that very figure, not one recomputed from rounded times
             return {"k": "f", "n": int(ev.stats.get("new_tokens", self.tokens)),
                     "w": round(float(ev.stats.get("wall_s", 0.0)) * 1e3, 3),
-                    "c": bool(ev.stats.get("cancelled"))}
+                    "r": measured(rec).get("tokens_per_s"), "c": bool(ev.stats.get("cancelled"))}
         if isinstance(ev, (Error, Notice)):
             return {"k": "e" if isinstance(ev, Error) else "n", "m": ev.message}
         return None

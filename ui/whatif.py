@@ -317,8 +317,8 @@ def _choices_caption(choices: dict, p: dict | None) -> tuple[str, str, dict]:
         return caption, "", {}
     return ("A projection, not a measurement: each profile with the settings it would pick among those "
             "the runs shown (each method's middle run, from different runs) can replay, their steps replayed; "
-            "the last column is the figure the page quotes: each run's own steps replayed, the median of "
-            "those runs"), " (the runs shown replayed)", medians
+            "the column of the runs' median is the figure the page quotes: each run's own steps replayed, "
+            "the median of those runs"), " (the runs shown replayed)", medians
 
 
 def _figures_differ(result: dict, key: str) -> bool:
