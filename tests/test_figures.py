@@ -94,8 +94,9 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     assert sd.includes_one
     text = verdict(rounds[0], records, {}, spreads)
     assert "(medians of 3 interleaved runs)" in text  # the verdict's speeds are the medians
-    # SD's range (8-12 tok/s) holds AR's 10: the verdict says plainly that they cannot be told apart
-    assert "these 3 runs cannot tell AR and SD apart" in text and " won" not in text
+    # SD's range (8-12 tok/s) holds AR's 10: the verdict says plainly that they cannot be told
+    # apart; Mirror-SD's median (9) is SD's, so it ties as well (level_with)
+    assert "these 3 runs cannot tell AR from SD or Mirror-SD (gated)" in text and " won" not in text, text
 
 
 def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
@@ -1680,3 +1681,24 @@ def test_the_seconds_split_says_when_the_runs_cannot_tell_mirror_sd_from_sd():
     said = takeaway(records, spreads(10.2))  # one Mirror-SD run faster than SD's slowest
     assert "the chart below splits" in said and doubt in said, said
     assert doubt not in takeaway(records, spreads(8.0))  # every SD run faster than every Mirror-SD run
+
+
+def test_a_method_with_a_higher_median_ties_whenever_a_lower_one_does():
+    """Over interleaved runs, a method whose range overlaps the winner's ties with it; a method
+    with a higher median than a tied one ties too, though its own range is narrow, so no tile says
+    "slower than the fastest" beside a slower tile that ties, and the headline never names the
+    slower one alone."""
+    from ui.results import standing
+    records = dict(tiny_records())
+    records["mirror-overlap"] = records["mirror"]
+    c = cards(records)
+    rounds = [cards(records) for _ in range(3)]
+    for r, (sd, gated, overlapped) in zip(rounds, ((12.5, 11.9, 9.0), (12.4, 11.8, 11.7), (12.6, 12.0, 12.6))):
+        r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps, r["mirror-overlap"].e2e_tps = 10.0, sd, gated, overlapped
+    spreads = repeat_summary(rounds)
+    # the overlapped run's wide range reaches SD's; the gated one's narrow range stays under it
+    assert spreads["mirror-overlap"]["e2e_tps"].high >= spreads["sd"]["e2e_tps"].low > spreads["mirror"]["e2e_tps"].high
+    level = level_with(c, "sd", spreads)
+    assert set(level) == {"sd", "mirror", "mirror-overlap"}, level
+    badges = {m: text for m, (text, _) in standing(c, spreads).items()}
+    assert badges["mirror"] == badges["mirror-overlap"] == "tied with the fastest", badges

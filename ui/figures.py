@@ -313,6 +313,12 @@ def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None
     if best in ranges:
         top = ranges[best]
         near = [m for m in c if m != best and m in ranges and ranges[m].high >= top.low]
+        # and every method whose median is at least a tied one's: a method with the higher median
+        # never reads "slower than the fastest" beside one with a lower median that ties
+        floor = min((ranges[m].median for m in near), default=None)
+        near += [m for m in c if m != best and m not in near and m in ranges and floor is not None
+                 and ranges[m].median >= floor]
+        near = [m for m in c if m in near]  # in the cards' order
     else:
         near = [m for m, x in c.items() if m != best and x.e2e_tps and x.complete
                 and x.e2e_tps >= c[best].e2e_tps * (1 - LEVEL)]
