@@ -214,6 +214,9 @@ class Spread:
     low: float
     high: float
     n: int
+    # each round's value in the rounds' order (None where the method did not finish that round),
+    # so two methods can be compared round by round (`rounds_ahead`)
+    values: tuple = ()
 
     @property
     def includes_one(self) -> bool:
@@ -222,7 +225,7 @@ class Spread:
 
 def spread(values: list[float | None]) -> Spread | None:
     vals = [v for v in values if v is not None]
-    return Spread(median(vals), min(vals), max(vals), len(vals)) if vals else None
+    return Spread(median(vals), min(vals), max(vals), len(vals), tuple(values)) if vals else None
 
 
 def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]]:
@@ -233,7 +236,7 @@ def repeat_summary(rounds: list[dict[str, Card]]) -> dict[str, dict[str, Spread]
     methods = [m for m in rounds[0]] if rounds else []
     out = {}
     for m in methods:
-        per = {k: spread([getattr(r[m], k) for r in rounds if m in r]) for k in keys}
+        per = {k: spread([getattr(r[m], k) if m in r else None for r in rounds]) for k in keys}
         out[m] = {k: v for k, v in per.items() if v is not None}
     return out
 
@@ -303,16 +306,49 @@ def e2e_ranges(spreads: dict | None) -> dict:
     return {m: s["e2e_tps"] for m, s in (spreads or {}).items() if "e2e_tps" in s and s["e2e_tps"].n > 1}
 
 
+def rounds_ahead(spreads: dict | None, a: str, b: str) -> tuple[int, int] | None:
+    """(the rounds in which `a` ran faster than `b` end to end, the rounds both finished): the
+    interleaved runs compared round by round, so a round the whole machine ran slow counts
+    against both alike (None without per-round speeds for both)."""
+    ra, rb = (e2e_ranges(spreads).get(m) for m in (a, b))
+    if ra is None or rb is None or not ra.values or len(ra.values) != len(rb.values):
+        return None
+    both = [(x, y) for x, y in zip(ra.values, rb.values) if x is not None and y is not None]
+    return (sum(x > y for x, y in both), len(both)) if len(both) > 1 else None
+
+
+def told_apart(spreads: dict | None, a: str, b: str) -> bool:
+    """Whether the interleaved runs show `a` faster than `b`: faster in every round both finished,
+    and its median at least LEVEL (about one run's noise here) above (without per-round speeds:
+    every run of `a` faster than every run of `b`)."""
+    got = rounds_ahead(spreads, a, b)
+    ra, rb = (e2e_ranges(spreads).get(m) for m in (a, b))
+    if got is not None:
+        return got[0] == got[1] and ra.median >= rb.median * (1 + LEVEL)
+    return ra is not None and rb is not None and ra.low > rb.high
+
+
+def ahead_words(spreads: dict | None, a: str, b: str) -> str:
+    """'SD was faster than AR in 2 of the 3 rounds' ('' without per-round speeds)."""
+    got = rounds_ahead(spreads, a, b)
+    if got is None:
+        return ""
+    k, n = got
+    small = "" if k < n or told_apart(spreads, a, b) else f", but by less than {LEVEL:.0%} (medians)"
+    return (f"{label(a)} was faster than {label(b)} in {'all' if k == n else k} of the {n} rounds{small}" if k else
+            f"{label(a)} was faster than {label(b)} in none of the {n} rounds")
+
+
 def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None) -> list[str]:
     """The methods the run cannot tell from the winner, the winner first ([] when the winner is
-    clear): over several interleaved runs, those whose end-to-end range overlaps the winner's;
-    from one run, those within LEVEL of its end-to-end speed (about one run's noise here)."""
+    clear): over several interleaved runs, those the winner did not beat in every round
+    (`told_apart`); from one run, those within LEVEL of its end-to-end speed (about one run's
+    noise here)."""
     if best is None or not c[best].e2e_tps:
         return []
     ranges = e2e_ranges(spreads)
     if best in ranges:
-        top = ranges[best]
-        near = [m for m in c if m != best and m in ranges and ranges[m].high >= top.low]
+        near = [m for m in c if m != best and m in ranges and not told_apart(spreads, best, m)]
         # and every method whose median is at least a tied one's: a method with the higher median
         # never reads "slower than the fastest" beside one with a lower median that ties
         floor = min((ranges[m].median for m in near), default=None)
@@ -363,13 +399,35 @@ def _told(methods: list[str], apart: str = " apart") -> str:
     return f"{label(methods[0])} from {', '.join(rest[:-1])} or {rest[-1]}"
 
 
-def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | None = None) -> str:
+def rounds_said(spreads: dict | None, names: list[str]) -> list[str]:
+    """Why the runs cannot tell names[1:] from names[0], one clause each: the rounds the first
+    won ('SD was faster than AR in 2 of the 3 rounds'), or, for a method the first beat in every
+    round that ties only because its median is at least a tied one's (`level_with`), that ('' for a
+    method without per-round speeds)."""
+    first, rest = names[0], names[1:]
+    by_rounds = [m for m in rest if not told_apart(spreads, first, m)]
+    ranges = e2e_ranges(spreads)
+    floor = min((m for m in by_rounds if m in ranges), key=lambda m: ranges[m].median, default=None)
+    out = []
+    for m in rest:
+        if m in by_rounds or floor is None or m not in ranges:
+            out.append(ahead_words(spreads, first, m))
+        else:
+            out.append(f"{label(m)}'s median is above {label(floor)}'s")
+    return out
+
+
+def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | None = None,
+           spreads: dict | None = None) -> str:
     """The plain clause for methods a run cannot separate ("them" when they are all the
-    methods shown and no more than two; `nor`, a second group the runs cannot separate either)."""
+    methods shown and no more than two; `nor`, a second group the runs cannot separate either),
+    with the first's rounds against each of the rest where the spreads have them."""
     who = "them apart" if every and len(names) < 3 else _told(names)
     also = f", nor {_told(nor, apart='')}" if nor else ""
     if runs > 1:
-        return f"these {runs} runs cannot tell {who}{also} (their ranges overlap: within this machine's noise)"
+        said = [w for w in rounds_said(spreads, names) + (rounds_said(spreads, nor) if nor else []) if w]
+        why = "; ".join(said) if said else "their ranges overlap"
+        return f"these {runs} runs cannot tell {who}{also} ({why}: within this machine's noise)"
     return (f"one run cannot tell {who}{also} (within {LEVEL:.0%}, about one run's noise here; "
             f"choose “3, interleaved” runs)")
 
@@ -423,7 +481,7 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     if level:  # no winner: who ties for the lead comes first, in the large type, then the ratios
         lead = ("No method clearly ahead" if set(level) == set(c) else
                 f"{names_of(level)} tie for the lead")
-        return (f"{lead}: {ratios} end to end;", f" {_apart(level, runs, set(level) == set(c), near and near + [ar])}."
+        return (f"{lead}: {ratios} end to end;", f" {_apart(level, runs, set(level) == set(c), near and near + [ar], spreads)}."
                 + _as_sd(c, records))
     if best == ar:
         return f"Plain decoding (AR) won end to end: {ratios}.", _as_sd(c, records)
@@ -431,7 +489,7 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     if variant_of(best)[0] == "mirror" and "sd" in c and sp["sd"][0]:
         second = "sd"  # a Mirror-SD's win is said against SD, the method it builds on, not its twin
     than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
-    also = f"; {_apart(near + [ar], runs)}" if near else ""
+    also = f"; {_apart(near + [ar], runs, spreads=spreads)}" if near else ""
     return f"{label(best)} won end to end{than}: {ratios}{also}.", _as_sd(c, records)
 
 
@@ -471,16 +529,15 @@ def runs_of(spreads: dict | None) -> int:
 def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict,
              spreads: dict | None = None) -> list[str]:
     """Methods other than the winner's group that the runs cannot tell from AR ([] for none):
-    over several interleaved runs, those whose end-to-end range overlaps AR's; from one run,
-    those within LEVEL of AR."""
+    over several interleaved runs, those neither faster nor slower than AR in every round
+    (`told_apart`); from one run, those within LEVEL of AR."""
     ar = baseline()
     if best == ar or ar in level:
         return []
     ranges = e2e_ranges(spreads)
     rest = [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete]
     if ar in ranges:
-        base = ranges[ar]
-        return [m for m in rest if m in ranges and ranges[m].low <= base.high and ranges[m].high >= base.low]
+        return [m for m in rest if m in ranges and not told_apart(spreads, m, ar) and not told_apart(spreads, ar, m)]
     return [m for m in rest if sp[m][1] is not None and abs(sp[m][1] - 1) <= LEVEL]
 
 

@@ -13,7 +13,7 @@ from statistics import median
 from mirror_sd.latency.whatif_hits import shown
 
 from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, names_of, overlap_measured, runs_of, shown_run,
-                      level_with, machine_words, one_device, speeds, turn_check, verdict_parts, verdict_sub,
+                      level_with, machine_words, rounds_ahead, told_apart, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
@@ -110,11 +110,6 @@ def pays_words(meta: dict, projection: dict | None, methods) -> str:
             f"Mirror-SD {b}.")
 
 
-def _proven(a: Spread | None, b: Spread | None) -> bool:
-    """Whether every run of `a` was faster than every run of `b` (their ranges apart)."""
-    return a is not None and b is not None and a.low > b.high
-
-
 def _projected(p: dict, key: str, words: str) -> str:
     """'1.13× SD <words> (the median of the 3 runs' projections; 0.97–1.98×)': Mirror-SD over SD
     at profile `key` as the chart and the What-if fold give it (`over_sd_figure`), with the
@@ -205,14 +200,15 @@ def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict
         (done or {}).get(twin)))]
 
 
-def _split_doubt(c: dict[str, Card], ranges: dict, runs: int) -> str:
+def _split_doubt(c: dict[str, Card], spreads: dict | None, runs: int) -> str:
     """' These 3 runs cannot tell Mirror-SD (gated) from SD: ...': where the interleaved runs
-    cannot tell a Mirror-SD from SD (their ranges overlap), the seconds chart's parts are where
+    cannot tell a Mirror-SD from SD (neither faster in every round), the seconds chart's parts are where
     the runs shown spent their time, not a proven cause ('' otherwise, or from one run)."""
+    ranges = e2e_ranges(spreads)
     if runs < 2 or "sd" not in ranges:
         return ""
-    tied = [m for m in _mirrors(c) if m in ranges and not _proven(ranges[m], ranges["sd"])
-            and not _proven(ranges["sd"], ranges[m])]
+    tied = [m for m in _mirrors(c) if m in ranges and not told_apart(spreads, m, "sd")
+            and not told_apart(spreads, "sd", m)]
     if not tied:
         return ""
     return (f" These {runs} runs cannot tell {names_of(tied)} from SD: the parts show "
@@ -238,15 +234,17 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     if sd is None:
         return []
     if runs > 1 and "sd" in ranges and "ar" in ranges:
-        if _proven(ranges["sd"], ranges["ar"]):
-            first = f"Speculative decoding (SD) beat plain decoding in all {runs} runs: {sd:.2f}× AR"
-        elif _proven(ranges["ar"], ranges["sd"]):
-            first = f"Speculative decoding (SD) lost to plain decoding in all {runs} runs: {sd:.2f}× AR"
+        got = rounds_ahead(spreads, "sd", "ar")
+        if told_apart(spreads, "sd", "ar"):
+            first = f"Speculative decoding (SD) beat plain decoding in all {runs} rounds: {sd:.2f}× AR"
+        elif told_apart(spreads, "ar", "sd"):
+            first = f"Speculative decoding (SD) lost to plain decoding in all {runs} rounds: {sd:.2f}× AR"
+        elif got:
+            first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but it was faster in "
+                     f"only {got[0]} of the {got[1]} rounds: not proven")
         else:
-            first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but that gain is not "
-                     f"proven: the slowest of its {runs} runs was no faster than AR's fastest" if sd >= 1 else
-                     f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but that loss is not "
-                     f"proven: the fastest of its {runs} runs was no slower than AR's slowest")
+            first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR), but that is not "
+                     f"proven: the two methods' ranges over the {runs} runs overlap")
     else:
         first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
                  + (", within one run's noise" if abs(sd - 1) < LEVEL else ""))
@@ -255,7 +253,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
         parts += _mirror_takeaway(done["mirror"], c, sp, spreads, done)
     # each Mirror-SD's time against SD's in one line; the chart in its item splits it into parts
     if split := short_line(c, done, _mirrors(c)):
-        parts.append((SPLIT_LEAD, split + _split_doubt(c, ranges, runs)))
+        parts.append((SPLIT_LEAD, split + _split_doubt(c, spreads, runs)))
     p = projection or {}
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
@@ -441,12 +439,18 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
                   f"the best end-to-end speed; the runs cannot tell it from "
                   f"{', '.join(label(m) for m in level[1:])} ({apart})" if level else
                   "the best end-to-end speed, clear of every other method")}
+    said = dict(zip(level[1:], rounds_said(spreads, level))) if level and runs > 1 else {}
     for m in c:
-        if m != best:
-            out[m] = ((tie_words(runs), f"the runs cannot tell {label(m)} from {top} ({apart})") if m in level else
-                      ("baseline", f"the target alone, what the others are measured against; clearly slower "
-                                   f"than {top} end to end") if m == "ar" else
-                      ("slower than the fastest", f"clearly slower than {top} end to end"))
+        if m == best:
+            continue
+        why = said.get(m) or apart
+        if m == "ar":  # the baseline is never badged a tie: the headline and the hover say it
+            out[m] = ("baseline", "the target alone, what the others are measured against; " + (
+                f"the runs cannot tell {top} from it ({why})" if m in level else f"clearly slower than {top} end to end"))
+        else:
+            out[m] = ((tie_words(runs), f"the runs cannot tell {label(m)} from {top} ({why})") if m in level else
+                      ("slower than the fastest", f"clearly slower than {top} end to end"
+                                                  + (f" ({w})" if (w := ahead_words(spreads, best, m)) else "")))
     return out
 
 
@@ -481,6 +485,9 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
                if r and (r.low < r.median * (1 - OUTLIER) or r.high > r.median * (1 + OUTLIER)) else "")
         span = (f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s{odd}</div>'
                 if r else "")
+        if m != best and (got := rounds_ahead(spreads, best, m)):  # the paired comparison, in a line
+            span += (f'<div class="msd-tile-range msd-tile-rounds">slower than {esc(label(best))} in '
+                     f'{"all" if got[0] == got[1] else got[0]} of {got[1]} rounds</div>')
         gate = lanes_badge(m, done[m]) if m in (done or {}) else ""
         span += f'<div class="msd-tile-gate">{esc(gate)}</div>' if gate else ""
         tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
@@ -494,8 +501,8 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
     legend = ""
     if ties:
         top = esc(label(best))
-        how = (f"its fastest run was at least as fast as {top}'s slowest" if runs > 1 else
-               "one run's noise here is about that much")
+        how = (f"{top} was not faster than it in every round (the line under its speed counts them)"
+               if runs > 1 else "one run's noise here is about that much")
         legend = (f'<br>“{esc(tie_words(runs))}”: {how}, so '
                   f'{"these runs cannot" if runs > 1 else "one run cannot"} tell it from {top}'
                   + (", even where the medians lie well apart" if runs > 1 else ""))
