@@ -434,8 +434,11 @@ def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
     c = cards(records)
     b, cc = [r for r in bars(c, None, proj) if r["kind"] == "projected"]
     assert (b["value"], b["low"], b["high"]) == (1.13, 0.85, 1.76) and cc["value"] == 1.3
-    assert "the median of the 3 runs' projections, the whisker their range" in b["note"]
+    assert "the median of the 3 runs' projections, a dot each, the whisker their range" in b["note"]
     chart = render_pay_chart(proj, c)
+    assert b["runs"] == round_span(proj, "b") and len(b["runs"]) == 3
+    for v in b["runs"]:  # each run's own projection, a dot on its bar
+        assert f'title="one run: {v:.2f}×"' in chart
     assert re.search(r'pc-b">.*?pc-val">1\.13× <small>\(0\.85–1\.76×\)</small> <small class="pc-unsure">inconclusive',
                      chart), chart
     one = {"over_sd": {"b": 1.76, "c": 1.5}, "over_sd_rounds": {"b": [1.76], "c": [1.5]}}
@@ -834,13 +837,14 @@ def test_the_zoom_states_the_rule_a_hit_rests_on_with_the_step_s_figures():
     against the target's time from the exit to its verdict, and whether the target waited at
     the verdict."""
     from mirror_sd.engine.events import Span
-    from ui.zoom import _rule
+    from ui.zoom import fit, rule_words
     ms = 1_000_000
 
-    def rule(done: int, verdict: int, outcome: str = "hit") -> str:  # the branch forwards end at `done`
+    def rule(done: int, verdict: int) -> str:  # the branch forwards end at `done`
         spans = [Span("target", "prefix", 0, 100 * ms, 3, ""), Span("target", "exit_head", 100 * ms, 110 * ms, 3, ""),
                  Span("target", "suffix", 110 * ms, 170 * ms, 3, ""), Span("draft", "branches", 110 * ms, done * ms, 3, "")]
-        return _rule(spans, 24, 28, outcome, max(done, verdict) * ms, verdict * ms)  # as render_zoom's ready
+        f = fit(spans, max(done, verdict) * ms, verdict * ms)  # as render_zoom's ready
+        return rule_words(dict(f, after="layers 25–28 and its verdict"))
 
     late = rule(400, 170)
     assert "was ready <b>290 ms</b> after the exit" in late and "layers 25–28 and its verdict took <b>60 ms</b>" in late
@@ -851,7 +855,7 @@ def test_the_zoom_states_the_rule_a_hit_rests_on_with_the_step_s_figures():
     # so both figures run to the verdict and agree with "hidden", never 75 against the suffix's 60
     close = rule(185, 190)
     assert "<b>75 ms</b>" in close and "took <b>80 ms</b>" in close and "the drafting was hidden" in close
-    assert rule(400, 170, "miss") == ""  # the next window was no branch
+    assert rule_words(None) == ""
 
 
 def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside_it():
@@ -861,7 +865,7 @@ def test_the_zoom_prefers_a_hit_that_saved_time_and_sets_the_nearest_miss_beside
     from mirror_sd.engine.events import Span
     from ui.runs import RunRecord, analyse, verdict_outcome
     from ui.steps import after_verdict_s
-    from ui.zoom import redraft_ms, nearest_miss, zoom_step
+    from ui.zoom import redraft_ms, nearest_miss
     rec = tiny_records()["mirror"]
     steps = analyse(rec).steps
     hits = [s for s in steps if verdict_outcome(steps[s]) == "hit"]
@@ -1140,7 +1144,7 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     html = render_pay_chart(proj, c)
     assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
     assert f"{0.9 * b:.2f}× <small>({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
-    assert "the median of the 3 runs&#x27; projections, the whisker their range" in html
+    assert "the median of the 3 runs&#x27; projections, a dot each, the whisker their range" in html
     unsure = round(0.7 * b, 2) < 1 < round(1.3 * b, 2)  # row (b)'s whisker across 1×: the bar says so
     assert html.count('class="pc-unsure">inconclusive<') == (1 if unsure else 0)
     across = dict(proj, over_sd=dict(proj["over_sd"], b=1.05), over_sd_rounds={"b": [0.8, 1.2, 0.9]})
@@ -1746,3 +1750,30 @@ def test_the_baseline_is_never_badged_a_tie_and_a_paired_round_decides():
     assert "ar" in level_with(c, "sd", spreads)
     assert badges["ar"][0] == "baseline", badges
     assert "the runs cannot tell SD from it (SD was faster than AR in 2 of the 3 rounds)" in badges["ar"][1]
+
+
+def test_the_cause_under_the_tiles_draws_the_zoomed_step_s_rule_with_its_figures():
+    """Under the verdict's tiles, the cause in one step: the zoomed step's target time after the
+    early exit and the draft's time to the branch the verdict took, as bars on one scale and in
+    words whose figures add up (need = target's time + wait), the same as the zoom's rule."""
+    from ui.results import render_verdict
+    from ui.zoom import render_cause, render_zoom, rule_figures, zoom_record, zoom_step
+    records = tiny_records()
+    meta = {"target_layers": 4}
+    rec = zoom_record(records)
+    f = rule_figures(rec, zoom_step(rec), meta)
+    assert f is not None and not f["fits"] and f["wait"] > 0  # the tiny pair's typical hit is late
+    assert f["need"] == round(f["have"]) + f["wait"]
+    cause = render_cause(rec, meta)
+    words = re.sub(r"<[^>]+>", " ", cause)
+    assert (f"After the early exit the target needed {f['have']:.0f} ms more; the draft, on the same hardware, "
+            f"needed {f['need']:.0f} ms to finish the branch the verdict took. The target waited {f['wait']} ms."
+            ) in words, words
+    # the bars on one scale: the draft's is the longest, the target's its share, the wait after it
+    widths = [float(w) for w in re.findall(r'class="c-(?:target|draft)" style="width:([\d.]+)%', cause)]
+    assert widths == [round(100 * f["have"] / f["need"], 1), 100.0], widths
+    assert f'<i class="c-wait" style="left:{100 * f["have"] / f["need"]:.1f}%' in cause
+    zoom = render_zoom(rec, meta)
+    assert f"was ready <b>{f['need']:.0f} ms</b> after the exit" in zoom  # the zoom's rule: the same figures
+    assert cause in render_verdict(records, meta)
+    assert render_cause(records["sd"], meta) == ""  # no early exit: no such step

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 
 from .figures import Card, runs_of, shown_run, speeds
-from .whatif import median_words, over_sd_figure, range_values
+from .whatif import median_words, over_sd_figure, range_values, round_span
 from .runs import colour, label, variant_of
 
 esc = html.escape
@@ -47,9 +47,10 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         rounds = range_values(p, key)  # each round's projection and the runs shown's
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, the whisker their range with the runs shown's"
+        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, a dot each, the whisker their range with the runs shown's"
                if rounds else f"the steps of {shown_run(spreads)} replayed (What if, row ({key}))")
         out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
+                    "runs": round_span(p, key),  # each run's own projection: a dot on the bar
                     "high": max(rounds) if rounds else None, "kind": "projected",
                     "colour": PROJECTED_COLOUR, "note": f"decode, {how}{cost}"})
     return out
@@ -71,6 +72,8 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
         if r["low"] is not None:
             whisker = (f'<span class="pc-whisker" style="left:{pct(r["low"]):.1f}%;'
                        f'width:{pct(r["high"]) - pct(r["low"]):.1f}%" title="{r["low"]:.2f}–{r["high"]:.2f}×"></span>')
+        whisker += "".join(f'<span class="pc-dot" style="left:{pct(v):.1f}%" title="one run: {v:.2f}×"></span>'
+                           for v in r.get("runs") or [])
         tag = '<span class="msd-proj-tag">projection</span> ' if r["kind"] == "projected" else ""
         lines.append(
             f'<div class="pc-row pc-{r["kind"]}{" pc-" + r["key"] if "key" in r else ""}"><div class="pc-label">{tag}{esc(r["label"])}'

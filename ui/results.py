@@ -21,7 +21,7 @@ from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of, verdict_outcome)
-from .zoom import fresh_steps, redraft_ms
+from .zoom import fresh_steps, redraft_ms, render_cause, zoom_record
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
@@ -301,6 +301,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     parts = [f'<p class="msd-verdict-text">{esc(big)}</p>'
              + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
              _scoreboard(c, spreads, done),
+             render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     # what this machine cannot show and where Mirror-SD would pay, then the measured trade
     if one_device(meta) and "mirror" in c:

@@ -226,36 +226,85 @@ def render_zoom(rec: RunRecord | None, meta: dict, step: int | None = None) -> s
             f'{sorted(analyse(rec).steps).index(step) + 1}, real milliseconds from its start; '
             f'{esc(how_typical(rec, step))}</div>'
             f'<div class="msd-zplot">{rows}<div class="msd-zmarks">{"".join(marks)}</div></div>{axis}'
-            f'{_rule(spans, layer, layers, outcome, ready_ns, verdict_ns)}'
+            f'{rule_words(rule_figures(rec, step, meta))}'
             f'<p class="msd-zcaption">{beats}</p></div>')
 
 
-def _rule(spans, layer, layers, outcome: str, ready_ns: int, verdict_ns: int) -> str:
-    """The one condition Mirror-SD's gain rests on, with this step's figures: the branches cost
-    the target nothing only when the draft finishes them within the target's layers after the
-    early exit ('' for a step without an exit or whose next window was no branch)."""
+def fit(spans, ready_ns: int, verdict_ns: int) -> dict | None:
+    """The one condition Mirror-SD's gain rests on, in one hit step's figures, both from the early
+    exit's end: `need`, the draft's ms to the taken branch (the next window, ready at
+    `ready_ns`); `have`, the target's ms to its verdict (its layers after the exit and the
+    acceptance); `wait`, the ms the target waited for the branch after its verdict (need = have +
+    wait when it did not fit); `fits`, whether it was ready by the verdict (None without an exit)."""
     exit_ns = exit_end(spans)
-    if exit_ns is None or outcome != "hit":
-        return ""
-    # both from the exit's end: the draft's time to the taken branch against the target's to its
-    # verdict (its layers after the exit and the acceptance), so the two compare as `fits`; a
-    # branch done before the verdict was ready by the end of the draft's last branch forward
+    if exit_ns is None:
+        return None
+    # a branch done before the verdict was ready by the end of the draft's last branch forward
     done_ns = max((s.end_ns for s in spans if s.label == "branches"), default=ready_ns)
     fits = ready_ns <= verdict_ns
     need = max(0.0, ((done_ns if fits else ready_ns) - exit_ns) / 1e6)
     have = (verdict_ns - exit_ns) / 1e6
-    after = (f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
-             else "the layers after it and its verdict")
     wait = late_ms(spans) or 0  # the caption's wait and the late hit's badge, to the ms
     if not fits:  # the figures shown add up: when it was ready is what the target took plus its wait
         need = round(have) + wait
-    then = ("so the next window was ready at the verdict: the drafting was hidden" if fits else
-            f"so the target waited {wait} ms for it at the verdict" if wait else
+    return {"need": need, "have": have, "wait": wait, "fits": fits}
+
+
+def rule_figures(rec: RunRecord, step: int, meta: dict | None = None) -> dict | None:
+    """`fit`'s figures for a hit step of `rec`, with `after`, the target's part after the exit in
+    words (None for a step without an exit or whose next window was no branch)."""
+    sv = analyse(rec).steps.get(step)
+    spans = [s for s in rec.spans if s.step == step and s.label in SEGMENTS]
+    if sv is None or not spans:
+        return None
+    verdict_ns = max((s.end_ns for s in spans if s.label in VERDICT_LABELS), default=max(s.end_ns for s in spans))
+    ready_ns, outcome = _next_window(sv, spans, verdict_ns)
+    f = fit(spans, ready_ns, verdict_ns) if outcome == "hit" else None
+    if f is None:
+        return None
+    layer = sv.early_exit.layer if sv.early_exit else None
+    layers = (meta or {}).get("target_layers", "N")
+    return dict(f, after=f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
+                else "the layers after it and its verdict")
+
+
+def rule_words(f: dict | None) -> str:
+    """The rule under the zoom, with its step's figures (`rule_figures`; '' without)."""
+    if f is None:
+        return ""
+    then = ("so the next window was ready at the verdict: the drafting was hidden" if f["fits"] else
+            f"so the target waited {f['wait']} ms for it at the verdict" if f["wait"] else
             "so the target waited under 1 ms for it at the verdict")
     return (f'<p class="msd-zrule"><b>The rule:</b> the draft\'s branches are free only when they '
             f'fit beside the target\'s layers after the early exit. In this step the taken branch (the '
-            f'next window) was ready {"by " if fits else ""}<b>{need:.0f} ms</b> after the exit, and the '
-            f'target\'s {esc(after)} took <b>{have:.0f} ms</b>, {then}.</p>')
+            f'next window) was ready {"by " if f["fits"] else ""}<b>{f["need"]:.0f} ms</b> after the exit, and the '
+            f'target\'s {esc(f["after"])} took <b>{f["have"]:.0f} ms</b>, {then}.</p>')
+
+
+def render_cause(rec: RunRecord | None, meta: dict) -> str:
+    """Under the verdict's tiles, the cause in one picture: the zoomed step's two lanes after the
+    early exit as bars on one scale (the target's layers to its verdict; the draft's time to the
+    branch the verdict took) and the wait between, with the words ('' without such a step)."""
+    step = zoom_step(rec) if rec is not None and rec.finish is not None else None
+    f = rule_figures(rec, step, meta) if step is not None else None
+    if f is None:
+        return ""
+    n = sorted(analyse(rec).steps).index(step) + 1
+    top = max(f["need"], f["have"], 1.0)
+    bar = lambda ms, cls: f'<i class="{cls}" style="width:{100 * ms / top:.1f}%"></i>'  # noqa: E731
+    wait = (f'<i class="c-wait" style="left:{100 * f["have"] / top:.1f}%;width:{100 * f["wait"] / top:.1f}%"></i>'
+            if not f["fits"] and f["wait"] else "")
+    rows = (f'<div class="msd-cause-row"><span>target: {esc(f["after"])}</span>'
+            f'<div class="msd-cause-track">{bar(f["have"], "c-target")}</div><b>{f["have"]:.0f} ms</b></div>'
+            f'<div class="msd-cause-row"><span>draft: to the branch the verdict took</span>'
+            f'<div class="msd-cause-track">{bar(f["need"], "c-draft")}{wait}</div><b>{f["need"]:.0f} ms</b></div>')
+    said = (f"The draft finished the branch the verdict took within the target's {f['have']:.0f} ms after the "
+            f"early exit: the drafting was hidden, which is what Mirror-SD is for." if f["fits"] else
+            f"After the early exit the target needed {f['have']:.0f} ms more; the draft, on the same "
+            f"hardware, needed {f['need']:.0f} ms to finish the branch the verdict took. "
+            f"The target waited {f['wait']} ms.")
+    return (f'<div class="msd-cause"><b>The cause, in one step</b> ({esc(label(rec.method))}, step {n}, '
+            f'its typical hit; drawn in full below): {esc(said)}{rows}</div>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
