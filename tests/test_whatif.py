@@ -847,3 +847,21 @@ def test_the_model_s_contention_factor_is_named_apart_from_the_verdict_s_verify_
                                             "note": "no one- against two-thread measurement"}})
     assert "No one- against two-thread measurement." in unsplit
     assert panel.render_split({"costs": {**split, "contention": 1.001}}) == ""  # lanes in turn: nothing shared
+
+
+def test_the_measured_chart_draws_branches_after_their_verdict_as_drafting_the_target_waits_for():
+    """What if's measured chart colours a branch forward begun after its step's verdict as the
+    latency timeline does (the target waits for it), not as drafting beside the target; a step
+    whose target bars fall before the chart's start (the first commit) had its verdict before it."""
+    from ui.runs import LATE_BRANCHES
+    from ui.timeline import GROUP_OF
+    from ui.whatif import _group, late_marked
+    bars = [("draft", "branches", 0.00, 0.05, 0),  # step 0: its verdict came before the first commit
+            ("target", "prefix", 0.06, 0.20, 1), ("draft", "extend", 0.06, 0.10, 1),
+            ("draft", "branches", 0.10, 0.18, 1),  # beside the target's layers
+            ("target", "suffix", 0.20, 0.25, 1), ("verify", "accept", 0.25, 0.26, 1),
+            ("draft", "branches", 0.26, 0.30, 1)]  # begun at the verdict: the target waits
+    marked = [b[1] for b in late_marked(bars)]
+    assert marked == [LATE_BRANCHES, "prefix", "extend", "branches", "suffix", "accept", LATE_BRANCHES]
+    assert _group(LATE_BRANCHES)[0] == "draft, the target waits" == GROUP_OF["draft"][0]
+    assert _group("branches")[0] == "draft beside the target"

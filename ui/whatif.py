@@ -22,7 +22,7 @@ from mirror_sd.latency import whatif_hits as wh
 from mirror_sd.latency.whatif_hardware import COSTS_CHOICES, DRAFTS, TARGETS, Accelerators, project_all
 
 from .palette import LANES as PALETTE
-from .runs import RunRecord, label
+from .runs import LATE_BRANCHES, RunRecord, label
 from .timeline import GROUP_OF, LABELS
 
 log = logging.getLogger(__name__)
@@ -382,6 +382,19 @@ def _add_bars(fig, bars_by_method: dict, row: int, seen: set, suffix: str = ""):
         seen.add(name)
 
 
+def late_marked(bars: list) -> list:
+    """Measured bars with a branch forward begun at or after its step's verdict drawn as drafting
+    the target waits for (LATE_BRANCHES), as the latency timeline draws it: the verdict is the end
+    of the step's target and verify bars, and a step none of whose target bars is drawn had its
+    verdict before the chart's start (the first commit), so all its drawn branches came after."""
+    ends: dict[int, float] = {}
+    for lane, _, _, b, step in bars:
+        if lane in ("target", "verify"):
+            ends[step] = max(ends.get(step, b), b)
+    return [(lane, LATE_BRANCHES if span == "branches" and lane == "draft" and a >= ends.get(step, float("-inf"))
+             else span, a, b, step) for lane, span, a, b, step in bars]
+
+
 def steps_for_tokens(rec, tokens: int) -> int:
     """Decode steps a run took to commit `tokens` tokens (AR: one per step; a verify step: its
     accepted drafts plus the target's own), so every run is drawn for the same tokens."""
@@ -412,7 +425,7 @@ def build_figure(result: dict | None, by_method: dict | None, profile: str = "c"
     recorded = {r.method: r for r in result["recorded"]}
     methods = [m for m in reversed(wi.METHODS) if m in by_method and m in recorded]
     steps = {m: steps_for_tokens(recorded[m], TIMELINE_TOKENS) for m in methods}
-    measured = {m: wi.measured_timeline(by_method[m], steps[m])["bars"] for m in methods}
+    measured = {m: late_marked(wi.measured_timeline(by_method[m], steps[m])["bars"]) for m in methods}
     projected = {m: wi.projected_timeline(recorded[m], result["profiles"][profile], steps[m])["bars"]
                  for m in methods}
     counts = []
