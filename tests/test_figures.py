@@ -797,17 +797,16 @@ def test_a_method_whose_range_overlaps_ar_s_is_named_in_the_same_sentence_withou
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
     head = text.split(".")[0] + "."
     # SD was faster than Mirror-SD (gated) in every round, but by less than one run's noise
-    assert ("these 3 runs cannot tell SD and Mirror-SD (gated) apart, nor Mirror-SD (always overlapped) and AR "
-            "(SD was faster than Mirror-SD (gated) in all of the 3 rounds, but by less than 3% (medians); "
-            "Mirror-SD (always overlapped) was faster than AR in 2 of the 3 rounds: within this machine's noise)"
-            ) in text, head
+    assert ("these 3 runs cannot tell SD and Mirror-SD (gated) apart, nor Mirror-SD (always overlapped) and AR, "
+            "within this machine's noise: SD was faster than Mirror-SD (gated) in all of the 3 rounds, but by less "
+            "than 3% (medians); Mirror-SD (always overlapped) was faster than AR in 2 of the 3 rounds.") in text, head
     assert "((" not in text and "))" not in text
     # SD ahead of everything: the method level with AR follows after a semicolon
     for i, r in enumerate(rounds):
         r["mirror"].e2e_tps = 9.0 + i * 0.1
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
-    assert ("; these 3 runs cannot tell Mirror-SD (always overlapped) and AR apart (Mirror-SD (always "
-            "overlapped) was faster than AR in 2 of the 3 rounds: within this machine's noise).") in text, text
+    assert ("; these 3 runs cannot tell Mirror-SD (always overlapped) and AR apart, within this machine's "
+            "noise: Mirror-SD (always overlapped) was faster than AR in 2 of the 3 rounds.") in text, text
     # faster than AR in every round by more than 3%, though the ranges overlap: the rounds, compared
     # pairwise, tell them apart (a round the whole machine ran slow counts against both alike)
     for i, r in enumerate(rounds):
@@ -1243,16 +1242,25 @@ def test_the_zoom_says_how_many_steps_are_like_the_one_it_draws():
     rec = tiny_records()["mirror"]
     n = len(analyse(rec).steps)
     html = render_zoom(rec, {"target_layers": 4, "exit_layer": 2})
-    alike, of, kind = re.search(r"; (\d+) of its (\d+) steps like this one \(the lanes at once, "
-                                r"(a late hit|a branch hit ready by the verdict|no branch hit)", html).groups()
+    alike, of, kind, kept = re.search(r"; (\d+) of its (\d+) steps like this one \(the lanes at once, "
+                                      r"(a late hit|a branch hit ready by the verdict|no branch hit)"
+                                      r"(, drafted tokens kept|, no drafted token kept|)", html).groups()
     card = cards({"mirror": rec})["mirror"]
     steps = analyse(rec).steps
-    late = sum(1 for sv in steps.values() if sv.late_ms is not None)
-    want = {"a late hit": late, "a branch hit ready by the verdict": card.hits - late, "no branch hit": card.misses}[kind]
-    assert int(of) == n and int(alike) == want, (alike, kind, card, late)
+    hit = {sv.step: sv for sv in steps.values() if any(b.status == "taken" for b in sv.rollouts)}
+    late = {s for s, sv in hit.items() if sv.late_ms is not None}
+    kept_any = {s for s, sv in hit.items() if sv.verify is not None and sv.verify.accepted}
+    group = {"a late hit": late, "a branch hit ready by the verdict": set(hit) - late}.get(kind)
+    if group is None:  # no branch hit: the misses
+        assert kept == "" and int(alike) == card.misses
+    else:  # a hit, counted with the others whose verdict kept drafted tokens (or none) as it did
+        assert kept, html
+        want = group & kept_any if kept == ", drafted tokens kept" else group - kept_any
+        assert len(hit) == card.hits and int(alike) == len(want), (alike, kind, kept, card)
+    assert int(of) == n
     mostly = _serial_after(rec, 2)  # lanes at once in steps 0 and 1 only
     from ui.zoom import how_typical
-    kinds = r"(a late hit|a branch hit ready by the verdict|no branch hit)"
+    kinds = r"(a late hit|a branch hit ready by the verdict|no branch hit)(, drafted tokens kept|, no drafted token kept)?"
     assert re.fullmatch(rf"[12] of its {n} steps like this one \(the lanes at once, {kinds}\)", how_typical(mostly, 1))
     assert re.fullmatch(rf"\d+ of its {n} steps like this one \(the lanes in turn, {kinds}\)", how_typical(mostly, 2))
 
@@ -1295,12 +1303,16 @@ def test_the_race_says_when_its_finishing_order_is_within_noise():
     overlap = {m: {"e2e_tps": Spread(5.0 + i * 0.1, 4.5, 5.6, 3)} for i, m in enumerate(c)}
     said = order_within_noise(c, overlap)
     top = label(winner(c, overlap))
-    assert said == f"Over these 3 runs, {top}'s lead is within this machine's noise.", said
-    # some told apart from the winner: the lead is named over those it cannot tell it from
+    level = [label(m) for m in level_with(c, winner(c, overlap), overlap)]
+    assert level[0] == top and len(level) == len(c)
+    assert said == (f"Over these 3 runs, {', '.join(level[:-1])} and {level[-1]} tie: their order is "
+                    f"within this machine's noise."), said
+    # some told apart from the winner: the tie names only those it cannot tell from it
     some = {m: ({"e2e_tps": Spread(1.0, 0.9, 1.1, 3)} if m == "ar" else x) for m, x in overlap.items()}
-    near = [label(m) for m in level_with(c, winner(c, some), some)[1:]]
-    assert order_within_noise(c, some) == (f"Over these 3 runs, {label(winner(c, some))}'s lead over "
-                                           f"{' and '.join(near)} is within this machine's noise."), near
+    near = [label(m) for m in level_with(c, winner(c, some), some)]
+    assert "AR" not in near and len(near) == len(c) - 1
+    assert order_within_noise(c, some) == (f"Over these 3 runs, {', '.join(near[:-1])} and {near[-1]} tie: "
+                                           f"their order is within this machine's noise."), near
     apart = {m: {"e2e_tps": Spread(5.0 + 2 * i, 4.9 + 2 * i, 5.1 + 2 * i, 3)} for i, m in enumerate(c)}
     assert order_within_noise(c, apart) == ""
     assert json.loads(race_message(tiny_records(), tie=said))["tie"] == said

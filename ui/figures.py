@@ -426,23 +426,23 @@ def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | No
     also = f", nor {_told(nor, apart='')}" if nor else ""
     if runs > 1:
         said = [w for w in rounds_said(spreads, names) + (rounds_said(spreads, nor) if nor else []) if w]
-        why = "; ".join(said) if said else "their ranges overlap"
-        return f"these {runs} runs cannot tell {who}{also} ({why}: within this machine's noise)"
+        if not said:
+            return f"these {runs} runs cannot tell {who}{also} (their ranges overlap: within this machine's noise)"
+        return f"these {runs} runs cannot tell {who}{also}, within this machine's noise: {'; '.join(said)}"
     return (f"one run cannot tell {who}{also} (within {LEVEL:.0%}, about one run's noise here; "
             f"choose “3, interleaved” runs)")
 
 
 def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
-    """For the race's last line: 'Over these 3 runs, SD's lead is within this machine's noise.'
-    (naming those it leads where the runs tell some others apart; '' where the runs tell the
-    winner from the rest). The verdict under the race says it in full, once."""
+    """For the race's last line: 'Over these 3 runs, SD and Mirror-SD (gated) tie: their order is
+    within this machine's noise.' ('' where the runs tell the winner from the rest). The verdict
+    under the race says it in full, once."""
     level = level_with(c, winner(c, spreads), spreads)
     if not level:
         return ""
     runs = runs_of(spreads)
     which = f"Over these {runs} runs" if runs > 1 else f"In one run (within {LEVEL:.0%})"
-    over = "" if len(level) == len(c) else f" over {names_of(level[1:])}"
-    return f"{which}, {label(level[0])}'s lead{over} is within this machine's noise."
+    return f"{which}, {names_of(level)} tie: their order is within this machine's noise."
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,

@@ -13,7 +13,7 @@ each readable against the takeaway's background.
 from __future__ import annotations
 
 # token kind -> its highlight's colour (drawn translucent behind the text)
-TOKENS = {"accepted": "#22c55e", "hit": "#3b82f6", "late": "#6366f1", "fallback": "#eab308",
+TOKENS = {"accepted": "#22c55e", "hit": "#3b82f6", "late": "#1d4ed8", "fallback": "#eab308",
           "correction": "#ef4444", "bonus": "#a855f7"}
 # a kind in another kind's hue family (a late hit is a hit), told apart by its own colour and
 # a hatching (the CSS's repeating-linear-gradient over its colour): kind -> that other kind

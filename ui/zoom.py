@@ -89,7 +89,8 @@ def zoom_step(rec: RunRecord) -> int | None:
     """The step the zoom draws, the most telling one after the first: a step with a window to
     verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
     target's layers split at the early exit while the draft wrote branches beside them; a hit
-    best, and among hits the typical one, not the best case: the one whose wait for its branch
+    best, one whose verdict kept a drafted token before one that kept none (a hit that keeps
+    nothing still readies the next window, but teaches less), and among them the typical one, not the best case: the one whose wait for its branch
     after the verdict is the median of theirs (the lower middle of an even count); then one with
     branches, then one split at the exit. A step with nothing to draw but its verdict is never
     picked; None when no step has more."""
@@ -105,7 +106,7 @@ def zoom_step(rec: RunRecord) -> int | None:
         overlapped = "prefix" in have and "branches" in have
         hit = any(b.status == "taken" for b in sv.rollouts)
         wait = after_verdict_s(rec, s) * 1e3 if hit else 0.0
-        found[s] = ((windowed, overlapped, hit, bool(sv.rollouts), "prefix" in have), wait)
+        found[s] = ((windowed, overlapped, hit, hit and _kept(sv), bool(sv.rollouts), "prefix" in have), wait)
     if not found:
         return None
     top = max(kind for kind, _ in found.values())
@@ -161,6 +162,11 @@ def _mark(t_ns: int, t0: int, scale: float, text: str, cls: str) -> str:
             f'<span>{esc(text)}</span></div>')
 
 
+def _kept(sv: StepView) -> bool:
+    """Whether the step's verdict kept at least one drafted token."""
+    return bool(sv.verify is not None and sv.verify.accepted)
+
+
 def how_typical(rec: RunRecord, step: int) -> str:
     """'9 of its 11 steps like this one (the lanes at once, a late hit; this one the middle of
     them by how late)': how many of the run's steps share the drawn step's kind (the hits among
@@ -168,14 +174,17 @@ def how_typical(rec: RunRecord, step: int) -> str:
     reads as rare and a typical one as typical."""
     steps, at_once = analyse(rec).steps, steps_at_once(rec)
 
-    def kind(s: int) -> tuple[bool, str]:
+    def kind(s: int) -> tuple[bool, str, bool]:
         hit = any(b.status == "taken" for b in steps[s].rollouts)
-        return s in at_once, ("late" if steps[s].late_ms is not None else "hit") if hit else "none"
+        return (s in at_once, ("late" if steps[s].late_ms is not None else "hit") if hit else "none",
+                hit and _kept(steps[s]))
 
     mine = kind(step)
     alike = [s for s in steps if kind(s) == mine]
     words = ("the lanes at once" if mine[0] else "the lanes in turn") + {
         "late": ", a late hit", "hit": ", a branch hit ready by the verdict", "none": ", no branch hit"}[mine[1]]
+    if mine[1] != "none":
+        words += ", drafted tokens kept" if mine[2] else ", no drafted token kept"
     if mine[1] == "late" and len(alike) > 2:
         words += "; this one the middle of them by how late"
     return f"{len(alike)} of its {len(steps)} steps like this one ({words})"
@@ -304,7 +313,7 @@ def render_cause(rec: RunRecord | None, meta: dict) -> str:
             f"hardware, needed {f['need']:.0f} ms to finish the branch the verdict took. "
             f"The target waited {f['wait']} ms.")
     return (f'<div class="msd-cause"><b>The cause, in one step</b> ({esc(label(rec.method))}, step {n}, '
-            f'its typical hit; drawn in full below): {esc(said)}{rows}</div>')
+            f'its typical hit<span class="msd-cause-below">; drawn in full below</span>): {esc(said)}{rows}</div>')
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
