@@ -1662,10 +1662,10 @@ def test_the_takeaway_says_how_late_the_branch_hits_came_from_the_run_s_own_step
     assert late_hits_words(tiny_records()["sd"]) == "" and late_hits_words(None) == ""
 
 
-def test_the_hit_rate_line_says_the_runs_doubt_where_their_projections_straddle_one():
+def test_the_hit_rate_line_is_left_out_where_the_runs_projections_straddle_one():
     """The What-if hit-rate line (the runs shown's curve) may say Mirror-SD passes SD; where the
-    runs' own projections of that pair fall on both sides of 1×, the same line says they cannot
-    tell, so no "passes" stands beside the line above's "cannot say"."""
+    runs' own projections of that pair fall on both sides of 1×, the line above says they cannot
+    tell, and the curve's line is left out, so no "passes" stands beside that "cannot say"."""
     from mirror_sd.models.tiny import LAYERS
     from ui.whatif import best_projection, over_sd_of, projection_line
     records = tiny_records()
@@ -1675,9 +1675,10 @@ def test_the_hit_rate_line_says_the_runs_doubt_where_their_projections_straddle_
     for rounds, doubt in (([0.9, 1.1, 1.0], True), ([1.1, 1.2, 1.3], False)):
         projected = [{"b": own["b"], "c": c} for c in rounds]
         p = best_projection(dict(base, records=records, projected=projected))
-        series = re.search(r'msd-hit-series"><span class="msd-proj-tag">projection</span> (.*?)</p>', projection_line(p))
-        assert series, p  # the tiny pair's projection has its hit-rate line
-        assert ("cannot say whether it passes SD there" in series.group(1)) == doubt, series.group(1)
+        line = projection_line(p)
+        series = re.search(r'msd-hit-series"><span class="msd-proj-tag">projection</span> (.*?)</p>', line)
+        assert (series is None) == doubt, line  # the tiny pair's projection has its hit-rate line
+        assert ("on both sides of 1×, so these runs cannot say" in line) == doubt, line
 
 
 def _counted(turns: int, steps: int, short: bool = False) -> str:

@@ -729,11 +729,10 @@ def projection_line(p: dict, where: str = "What if, first table, row (c)",
             f'On an accelerator pair like the Mirror-SD paper\'s, larger models than the pair that ran here, '
             f'{said} <span class="msd-more">({esc(where)})</span></p>')
     said = p.get("series_short", p.get("series_line"))  # the source said in full in the line above
-    if series and said:
-        # the runs shown's curve; where the runs' own projections fall on both sides of 1×, that
-        # goes with it, so that no "passes" stands beside the line above's "cannot say"
-        doubt = (f"; but the {len(round_span(p, 'c'))} runs' own projections fall on both sides of 1×, so "
-                 f"they cannot say whether it passes SD there" if rounds_span_one(p, "c") else "")
+    # the runs shown's curve against the hit rate; not where the runs' own projections fall on
+    # both sides of 1×: the line above says those runs cannot tell, and a curve of one mix of runs
+    # saying "passes" or "does not pass" beside it would read as a contradiction
+    if series and said and not rounds_span_one(p, "c"):
         line += (f'<p class="msd-projection msd-hit-series"><span class="msd-proj-tag">projection</span> '
-                 f'{esc(said)}{esc(doubt)}.</p>')
+                 f'{esc(said)}.</p>')
     return line
