@@ -487,8 +487,9 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         span = (f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s{odd}</div>'
                 if r else "")
         if m != best and (got := rounds_ahead(spreads, best, m)):  # the paired comparison, in a line
+            under = f", by under {LEVEL:.0%} (medians)" if got[0] == got[1] and not told_apart(spreads, best, m) else ""
             span += (f'<div class="msd-tile-range msd-tile-rounds">slower than {esc(label(best))} in '
-                     f'{"all" if got[0] == got[1] else got[0]} of {got[1]} rounds</div>')
+                     f'{f"all {got[1]}" if got[0] == got[1] else f"{got[0]} of {got[1]}"} rounds{under}</div>')
         gate = lanes_badge(m, done[m]) if m in (done or {}) else ""
         span += f'<div class="msd-tile-gate">{esc(gate)}</div>' if gate else ""
         tiles.append(f'<div class="msd-tile{" best" if m == best else ""}" data-method="{esc(m)}" '
