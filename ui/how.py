@@ -105,11 +105,11 @@ def diagram(compact: bool = False) -> str:
     """The algorithm in one picture: SD's two models taking turns against Mirror-SD's draft
     writing branches beside the target's second half (not to scale). `compact`: short labels
     that stay legible at the race's side, where the picture is drawn small."""
-    words = ({"v1": "verify 1", "v2": "verify 2", "dw": "draft 2", "before": "to the exit",
+    words = ({"v1": "verify", "v2": "verify", "dw": "draft", "before": "to the exit",
               "after": "after the exit", "sd": "SD: the models take turns",
               "mirror": "Mirror-SD: the draft writes beside the target",
               "scale": "time → (the ideal, not to scale)"} if compact else
-             {"v1": "target verifies window 1", "v2": "verifies window 2", "dw": "draft writes window 2",
+             {"v1": "target verifies a window", "v2": "verifies the next", "dw": "draft writes the next",
               "before": "to the exit", "after": "after the exit",
               "sd": "SD: the models take turns, the target waits while the draft writes",
               "mirror": "Mirror-SD: the draft guesses on its own, then from the early exit (pink) writes branches",

@@ -474,8 +474,11 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         small = ("plain decoding: the baseline" if m == "ar" else
                  "–" if ratio is None else f"{ratio:.2f}× AR's speed")
         text, tip = badges.get(m, ("", ""))
-        if m == best and text and ran_as_sd(m, (done or {}).get(m)):  # the top, but not by overlapping
-            text, tip = f"{text}, ran as SD", f"{tip}; its gate ran it as SD (the draft, then the target) in most steps"
+        if m == best and text and ran_as_sd(m, (done or {}).get(m)):  # the top, but not by overlapping:
+            # no "fastest" on a Mirror-SD that worked as SD did
+            text, tip = ("ran as SD, a tie" if level_with(c, best, spreads) else "ran as SD, top speed",
+                         f"{tip}; its gate ran it as SD (the draft, then the target) in most steps, so its "
+                         f"speed is SD's way of working, not the overlap's")
         behind = " is-behind" if text.startswith("behind ") else ""
         flag = f' <span class="msd-tile-best{behind}" title="{esc(tip)}">{esc(text)}</span>' if text else ""
         r = e2e_ranges(spreads).get(m)
