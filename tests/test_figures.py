@@ -1590,8 +1590,8 @@ def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_ov
     reason = verdict_parts(cards(records), records, {}, level)[1]
     lead, first, *rest = reason.strip().split(ITEM)
     said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(turns, steps)}, so its "
-            f"difference from SD is this machine's run-to-run spread: the same way of working timed in two runs, "
-            f"not a cost or a gain of the overlap.")
+            f"difference from SD is within this machine's run-to-run spread, not a cost or a gain of the overlap: "
+            f"both took turns, each choosing its windows from the costs it measured.")
     assert (lead, first) == ("The trade:", said), reason
     assert "as long beside the draft" not in reason  # its few steps beside the draft explain nothing
     stats = render_statistics(records, {}, {}, 3, level)

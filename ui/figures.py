@@ -715,13 +715,13 @@ def _sd_against_mirror(sd: Card, mirror: Card, records: dict[str, RunRecord], sl
 def as_sd_words(method: str, turned: tuple[int, int], level: bool, cause: str) -> str:
     """The trade's first item for a gated Mirror-SD that ran as SD in most steps (`turned`:
     `ran_as_sd`'s counts): what it ran, and what its difference from SD then is: where the runs
-    cannot tell the two apart (`level`), this machine's run-to-run spread; else not the
+    cannot tell the two apart (`level`), within this machine's run-to-run spread; else not the
     overlap's, with the measured `cause`."""
     ran = (f"{label(method)} ran as SD (the draft, then the target) in {as_sd_count(turned)}, "
            f"so its difference from SD")
     if level:
-        return (f"{ran} is this machine's run-to-run spread: the same way of working timed in two runs, "
-                f"not a cost or a gain of the overlap.")
+        return (f"{ran} is within this machine's run-to-run spread, not a cost or a gain of the overlap: "
+                f"both took turns, each choosing its windows from the costs it measured.")
     return f"{ran} is not the overlap's. {cause}"
 
 
