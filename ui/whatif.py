@@ -717,10 +717,10 @@ def projection_line(p: dict, where: str = "What if, first table, row (c)",
                          if row.get(m + "_settings"))
     inputs = esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))
     figures = f'<b class="msd-proj-figures">SD {row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>'
-    if rounds := rounds_words(p, "c"):  # the rounds' median on top; the runs shown's replay, named so
+    if rounds := rounds_words(p, "c"):  # the rounds' median, alone: the runs shown's replay (a mix of
+        # runs, another figure) stays in the fold's tables, each column named
         said = (f'replaying each run\'s steps ({inputs}): Mirror-SD <b class="msd-proj-ratio">'
-                f'{over_sd_figure(p, "c"):.2f}×</b> SD, {esc(rounds)}; the runs shown (each method\'s middle '
-                f'run) replayed: {figures}')
+                f'{over_sd_figure(p, "c"):.2f}×</b> SD, {esc(rounds)}')
     else:
         said = (f'replaying this run\'s steps ({inputs}): {figures}, so Mirror-SD '
                 f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD')
