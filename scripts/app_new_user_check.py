@@ -26,7 +26,7 @@ FOLDS = {  # screenshot name -> the fold's title (its first words) and its eleme
     "statistics": ("Statistics: every figure", "#statistics-fold"),
     "how": ("How it works", "#how-fold"),
 }
-DONE = ("() => { const s = document.querySelector('#status').innerText;"
+DONE = ("() => { const s = document.querySelector('#status').textContent.trim();"  # hidden in the presenter view
         " return (s.startsWith('Done') && document.querySelector('#verdict .msd-verdict-text'))"
         " || s.toLowerCase().includes('error'); }")
 READY = "() => document.querySelector('#status').innerText.includes('loaded and warm')"
@@ -92,6 +92,9 @@ def shoot_presenter(page, out: Path, prefix: str) -> None:
     page.wait_for_timeout(500)
     start = time.time()
     page.click("#run-btn")
+    # the status still says the last run's "Done" until this one starts
+    page.wait_for_function("() => !document.querySelector('#status').textContent.trim().startsWith('Done')",
+                           timeout=60_000)
     page.wait_for_function(DONE, timeout=3_000_000)
     page.wait_for_function(SETTLED, timeout=600_000)
     page.wait_for_timeout(1000)
