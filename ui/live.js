@@ -405,7 +405,7 @@ function raceTick(now) {
   const whose = many ? "Each pane's head: that run's own figures (the cards below: the same runs, with the ranges of all " + B.shown + ')' : 'Each run in full below';
   // where the runs cannot tell the leaders apart, that comes first and no one "finished first"
   const tie = B.raceMsg && B.raceMsg.tie;
-  header('Race over' + roundWords() + ': ' + (tie ? tie + ' The order in these runs: ' + order.join(', ') :
+  header('Race over' + roundWords() + ': ' + (tie ? tie + ' The finishing order: ' + order.join(', ') :
          order[0] + ' finished first' + (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '')) + '. ' +
          whose + '; click a token for its step.');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);

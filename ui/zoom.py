@@ -392,7 +392,8 @@ def _caption(rec: RunRecord, sv: StepView, spans, layer, layers, outcome: str,
                            f"({_ms(spans, 'exit_head'):.0f} ms) and handed its top guesses to the draft."),
              ("After the exit:", f"the target ran {rest} ({_ms(spans, 'suffix'):.0f} ms); beside it, and on "
                                  f"past the verdict where it had to, the draft wrote {_branches_written(sv, budget)}; "
-                                 f"all branches together took {after:.0f} ms of draft forwards after the exit.")]
+                                 f"all branches together took {after:.0f} ms of draft forwards after the exit "
+                                 f"(the short gaps between forwards not counted).")]
     return beats + [("The verdict:", f"the target {kept}. {_outcome(rec, sv, spans, outcome, wait_ms)}")]
 
 
