@@ -328,13 +328,20 @@ def told_apart(spreads: dict | None, a: str, b: str) -> bool:
     return ra is not None and rb is not None and ra.low > rb.high
 
 
+def ahead_by_little(spreads: dict | None, a: str, b: str) -> bool:
+    """Whether `a` was faster than `b` in every round, yet not told apart from it: its median less
+    than LEVEL above."""
+    got = rounds_ahead(spreads, a, b)
+    return got is not None and got[0] == got[1] and not told_apart(spreads, a, b)
+
+
 def ahead_words(spreads: dict | None, a: str, b: str) -> str:
     """'SD was faster than AR in 2 of the 3 rounds' ('' without per-round speeds)."""
     got = rounds_ahead(spreads, a, b)
     if got is None:
         return ""
     k, n = got
-    small = "" if k < n or told_apart(spreads, a, b) else f", but by less than {LEVEL:.0%} (medians)"
+    small = f", but by less than {LEVEL:.0%} (medians)" if ahead_by_little(spreads, a, b) else ""
     return (f"{label(a)} was faster than {label(b)} in {'all' if k == n else k} of the {n} rounds{small}" if k else
             f"{label(a)} was faster than {label(b)} in none of the {n} rounds")
 

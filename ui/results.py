@@ -13,7 +13,7 @@ from statistics import median
 from mirror_sd.latency.whatif_hits import shown
 
 from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, names_of, overlap_measured, runs_of, shown_run,
-                      level_with, machine_words, rounds_ahead, told_apart, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
+                      level_with, machine_words, rounds_ahead, told_apart, ahead_by_little, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
@@ -490,7 +490,7 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         span = (f'<div class="msd-tile-range">its {runs_of(spreads)} runs: {r.low:.2f}–{r.high:.2f} tok/s{odd}</div>'
                 if r else "")
         if m != best and (got := rounds_ahead(spreads, best, m)):  # the paired comparison, in a line
-            under = f", by under {LEVEL:.0%} (medians)" if got[0] == got[1] and not told_apart(spreads, best, m) else ""
+            under = f", by under {LEVEL:.0%} (medians)" if ahead_by_little(spreads, best, m) else ""
             span += (f'<div class="msd-tile-range msd-tile-rounds">slower than {esc(label(best))} in '
                      f'{f"all {got[1]}" if got[0] == got[1] else f"{got[0]} of {got[1]}"} rounds{under}</div>')
         gate = lanes_badge(m, done[m]) if m in (done or {}) else ""

@@ -90,8 +90,9 @@ def zoom_step(rec: RunRecord) -> int | None:
     verify (never a plain-decode step, γ 0, when another exists) whose lanes overlapped, the
     target's layers split at the early exit while the draft wrote branches beside them; a hit
     best, one whose verdict kept a drafted token before one that kept none (a hit that keeps
-    nothing still readies the next window, but teaches less), and among them the typical one, not the best case: the one whose wait for its branch
-    after the verdict is the median of theirs (the lower middle of an even count); then one with
+    nothing still readies the next window, but teaches less), and among them the typical one,
+    not the best case: the one whose wait for its branch after the verdict is the median of
+    theirs (the lower middle of an even count); then one with
     branches, then one split at the exit. A step with nothing to draw but its verdict is never
     picked; None when no step has more."""
     steps = analyse(rec).steps
