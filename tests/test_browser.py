@@ -174,8 +174,18 @@ def check_rendered(page, n_tokens: int | None) -> None:
                                   "t => [t.dataset.method, t.querySelector('.msd-tile-small').textContent])"):
         if m != "ar":
             assert f"{LABELS[m]} {small.split(' ')[0]} AR" in verdict, (m, small, verdict)
-    size = page.eval_on_selector("#verdict .msd-verdict-text", "e => parseFloat(getComputedStyle(e).fontSize)")
+    # the lead, largest: one plain sentence, then the cause in one step, then every ratio
+    lead = page.inner_text("#verdict .msd-lead")
+    assert re.match(r"(SD|Mirror-SD \(gated\)|Mirror-SD \(always overlapped\)) wrote the same \d+ tokens as plain "
+                    r"decoding, \d\.\d\d× as fast\.|No method was clearly faster|Plain decoding \(AR\) was the fastest", lead), lead
+    size = page.eval_on_selector("#verdict .msd-lead", "e => parseFloat(getComputedStyle(e).fontSize)")
     assert size >= 20, size
+    order = page.evaluate("() => [...document.querySelectorAll('#verdict .msd-lead, #verdict .msd-cause, "
+                          "#verdict .msd-verdict-text, #verdict .msd-scoreboard')].map(e => e.className.split(' ')[0])")
+    assert order[0] == "msd-lead" and order.index("msd-verdict-text") < order.index("msd-scoreboard"), order
+    # the verdict sits right under the race, above the panes
+    tops = page.evaluate("() => ['#board', '#verdict', '#panes'].map(s => document.querySelector(s).getBoundingClientRect().top)")
+    assert tops[0] < tops[1] < tops[2], tops
     cards = page.evaluate(CARDS_JS)
     assert set(cards) == set(LABELS), cards  # the default run: its four methods
     for m, rows in cards.items():
@@ -416,7 +426,7 @@ def check_presenter(page, url: str) -> None:
     page.locator("#presenter input").check()
     page.wait_for_function("() => document.body.classList.contains('msd-presenter')", timeout=10_000)
     page.wait_for_function(f"() => ({RUNS_CHOSEN_JS}) === '1'", timeout=10_000)  # one run per method
-    for shown in ("#board", "#verdict .msd-verdict-text", "#verdict .msd-scoreboard", "#pane-ar"):
+    for shown in ("#board", "#verdict .msd-lead", "#verdict .msd-verdict-text", "#verdict .msd-scoreboard", "#pane-ar"):
         assert page.locator(shown).first.is_visible(), shown
     for hidden in ("#cards", "#zoom", "#statistics-fold", "#verdict .msd-takeaway", "#settings-row",
                    "#verdict .pc-note", "#legend-row", "#panes s.msd-rej", "#repeat"):

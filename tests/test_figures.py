@@ -132,7 +132,7 @@ def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
         assert tile == (f"{med[m]:.2f} tok/s", f"{ratio} AR&#x27;s speed")
         head = re.search(r'class="msd-verdict-text">([^<]*)<', html)[1]
         assert f"{label(m)} {ratio} AR" in head  # the verdict's headline: the tiles' ratios
-        assert f"{label(m)} {ratio}" in status
+        assert f"{label(m)} {ratio}" not in status  # the verdict says it, once
         decode = spreads[m]["decode_tps"].median / spreads["ar"]["decode_tps"].median
         sub = re.search(r'class="msd-verdict-sub">([^<]*)<', render_statistics(records, {}, {}, 3, spreads))[1]
         assert f"{label(m)} {decode:.2f}× AR" in sub and "the speed after each run&#x27;s first token" in sub
@@ -412,7 +412,6 @@ def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
     replay 1.76×): the status, the takeaway and the pay chart quote 1.13×, the median, say so,
     and give the range of all three beside it (inconclusive: on both sides of 1×); from one
     run, that run's figure."""
-    from ui.frames import done_message
     from ui.paychart import bars, render_pay_chart
     from ui.results import takeaway
     from ui.whatif import over_sd_figure, round_span
@@ -426,12 +425,9 @@ def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
             "the draft on a device of its own (the median of the 3 runs' projections; inconclusive: 0.85–1.76×); "
             "1.30× SD on an accelerator pair (the median of the 3 runs' projections; 1.20–1.50×).") in said, said
     assert "1.76× SD with" not in said and "1.50× SD on" not in said
-    assert ("with the draft on a device of its own: from 0.85× to 1.76× SD over the 3 runs' projections and the "
-            "runs shown (their median 1.13×), too spread to say whether it would pass SD (5 runs narrow it).") in done_message(
-        records, meta, None, proj)
-    apart = dict(proj, over_sd_rounds={"b": [1.76, 1.05, 1.13]})
-    assert ("Projected, not measured: Mirror-SD 1.13× SD with the draft on a device of its own (the median of the "
-            "3 runs' projections; 1.05–1.76×).") in done_message(records, meta, None, apart)
+    apart = dict(proj, over_sd_rounds={"b": [1.76, 1.05, 1.13], "c": [1.5, 1.2, 1.3]})
+    assert ("Mirror-SD 1.13× SD with the draft on a device of its own (the median of the 3 runs' projections; "
+            "1.05–1.76×)") in takeaway(records, None, apart)
     c = cards(records)
     b, cc = [r for r in bars(c, None, proj) if r["kind"] == "projected"]
     assert (b["value"], b["low"], b["high"]) == (1.13, 0.85, 1.76) and cc["value"] == 1.3
@@ -444,7 +440,7 @@ def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
                      chart), chart
     one = {"over_sd": {"b": 1.76, "c": 1.5}, "over_sd_rounds": {"b": [1.76], "c": [1.5]}}
     assert over_sd_figure(one, "b") == 1.76 and round_span(one, "b") == []
-    assert "Mirror-SD 1.76× SD with the draft on a device of its own." in done_message(records, meta, None, one)
+    assert "Mirror-SD 1.76× SD with the draft on a device of its own" in takeaway(records, None, one)
     assert "runs' projections" not in takeaway(records, None, one)
 
 
@@ -1562,6 +1558,15 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     # no "fastest" on a Mirror-SD that worked as SD did: its badge says how it ran, and its standing
     badge = re.search(r'data-method="mirror".*?msd-tile-best[^>]*>([^<]*)<', tile)[1]
     assert badge == "ran as SD, top speed", badge
+    # the lead names the fastest, and sets the overlapped twin, not the run that worked as SD, against SD
+    from ui.figures import lead_words
+    lead = lead_words(c, records, {})
+    assert lead.startswith("Mirror-SD (gated) wrote the same") and "1.50× as fast" in lead, lead
+    assert lead.endswith("Mirror-SD beat SD: Mirror-SD (always overlapped) 1.06× SD's speed."), lead
+    del c["mirror-overlap"]
+    lead = lead_words(c, records, {})
+    assert lead.endswith(f"Mirror-SD (gated)'s gate ran it as SD (the draft, then the target) in "
+                         f"{_counted(steps_in_turn(rec), steps)}: it measured that overlapping cost more here."), lead
     assert "“gated”: Mirror-SD picks, step by step" in tile and "“always overlapped”: beside it" in tile
     at_once, n = lanes_at_once(overlapped)
     assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
@@ -1607,28 +1612,62 @@ def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_ov
     assert "ran as SD" not in verdict_parts(cards(records), records, {}, level)[1]
 
 
-def test_the_done_message_says_where_mirror_sd_would_pay_as_a_projection():
-    """On one shared device the status after a run gives the chart's row (b) in one labelled
-    line, its range over the rounds; with lanes on devices of their own, or no projection, not."""
-    from ui.figures import machine
+def _rounds_at(records, speeds_by_round):
+    """Interleaved rounds of `records`' cards with the given end-to-end speeds (tok/s), per
+    round a dict by method."""
+    rounds = [cards(records) for _ in speeds_by_round]
+    for r, tps in zip(rounds, speeds_by_round):
+        for m, v in tps.items():
+            r[m].e2e_tps, r[m].decode_tps, r[m].e2e_speedup = v, v, v / tps["ar"]
+    return repeat_summary(rounds)
+
+
+def test_the_lead_says_only_what_the_rounds_tell():
+    """The verdict's first line: SD against plain decoding and Mirror-SD against SD, each as far
+    as the interleaved runs tell it (faster in every round, by at least LEVEL), the figure the
+    tiles show; a tie reads 'no faster', a clear loss 'slower', and on one shared device why."""
+    from ui.figures import lead_words, machine_words
+    records = tiny_records()
+    c = cards(records)
+    shared = {"target_device": "cpu", "draft_device": "cpu"}
+    n = c["ar"].tokens
+    tie = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 13.2}, {"ar": 9, "sd": 12, "mirror": 11.8},
+                               {"ar": 10, "sd": 13.1, "mirror": 13}])
+    said = lead_words(c, records, shared, tie)
+    assert said.startswith(f"SD wrote the same {n} tokens as plain decoding, {13 / 10:.2f}× as fast. "), said
+    assert said.endswith(f"Mirror-SD was no faster than SD: here both models share {machine_words(shared)}, "
+                         "so the draft can work beside the target only by slowing it."), said
+    lost = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 11}, {"ar": 9, "sd": 12, "mirror": 10},
+                                {"ar": 10, "sd": 13, "mirror": 11}])
+    assert "Mirror-SD was slower than SD: here" in lead_words(c, records, shared, lost)
+    won = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 15}, {"ar": 9, "sd": 12, "mirror": 14},
+                               {"ar": 10, "sd": 13, "mirror": 15}])
+    assert lead_words(c, records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, won).endswith(
+        f"Mirror-SD beat SD: {label('mirror')} {15 / 13:.2f}× SD's speed.")
+    noise = _rounds_at(records, [{"ar": 10, "sd": 11, "mirror": 9}, {"ar": 12, "sd": 11, "mirror": 9.5},
+                                 {"ar": 10, "sd": 10.5, "mirror": 9}])  # SD ahead of AR in 2 of 3 rounds
+    assert lead_words(c, records, shared, noise).startswith(
+        "No method was clearly faster than plain decoding (AR) here: within this machine's noise.")
+    slow = _rounds_at(records, [{"ar": 10, "sd": 8, "mirror": 7}, {"ar": 11, "sd": 9, "mirror": 8},
+                                {"ar": 10, "sd": 8, "mirror": 7}])
+    assert lead_words(c, records, shared, slow).startswith("Plain decoding (AR) was the fastest here")
+    assert lead_words({"ar": c["ar"]}, records, shared, None) == ""
+
+
+def test_the_done_message_says_where_and_how_often_not_the_verdict():
+    """The status after a run says the machine, how many interleaved runs, whether every method
+    wrote AR's tokens, and points to the result; no ratio and no projection (the verdict under
+    the race says those, once)."""
+    from ui.figures import machine_words
     from ui.frames import done_message
     records = tiny_records()
     meta = {"target_device": "cpu", "draft_device": "cpu"}
-    proj = {"over_sd": {"b": 1.87, "c": 0.94}, "over_sd_rounds": {"b": [0.78, 1.5, 1.87]}}
-    said = done_message(records, meta, None, proj)
-    assert ("\nMirror-SD hides drafting behind the target, which pays where the draft has hardware of its own; "
-            f"here both models share {machine()}, no GPU. Projected, not measured, with the draft on a device of "
-            "its own: from 0.78× to 1.87× SD over the 3 runs' projections and the runs shown (their median 1.50×), too spread to say "
-            "whether it would pass SD (5 runs narrow it).") in said, said
-    apart = dict(proj, over_sd_rounds={"b": [1.2, 1.5, 1.87]})  # every run above 1×: the median and the range
-    assert ("Projected, not measured: Mirror-SD 1.50× SD with the draft on a device of its own (the median of the "
-            "3 runs' projections; 1.20–1.87×).") in done_message(records, meta, None, apart)
-    low = dict(proj, over_sd={"b": 0.89, "c": 0.94}, over_sd_rounds={"b": [0.78, 0.8, 0.89]})
-    assert ("which needs the draft on hardware of its own; here both models share "
-            f"{machine()}, no GPU. Projected, not measured, even there these steps give Mirror-SD 0.80× SD with "
-            "the draft on a device of its own") in done_message(records, meta, None, low)
-    assert "Projected" not in done_message(records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, None, proj)
-    assert "Projected" not in done_message(records, meta, None, None)
+    rounds = [cards(records) for _ in range(3)]
+    said = done_message(records, meta, rounds)
+    assert said.startswith(f"Done, measured on {machine_words(meta)} (3 interleaved runs of each method). "), said
+    assert said.endswith("The result is under the race."), said
+    assert "× AR" not in said and "× SD" not in said and "Projected" not in said, said
+    assert "(one run of each method)" in done_message(records, meta, None)
 
 
 def test_the_takeaway_says_how_late_the_branch_hits_came_from_the_run_s_own_steps():

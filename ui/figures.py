@@ -500,6 +500,53 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     return f"{label(best)} won end to end{than}: {ratios}{also}.", _as_sd(c, records)
 
 
+def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
+               spreads: dict | None = None) -> str:
+    """The verdict's first words, for an audience: did speculation pay against plain decoding, and
+    did Mirror-SD pay against SD, each said only as far as the runs tell it (`told_apart`), with
+    the one figure that matters; the headline under it gives every ratio ('' without AR and a
+    drafting method)."""
+    ar = baseline()
+    sp = speeds(c, spreads)
+    drafting = [m for m in c if m != ar and sp[m][0] and c[m].complete]
+    if ar not in c or not sp[ar][0] or not drafting:
+        return ""
+    runs = runs_of(spreads)
+
+    def ahead(a: str, b: str) -> bool:  # as far as the runs tell: every round, or one run beyond its noise
+        return told_apart(spreads, a, b) if runs > 1 else sp[a][0] >= sp[b][0] * (1 + LEVEL)
+
+    same = all((against_ar(records, m) or {}).get("identical") for m in drafting)
+    text = f"the same {c[ar].tokens} tokens" if same else "its tokens"
+    best = max(drafting, key=lambda m: sp[m][0])
+    # SD names speculation's gain where it is level with the fastest; a method the runs tell above it, itself
+    who = "sd" if "sd" in drafting and ahead("sd", ar) and not ahead(best, "sd") else best
+    if ahead(who, ar):
+        out = [f"{label(who)} wrote {text} as plain decoding, {sp[who][1]:.2f}× as fast."]
+    elif all(ahead(ar, m) for m in drafting):
+        out = ["Plain decoding (AR) was the fastest here: drafting cost more than it saved."]
+    else:
+        out = ["No method was clearly faster than plain decoding (AR) here: within this machine's noise."]
+    # Mirror-SD against SD: the runs that overlapped (a gated run that ran as SD measures SD's way)
+    mirrors = [m for m in drafting if variant_of(m)[0] == "mirror" and not ran_as_sd(m, records.get(m))]
+    gated = [m for m in drafting if ran_as_sd(m, records.get(m))]
+    if "sd" in drafting and not mirrors and gated:
+        out.append(f"{label(gated[0])}'s gate ran it as SD (the draft, then the target) in "
+                   f"{as_sd_count(ran_as_sd(gated[0], records[gated[0]]))}: it measured that overlapping cost more here.")
+    if "sd" not in drafting or not mirrors:
+        return " ".join(out)
+    top = max(mirrors, key=lambda m: sp[m][0])
+    shared = one_device(meta)
+    if ahead(top, "sd"):
+        out.append(f"Mirror-SD beat SD: {label(top)} {sp[top][0] / sp['sd'][0]:.2f}× SD's speed.")
+        return " ".join(out)
+    slower = all(ahead("sd", m) for m in mirrors)
+    where = (f": here both models share {machine_words(meta)}, so the draft can work beside the target "
+             f"only by slowing it") if shared else ""
+    out.append(f"Mirror-SD was {'slower than' if slower else 'no faster than'} SD{where}.")
+    return " ".join(out)
+
+
 def _as_sd(c: dict[str, Card], records: dict[str, RunRecord]) -> str:
     """' Mirror-SD (gated) ran as SD (the draft, then the target) in 26 of its 27 steps, so its
     speed is not the overlap's.': where a gated Mirror-SD's gate chose SD's order in most of its

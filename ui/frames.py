@@ -18,12 +18,12 @@ from mirror_sd.engine.settings import DEFAULTS, Settings, settings_from
 from mirror_sd.engine.windows import DEFAULT_PROPOSER, DEFAULT_WINDOW
 from mirror_sd.errors import MirrorSDError
 
-from .figures import cards, machine, order_within_noise, output_words, repeat_summary, verdict_parts
+from .figures import cards, machine_words, order_within_noise, output_words, repeat_summary
 from .how import render_how
 from .inspector import render_inspector
 from .live import race_message
 from .render import render_pane, render_status
-from .results import finished, pays_words, render_cards, render_statistics, render_verdict
+from .results import finished, render_cards, render_statistics, render_verdict
 from .runs import VARIANTS, RunRecord, analyse, default_methods, label, measured, method_names
 from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
@@ -206,8 +206,8 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,
              "rounds": rounds or [], "projected": projected or []}
     projection = best_projection(state)
-    if status is None:  # a finished run: the done message, with the verdict's projection
-        status, level = done_message(records, meta, rounds, projection), "done"  # the result (style.css)
+    if status is None:  # a finished run: the done message (the verdict says the result)
+        status, level = done_message(records, meta, rounds), "done"  # the result (style.css)
     return frame(
         render_status(status, level),
         panes(records, methods, pane_state, ranks=round_rank(rounds, {m: i - 1 for m, i in (meta.get("median_runs") or {}).items()})),
@@ -252,22 +252,17 @@ def live_status(job: Job, methods, t_start: float, round_no: int, rounds: int) -
                          "info", fraction)
 
 
-def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None,
-                 projection: dict | None = None) -> str:
-    """The status line after a run, the result in plain lines: the verdict's headline (each
-    method's end-to-end ratio over AR, medians over the interleaved runs when there were
-    several, and whether the runs can tell the methods apart), whether each method wrote AR's
-    tokens, and where Mirror-SD would pay (`projection`: the verdict's, labelled). The race
-    under it says which runs it replays."""
+def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None = None) -> str:
+    """The status line after a run: where and how often it was measured, whether each method
+    wrote AR's tokens, and where the result is. The verdict under the race says who was faster,
+    once; the status does not repeat it."""
     c = cards({m: r for m, r in records.items() if r is not None})
-    spreads = repeat_summary(rounds) if rounds and len(rounds) > 1 else None
-    head = verdict_parts(c, records, meta, spreads)[0] if c else ""
     message = "Done."
-    if head and baseline() in c and len(c) > 1:
-        how = f"medians of {len(rounds)} interleaved runs each" if spreads else "one run each"
-        lines = [f"Done, measured on {machine()} ({how}): {head}", output_words(records),
-                 pays_words(meta, projection, c)]
-        message = "\n".join(x for x in lines if x)
+    if baseline() in c and len(c) > 1:
+        how = f"{len(rounds)} interleaved runs of each method" if rounds and len(rounds) > 1 else "one run of each method"
+        lines = [f"Done, measured on {machine_words(meta)} ({how}).", output_words(records),
+                 "The result is under the race."]
+        message = " ".join(x for x in lines if x)
     if meta.get("precision") == "fp32" and str(meta.get("target_device", "")).startswith("cpu"):
         message += f" {CPU_PRECISION_TIP}"
     return message

@@ -230,14 +230,14 @@ def _results(c: dict) -> None:
                                         elem_id="show-rejected", scale=0, min_width=230)
         c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
                             apply_default_css=False, elem_id="board")
+        # the verdict right under the race: what the runs measured, then the panes they wrote
+        c["verdict"] = gr.HTML("", elem_id="verdict")
         with gr.Row(equal_height=False, elem_id="panes"):
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
                                   elem_id=f"pane-{m}", min_width=300, visible=m in default_methods() or m not in VARIANTS)
                           for m in method_names()]
         gr.HTML("", html_template=TIMELINE_TEMPLATE, js_on_load=None, apply_default_css=False,
                 elem_id="board-timeline")
-        # the verdict under the race: the runs play first, then what they measured
-        c["verdict"] = gr.HTML("", elem_id="verdict")
         c["zoom"] = gr.HTML("", elem_id="zoom")
         c["cards"] = gr.HTML("", elem_id="cards")
         _folds(c)

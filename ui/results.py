@@ -10,9 +10,7 @@ import html
 import re
 from statistics import median
 
-from mirror_sd.latency.whatif_hits import shown
-
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, names_of, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, rounds_ahead, told_apart, ahead_by_little, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paychart import render_pay_chart
@@ -83,31 +81,6 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
     nor = "" if gains_elsewhere or unsure else ": from these steps, no more than SD there either"
     return (f"{lead} The chart shows what the same steps would give where the two models do not share a "
             f"device{nor}.{why}")
-
-
-def pays_words(meta: dict, projection: dict | None, methods) -> str:
-    """The status's last line where both models shared one device: what Mirror-SD needs, and
-    the projection of this run's steps with the draft on a device of its own (the chart's row
-    (b): the median of the rounds' projections, their range beside it), labelled ('' without
-    Mirror-SD or that projection)."""
-    if "mirror" not in methods or not one_device(meta):
-        return ""
-    b = _projected(projection or {}, "b", "with the draft on a device of its own")
-    if not b:
-        return ""
-    if rounds_span_one(projection, "b"):  # the runs disagree on the side of 1×: the range first, no claim
-        values, n = range_values(projection, "b"), len(round_span(projection, "b"))
-        return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
-                f"own; here both models share {machine_words(meta)}. Projected, not measured, with the draft on "
-                f"a device of its own: from {min(values):.2f}× to {max(values):.2f}× SD over the {n} "
-                f"runs' projections and the runs shown (their median {over_sd_figure(projection, 'b'):.2f}×), too spread to say "
-                f"whether it would pass SD (5 runs narrow it).")
-    if shown(over_sd_figure(projection, "b")) >= 1:  # as printed
-        return (f"Mirror-SD hides drafting behind the target, which pays where the draft has hardware of its "
-                f"own; here both models share {machine_words(meta)}. Projected, not measured: Mirror-SD {b}.")
-    return (f"Mirror-SD hides drafting behind the target, which needs the draft on hardware of its own; here "
-            f"both models share {machine_words(meta)}. Projected, not measured, even there these steps give "
-            f"Mirror-SD {b}.")
 
 
 def _projected(p: dict, key: str, words: str) -> str:
@@ -298,10 +271,13 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     # the headline and the tiles first, the plain takeaway under them; the decode ratios and
     # how the lanes shared the machine go to Statistics (`render_statistics`)
     big, rest = headline(c, done, meta, spreads)  # the same words as `head`, the large type's first
-    parts = [f'<p class="msd-verdict-text">{esc(big)}</p>'
+    # for an audience: one plain sentence and one picture (the cause, in one step), then the figures
+    lead = lead_words(c, done, meta, spreads)
+    parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "",
+             render_cause(zoom_record(done), meta) if "mirror" in c else "",
+             f'<p class="msd-verdict-text">{esc(big)}</p>'
              + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
              _scoreboard(c, spreads, done),
-             render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     # what this machine cannot show and where Mirror-SD would pay, then the measured trade
     if one_device(meta) and "mirror" in c:
