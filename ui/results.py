@@ -13,6 +13,7 @@ from statistics import median
 from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, rounds_ahead, told_apart, ahead_by_little, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
+from .paircheck import human_name
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
@@ -867,10 +868,10 @@ def _fairness(meta: dict, order: list[str]) -> str:
 def _settings_line(settings: dict, meta: dict) -> str:
     parts = []
     if meta.get("target"):
-        parts.append(f"target {meta['target']} ({meta.get('target_layers', '?')} layers, "
+        parts.append(f"target {human_name(meta['target'])} ({meta.get('target_layers', '?')} layers, "
                      f"{meta.get('target_device', '?')})")
     if meta.get("draft"):
-        parts.append(f"draft {meta['draft']} ({meta.get('draft_device', '?')})")
+        parts.append(f"draft {human_name(meta['draft'])} ({meta.get('draft_device', '?')})")
     if meta.get("precision"):
         dp = meta.get("draft_precision")
         parts.append(f"precision {meta['precision']}"
