@@ -401,13 +401,11 @@ function raceTick(now) {
   if (clock < r.end) return true;
   const order = B.order.filter(m => B.runs[m].on && B.runs[m].endT !== null)
     .sort((a, b) => B.runs[a].endT - B.runs[b].endT).map(m => B.runs[m].label);
-  const many = B.shown && B.shown > 1;
-  const whose = many ? "Each pane's head: that run's own figures (the cards below: the same runs, with the ranges of all " + B.shown + ')' : 'Each run in full below';
-  // where the runs cannot tell the leaders apart, that comes first and no one "finished first"
+  // the order first; where the runs cannot tell the leaders apart, that follows and no one "finished first"
   const tie = B.raceMsg && B.raceMsg.tie;
-  header('Race over' + roundWords() + ': ' + (tie ? tie + ' The finishing order: ' + order.join(', ') :
-         order[0] + ' finished first' + (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '')) + '. ' +
-         whose + '; click a token for its step.');
+  header('Race over' + roundWords() + ': ' + (tie ? 'the finishing order ' + order.join(', ') + '. ' + tie :
+         order[0] + ' finished first' + (order.length > 1 ? ', then ' + order.slice(1).join(', ') : '') + '.') +
+         ' Click a token in a pane for its step.');
   setTimeout(settle, B.speed === Infinity ? 0 : 900);
   return false;
 }
@@ -415,7 +413,7 @@ function raceTick(now) {
 // which runs the race replays: each method's middle run (its median), so that its order is the medians'
 function roundWords() {
   const n = B.shown;
-  return n && n > 1 ? " (each method's middle run of " + n + ', its median)' : '';
+  return n && n > 1 ? " (each method's middle run of " + n + ')' : '';
 }
 
 function loop() {

@@ -259,6 +259,10 @@ def takeaway_items(short: list[tuple[str, str]], charts: dict[str, str] | None =
                    f'{charts.get(lead, "")}</li>' for lead, text in short)
 
 
+MORE_SUMMARY = ("In short, point by point: each method against plain decoding and SD, second by second, "
+                "what this machine cannot show, and the projection's inputs")
+
+
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
                    spreads: dict | None = None) -> str:
     """The verdict sentence, the hardware and its consequence in large type, the projection."""
@@ -273,25 +277,28 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     # how the lanes shared the machine go to Statistics (`render_statistics`)
     big, rest = headline(c, done, meta, spreads)  # the same words as `head`, the large type's first
     # for an audience: one plain sentence and one picture (the cause, in one step), then the figures
+    # and the measured-against-projected bars; the takeaway and the reason's pictures one click away
     lead = lead_words(c, done, meta, spreads)
     parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "",
              render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<p class="msd-verdict-text">{esc(big)}</p>'
              + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
              _scoreboard(c, spreads, done),
-             f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
+             render_pay_chart(projection, c, spreads) if "mirror" in c else ""]
+    more = [f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     # what this machine cannot show and where Mirror-SD would pay, then the measured trade
     if one_device(meta) and "mirror" in c:
-        parts.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
-    parts.append(render_pay_chart(projection, c, spreads) if "mirror" in c else "")
+        more.append(f'<p class="msd-hardware">{esc(hardware_line(done, meta, projection))}</p>')
     if projection:  # the What-if fold's row (c) in one line, its inputs named
-        parts.append(projection_line(projection, series=False))
+        more.append(projection_line(projection, series=False))
     if reason:  # the reason's words and arithmetic: Statistics (the takeaway says it in seconds)
-        parts.append(_picture(done))
+        more.append(_picture(done))
     bought = exit_bought(c, done, spreads)
     if bought:
-        parts.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
-                     f'{esc(bought.split(":", 1)[1])}</p>')
+        more.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
+                    f'{esc(bought.split(":", 1)[1])}</p>')
+    if any(more):
+        parts.append(f'<details class="msd-more"><summary>{esc(MORE_SUMMARY)}</summary>{"".join(more)}</details>')
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
 
 

@@ -274,8 +274,10 @@ def rule_figures(rec: RunRecord, step: int, meta: dict | None = None) -> dict | 
         return None
     layer = sv.early_exit.layer if sv.early_exit else None
     layers = (meta or {}).get("target_layers", "N")
+    suffix = [s.end_ns - s.start_ns for s in spans if s.label == "suffix"]
     return dict(f, after=f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
-                else "the layers after it and its verdict")
+                else "the layers after it and its verdict",
+                layers_ms=sum(suffix) / 1e6 if suffix else None)  # the layers alone, as the inspector gives them
 
 
 def rule_words(f: dict | None) -> str:
@@ -310,11 +312,18 @@ def render_cause(rec: RunRecord | None, meta: dict) -> str:
             f'<div class="msd-cause-track">{bar(f["need"], "c-draft")}{wait}</div><b>{f["need"]:.0f} ms</b></div>')
     said = (f"The draft finished the branch the verdict took within the target's {f['have']:.0f} ms after the "
             f"early exit: the drafting was hidden, which is what Mirror-SD is for." if f["fits"] else
-            f"After the early exit the target needed {f['have']:.0f} ms more; the draft, on the same "
+            f"After the early exit the target needed {f['have']:.0f} ms more{_layers_part(f)}; the draft, on the same "
             f"hardware, needed {f['need']:.0f} ms to finish the branch the verdict took. "
             f"The target waited {f['wait']} ms.")
     return (f'<div class="msd-cause"><b>The cause, in one step</b> ({esc(label(rec.method))}, step {n}, '
             f'its typical hit<span class="msd-cause-below">; drawn in full below</span>): {esc(said)}{rows}</div>')
+
+
+def _layers_part(f: dict) -> str:
+    """' (its layers 85 ms, then its verdict)': the target's time after the exit in its two parts,
+    so it reads beside the inspector's and How it works' layer time ('' without it)."""
+    ms = f.get("layers_ms")
+    return f" (its layers {ms:.0f} ms, then its verdict)" if ms is not None and round(ms) < round(f["have"]) else ""
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
