@@ -1562,7 +1562,8 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     from ui.figures import lead_words
     lead = lead_words(c, records, {})
     assert lead.startswith("Mirror-SD (gated) wrote the same") and "1.50× as fast" in lead, lead
-    assert lead.endswith("Mirror-SD beat SD: Mirror-SD (gated) 1.33× SD's speed."), lead
+    assert ("Mirror-SD beat SD: Mirror-SD (gated) 1.33× SD's speed. From one run each: the default 3 interleaved "
+            "runs tell closer methods apart.") in lead, lead
     assert "“gated”: Mirror-SD picks, step by step" in tile and "“always overlapped”: beside it" in tile
     at_once, n = lanes_at_once(overlapped)
     assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
@@ -1631,15 +1632,19 @@ def test_the_lead_says_only_what_the_rounds_tell():
                                {"ar": 10, "sd": 13.1, "mirror": 13}])
     said = lead_words(c, records, shared, tie)
     assert said.startswith(f"SD wrote the same {n} tokens as plain decoding, {13 / 10:.2f}× as fast. "), said
-    assert said.endswith(f"Mirror-SD did not beat SD: here both models share {machine_words(shared)}, "
-                         "so the draft can work beside the target only by slowing it."), said
+    assert said.endswith("Mirror-SD did not beat SD."), said
+    why = ": its draft is too slow"
+    assert lead_words(c, records, shared, tie, why).endswith("Mirror-SD did not beat SD: its draft is too slow.")
     lost = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 11}, {"ar": 9, "sd": 12, "mirror": 10},
                                 {"ar": 10, "sd": 13, "mirror": 11}])
-    assert "Mirror-SD was slower than SD: here" in lead_words(c, records, shared, lost)
+    assert lead_words(c, records, shared, lost).endswith("Mirror-SD was slower than SD.")
     won = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 15}, {"ar": 9, "sd": 12, "mirror": 14},
                                {"ar": 10, "sd": 13, "mirror": 15}])
-    assert lead_words(c, records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, won).endswith(
-        f"Mirror-SD beat SD: {label('mirror')} {15 / 13:.2f}× SD's speed.")
+    assert lead_words(c, records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, won, why).endswith(
+        f"Mirror-SD beat SD: {label('mirror')} {15 / 13:.2f}× SD's speed.")  # no why where it won
+    # from one run, the lead says so: its Mirror-SD against SD can flip in the next
+    assert lead_words(c, records, shared, None).endswith(
+        "From one run each: the default 3 interleaved runs tell closer methods apart.")
     noise = _rounds_at(records, [{"ar": 10, "sd": 11, "mirror": 9}, {"ar": 12, "sd": 11, "mirror": 9.5},
                                  {"ar": 10, "sd": 10.5, "mirror": 9}])  # SD ahead of AR in 2 of 3 rounds
     assert lead_words(c, records, shared, noise).startswith(
@@ -1648,6 +1653,30 @@ def test_the_lead_says_only_what_the_rounds_tell():
                                 {"ar": 10, "sd": 8, "mirror": 7}])
     assert lead_words(c, records, shared, slow).startswith("Plain decoding (AR) was the fastest here")
     assert lead_words({"ar": c["ar"]}, records, shared, None) == ""
+
+
+def test_the_lead_s_why_is_the_projection_where_it_passes_sd_else_the_step_s_wait():
+    """Why Mirror-SD did not beat SD: the shared device, with the projection's figure labelled,
+    only where the draft on a device of its own would pass SD in every run; else the cause in one
+    step (the draft's branch ready after the target's layers); off one shared device, no
+    projection claim."""
+    from ui.results import lead_why
+    from ui.zoom import rule_figures, zoom_record, zoom_step
+    from ui.figures import machine_words
+    records = tiny_records()
+    shared = {"target_device": "cpu", "draft_device": "cpu", "target_layers": 4}
+    passes = {"over_sd": {"b": 1.5, "c": 1.2}, "over_sd_rounds": {"b": [1.2, 1.5, 1.7]}}
+    assert lead_why(records, shared, passes) == (
+        f": here both models share {machine_words(shared)}; with the draft on a device of its own these steps "
+        "would give 1.50× SD (projected, not measured)")
+    rec = zoom_record(records)
+    f = rule_figures(rec, zoom_step(rec), shared)
+    step = (f": its draft is too slow for the target's layers after the early exit (in the step below, "
+            f"{f['need']:.0f} ms against {f['have']:.0f} ms)")
+    for p in (dict(passes, over_sd_rounds={"b": [0.8, 1.5, 1.7]}), {"over_sd": {"b": 0.9}}, None):
+        assert lead_why(records, shared, p) == step  # inconclusive, below SD, or none: the step's wait
+    two = dict(shared, target_device="cuda:0", draft_device="cuda:1")
+    assert lead_why(records, two, passes) == step
 
 
 def test_the_done_message_says_where_and_how_often_not_the_verdict():
@@ -1827,8 +1856,8 @@ def test_the_cause_under_the_tiles_draws_the_zoomed_step_s_rule_with_its_figures
     suffix = sum(s.end_ns - s.start_ns for s in rec.spans if s.step == zoom_step(rec) and s.label == "suffix") / 1e6
     assert f["layers_ms"] == pytest.approx(suffix) and f["layers_ms"] <= f["have"]
     part = f" (its layers {suffix:.0f} ms, then its verdict)" if round(suffix) < round(f["have"]) else ""
-    assert (f"After the early exit the target needed {f['have']:.0f} ms more{part}; the draft, on the same hardware, "
-            f"needed {f['need']:.0f} ms to finish the branch the verdict took. The target waited {f['wait']} ms."
+    assert (f"After the early exit the target needed {f['have']:.0f} ms more{part}; the branch the verdict took, "
+            f"drafted on the same hardware, was ready only {f['need']:.0f} ms after the exit. The target waited {f['wait']} ms."
             ) in words, words
     # the bars on one scale: the draft's is the longest, the target's its share, the wait after it
     widths = [float(w) for w in re.findall(r'class="c-(?:target|draft)" style="width:([\d.]+)%', cause)]

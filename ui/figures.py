@@ -501,11 +501,12 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 
 
 def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
-               spreads: dict | None = None) -> str:
+               spreads: dict | None = None, why: str = "") -> str:
     """The verdict's first words, for an audience: did speculation pay against plain decoding, and
     did Mirror-SD pay against SD, each said only as far as the runs tell it (`told_apart`), with
     the one figure that matters; the headline under it gives every ratio ('' without AR and a
-    drafting method)."""
+    drafting method). `why`: where Mirror-SD did not beat SD, the clause that says why (the
+    caller's, from the projection and the cause in one step)."""
     ar = baseline()
     sp = speeds(c, spreads)
     drafting = [m for m in c if m != ar and sp[m][0] and c[m].complete]
@@ -534,11 +535,11 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     top = max(mirrors, key=lambda m: sp[m][0])
     if ahead(top, "sd"):
         out.append(f"Mirror-SD beat SD: {label(top)} {sp[top][0] / sp['sd'][0]:.2f}× SD's speed.")
-        return " ".join(out)
-    slower = all(ahead("sd", m) for m in mirrors)
-    where = (f": here both models share {machine_words(meta)}, so the draft can work beside the target "
-             f"only by slowing it") if one_device(meta) else ""
-    out.append(f"Mirror-SD {'was slower than' if slower else 'did not beat'} SD{where}.")
+    else:
+        slower = all(ahead("sd", m) for m in mirrors)
+        out.append(f"Mirror-SD {'was slower than' if slower else 'did not beat'} SD{why}.")
+    if runs == 1:
+        out.append("From one run each: the default 3 interleaved runs tell closer methods apart.")
     return " ".join(out)
 
 

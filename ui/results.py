@@ -10,6 +10,8 @@ import html
 import re
 from statistics import median
 
+from mirror_sd.latency.whatif_hits import shown
+
 from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, rounds_ahead, told_apart, ahead_by_little, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
@@ -20,7 +22,7 @@ from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of, verdict_outcome)
-from .zoom import fresh_steps, redraft_ms, render_cause, zoom_record
+from .zoom import fresh_steps, redraft_ms, render_cause, rule_figures, zoom_record, zoom_step
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
@@ -259,6 +261,24 @@ def takeaway_items(short: list[tuple[str, str]], charts: dict[str, str] | None =
                    f'{charts.get(lead, "")}</li>' for lead, text in short)
 
 
+def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
+    """Why Mirror-SD did not beat SD, as far as this run shows it: where the draft on a device of
+    its own would pass SD (the projection's row (b), every run's on the same side of 1×), the
+    shared device, with that figure labelled; else, where the step drawn below kept the target
+    waiting, the draft too slow for the target's layers after the exit; else ''."""
+    b = over_sd_figure(projection or {}, "b")
+    if one_device(meta) and b is not None and shown(b) > 1 and not rounds_span_one(projection, "b"):
+        return (f": here both models share {machine_words(meta)}; with the draft on a device of its own these "
+                f"steps would give {b:.2f}× SD (projected, not measured)")
+    rec = zoom_record(done)
+    step = zoom_step(rec) if rec is not None else None
+    f = rule_figures(rec, step, meta) if step is not None else None
+    if f and not f["fits"]:
+        return (f": its draft is too slow for the target's layers after the early exit (in the step below, "
+                f"{f['need']:.0f} ms against {f['have']:.0f} ms)")
+    return ""
+
+
 MORE_SUMMARY = ("In short, point by point: each method against plain decoding and SD, second by second, "
                 "what this machine cannot show, and the projection's inputs")
 
@@ -278,7 +298,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     big, rest = headline(c, done, meta, spreads)  # the same words as `head`, the large type's first
     # for an audience: one plain sentence and one picture (the cause, in one step), then the figures
     # and the measured-against-projected bars; the takeaway and the reason's pictures one click away
-    lead = lead_words(c, done, meta, spreads)
+    lead = lead_words(c, done, meta, spreads, lead_why(done, meta, projection))
     parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "",
              render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<p class="msd-verdict-text">{esc(big)}</p>'

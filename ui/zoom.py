@@ -308,15 +308,15 @@ def render_cause(rec: RunRecord | None, meta: dict) -> str:
             if not f["fits"] and f["wait"] else "")
     rows = (f'<div class="msd-cause-row"><span>target: {esc(f["after"])}</span>'
             f'<div class="msd-cause-track">{bar(f["have"], "c-target")}</div><b>{f["have"]:.0f} ms</b></div>'
-            f'<div class="msd-cause-row"><span>draft: to the branch the verdict took</span>'
+            f'<div class="msd-cause-row"><span>draft: the branch the verdict took, ready</span>'
             f'<div class="msd-cause-track">{bar(f["need"], "c-draft")}{wait}</div><b>{f["need"]:.0f} ms</b></div>')
     said = (f"The draft finished the branch the verdict took within the target's {f['have']:.0f} ms after the "
             f"early exit: the drafting was hidden, which is what Mirror-SD is for." if f["fits"] else
-            f"After the early exit the target needed {f['have']:.0f} ms more{_layers_part(f)}; the draft, on the same "
-            f"hardware, needed {f['need']:.0f} ms to finish the branch the verdict took. "
+            f"After the early exit the target needed {f['have']:.0f} ms more{_layers_part(f)}; the branch the "
+            f"verdict took, drafted on the same hardware, was ready only {f['need']:.0f} ms after the exit. "
             f"The target waited {f['wait']} ms.")
     return (f'<div class="msd-cause"><b>The cause, in one step</b> ({esc(label(rec.method))}, step {n}, '
-            f'its typical hit<span class="msd-cause-below">; drawn in full below</span>): {esc(said)}{rows}</div>')
+            f'its typical hit{"" if f["fits"] else ", a late one"}<span class="msd-cause-below">; drawn in full below</span>): {esc(said)}{rows}</div>')
 
 
 def _layers_part(f: dict) -> str:
