@@ -624,6 +624,25 @@ def watch_live(page, methods=tuple(LABELS), timeout_s: float = 120, carried: lis
     return seen, ended
 
 
+def check_step_model(page):
+    """How it works' model of one step: moving a slider rewrites its figures in the page, the same
+    strings the Python model gives for the sliders' values; the reset button restores them."""
+    box = "#how-it-works .msd-calc"
+    page.wait_for_selector(box, timeout=30_000)
+    before = page.inner_text(f"{box} [data-out='mirror']")
+    page.evaluate("""() => { const i = document.querySelector('#how-it-works .msd-calc input[name="c"]');
+                             i.value = '0.05'; i.dispatchEvent(new Event('input', {bubbles: true})); }""")
+    values = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('#how-it-works .msd-calc "
+                           "input[type=range]')].map(i => [i.name, Number(i.value)]))")
+    from ui.stepmodel import outputs
+    shown = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('#how-it-works .msd-calc "
+                          "[data-out]')].map(o => [o.dataset.out, o.textContent]))")
+    assert values["c"] == 0.05 and shown == outputs(values), (values, shown)
+    assert page.inner_text(f"{box} [data-show='c']") == "0.05"
+    page.click(f"{box} .mc-reset")
+    assert page.inner_text(f"{box} [data-out='mirror']") == before
+
+
 def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
     OUT.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("MIRROR_SD_TINY_PACE_MS", "15")  # runs long enough to watch
@@ -632,6 +651,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         page.goto(url)
         page.wait_for_selector("#run-btn", timeout=60_000)
         assert not page.locator("#verdict").is_visible()  # nothing empty before a run
+        check_step_model(page)
         page.click("#run-btn")
         carried = []
         live, ended = watch_live(page, carried=carried)

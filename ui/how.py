@@ -6,8 +6,10 @@ from __future__ import annotations
 import html
 from statistics import median
 
+from .figures import cards
 from .runs import RunRecord
 from .runs import label
+from .stepmodel import render_calc
 from .zoom import zoom_record, zoom_step
 
 esc = html.escape
@@ -168,6 +170,14 @@ def flow(layer: int | None = None, layers: int | None = None) -> str:
             + "".join(cells) + '</div>')
 
 
+def _measured_sd(records: dict[str, RunRecord]) -> float | None:
+    """SD's decode speed over AR's in the runs on screen (the cards' figure), for the model's box."""
+    if not {"ar", "sd"} <= set(records):
+        return None
+    got = cards({m: r for m, r in records.items() if r is not None and r.finish is not None})
+    return got["sd"].decode_speedup if "sd" in got else None
+
+
 def words() -> str:
     """The page's words, one short line each (How it works' last part)."""
     rows = "".join(f"<dt>{esc(w)}</dt><dd>{esc(d)}</dd>" for w, d in WORDS)
@@ -182,6 +192,7 @@ def render_how(records: dict[str, RunRecord], meta: dict) -> str:
         parts.append(f"<p>{MIRROR}</p><h4>One step of Mirror-SD</h4>"
                      f"{flow(meta.get('exit_layer'), meta.get('target_layers'))}"
                      f"<h4>On a time axis, against SD (not to scale)</h4>{diagram()}")
+    parts.append(render_calc(records, meta or {}, _measured_sd(records)))
     if not records or "mirror" in records:
         parts.append(f"<p>{GATE}</p>")
     if records:

@@ -31,6 +31,7 @@ from .runs import VARIANTS, default_methods, label, method_names
 from .pair_report import build_pair_report_tab
 from .state import AppState
 from .steps import PICK_JS
+from .stepmodel import CALC_JS
 from .texts import (DRAFT_PRECISION_INFO, DRAFT_PRECISIONS, PRECISION_INFO, TARGET_PRECISIONS)
 from .texts import DEFAULT_EXAMPLE, EXAMPLES, GLOSSARY, HOW_IN_NOTATION
 
@@ -272,7 +273,7 @@ def _about(c: dict) -> None:
     """How it works (the run's own figures after a run) and the glossary."""
     # open before the first run, where the page has room for it; Run folds it (_wire_run)
     with gr.Accordion("How it works", open=True, elem_id="how-fold") as c["how_fold"]:
-        c["how"] = gr.HTML(render_how({}, {}), elem_id="how-it-works")
+        c["how"] = gr.HTML(render_how({}, {}), elem_id="how-it-works", js_on_load=CALC_JS)
         with gr.Accordion("In the paper's notation", open=False):
             gr.Markdown(HOW_IN_NOTATION)
     with gr.Accordion("Glossary: every term and symbol", open=False, elem_id="glossary"):

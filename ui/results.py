@@ -701,7 +701,8 @@ METRICS = [  # (label, key in measured() or Finish.stats, format, glossary key)
     ("hits / (hits + misses) · checked: with the in-turn steps the exit check read after the run (untimed)",
      "hit_rate", ".0%", "hit"),
     ("misses (branches raced the verdict, none matched)", "fallbacks", "d", "fallback"),
-    ("draft time beside the target (all of the run)", "draft_hidden_fraction", ".0%", None),
+    ("share of the draft's busy time beside the target (the whole run, the prompt's prefill included)",
+     "draft_hidden_fraction", ".0%", None),
     ("draft proposal vocabulary (token ids)", "draft_vocab", "vocab", None),
 ]
 

@@ -61,7 +61,9 @@ WOULD = {  # a step in turn, by the exit check (after the run) -> its definition
             "draft would have rolled out, so with the lanes overlapped this step would have missed."),
 }
 WINDOW_STOPS = {  # Verify.stop -> why the window has its length (engine/windows.py)
-    "gamma": "the length the window policy set for it (the window setting at the start; adaptive windows grow by 2 after a fully accepted window and shrink by 1 after a rejection)",
+    "gamma": ("its length limit under this run's window rule: the window setting (fixed windows), the "
+              "current length (adaptive windows: 2 longer after a fully accepted window, 1 shorter after a "
+              "rejection) or the longest a priced window may be"),
     "confidence": "the draft's probability of its last token fell below the threshold",
     "eos": "the draft wrote an end-of-sequence token",
     "room": "no more tokens were left to generate",

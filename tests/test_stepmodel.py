@@ -1,0 +1,41 @@
+"""The model of one speculative step in How it works: its formulas against hand-worked values,
+its starting values from the run on screen, and the page's script against the Python figures."""
+from __future__ import annotations
+
+import pytest
+
+from ui.stepmodel import SLIDERS, model, outputs, render_calc, run_inputs
+from ui_records import tiny_records
+
+
+def test_the_model_gives_the_expected_tokens_and_each_method_s_step_cost():
+    """(1 - a^(k+1)) / (1 - a) tokens per step; SD's step costs v + k·c target forwards, Mirror-SD's
+    ideal max(v, e·v + k·c): worked by hand for a cheap and a costly draft."""
+    m = model(0.8, 3, 0.1, 1.0, 0.5)
+    tokens = 1 + 0.8 + 0.64 + 0.512
+    assert m["tokens"] == pytest.approx(tokens)
+    assert m["sd"] == pytest.approx(tokens / 1.3)
+    assert m["mirror"] == pytest.approx(tokens / 1.0)  # 0.5 + 0.3 fits inside the pass: the draft hidden
+    costly = model(0.8, 3, 0.5, 1.0, 0.5)
+    assert costly["mirror"] == pytest.approx(tokens / 2.0) and costly["sd"] == pytest.approx(tokens / 2.5)
+    assert model(1.0, 4, 0.1, 1.0, 0.5)["tokens"] == 5  # every drafted token kept: the window and one more
+    assert model(0.8, 3, 0.0, 1.0, 0.5)["mirror"] == model(0.8, 3, 0.0, 1.0, 0.5)["sd"]  # a free draft: nothing to hide
+
+
+def test_the_sliders_start_at_the_run_s_own_figures_and_say_from_what():
+    """After a run the sliders start at SD's kept share, its median window, the measured costs and the
+    exit layer; before one, at the defaults, with no measured line."""
+    records = tiny_records()
+    meta = {"exit_layer": 2, "target_layers": 4}
+    values, said = run_inputs(records, meta)
+    assert values["a"] == pytest.approx(round(records["sd"].finish.stats["acceptance_rate"], 2))
+    assert values["e"] == 0.5 and said["e"] == "layer 2 of 4"
+    for name, _, low, high, _, _ in SLIDERS:
+        assert low <= values[name] <= high, name
+    html = render_calc(records, meta, 1.23)
+    assert "SD decoded at <b>1.23×</b> AR" in html and "a model, not a measurement" in html
+    for key, text in outputs(values).items():
+        assert f'data-out="{key}">{text}<' in html
+    empty, _ = run_inputs({}, {})
+    assert empty == {name: default for name, *_, default in SLIDERS}
+    assert "Measured in the run on screen" not in render_calc({}, {})

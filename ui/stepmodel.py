@@ -1,0 +1,131 @@
+"""“Try it”: the arithmetic of one speculative step, with sliders (How it works).
+
+A model, not a measurement, said so on the page. With a share `a` of drafted tokens kept (taken
+as each token's chance, independent of the others), a window of `k` drafted tokens gives
+(1 - a^(k+1)) / (1 - a) tokens per verify step on average (Leviathan et al., 2023: the kept run
+plus the target's own token). Costs in target forwards (one AR token = 1): a draft forward `c`,
+a verify pass over the window `v`. Then, per verify step:
+- SD: the draft writes the window, then the target verifies it: v + k·c;
+- Mirror-SD, the ideal, the draft on a device of its own and every step a hit: the draft starts
+  at the early exit, a share `e` of the way through the verify pass, and the next step starts
+  when both the verdict and the branch are done: max(v, e·v + k·c).
+Speed over plain decoding = tokens per step / step cost. The page's script (CALC_JS) computes the
+same formulas as `model` when a slider moves; the starting values are the run's own (`run_inputs`).
+"""
+from __future__ import annotations
+
+import html
+
+from .runs import RunRecord
+from .why import costs
+
+esc = html.escape
+
+# (name, label, low, high, step, default: the bundled pair on this machine, roughly)
+SLIDERS = (
+    ("a", "drafted tokens kept", 0.30, 0.99, 0.01, 0.85),
+    ("k", "window: tokens drafted per step", 1, 12, 1, 4),
+    ("c", "one draft forward, in target forwards", 0.02, 1.00, 0.01, 0.40),
+    ("v", "one verify pass over the window, in target forwards", 1.00, 2.50, 0.05, 1.25),
+    ("e", "early exit: share of the target's pass before it", 0.30, 0.95, 0.01, 0.86),
+)
+
+
+def model(a: float, k: int, c: float, v: float, e: float) -> dict:
+    """Tokens per verify step and each method's speed over plain decoding (the module's formulas)."""
+    tokens = k + 1.0 if a >= 0.9999 else (1 - a ** (k + 1)) / (1 - a)
+    sd = tokens / (v + k * c)
+    mirror = tokens / max(v, e * v + k * c)
+    return {"tokens": tokens, "sd": sd, "mirror": mirror}
+
+
+def run_inputs(records: dict[str, RunRecord], meta: dict) -> tuple[dict, dict]:
+    """(the sliders' starting values from the run on screen, each where it has the figure, else
+    the default; what each was taken from, in words) ({} of words without a run)."""
+    values = {name: default for name, *_, default in SLIDERS}
+    said: dict[str, str] = {}
+    sd = records.get("sd")
+    if sd is None or sd.finish is None:
+        return values, said
+    stats = sd.finish.stats or {}
+    if stats.get("acceptance_rate"):
+        values["a"] = round(min(0.99, max(0.30, stats["acceptance_rate"])), 2)
+        said["a"] = "SD's kept share"
+    got = costs(records)
+    if got.get("gamma"):
+        values["k"] = int(min(12, max(1, round(got["gamma"]))))
+        said["k"] = "SD's median window"
+    if got.get("target") and got.get("draft"):
+        values["c"] = round(min(1.0, max(0.02, got["draft"] / got["target"])), 2)
+        said["c"] = "the medians measured here"
+    if got.get("target") and got.get("verify_alone"):
+        values["v"] = round(min(2.5, max(1.0, got["verify_alone"] / got["target"])) * 20) / 20
+        said["v"] = "SD's verify passes"
+    layer, layers = meta.get("exit_layer"), meta.get("target_layers")
+    if layer and layers:
+        values["e"] = round(min(0.95, max(0.30, layer / layers)), 2)
+        said["e"] = f"layer {layer} of {layers}"
+    return values, said
+
+
+def _shown(name: str, value: float) -> str:
+    return str(int(value)) if name == "k" else f"{value:.0%}" if name in ("a", "e") else f"{value:.2f}"
+
+
+def outputs(values: dict) -> dict[str, str]:
+    """The figures the page prints for `values` (the script writes the same strings)."""
+    m = model(values["a"], int(values["k"]), values["c"], values["v"], values["e"])
+    return {"tokens": f"{m['tokens']:.2f}", "sd": f"{m['sd']:.2f}×", "mirror": f"{m['mirror']:.2f}×",
+            "gain": f"{m['mirror'] / m['sd']:.2f}×"}
+
+
+def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | None = None) -> str:
+    """The box: a slider per input (starting at the run's own figures), the model's tokens per
+    step and speeds, and, after a run, SD's measured decode speed over AR beside it."""
+    values, said = run_inputs(records, meta)
+    out = outputs(values)
+    rows = "".join(
+        f'<label class="mc-row"><span class="mc-name">{esc(text)}</span>'
+        f'<input type="range" name="{name}" min="{low}" max="{high}" step="{step}" value="{values[name]}" '
+        f'data-run="{values[name]}"><b data-show="{name}">{_shown(name, values[name])}</b>'
+        f'<small>{esc(said.get(name, ""))}</small></label>'
+        for name, text, low, high, step, _ in SLIDERS)
+    run = (f'<p class="mc-run">Measured in the run on screen: SD decoded at <b>{measured_sd:.2f}×</b> AR\'s speed '
+           f'(the sliders start at its figures; the model leaves out the first token and the steps that '
+           f'drafted nothing).</p>' if measured_sd else "")
+    return (f'<div class="msd-calc"><h4>Try it: when does drafting pay? <span class="mc-tag">a model, not a '
+            f'measurement</span></h4>{rows}'
+            f'<p class="mc-out">Tokens per verify step: <b data-out="tokens">{out["tokens"]}</b> '
+            f'(the kept run of drafted tokens, plus the target\'s own). '
+            f'SD: <b data-out="sd">{out["sd"]}</b> plain decoding\'s speed (each step: the draft\'s window, '
+            f'then the verify pass). Mirror-SD with the draft on a device of its own, every step a hit: '
+            f'<b data-out="mirror">{out["mirror"]}</b>, <b data-out="gain">{out["gain"]}</b> SD (the draft '
+            f'starts at the early exit; the next step waits for the verdict and the branch).</p>{run}'
+            f'<p class="mc-note">Move “one draft forward” down to a twentieth of a target forward (a 0.6B '
+            f'draft beside a 14–32B target, the paper\'s pairs) and Mirror-SD pulls ahead; here the draft '
+            f'costs so much that the window it must write cannot fit in the part of the pass after the '
+            f'early exit. <button type="button" class="mc-reset">back to the run\'s figures</button></p></div>')
+
+
+CALC_JS = """
+if (!element.dataset.msdCalc) {
+  element.dataset.msdCalc = '1';
+  const shown = (n, x) => n === 'k' ? String(Math.round(x)) : (n === 'a' || n === 'e') ? Math.round(100 * x) + '%' : x.toFixed(2);
+  const calc = (box) => {
+    const val = n => Number(box.querySelector('input[name="' + n + '"]').value);
+    const a = val('a'), k = Math.round(val('k')), c = val('c'), v = val('v'), e = val('e');
+    const tokens = a >= 0.9999 ? k + 1 : (1 - Math.pow(a, k + 1)) / (1 - a);
+    const sd = tokens / (v + k * c), mirror = tokens / Math.max(v, e * v + k * c);
+    const out = {tokens: tokens.toFixed(2), sd: sd.toFixed(2) + '×', mirror: mirror.toFixed(2) + '×', gain: (mirror / sd).toFixed(2) + '×'};
+    box.querySelectorAll('[data-out]').forEach(o => { o.textContent = out[o.dataset.out]; });
+    box.querySelectorAll('[data-show]').forEach(o => { o.textContent = shown(o.dataset.show, val(o.dataset.show)); });
+  };
+  element.addEventListener('input', (ev) => { const box = ev.target.closest('.msd-calc'); if (box) calc(box); });
+  element.addEventListener('click', (ev) => {
+    if (!ev.target.closest('.mc-reset')) return;
+    const box = ev.target.closest('.msd-calc');
+    box.querySelectorAll('input[type=range]').forEach(i => { i.value = i.dataset.run; });
+    calc(box);
+  });
+}
+"""
