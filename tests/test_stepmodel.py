@@ -30,10 +30,14 @@ def test_the_sliders_start_at_the_run_s_own_figures_and_say_from_what():
     values, said = run_inputs(records, meta)
     assert values["a"] == pytest.approx(round(records["sd"].finish.stats["acceptance_rate"], 2))
     assert values["e"] == 0.5 and said["e"] == "layer 2 of 4"
+    from ui.figures import card
+    assert values["k"] == card(records["sd"]).windows[1] and said["k"] == "SD's median window"
     for name, _, low, high, _, _ in SLIDERS:
         assert low <= values[name] <= high, name
     html = render_calc(records, meta, 1.23)
-    assert "SD decoded at <b>1.23×</b> AR" in html and "a model, not a measurement" in html
+    per_step = card(records["sd"]).tokens_per_step
+    assert f"SD wrote {per_step:.2f} tokens per verify step" in html and "decoded at <b>1.23×</b> AR" in html
+    assert "a model, not a measurement" in html
     for key, text in outputs(values).items():
         assert f'data-out="{key}">{text}<' in html
     empty, _ = run_inputs({}, {})

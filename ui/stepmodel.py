@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 
+from .figures import card
 from .runs import RunRecord
 from .why import costs
 
@@ -51,10 +52,11 @@ def run_inputs(records: dict[str, RunRecord], meta: dict) -> tuple[dict, dict]:
     if stats.get("acceptance_rate"):
         values["a"] = round(min(0.99, max(0.30, stats["acceptance_rate"])), 2)
         said["a"] = "SD's kept share"
-    got = costs(records)
-    if got.get("gamma"):
-        values["k"] = int(min(12, max(1, round(got["gamma"]))))
+    windows = card(sd).windows if card(sd) else None
+    if windows and windows[1]:
+        values["k"] = int(min(12, max(1, windows[1])))
         said["k"] = "SD's median window"
+    got = costs(records)
     if got.get("target") and got.get("draft"):
         values["c"] = round(min(1.0, max(0.02, got["draft"] / got["target"])), 2)
         said["c"] = "the medians measured here"
@@ -81,16 +83,20 @@ def outputs(values: dict) -> dict[str, str]:
 
 def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | None = None) -> str:
     """The box: a slider per input (starting at the run's own figures), the model's tokens per
-    step and speeds, and, after a run, SD's measured decode speed over AR beside it."""
+    step and speeds, and, after a run, SD's measured tokens per verify step and decode speed over
+    AR beside them."""
     values, said = run_inputs(records, meta)
     out = outputs(values)
+    sd = card(records["sd"]) if records.get("sd") is not None and records["sd"].finish is not None else None
+    per_step = (f"wrote {sd.tokens_per_step:.2f} tokens per verify step (its windows vary from step to step; the "
+                f"model takes one length) and " if sd and sd.tokens_per_step else "")
     rows = "".join(
         f'<label class="mc-row"><span class="mc-name">{esc(text)}</span>'
         f'<input type="range" name="{name}" min="{low}" max="{high}" step="{step}" value="{values[name]}" '
         f'data-run="{values[name]}"><b data-show="{name}">{_shown(name, values[name])}</b>'
         f'<small>{esc(said.get(name, ""))}</small></label>'
         for name, text, low, high, step, _ in SLIDERS)
-    run = (f'<p class="mc-run">Measured in the run on screen: SD decoded at <b>{measured_sd:.2f}×</b> AR\'s speed '
+    run = (f'<p class="mc-run">Measured in the run on screen: SD {esc(per_step)}decoded at <b>{measured_sd:.2f}×</b> AR\'s speed '
            f'(the sliders start at its figures; the model leaves out the first token and the steps that '
            f'drafted nothing).</p>' if measured_sd else "")
     return (f'<div class="msd-calc"><h4>Try it: when does drafting pay? <span class="mc-tag">a model, not a '
