@@ -1671,8 +1671,8 @@ def test_the_lead_s_why_is_the_projection_where_it_passes_sd_else_the_step_s_wai
         "would give 1.50× SD (projected, not measured)")
     rec = zoom_record(records)
     f = rule_figures(rec, zoom_step(rec), shared)
-    step = (f": its draft is too slow for the target's layers after the early exit (in the step below, "
-            f"{f['need']:.0f} ms against {f['have']:.0f} ms)")
+    step = (f": its draft is too slow for the target's layers after the early exit (in the step below the "
+            f"draft needed {f['need']:.0f} ms, the target {f['have']:.0f} ms)")
     for p in (dict(passes, over_sd_rounds={"b": [0.8, 1.5, 1.7]}), {"over_sd": {"b": 0.9}}, None):
         assert lead_why(records, shared, p) == step  # inconclusive, below SD, or none: the step's wait
     two = dict(shared, target_device="cuda:0", draft_device="cuda:1")

@@ -274,8 +274,8 @@ def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None) ->
     step = zoom_step(rec) if rec is not None else None
     f = rule_figures(rec, step, meta) if step is not None else None
     if f and not f["fits"]:
-        return (f": its draft is too slow for the target's layers after the early exit (in the step below, "
-                f"{f['need']:.0f} ms against {f['have']:.0f} ms)")
+        return (f": its draft is too slow for the target's layers after the early exit (in the step below the "
+                f"draft needed {f['need']:.0f} ms, the target {f['have']:.0f} ms)")
     return ""
 
 
