@@ -136,8 +136,8 @@ def test_the_narration_splits_branch_forwards_at_the_exit_as_the_zoom_does():
     exit_head = S("target", "exit_head", T0 + 29 * 10**7, T0 + 3 * 10**8, 0)  # ends 100 ms into the branches
     rec = mirror_record([rec.events[0], exit_head] + rec.events[1:])
     first = narrate(rec, 0)
-    assert "all branches together took 200 ms of draft forwards after the exit (100 ms more before the exit, on " \
-           "its own guess)" in first, first
+    assert "all branches together took 200 ms of draft forwards after the exit (the short gaps between forwards " \
+           "not counted; 100 ms more before the exit, on its own guess)" in first, first
 
 
 def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window():
@@ -146,7 +146,8 @@ def test_narration_tells_the_window_the_branches_the_verdict_and_the_next_window
     assert first.startswith("Step 1: The first window")
     assert "miss" not in first.split(";")[0]
     assert "at layer 2 the target's top guess was ‘w8’ at 61% (its final token was its no. 2)" in first
-    assert ("built 1 branch: all branches together took 300 ms of draft forwards after the exit, beside the "
+    assert ("built 1 branch: all branches together took 300 ms of draft forwards after the exit (the short gaps "
+            "between forwards not counted), beside the "
             "target's remaining layers (3 and up, 400 ms)") in first  # the zoom's unit and words
     assert "longer than those layers" not in first
     assert "kept 1 of the 2 drafted tokens and wrote ‘w3’" in first

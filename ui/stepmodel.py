@@ -110,7 +110,10 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'<p class="mc-note">Move “one draft forward” down to a twentieth of a target forward (a 0.6B '
             f'draft beside a 14–32B target, the paper\'s pairs) and Mirror-SD pulls ahead; here the draft '
             f'costs so much that the window it must write cannot fit in the part of the pass after the '
-            f'early exit. <button type="button" class="mc-reset">back to the run\'s figures</button></p></div>')
+            f'early exit. The What-if fold\'s projections replay this run\'s own steps instead (each its own '
+            f'window, hit or miss, at the costs measured), so their figures differ from this model\'s, which '
+            f'takes one window length and every step alike. '
+            f'<button type="button" class="mc-reset">back to the run\'s figures</button></p></div>')
 
 
 CALC_JS = """

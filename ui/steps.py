@@ -321,14 +321,15 @@ def _branches(rec: RunRecord, sv: StepView) -> str:
     spans = [s for s in rec.spans if s.step == sv.step]
     before, after = branch_ms(spans, exit_end(spans))
     took, rest = after / 1e3, _seconds(rec, sv.step, 'suffix')
-    own = f" ({_fmt_s(before / 1e3)} more before the exit, on its own guess)" if before >= 0.5 else ""
+    own = f"; {_fmt_s(before / 1e3)} more before the exit, on its own guess" if before >= 0.5 else ""
     # every branch the step began, as the zoom and the table below count them: one cut short
     # before its first token is named, not left out
     short = len(sv.rollouts) - n
     began = (f"the draft began {len(sv.rollouts)} branches, wrote {n} and cancelled {short} before its first token"
              if short else f"the draft built {n} branch{'es' if n != 1 else ''}")
     words = (f"{began}: all branches together took {_fmt_s(took)} "
-             f"of draft forwards after the exit{own}, beside the target's remaining layers "
+             f"of draft forwards after the exit (the short gaps between forwards not counted{own}), beside the "
+             f"target's remaining layers "
              f"({sv.early_exit.layer + 1} and up, {_fmt_s(rest)})")
     return words  # how long the target waited for the branch it took: the next window's words
 
