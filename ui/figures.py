@@ -299,6 +299,9 @@ def verdict(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 # end-to-end speeds closer than this share of the faster one are called level, not a win: one
 # run's noise on a busy CPU is of that order (the "3, interleaved" runs give the range)
 LEVEL = 0.03
+# from a single run no rounds can be compared, and a whole run here can be 10% or more off the
+# next one of the same method: within this share of the faster, one run calls no winner
+ONE_RUN = 0.10
 
 
 def e2e_ranges(spreads: dict | None) -> dict:
@@ -349,7 +352,7 @@ def ahead_words(spreads: dict | None, a: str, b: str) -> str:
 def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None) -> list[str]:
     """The methods the run cannot tell from the winner, the winner first ([] when the winner is
     clear): over several interleaved runs, those the winner did not beat in every round
-    (`told_apart`); from one run, those within LEVEL of its end-to-end speed (about one run's
+    (`told_apart`); from one run, those within ONE_RUN of its end-to-end speed (about one run's
     noise here)."""
     if best is None or not c[best].e2e_tps:
         return []
@@ -364,7 +367,7 @@ def level_with(c: dict[str, Card], best: str | None, spreads: dict | None = None
         near = [m for m in c if m in near]  # in the cards' order
     else:
         near = [m for m, x in c.items() if m != best and x.e2e_tps and x.complete
-                and x.e2e_tps >= c[best].e2e_tps * (1 - LEVEL)]
+                and x.e2e_tps >= c[best].e2e_tps * (1 - ONE_RUN)]
     return [best] + near if near else []
 
 
@@ -436,7 +439,7 @@ def _apart(names: list[str], runs: int, every: bool = False, nor: list[str] | No
         if not said:
             return f"these {runs} runs cannot tell {who}{also} (their ranges overlap: within this machine's noise)"
         return f"these {runs} runs cannot tell {who}{also}, within this machine's noise: {'; '.join(said)}"
-    return (f"one run cannot tell {who}{also} (within {LEVEL:.0%}, about one run's noise here; "
+    return (f"one run cannot tell {who}{also} (within {ONE_RUN:.0%}, about one run's noise here; "
             f"choose “3, interleaved” runs)")
 
 
@@ -448,7 +451,7 @@ def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
     if not level:
         return ""
     runs = runs_of(spreads)
-    which = f"Over these {runs} runs" if runs > 1 else f"In one run (within {LEVEL:.0%})"
+    which = f"Over these {runs} runs" if runs > 1 else f"In one run (within {ONE_RUN:.0%})"
     return f"{which}, {names_of(level)} tie: their order is within this machine's noise."
 
 
@@ -500,11 +503,6 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     return f"{label(best)} won end to end{than}: {ratios}{also}.", _as_sd(c, records)
 
 
-# from one run, a Mirror-SD within this share of SD's speed is not called either way: one run's noise
-# here reaches about this much (rounds of one method differ by 10-30% on this machine)
-ONE_RUN_GAP = 0.15
-
-
 def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                spreads: dict | None = None, why: str = "") -> str:
     """The verdict's first words, for an audience: did speculation pay against plain decoding, and
@@ -520,7 +518,7 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     runs = runs_of(spreads)
 
     def ahead(a: str, b: str) -> bool:  # as far as the runs tell: every round, or one run beyond its noise
-        return told_apart(spreads, a, b) if runs > 1 else sp[a][0] >= sp[b][0] * (1 + LEVEL)
+        return told_apart(spreads, a, b) if runs > 1 else sp[a][0] >= sp[b][0] * (1 + ONE_RUN)
 
     same = all((against_ar(records, m) or {}).get("identical") for m in drafting)
     text = f"the same {c[ar].tokens} tokens" if same else "its tokens"
@@ -540,9 +538,9 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     top = max(mirrors, key=lambda m: sp[m][0])
     ratio = sp[top][0] / sp["sd"][0]
     if runs == 1:  # one run settles no close call: the figure, and the way to settle it
-        out.append(f"In this one run {label(top)} ran {ratio:.2f}× SD's speed{why if ratio < 1 else ''}; one run "
-                   f"cannot settle a gap this small: the default 3 interleaved runs tell closer methods apart."
-                   if abs(ratio - 1) < ONE_RUN_GAP else
+        out.append(f"In this one run {label(top)} ran {ratio:.2f}× SD's speed{why if ratio < 1 else ''}: within "
+                   f"one run's noise here ({ONE_RUN:.0%}); the default 3 interleaved runs tell closer methods apart."
+                   if abs(ratio - 1) < ONE_RUN else
                    f"Mirror-SD {'beat' if ratio > 1 else 'was slower than'} SD in this one run: {label(top)} "
                    f"{ratio:.2f}× SD's speed{why if ratio < 1 else ''}.")
     elif ahead(top, "sd"):
@@ -593,7 +591,7 @@ def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict,
              spreads: dict | None = None) -> list[str]:
     """Methods other than the winner's group that the runs cannot tell from AR ([] for none):
     over several interleaved runs, those neither faster nor slower than AR in every round
-    (`told_apart`); from one run, those within LEVEL of AR."""
+    (`told_apart`); from one run, those within ONE_RUN of AR."""
     ar = baseline()
     if best == ar or ar in level:
         return []
@@ -601,7 +599,7 @@ def _near_ar(c: dict[str, Card], best: str, level: list[str], sp: dict,
     rest = [m for m, x in c.items() if m not in (ar, best) and m not in level and x.complete]
     if ar in ranges:
         return [m for m in rest if m in ranges and not told_apart(spreads, m, ar) and not told_apart(spreads, ar, m)]
-    return [m for m in rest if sp[m][1] is not None and abs(sp[m][1] - 1) <= LEVEL]
+    return [m for m in rest if sp[m][1] is not None and abs(sp[m][1] - 1) <= ONE_RUN]
 
 
 # SD and Mirror-SD do the same work before their first token (the prompt, the first window):

@@ -12,7 +12,7 @@ from statistics import median
 
 from mirror_sd.latency.whatif_hits import shown
 
-from .figures import (ITEM, LEVEL, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, ONE_RUN, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, rounds_ahead, told_apart, ahead_by_little, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paircheck import human_name
@@ -223,7 +223,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
                      f"proven: the two methods' ranges over the {runs} runs overlap")
     else:
         first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
-                 + (", within one run's noise" if abs(sd - 1) < LEVEL else ""))
+                 + (", within one run's noise" if abs(sd - 1) < ONE_RUN else ""))
     parts = [("SD against plain decoding", first + ".")]
     if "mirror" in done:
         parts += _mirror_takeaway(done["mirror"], c, sp, spreads, done)
@@ -426,20 +426,20 @@ def _verify_title(slow: dict) -> str:
 def tie_words(runs: int) -> str:
     """The badge of a method the runs cannot tell from the winner (the badge's hover and the
     legend under the tiles name it): short, to fit on a tile."""
-    return "tied with the fastest" if runs > 1 else f"within {LEVEL:.0%} of the fastest"
+    return "tied with the fastest" if runs > 1 else f"within {ONE_RUN:.0%} of the fastest"
 
 
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
     rest, else "fastest median, a tie"; every other method "tied with the fastest" (from one
-    run: "within 3% of the fastest") when the runs cannot tell it from the winner (`level_with`),
+    run: "within 10% of the fastest") when the runs cannot tell it from the winner (`level_with`),
     else "slower than the fastest" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)
     if best is None:
         return {}
     level, runs, top = level_with(c, best, spreads), runs_of(spreads), label(best)
-    apart = "their ranges overlap" if runs > 1 else f"within {LEVEL:.0%}, about one run's noise here"
+    apart = "their ranges overlap" if runs > 1 else f"within {ONE_RUN:.0%}, about one run's noise here"
     out = {best: ("fastest median, a tie" if level and runs > 1 else "fastest, a tie" if level else "fastest",
                   f"the best end-to-end speed; the runs cannot tell it from "
                   f"{', '.join(label(m) for m in level[1:])} ({apart})" if level else
