@@ -350,9 +350,11 @@ function lastTimes() {
 function roundHeader(round, times) {
   const [r, n] = round || [1, 1];
   const how = 'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ';
-  if (n <= 1) return 'Live: ' + how + 'They race side by side, at their measured pace, when the last run ends.';
+  const watch = ' Watch a step: the draft\'s window (dashed), then the target\'s verdict: green kept, red struck ' +
+    'through rejected, then its own token; Mirror-SD\'s branches (each from a cyan token) are drafted while the target finishes.';
+  if (n <= 1) return 'Live: ' + how + 'They race side by side, at their measured pace, when the last run ends.' + watch;
   if (r === 1 || !times.length) return 'Round 1 of ' + n + ', live: ' + how +
-    'They race side by side, at their measured pace, when round ' + n + ' ends.';
+    'They race side by side, at their measured pace, when round ' + n + ' ends.' + watch;
   const left = times.reduce((t, x) => t + x[1], 0) * (n - r + 1);
   return 'Round ' + r + ' of ' + n + ', live: the same runs again, to tell close methods apart. Round ' + (r - 1) +
     ' took ' + times.map(x => x[0] + ' ' + x[1].toFixed(1) + ' s').join(', ') +
