@@ -278,13 +278,13 @@ function minis() {
   const runs = B.order.map(m => B.runs[m]).filter(r => r.on);
   const totals = runs.map(r => { const f = r.items.length && r.items[r.items.length - 1]; return f && f.k === 'f' ? f.n : r.tokens; });
   const top = Math.max(1, ...totals, ...runs.map(r => r.tokens));
-  const key = runs.map(r => r.tokens + (r.ended ? 'e' : '')).join(',') + '/' + top;
+  const key = runs.map(r => r.tokens + (r.ended ? 'e' : '') + (r.stale ? 's' : '')).join(',') + '/' + top;
   if (box.dataset.key === key) return;
   box.dataset.key = key;
   box.innerHTML = runs.map(r => '<div class="bm-row' + (r.stale ? ' is-stale' : '') + '"><span class="bm-name">' +
     r.label.replace(/&/g, '&amp;').replace(/</g, '&lt;') + '</span><span class="bm-track"><i style="width:' +
     (100 * r.tokens / top).toFixed(1) + '%;background:' + r.colour + '"></i></span><span class="bm-n">' + r.tokens +
-    (r.ended ? ' ✓' : '') + '</span></div>').join('');
+    (r.ended && !r.stale ? ' ✓' : '') + '</span></div>').join('');  // a faded run is the round before's: no tick
 }
 
 // tokens written against time, one line per run on the timeline's time axis, its key each run's
@@ -323,8 +323,11 @@ function chart() {
     const [t, n] = pts[pts.length - 1];
     const rate = r.ended && r.rate != null ? r.rate : t > 0 ? n / (t / 1000) : 0;
     svg += '<circle class="tvt-dot" cx="' + x(t).toFixed(1) + '" cy="' + y(n).toFixed(1) + '" r="3" style="fill:' + r.colour + '"/>';
-    const when = r.stale ? ' (round ' + r.staleRound + ', faded)' : r.ended ? '' : ' so far';
-    ends.push({rate: rate, text: r.label + ': ' + n + ' tokens, ' + rate.toFixed(2) + ' tok/s' + when, colour: r.colour});
+    // a running run's key: its tokens so far, no speed (the chart redraws four times a second, the
+    // clock every frame, so a speed beside the clock would read a frame behind it); an ended run's speed
+    const text = r.stale ? n + ' tokens, ' + rate.toFixed(2) + ' tok/s (round ' + r.staleRound + ', faded)' :
+      r.ended ? n + ' tokens, ' + rate.toFixed(2) + ' tok/s' : n + ' tokens so far';
+    ends.push({rate: rate, text: r.label + ': ' + text, colour: r.colour});
   }
   ends.sort((a, b) => b.rate - a.rate);  // the key, fastest first
   box.innerHTML = '<svg viewBox="0 0 ' + TVT_W + ' ' + TVT_H + '" width="' + TVT_W + '" height="' + TVT_H + '" role="img">' + svg + '</svg><div class="tvt-key">' +
