@@ -343,10 +343,14 @@ function carryOver(round) {
     run.note.textContent = 'Faded: its round ' + (round - 1) + ' run, shown until its round ' + round + ' run starts.';
   }
 }
-// each method's last ended run (the faded panes'), quickest first: [label, seconds]
+// each method's last ended run (the faded panes'), quickest first: [label, seconds]; a run whose
+// finish has come but not yet been drawn (the pane plays a little behind the engine) counts too
 function lastTimes() {
-  return B.order.map(m => B.runs[m]).filter(r => r.on && r.ended && r.endT !== null)
-    .map(r => [r.label, r.endT / 1000]).sort((a, b) => a[1] - b[1]);
+  return B.order.map(m => B.runs[m]).filter(r => r.on).map(r => {
+    const f = r.items.length ? r.items[r.items.length - 1] : null;
+    const t = r.ended && r.endT !== null ? r.endT : f && f.k === 'f' ? f.w : null;
+    return t === null || t === undefined ? null : [r.label, t / 1000];
+  }).filter(Boolean).sort((a, b) => a[1] - b[1]);
 }
 // the board's header while runs are timed; from the second round on, the last round's times and
 // about when the race comes (the rounds left at the last round's pace: an estimate, said as one)
