@@ -256,9 +256,9 @@ def done_message(records: dict[str, RunRecord], meta: dict, rounds: list | None 
     """The status line after a run: where and how often it was measured, whether each method
     wrote AR's tokens, and where the result is. The verdict under the race says who was faster,
     once; the status does not repeat it."""
-    c = cards({m: r for m, r in records.items() if r is not None})
+    ran = [m for m, r in records.items() if r is not None and r.finish is not None]
     message = "Done."
-    if baseline() in c and len(c) > 1:
+    if baseline() in ran and len(ran) > 1:
         how = f"{len(rounds)} interleaved runs of each method" if rounds and len(rounds) > 1 else "one run of each method"
         lines = [f"Done, measured on {machine_words(meta)} ({how}).", output_words(records),
                  "The result is under the race."]

@@ -10,7 +10,7 @@ from .figures import cards
 from .runs import RunRecord
 from .runs import label
 from .stepmodel import render_calc
-from .zoom import zoom_record, zoom_step
+from .zoom import step_suffix_ms, zoom_record, zoom_step
 
 esc = html.escape
 
@@ -82,15 +82,10 @@ def _this_run(records: dict[str, RunRecord], meta: dict) -> str:
                  f"median over its steps split at the exit) to write its branches while the target ran "
                  f"layers {layer + 1}–{layers}")
         step = zoom_step(mirror)
-        shown = _step_suffix_ms(mirror, step) if step is not None else None
+        shown = step_suffix_ms(mirror, step) if step is not None else None
         if shown is not None:
             text += f"; in the step zoomed in above, {shown:.0f} ms"
     return f"<p>{esc(text)}.</p>"
-
-
-def _step_suffix_ms(rec: RunRecord, step: int) -> float | None:
-    spans = [s for s in rec.spans if s.label == "suffix" and s.step == step]
-    return sum(s.end_ns - s.start_ns for s in spans) / 1e6 if spans else None
 
 
 def _lane(y: int, bars, label: str) -> str:

@@ -22,7 +22,7 @@ from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
                    method_names, variant_of, verdict_outcome)
-from .zoom import fresh_steps, redraft_ms, render_cause, rule_figures, zoom_record, zoom_step
+from .zoom import cause_figures, fresh_steps, redraft_ms, render_cause, zoom_record
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
@@ -270,9 +270,8 @@ def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None) ->
     if one_device(meta) and b is not None and shown(b) > 1 and not rounds_span_one(projection, "b"):
         return (f": here both models share {machine_words(meta)}; with the draft on a device of its own these "
                 f"steps would give {b:.2f}× SD (projected, not measured)")
-    rec = zoom_record(done)
-    step = zoom_step(rec) if rec is not None else None
-    f = rule_figures(rec, step, meta) if step is not None else None
+    got = cause_figures(zoom_record(done), meta)
+    f = got[1] if got else None
     if f and not f["fits"]:
         return (f": its draft is too slow for the target's layers after the early exit (in the step below the "
                 f"draft needed {f['need']:.0f} ms, the target {f['have']:.0f} ms)")

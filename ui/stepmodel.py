@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html
 
-from .figures import card
+from .figures import Card, card
 from .runs import RunRecord
 from .why import costs
 
@@ -40,19 +40,25 @@ def model(a: float, k: int, c: float, v: float, e: float) -> dict:
     return {"tokens": tokens, "sd": sd, "mirror": mirror}
 
 
-def run_inputs(records: dict[str, RunRecord], meta: dict) -> tuple[dict, dict]:
+def _sd_card(records: dict[str, RunRecord]) -> Card | None:
+    sd = records.get("sd")
+    return card(sd) if sd is not None else None
+
+
+def run_inputs(records: dict[str, RunRecord], meta: dict, sd: Card | None = None) -> tuple[dict, dict]:
     """(the sliders' starting values from the run on screen, each where it has the figure, else
-    the default; what each was taken from, in words) ({} of words without a run)."""
+    the default; what each was taken from, in words) ({} of words without a run). `sd`: SD's
+    card, where the caller has it."""
     values = {name: default for name, *_, default in SLIDERS}
     said: dict[str, str] = {}
-    sd = records.get("sd")
-    if sd is None or sd.finish is None:
+    sd = sd or _sd_card(records)
+    if sd is None:
         return values, said
-    stats = sd.finish.stats or {}
+    stats = records["sd"].finish.stats or {}
     if stats.get("acceptance_rate"):
         values["a"] = round(min(0.99, max(0.30, stats["acceptance_rate"])), 2)
         said["a"] = "SD's kept share"
-    windows = card(sd).windows if card(sd) else None
+    windows = sd.windows
     if windows and windows[1]:
         values["k"] = int(min(12, max(1, windows[1])))
         said["k"] = "SD's median window"
@@ -85,9 +91,9 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
     """The box: a slider per input (starting at the run's own figures), the model's tokens per
     step and speeds, and, after a run, SD's measured tokens per verify step and decode speed over
     AR beside them."""
-    values, said = run_inputs(records, meta)
+    sd = _sd_card(records)
+    values, said = run_inputs(records, meta, sd)
     out = outputs(values)
-    sd = card(records["sd"]) if records.get("sd") is not None and records["sd"].finish is not None else None
     per_step = (f"wrote {sd.tokens_per_step:.2f} tokens per verify step (its windows vary from step to step; the "
                 f"model takes one length) and " if sd and sd.tokens_per_step else "")
     rows = "".join(

@@ -274,10 +274,23 @@ def rule_figures(rec: RunRecord, step: int, meta: dict | None = None) -> dict | 
         return None
     layer = sv.early_exit.layer if sv.early_exit else None
     layers = (meta or {}).get("target_layers", "N")
-    suffix = [s.end_ns - s.start_ns for s in spans if s.label == "suffix"]
     return dict(f, after=f"layers {layer + 1}–{layers} and its verdict" if isinstance(layer, int)
                 else "the layers after it and its verdict",
-                layers_ms=sum(suffix) / 1e6 if suffix else None)  # the layers alone, as the inspector gives them
+                layers_ms=step_suffix_ms(rec, step))  # the layers alone, as the inspector gives them
+
+
+def step_suffix_ms(rec: RunRecord, step: int) -> float | None:
+    """The target's layers after the early exit in one step, in ms (None without them)."""
+    spans = [s for s in rec.spans if s.label == "suffix" and s.step == step]
+    return sum(s.end_ns - s.start_ns for s in spans) / 1e6 if spans else None
+
+
+def cause_figures(rec: RunRecord | None, meta: dict) -> tuple[int, dict] | None:
+    """(the zoomed step of `rec`, its `rule_figures`), the cause the verdict draws and names (None
+    without such a step)."""
+    step = zoom_step(rec) if rec is not None and rec.finish is not None else None
+    f = rule_figures(rec, step, meta) if step is not None else None
+    return (step, f) if f is not None else None
 
 
 def rule_words(f: dict | None) -> str:
@@ -297,10 +310,10 @@ def render_cause(rec: RunRecord | None, meta: dict) -> str:
     """Under the verdict's tiles, the cause in one picture: the zoomed step's two lanes after the
     early exit as bars on one scale (the target's layers to its verdict; the draft's time to the
     branch the verdict took) and the wait between, with the words ('' without such a step)."""
-    step = zoom_step(rec) if rec is not None and rec.finish is not None else None
-    f = rule_figures(rec, step, meta) if step is not None else None
-    if f is None:
+    got = cause_figures(rec, meta)
+    if got is None:
         return ""
+    step, f = got
     n = sorted(analyse(rec).steps).index(step) + 1
     top = max(f["need"], f["have"], 1.0)
     bar = lambda ms, cls: f'<i class="{cls}" style="width:{100 * ms / top:.1f}%"></i>'  # noqa: E731
