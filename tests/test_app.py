@@ -129,11 +129,11 @@ def test_analyse_colours_hits_fallbacks_bonus_and_corrections():
 def test_timeline_has_a_lane_per_run_and_model():
     records = {"ar": ar_record([1, 2, 3]), "mirror": mirror_record()}
     lanes = lanes_for(records)
-    assert lanes == ["AR · target", "Mirror-SD (gated) · target", "Mirror-SD (gated) · draft"]
+    assert lanes == ["AR · target", "Mirror-SD · target", "Mirror-SD · draft"]
     fig = build_timeline(records)
     names = {t.name for t in fig.data}
     assert {GROUP_OF[k][0] for k in ("prefix", "suffix", "exit_head", "branches", "decode")} <= names
-    assert {"AR: tokens committed", "Mirror-SD (gated): tokens committed"} <= names
+    assert {"AR: tokens committed", "Mirror-SD: tokens committed"} <= names
     ys = {y for t in fig.data if t.type == "bar" for y in t.y}
     assert ys == set(lanes)
     prefix = next(t for t in fig.data if t.type == "bar" and " · prefix" in t.hovertext[0])
@@ -162,8 +162,8 @@ def test_cards_speedups_and_identical_check():
     assert "0.03 s" in html and "0.10 s" in html  # time to first token, both
     assert "identical to the baseline" in html and "7 of 7" in html
     verdict = render_verdict(records, {})
-    assert "Mirror-SD (gated) won end to end: Mirror-SD (gated) 2.00× AR." in verdict
-    assert "Mirror-SD (gated) 1.79× AR." in render_statistics(records, {}, {})  # decode alone: in Statistics
+    assert "Mirror-SD won end to end: Mirror-SD 2.00× AR." in verdict
+    assert "Mirror-SD 1.79× AR." in render_statistics(records, {}, {})  # decode alone: in Statistics
 
 
 def test_summary_counts_mismatches_and_never_hides_them():
@@ -234,36 +234,34 @@ def test_app_imports_without_launching():
     assert app.demo is not None and not getattr(app.demo, "is_running", False)
 
 
-def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
+def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    (status, ar, sd, mirror, noexit, overlap, verdict, cards, zoom, how, statistics, timeline, which, step,
+    (status, ar, sd, mirror, noexit, gated, verdict, cards, zoom, how, statistics, timeline, which, step,
      inspector, live, trace) = final
-    assert "Done" in status and overlap["visible"] is True
-    overlap = overlap["value"]
-    for pane in (ar, mirror, sd, overlap):
+    assert "Done" in status and gated.get("visible") is False  # the gated Mirror-SD runs only when ticked
+    for pane in (ar, mirror, sd):
         assert 'data-state="done"' in pane and "<b>16</b> tokens" in pane
     assert "k-plain" in ar
-    assert any(f"k-{k}" in mirror for k in ("accepted", "hit", "late", "fallback", "correction", "bonus"))
-    # the twin with its lanes at once in every step races each verdict: hits or misses show
-    assert any(f"k-{k}" in overlap for k in ("hit", "late", "fallback"))
+    # Mirror-SD, its lanes at once in every step, races each verdict: hits or misses show
+    assert any(f"k-{k}" in mirror for k in ("hit", "late", "fallback"))
     assert (" won" in verdict or "cannot tell" in verdict) and "CPU cores" in verdict
     assert noexit.get("visible") is False  # the variant without the early exit runs only when ticked
     # the inspector offers the runs that drafted, not the variant that did not run
-    assert [v for _, v in which["choices"]] == ["sd", "mirror", "mirror-overlap"]
-    # it opens on the Mirror-SD run the zoom draws (one whose steps overlapped its lanes)
+    assert [v for _, v in which["choices"]] == ["sd", "mirror"]
+    # it opens on the Mirror-SD run the zoom draws
     shown = dict((v, n) for n, v in which["choices"])[which["value"]]
-    assert which["value"] in ("mirror", "mirror-overlap") and f"One {shown} step" in zoom
+    assert which["value"] == "mirror" and f"One {shown} step" in zoom
     assert "time to first token" in cards and "baseline" in cards and "Mirror-SD" in cards
-    for name in (">AR<", ">SD<", ">Mirror-SD (gated)<", ">Mirror-SD (always overlapped)<"):  # the four panes' titles
-        assert sum(name in pane for pane in (ar, mirror, sd, overlap)) == 1
-    assert timeline["type"] == "plotly" and "Mirror-SD (gated) · draft" in timeline["plot"]
+    for name in (">AR<", ">SD<", ">Mirror-SD<"):  # the three panes' titles
+        assert sum(name in pane for pane in (ar, mirror, sd)) == 1
+    assert timeline["type"] == "plotly" and "Mirror-SD · draft" in timeline["plot"]
     assert "msd-ee" in inspector and "msd-verify" in inspector
     # the zoom draws a step whose lanes were at once, of the run it names; How it works says
     # which run its figure is from, and why two Mirror-SD runs
-    zoomed = re.search(r"One (Mirror-SD \((?:gated|always overlapped)\)) step, measured", zoom)
+    zoomed = re.search(r"One (Mirror-SD) step, measured", zoom)
     assert zoomed, zoom
-    assert "Two runs of Mirror-SD." in how and "overlap gate" in how
+    assert "Mirror-SD (gated)" in how and "overlap gate" in how
     # the page's words, each defined in a line of its own that shows without a hover
     from ui.how import WORDS
     assert "Words on this page" in how and all(f"<dt>{w}</dt>" in how for w, _ in WORDS)
@@ -271,7 +269,7 @@ def test_run_endpoint_streams_four_panes_by_default_and_ends_with_the_summary(cl
     if "left the draft of" in how:
         assert f"left the draft of {zoomed.group(1)} about" in how
     data = json.load(open(trace))
-    ran = {"ar", "mirror", "sd", "mirror-overlap"}
+    ran = {"ar", "mirror", "sd"}
     assert set(data["runs"]) == ran and data["prompt"] == "def hello ( x ) :"
     race = json.loads(live)  # the race the page plays: every run, its tokens as in its pane
     assert race["op"] == "race" and race["autoplay"] and set(race["runs"]) == ran
@@ -367,7 +365,7 @@ def test_the_done_message_points_an_fp32_cpu_run_to_int8():
     fp32_cpu = _done_message(records, {"precision": "fp32", "target_device": "cpu"})
     assert fp32_cpu.startswith("Done, measured on ") and "(one run of each method). Every method wrote exactly AR's 4 tokens" in fp32_cpu
     records["mirror"] = ar_record([1, 2, 5, 4])
-    assert "Mirror-SD (gated) differs from AR in 1 of 4 tokens (first at token 2" in _done_message(records, {})
+    assert "Mirror-SD differs from AR in 1 of 4 tokens (first at token 2" in _done_message(records, {})
     assert fp32_cpu.endswith(CPU_PRECISION_TIP) and "int8" in CPU_PRECISION_TIP
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "int8", "target_device": "cpu"})
     assert CPU_PRECISION_TIP not in _done_message(records, {"precision": "fp32", "target_device": "cuda:0"})
@@ -493,7 +491,7 @@ def test_breakdown_adds_up_to_the_wall_time_and_the_why_is_said():
     assert "Precision <b>int8</b>" in html and "same weights" in html and "1.5 s warm-up" in html
     assert "held the target's token in <b>1 of 1</b> steps" in render_statistics(records, {}, meta)
     verdict = render_verdict(records, meta)
-    assert "Mirror-SD (gated) won" in verdict and "msd-hardware" in verdict and "share" in verdict
+    assert "Mirror-SD won" in verdict and "msd-hardware" in verdict and "share" in verdict
     on_gpu = render_verdict(records, dict(meta, target_device="cuda:0"))
     assert "msd-hardware" not in on_gpu  # said only where both lanes share one device
 
@@ -591,7 +589,7 @@ def _toy_pane_card_and_lane(REGISTRY, build_demo):
 def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_what_the_exit_bought(client,
                                                                                                    drafting_pays):
     _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-noexit"], repeat=1)
-    status, ar, sd, mirror, noexit, overlap, verdict, *_ = final
+    status, ar, sd, mirror, noexit, gated, verdict, *_ = final
     assert "Done" in status
     assert noexit["visible"] is True  # its pane shows when it ran
     noexit = noexit["value"]
@@ -599,16 +597,16 @@ def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_
     assert ">early exit off</span>" in noexit and ">early exit off</span>" not in mirror  # says the exit is off
     assert "What the early exit bought" in verdict and "tok/s with it against" in verdict
     assert re.search(r"\d+ hits of \d+ verdicts with it.* against \d+ of \d+ without", verdict), verdict
-    assert overlap["visible"] is False  # not ticked: no pane
+    assert gated["visible"] is False  # not ticked: no pane
 
 
-def test_mirror_sd_with_its_lanes_at_once_runs_when_ticked_and_races_every_verdict(client):
-    _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-overlap"], repeat=1)
-    status, ar, sd, mirror, noexit, overlap, verdict, *_ = final
-    assert "Done" in status and overlap["visible"] is True and noexit["visible"] is False
-    overlap = overlap["value"]
-    assert 'data-state="done"' in overlap and "Mirror-SD (always overlapped)" in overlap
-    assert ">no gate: draft beside the target, every step</span>" in overlap
+def test_the_gated_mirror_sd_runs_when_ticked_beside_the_page_s_own(client):
+    _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-gated"], repeat=1)
+    status, ar, sd, mirror, noexit, gated, verdict, *_ = final
+    assert "Done" in status and gated["visible"] is True and noexit["visible"] is False
+    gated = gated["value"]
+    assert 'data-state="done"' in gated and "Mirror-SD (gated)" in gated
+    assert ">gated: overlaps only where it pays</span>" in gated
 
 
 def test_the_running_status_says_the_round_the_method_and_one_timer():

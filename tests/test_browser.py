@@ -69,8 +69,8 @@ UNREADABLE_JS = """() => {
   }
   return [...new Set(out)].slice(0, 40);
 }"""
-LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD (gated)", "mirror-overlap": "Mirror-SD (always overlapped)"}
-MAX_PAGE_PX = 4700  # the default results at 1600 x 1200 with the folds closed: about four screens for four runs (the result on top, the race, the verdict with its chart, its seconds chart and an item per Mirror-SD, the zoomed step, the cards); the text's length moves it by about 200 px from run to run
+LABELS = {"ar": "AR", "sd": "SD", "mirror": "Mirror-SD"}
+MAX_PAGE_PX = 4700  # the default results at 1600 x 1200 with the folds closed: about four screens for three runs (the result on top, the race, the verdict with its chart, its seconds chart and an item per Mirror-SD, the zoomed step, the cards); the text's length moves it by about 200 px from run to run
 
 
 def free_port() -> int:
@@ -167,7 +167,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
     # the verdict names the winner, in large type; a card per method with the three speeds
     verdict = page.evaluate("() => [...document.querySelectorAll('#verdict .msd-verdict-text, #verdict .msd-verdict-tell')]"
                             ".map(e => e.innerText).join(' ')")  # the large line, then what the runs cannot tell
-    assert re.search(r"\b(AR|SD|Mirror-SD \(gated\)) won\b|tie for the lead: .*cannot tell .* (apart|from .* or )|"
+    assert re.search(r"\b(AR|SD|Mirror-SD) won\b|tie for the lead: .*cannot tell .* (apart|from .* or )|"
                      r"No method clearly ahead: .*cannot tell|Plain decoding \(AR\) won", verdict), verdict
     assert re.search(r"SD \d+\.\d\d× AR", verdict), verdict  # each its own ratio, the tiles'
     for m, small in page.evaluate("() => [...document.querySelectorAll('#verdict .msd-tile')].map("
@@ -176,7 +176,7 @@ def check_rendered(page, n_tokens: int | None) -> None:
             assert f"{LABELS[m]} {small.split(' ')[0]} AR" in verdict, (m, small, verdict)
     # the lead, largest: one plain sentence, then the cause in one step, then every ratio
     lead = page.inner_text("#verdict .msd-lead")
-    assert re.match(r"(SD|Mirror-SD \(gated\)|Mirror-SD \(always overlapped\)) wrote the same \d+ tokens as plain "
+    assert re.match(r"(SD|Mirror-SD) wrote the same \d+ tokens as plain "
                     r"decoding, \d\.\d\d× as fast\.|No method was clearly faster|Plain decoding \(AR\) was the fastest", lead), lead
     size = page.eval_on_selector("#verdict .msd-lead", "e => parseFloat(getComputedStyle(e).fontSize)")
     assert size >= 20, size
@@ -187,12 +187,12 @@ def check_rendered(page, n_tokens: int | None) -> None:
     tops = page.evaluate("() => ['#board', '#verdict', '#panes'].map(s => document.querySelector(s).getBoundingClientRect().top)")
     assert tops[0] < tops[1] < tops[2], tops
     cards = page.evaluate(CARDS_JS)
-    assert set(cards) == set(LABELS), cards  # the default run: its four methods
+    assert set(cards) == set(LABELS), cards  # the default run: its three methods
     for m, rows in cards.items():
         assert {"time to first token", "decode speed", "end to end"} <= set(rows), rows
         if m != "ar":
             assert "over AR, decode / end to end" in rows and "target forwards (verify steps)" in rows, rows
-    assert "hits / misses" in cards["mirror"] and "hits / misses" in cards["mirror-overlap"]
+    assert "hits / misses" in cards["mirror"]
     unreadable = page.evaluate(UNREADABLE_JS)
     assert not unreadable, "\n".join(unreadable)
     assert not page.errors, page.errors
@@ -314,9 +314,9 @@ def check_figures_agree(page, trace: dict) -> None:
         for kind in ("end", "tokens committed"):
             assert abs(ends[f"{LABELS[m]}: {kind}"] - f["wall"]) <= 0.006, (m, kind, ends, f)
     ticks = page.locator("#timeline .ytick text").evaluate_all("ts => ts.map(t => t.textContent)")
-    lanes = {"AR · target", "Mirror-SD (gated) · target"}
+    lanes = {"AR · target", "Mirror-SD · target"}
     if any(e.get("type") == "Span" and e.get("lane") == "draft" for e in trace["runs"]["mirror"]["events"]):
-        lanes.add("Mirror-SD (gated) · draft")  # a short run whose priced windows all decoded drafts nothing
+        lanes.add("Mirror-SD · draft")  # a short run whose priced windows all decoded drafts nothing
     assert lanes <= set(ticks), ticks
     page.get_by_text("Timeline: every measured span").first.click()
 
@@ -374,10 +374,9 @@ def check_step_strip_and_token_jump(page) -> None:
     n = cells.count()
     head = page.inner_text(HEAD)
     assert re.match(rf"Step \d+ of {n}\b", head), head
-    # the run it opens on: the Mirror-SD run the zoom draws (its twin when the gate ran every
-    # step of its own in turn)
+    # the run it opens on: the Mirror-SD run the zoom draws
     run = cells.nth(0).get_attribute("data-run")
-    assert run in ("mirror", "mirror-overlap"), run
+    assert run == "mirror", run
     # a cell selects its step
     target = cells.nth(n - 1)
     number = int(target.get_attribute("aria-label").split(",")[0].split()[1])
@@ -411,7 +410,7 @@ def check_whatif(page) -> None:
     assert "projection" in text.lower()
     heads = page.locator("#whatif-panel table thead th").evaluate_all(
         "ths => ths.map(t => t.textContent.trim())")
-    assert {"AR", "SD", "Mirror-SD (gated)"} <= set(heads), heads
+    assert {"AR", "SD", "Mirror-SD"} <= set(heads), heads
     page.wait_for_selector("#whatif-timeline .js-plotly-plot .barlayer .point", timeout=30_000)
 
 
@@ -570,7 +569,7 @@ def check_narrow_board(page) -> None:
     got = page.evaluate(NARROW_BOARD_JS)
     assert got["steps"] >= 1 and got["lines"] >= 4 and got["key"] >= 6, got
     assert not got["under"] and not got["overlaps"] and not got["wide"] and not got["cut"], got
-    # a phone: the four panes one under another, full width, together within one phone screen
+    # a phone: the three panes one under another, full width, together within one phone screen
     assert got["columns"] == 1 and 0 < got["height"] <= 700, got
     # and above the stacked panes the race in brief, a bar per run
     assert sorted(got["mini"]) == sorted(LABELS.values()) and got["miniAbove"], got

@@ -96,7 +96,7 @@ def test_repeat_summary_gives_median_and_range_and_says_when_it_includes_one():
     assert "(medians of 3 interleaved runs)" in text  # the verdict's speeds are the medians
     # SD's range (8-12 tok/s) holds AR's 10: the verdict says plainly that they cannot be told
     # apart; Mirror-SD's median (9) is SD's, so it ties as well (level_with)
-    assert "these 3 runs cannot tell AR from SD or Mirror-SD (gated)" in text and " won" not in text, text
+    assert "these 3 runs cannot tell AR from SD or Mirror-SD" in text and " won" not in text, text
 
 
 def test_every_ratio_over_ar_is_the_shown_speed_over_ar_s_shown_speed():
@@ -190,9 +190,9 @@ def test_a_win_within_one_run_s_noise_is_called_level():
     for m, tps in (("ar", 8.0), ("sd", 10.0), ("mirror", 9.8)):
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     text = verdict(c, records, {})
-    assert "one run cannot tell SD and Mirror-SD (gated) apart" in text and "“3, interleaved”" in text and " won" not in text
+    assert "one run cannot tell SD and Mirror-SD apart" in text and "“3, interleaved”" in text and " won" not in text
     # no winner: who ties for the lead first, then one set of ratios, the tiles'
-    assert text.startswith("SD and Mirror-SD (gated) tie for the lead: SD 1.25× AR, Mirror-SD (gated) 1.23× AR end to end; "), text
+    assert text.startswith("SD and Mirror-SD tie for the lead: SD 1.25× AR, Mirror-SD 1.23× AR end to end; "), text
     from ui.figures import verdict_parts
     assert "tok/s" not in verdict_parts(c, records, {})[0]  # the headline: the tiles give the speeds
     assert "AR 1.00×" not in text
@@ -247,7 +247,7 @@ def test_a_first_token_gap_from_one_run_points_to_the_decode_speeds_without_call
     assert "same work" not in verdict(c, records, {})
     c["mirror"].ttft_s = 1.0  # twice SD's for the same prompt and first window
     text = verdict(c, records, {})
-    assert "Mirror-SD (gated)'s time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
+    assert "Mirror-SD's time to first token (1.00 s) was 2.0× SD's (0.50 s)" in text and "decode speeds" in text
     assert "no range to tell that gap from noise" in text and "is this run's noise" not in text
 
 
@@ -450,7 +450,7 @@ def test_a_method_within_one_run_s_noise_of_ar_is_said_to_be_indistinguishable_f
     for m, tps in (("ar", 10.0), ("sd", 12.0), ("mirror", 10.2)):  # SD wins; Mirror-SD 1.02x AR
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 10.0, True
     text = verdict(c, records, {})
-    assert "SD won end to end, 1.18× Mirror-SD (gated)'s speed" in text and "one run cannot tell Mirror-SD (gated) and AR apart" in text
+    assert "SD won end to end, 1.18× Mirror-SD's speed" in text and "one run cannot tell Mirror-SD and AR apart" in text
     c["mirror"].e2e_tps, c["mirror"].e2e_speedup = 11.5, 1.15
     c["sd"].e2e_tps, c["sd"].e2e_speedup = 14.0, 1.4  # and SD clear of it
     assert "cannot tell" not in verdict(c, records, {})
@@ -507,35 +507,35 @@ def test_statistics_says_how_mirror_sd_s_lanes_shared_the_machine():
     is replaced); the verdict above the fold leaves it to Statistics."""
     from ui.why import lanes_at_once
     records = dict(tiny_records())
-    twin = records["mirror"]  # its lanes at once wherever the gate let them: the twin's stand-in
-    records["mirror"] = rec = _serial_after(records["mirror"], 2)
-    steps = cards(records)["mirror"].verify_steps
+    twin = records["mirror"]  # the page's Mirror-SD: its lanes at once in every step
+    records["mirror-gated"] = rec = _serial_after(records["mirror"], 2)  # the gate let only 2 steps overlap
+    gated_only = {m: r for m, r in records.items() if m != "mirror"}
+    steps = cards(records)["mirror-gated"].verify_steps
     at_once, n = lanes_at_once(rec)
     assert n == steps and at_once <= 2 and 2 * at_once < steps
     rec.finish.stats["lane_split"] = ("2 cores: target 1 thread and draft 1 while both work; a lane working "
                                       f"alone 2; lanes overlapped in {at_once} of {steps - 1} steps")
     try:
-        html = render_statistics(records, {}, {})
-        with_twin = render_statistics(dict(records, **{"mirror-overlap": twin}), {}, {})
-        without = render_statistics({m: r for m, r in records.items() if m != "mirror"}, {}, {})
+        html = render_statistics(gated_only, {}, {})
+        with_twin = render_statistics(records, {}, {})
+        without = render_statistics({m: r for m, r in records.items() if m in ("ar", "sd")}, {}, {})
         stats = html
-        verdict_html = render_verdict(records, {})
+        verdict_html = render_verdict(gated_only, {})
     finally:
         del rec.finish.stats["lane_split"]
     said = "none" if at_once == 0 else f"only {at_once}"
     assert f"(the lanes at once) in {said} of its {steps} verify steps" in html
     # the twin with its lanes at once in every step: what overlapping measured, beside the gate's choice
     assert "with its lanes at once in every step" not in html
-    c = cards(dict(records, **{"mirror-overlap": twin}))
-    said = re.search(r"Mirror-SD \(always overlapped\), with its lanes at once in every step, (hit (\d+) of its (\d+) verdicts .*?and )?"
+    c = cards(records)
+    said = re.search(r"Mirror-SD, with its lanes at once in every step, (hit (\d+) of its (\d+) verdicts .*?and )?"
                      r"ran ([\d.]+) tok/s .*? against Mirror-SD \(gated\)&#x27;s ([\d.]+) tok/s", with_twin)
     assert said, with_twin
-    assert float(said.group(4)) == round(c["mirror-overlap"].e2e_tps, 2)
-    assert float(said.group(5)) == round(c["mirror"].e2e_tps, 2)
-    if c["mirror-overlap"].hits:
-        assert (int(said.group(2)), int(said.group(3))) == (c["mirror-overlap"].hits,
-                                                             c["mirror-overlap"].hits + c["mirror-overlap"].misses)
-    assert "Mirror-SD's two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
+    assert float(said.group(4)) == round(c["mirror"].e2e_tps, 2)
+    assert float(said.group(5)) == round(c["mirror-gated"].e2e_tps, 2)
+    if c["mirror"].hits:
+        assert (int(said.group(2)), int(said.group(3))) == (c["mirror"].hits, c["mirror"].hits + c["mirror"].misses)
+    assert "Mirror-SD (gated)'s two lanes: 2 cores: target 1 thread" in stats  # the engine's words there
     assert f"both lanes at once in {at_once} of its {steps} verify steps" in stats
     assert f"of {steps - 1} steps" not in stats + html  # one count: never the engine's other one
     assert not re.search(r"at once in (only \d+|none) of", without) and "two lanes" not in without
@@ -749,18 +749,18 @@ def test_the_zoom_draws_the_twin_s_step_when_mirror_sd_ran_no_step_with_its_lane
             if not (isinstance(e, Span) and e.label in ("prefix", "branches"))]
     in_turn = RunRecord("mirror", [own.events[i] for i in kept], [own.times_ns[i] for i in kept], own.t0_ns,
                         list(own.token_texts), dict(own.id_texts))
-    twin = RunRecord("mirror-overlap", list(own.events), list(own.times_ns), own.t0_ns,
+    twin = RunRecord("mirror-gated", list(own.events), list(own.times_ns), own.t0_ns,
                      list(own.token_texts), dict(own.id_texts))
     assert zoom_record(dict(records)) is own  # Mirror-SD's own run when it has such a step
     assert zoom_record(dict(records, mirror=in_turn)) is in_turn  # no twin: its own, whatever it holds
-    picked = zoom_record(dict(records, mirror=in_turn, **{"mirror-overlap": twin}))
+    picked = zoom_record(dict(records, mirror=in_turn, **{"mirror-gated": twin}))
     assert picked is twin
-    assert "One Mirror-SD (always overlapped) step, measured" in render_zoom(picked, {})
+    assert "One Mirror-SD (gated) step, measured" in render_zoom(picked, {})
     # one step at once, the rest in turn: the twin's usual step, not the gated run's rare one
     from ui.why import lanes_at_once
     mostly = _serial_after(own, 2)
     assert 0 < 2 * lanes_at_once(mostly)[0] < lanes_at_once(mostly)[1]
-    assert zoom_record(dict(records, mirror=mostly, **{"mirror-overlap": twin})) is twin
+    assert zoom_record(dict(records, mirror=mostly, **{"mirror-gated": twin})) is twin
     assert zoom_record(dict(records, mirror=mostly)) is mostly
     assert zoom_record({"ar": records["ar"], "sd": records["sd"]}) is None
 
@@ -785,33 +785,33 @@ def test_the_settings_line_says_what_the_window_setting_bounds_beside_the_window
 
 def test_a_method_whose_range_overlaps_ar_s_is_named_in_the_same_sentence_without_nesting():
     records = dict(tiny_records())  # a copy: the cached records are shared by other tests
-    records["mirror-overlap"] = records["mirror"]
+    records["mirror-gated"] = records["mirror"]
     rounds = [cards(records) for _ in range(3)]
     speeds = {"ar": (10.0, 10.2, 9.8), "sd": (12.0, 12.5, 11.8), "mirror": (11.9, 12.4, 11.7),
-              "mirror-overlap": (10.1, 9.5, 10.6)}
+              "mirror-gated": (10.1, 9.5, 10.6)}
     for i, r in enumerate(rounds):
         for m, x in speeds.items():
             r[m].e2e_tps, r[m].e2e_speedup, r[m].complete = x[i], x[i] / speeds["ar"][i], True
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
     head = text.split(".")[0] + "."
-    # SD was faster than Mirror-SD (gated) in every round, but by less than one run's noise
-    assert ("these 3 runs cannot tell SD and Mirror-SD (gated) apart, nor Mirror-SD (always overlapped) and AR, "
-            "within this machine's noise: SD was faster than Mirror-SD (gated) in all of the 3 rounds, but by less "
-            "than 3% (medians); Mirror-SD (always overlapped) was faster than AR in 2 of the 3 rounds.") in text, head
+    # SD was faster than Mirror-SD in every round, but by less than one run's noise
+    assert ("these 3 runs cannot tell SD and Mirror-SD apart, nor Mirror-SD (gated) and AR, "
+            "within this machine's noise: SD was faster than Mirror-SD in all of the 3 rounds, but by less "
+            "than 3% (medians); Mirror-SD (gated) was faster than AR in 2 of the 3 rounds.") in text, head
     assert "((" not in text and "))" not in text
     # SD ahead of everything: the method level with AR follows after a semicolon
     for i, r in enumerate(rounds):
         r["mirror"].e2e_tps = 9.0 + i * 0.1
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
-    assert ("; these 3 runs cannot tell Mirror-SD (always overlapped) and AR apart, within this machine's "
-            "noise: Mirror-SD (always overlapped) was faster than AR in 2 of the 3 rounds.") in text, text
+    assert ("; these 3 runs cannot tell Mirror-SD (gated) and AR apart, within this machine's "
+            "noise: Mirror-SD (gated) was faster than AR in 2 of the 3 rounds.") in text, text
     # faster than AR in every round by more than 3%, though the ranges overlap: the rounds, compared
     # pairwise, tell them apart (a round the whole machine ran slow counts against both alike)
     for i, r in enumerate(rounds):
-        r["mirror-overlap"].e2e_tps = (10.5, 12.5, 11.0)[i]
+        r["mirror-gated"].e2e_tps = (10.5, 12.5, 11.0)[i]
         r["ar"].e2e_tps = (10.0, 12.0, 10.5)[i]
     text = verdict(rounds[0], records, {}, repeat_summary(rounds))
-    assert "(always overlapped) and AR" not in text, text
+    assert "(gated) and AR" not in text, text
 
 
 def test_a_device_of_its_own_projecting_more_than_the_accelerator_pair_says_why():
@@ -889,7 +889,7 @@ def _split_records():
     """The recorded runs with two Mirror-SDs against SD: the gated one's lanes in turn after its
     first step, the twin's at once in every step."""
     records = dict(tiny_records())
-    records["mirror-overlap"] = records["mirror"]
+    records["mirror-gated"] = records["mirror"]
     records["mirror"] = _serial_after(records["mirror"], 0)
     return records
 
@@ -933,9 +933,9 @@ def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_di
     from ui.splitchart import LEAD, cents, printed_split, render_split_chart, short_line
     records = _split_records()
     c = cards(records)
-    chart = _chart_rows(render_split_chart(c, records, ["mirror", "mirror-overlap"]))
-    assert list(chart) == ["mirror", "mirror-overlap"]
-    for m in ("mirror", "mirror-overlap"):
+    chart = _chart_rows(render_split_chart(c, records, ["mirror", "mirror-gated"]))
+    assert list(chart) == ["mirror", "mirror-gated"]
+    for m in ("mirror", "mirror-gated"):
         split = time_split(c["sd"], c[m], records["sd"], records[m])
         assert split is not None
         assert split["total"] == pytest.approx(c[m].wall_s - c["sd"].wall_s)
@@ -956,14 +956,14 @@ def test_mirror_sd_s_time_against_sd_s_is_split_into_parts_that_add_up_to_the_di
         assert {r["part"]: _printed_cents(r["label"]) for r in parts} == printed["parts"]
         assert sum(_printed_cents(r["label"]) for r in parts) == _printed_cents(total["label"])
     assert time_split(c["sd"], c["mirror"], records["sd"], records["mirror"]) != time_split(
-        c["sd"], c["mirror-overlap"], records["sd"], records["mirror-overlap"])
+        c["sd"], c["mirror-gated"], records["sd"], records["mirror-gated"])
     said = dict(takeaway_parts(records))[LEAD]
-    assert said == short_line(c, records, ["mirror", "mirror-overlap"])
-    n = {m: printed_split(c, records, m)["total"] for m in ("mirror", "mirror-overlap")}
-    assert said == (f"Mirror-SD (gated) took {abs(n['mirror']) / 100:.2f} s {'more' if n['mirror'] > 0 else 'less'} than SD "
-                    f"({c['mirror'].wall_s:.2f} s against {c['sd'].wall_s:.2f} s); Mirror-SD (always overlapped) "
-                    f"{abs(n['mirror-overlap']) / 100:.2f} s {'more' if n['mirror-overlap'] > 0 else 'less'} "
-                    f"({c['mirror-overlap'].wall_s:.2f} s); the chart below splits each."), said
+    assert said == short_line(c, records, ["mirror", "mirror-gated"])
+    n = {m: printed_split(c, records, m)["total"] for m in ("mirror", "mirror-gated")}
+    assert said == (f"Mirror-SD took {abs(n['mirror']) / 100:.2f} s {'more' if n['mirror'] > 0 else 'less'} than SD "
+                    f"({c['mirror'].wall_s:.2f} s against {c['sd'].wall_s:.2f} s); Mirror-SD (gated) "
+                    f"{abs(n['mirror-gated']) / 100:.2f} s {'more' if n['mirror-gated'] > 0 else 'less'} "
+                    f"({c['mirror-gated'].wall_s:.2f} s); the chart below splits each."), said
     assert len(said.split()) < 60  # one line per method, the detail in the chart
     alone = {m: x for m, x in c.items() if m != "sd"}
     assert printed_split(alone, records, "mirror") is None and short_line(alone, records, ["mirror"]) == ""
@@ -981,7 +981,7 @@ def test_the_seconds_chart_draws_each_part_on_its_side_of_the_zero_line_on_one_s
     records = _split_records()
     c = cards(records)
     c["sd"].wall_s += 1.0  # SD a second slower: Mirror-SD's total and its rest saved, other parts lost
-    html = render_split_chart(c, records, ["mirror", "mirror-overlap"])
+    html = render_split_chart(c, records, ["mirror", "mirror-gated"])
     chart = _chart_rows(html)
     drawn = [r for rows in chart.values() for r in rows]
     top = max(abs(r["cents"]) for r in drawn)
@@ -1022,10 +1022,10 @@ def test_a_mirror_sd_as_long_as_sd_gets_a_total_row_without_a_bar_and_one_clause
     records = _split_records()
     c = cards(records)
     c["mirror"].wall_s = c["sd"].wall_s
-    assert short_line(c, records, ["mirror"]) == (f"Mirror-SD (gated) took as long as SD ({c['sd'].wall_s:.2f} s against "
+    assert short_line(c, records, ["mirror"]) == (f"Mirror-SD took as long as SD ({c['sd'].wall_s:.2f} s against "
                                                  f"{c['sd'].wall_s:.2f} s); the chart below splits it.")
     rows = _chart_rows(render_split_chart(c, records, ["mirror"]))["mirror"]
-    assert rows[0] == {"part": "total", "cents": 0, "label": f"Mirror-SD (gated): 0.00 s against SD's {c['sd'].wall_s:.2f} s",
+    assert rows[0] == {"part": "total", "cents": 0, "label": f"Mirror-SD: 0.00 s against SD's {c['sd'].wall_s:.2f} s",
                        "bar": None}
     assert sum(r["cents"] for r in rows[1:]) == 0 and printed_split(c, records, "mirror")["total"] == 0
     assert all(r["bar"] is not None for r in rows[1:])
@@ -1080,34 +1080,37 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     ranges = {"ar": {"e2e_tps": Spread(4.0, 3.6, 4.2, 3)}, "sd": {"e2e_tps": Spread(5.0, 4.1, 5.5, 3)}}
     assert "not proven: the two methods' ranges over the 3 runs overlap" in takeaway(records, ranges)
     at_once, steps = lanes_at_once(records["mirror"])
-    if 2 * at_once >= steps:  # the tiny pair's lanes overlap in most steps
-        assert f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps, " in takeaway(records)
-    records["mirror-overlap"] = records["mirror"]  # its twin, the lanes at once in every step
-    records["mirror"] = _serial_after(records["mirror"], 0)
-    assert lanes_at_once(records["mirror"])[0] == 0
+    assert at_once == steps  # the page's Mirror-SD: its lanes at once in every step
+    assert f"Its draft wrote beside the target in all {steps} of its steps" in takeaway(records)
+    records["mirror-gated"] = _serial_after(records["mirror"], 0)  # its gate ran every step in turn
+    assert lanes_at_once(records["mirror-gated"])[0] == 0
     gated = takeaway(records, None, {"over_sd": {"b": 1.6, "c": 1.2}, "over_sd_rounds": {"b": [0.9, 1.7, 2.0]}})
     assert "in one run" in gated
-    steps = lanes_at_once(records["mirror"])[1]
+    steps = lanes_at_once(records["mirror-gated"])[1]
     from ui.why import steps_in_turn
-    turns = steps_in_turn(records["mirror"])
-    assert turns == steps - 1 - sum(1 for e in records["mirror"].events  # the last step drafts no next window
+    turns = steps_in_turn(records["mirror-gated"])
+    assert turns == steps - 1 - sum(1 for e in records["mirror-gated"].events  # the last step drafts no next window
                                     if isinstance(e, Verify) and not e.drafted)
     how = (f"in all {turns} of its steps that drafted a next window" if turns == steps - 1 else
            f"in {turns} of its {steps} steps (the last had no next window to draft)")
     assert (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, it found taking turns the faster on "
             "these shared cores, and taking turns it prices its windows from SD's measured costs.") in gated, gated
-    assert "Overlapped in every step, it ran " in gated, gated
-    assert "beat the gated run" not in gated  # the two runs' speeds alike
     from dataclasses import replace as dc_replace
     from ui.figures import speeds
     from ui.results import _mirror_takeaway
     c = cards(records)
-    faster = dict(c, **{"mirror-overlap": dc_replace(c["mirror-overlap"], e2e_tps=c["mirror"].e2e_tps * 1.2)})
-    items = _mirror_takeaway(records["mirror"], faster, speeds(faster), None)
-    assert [lead for lead, _ in items] == ["Mirror-SD (gated) on this machine", "Mirror-SD (always overlapped)"]
-    assert "it also beat the gated run, so the gate's judgement did not pay here." in items[1][1]
-    ratio = c["mirror-overlap"].e2e_tps / c["sd"].e2e_tps
-    assert f"Overlapped in every step, it ran {ratio:.2f}× SD end to end: " in gated, gated
+    alike = dict(c, **{"mirror-gated": dc_replace(c["mirror-gated"], e2e_tps=c["mirror"].e2e_tps)})
+    items = _mirror_takeaway(alike, speeds(alike), None, records)
+    assert [lead for lead, _ in items] == ["Mirror-SD", "Mirror-SD (gated)"]  # the two runs' speeds alike
+    slower = dict(c, **{"mirror-gated": dc_replace(c["mirror-gated"], e2e_tps=c["mirror"].e2e_tps / 1.2)})
+    items = _mirror_takeaway(slower, speeds(slower), None, records)
+    assert items[-1] == ("Mirror-SD against Mirror-SD (gated)", "Overlapping every step beat the gate here.")
+    faster = dict(c, **{"mirror-gated": dc_replace(c["mirror-gated"], e2e_tps=c["mirror"].e2e_tps * 1.2)})
+    items = _mirror_takeaway(faster, speeds(faster), None, records)
+    assert items[-1][1] == "The gate's choice paid here: overlapping every step was slower."
+    ratio = c["mirror"].e2e_tps / c["sd"].e2e_tps
+    assert f"Its draft wrote beside the target in all {lanes_at_once(records['mirror'])[1]} of its steps, " \
+           f"{ratio:.2f}× SD end to end: " in gated, gated
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
@@ -1225,10 +1228,10 @@ def test_beside_the_draft_counts_only_steps_whose_lanes_worked_at_once():
     rec.events, rec.times_ns = [rec.events[i] for i in keep], [rec.times_ns[i] for i in keep]
     assert not steps_at_once(records["mirror"])
     assert "verify_beside" not in costs(records) and verify_slowdown(records) is None
-    records["mirror-overlap"] = twin
+    records["mirror-gated"] = twin
     c = costs(records)
-    assert c["beside_method"] == "mirror-overlap" and len(c["verify_beside_all"]) <= len(once)
-    assert verify_slowdown(records)["method"] == "mirror-overlap"
+    assert c["beside_method"] == "mirror-gated" and len(c["verify_beside_all"]) <= len(once)
+    assert verify_slowdown(records)["method"] == "mirror-gated"
 
 
 
@@ -1540,17 +1543,17 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     from ui.why import lanes_at_once, ran_as_sd, steps_in_turn
     records = dict(tiny_records())
     overlapped = records["mirror"]
-    records["mirror-overlap"] = overlapped
+    records["mirror-gated"] = overlapped
     records["mirror"] = rec = _serial_after(overlapped, 0)
     c = cards(records)
-    for m, tps in (("ar", 8.0), ("sd", 9.0), ("mirror", 12.0), ("mirror-overlap", 9.5)):
+    for m, tps in (("ar", 8.0), ("sd", 9.0), ("mirror", 12.0), ("mirror-gated", 9.5)):
         c[m].e2e_tps, c[m].e2e_speedup, c[m].complete = tps, tps / 8.0, True
     steps = lanes_at_once(rec)[1]
     assert ran_as_sd("mirror", rec) == (steps_in_turn(rec), steps)
-    assert ran_as_sd("mirror-overlap", rec) is None and ran_as_sd("sd", records["sd"]) is None
+    assert ran_as_sd("mirror-gated", overlapped) is None and ran_as_sd("sd", records["sd"]) is None
     from ui.figures import verdict_parts
     head, reason = verdict_parts(c, records, {})
-    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(steps_in_turn(rec), steps)}, "
+    said = (f"Mirror-SD ran as SD (the draft, then the target) in {_counted(steps_in_turn(rec), steps)}, "
             f"so its speed is not the overlap's.")
     assert said in head and head.count("ran as SD") == 1, head
     # the reason (Statistics) says it once more, where it sets the run against SD's
@@ -1562,9 +1565,9 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     # the lead names the fastest, and sets every Mirror-SD against SD, so it agrees with the headline
     from ui.figures import lead_words
     lead = lead_words(c, records, {})
-    assert lead.startswith("Mirror-SD (gated) wrote the same") and "1.50× as fast" in lead, lead
-    assert lead.endswith("Mirror-SD beat SD in this one run: Mirror-SD (gated) 1.33× SD's speed."), lead
-    assert "“gated”: Mirror-SD picks, step by step" in tile and "“always overlapped”: beside it" in tile
+    assert lead.startswith("Mirror-SD wrote the same") and "1.50× as fast" in lead, lead
+    assert lead.endswith("Mirror-SD beat SD in this one run: Mirror-SD 1.33× SD's speed."), lead
+    assert "“gated”: Mirror-SD picks, step by step" in tile and "always overlapped" not in tile
     at_once, n = lanes_at_once(overlapped)
     assert 2 * at_once >= n  # the tiny run overlapped its lanes in most steps
     records["mirror"] = overlapped
@@ -1593,7 +1596,7 @@ def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_ov
     level = spreads(10.0, 9.9)  # SD first by its median, Mirror-SD's range overlapping it
     reason = verdict_parts(cards(records), records, {}, level)[1]
     lead, first, *rest = reason.strip().split(ITEM)
-    said = (f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(turns, steps)}, so its "
+    said = (f"Mirror-SD ran as SD (the draft, then the target) in {_counted(turns, steps)}, so its "
             f"difference from SD is within this machine's run-to-run spread, not a cost or a gain of the overlap: "
             f"both took turns, each choosing its windows from the costs it measured.")
     assert (lead, first) == ("The trade:", said), reason
@@ -1602,7 +1605,7 @@ def test_the_trade_of_a_gated_mirror_sd_that_ran_as_sd_credits_nothing_to_the_ov
     assert f"<b>The trade:</b> {said}".replace("'", "&#x27;") in stats, stats
     apart = verdict_parts(cards(records), records, {}, spreads(10.0, 6.0))[1]  # every SD run faster
     first = apart.strip().split(ITEM)[1]
-    assert first.startswith(f"Mirror-SD (gated) ran as SD (the draft, then the target) in {_counted(turns, steps)}, "
+    assert first.startswith(f"Mirror-SD ran as SD (the draft, then the target) in {_counted(turns, steps)}, "
                             f"so its difference from SD is not the overlap's. "), apart
     assert "run-to-run spread" not in apart
     records["mirror"] = overlapped  # its lanes at once in most steps: the measured cause, no such words
@@ -1783,7 +1786,7 @@ def test_the_seconds_split_says_when_the_runs_cannot_tell_mirror_sd_from_sd():
             r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps = 5.0, sd, mirror
         return repeat_summary(rounds)
 
-    doubt = "These 3 runs cannot tell Mirror-SD (gated) from SD: the parts show where the runs shown spent their time"
+    doubt = "These 3 runs cannot tell Mirror-SD from SD: the parts show where the runs shown spent their time"
     said = takeaway(records, spreads(10.2))  # one Mirror-SD run faster than SD's slowest
     assert "the chart below splits" in said and doubt in said, said
     assert doubt not in takeaway(records, spreads(8.0))  # every SD run faster than every Mirror-SD run
@@ -1796,22 +1799,22 @@ def test_a_method_with_a_higher_median_ties_whenever_a_lower_one_does():
     slower one alone."""
     from ui.results import standing
     records = dict(tiny_records())
-    records["mirror-overlap"] = records["mirror"]
+    records["mirror-gated"] = records["mirror"]
     c = cards(records)
     rounds = [cards(records) for _ in range(3)]
     for r, (sd, gated, overlapped) in zip(rounds, ((12.5, 11.9, 9.0), (12.4, 11.8, 11.7), (12.6, 12.0, 12.6))):
-        r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps, r["mirror-overlap"].e2e_tps = 10.0, sd, gated, overlapped
+        r["ar"].e2e_tps, r["sd"].e2e_tps, r["mirror"].e2e_tps, r["mirror-gated"].e2e_tps = 10.0, sd, gated, overlapped
     spreads = repeat_summary(rounds)
     # the overlapped run's wide range reaches SD's; the gated one's narrow range stays under it
-    assert spreads["mirror-overlap"]["e2e_tps"].high >= spreads["sd"]["e2e_tps"].low > spreads["mirror"]["e2e_tps"].high
+    assert spreads["mirror-gated"]["e2e_tps"].high >= spreads["sd"]["e2e_tps"].low > spreads["mirror"]["e2e_tps"].high
     level = level_with(c, "sd", spreads)
-    assert set(level) == {"sd", "mirror", "mirror-overlap"}, level
+    assert set(level) == {"sd", "mirror", "mirror-gated"}, level
     badges = {m: text for m, (text, _) in standing(c, spreads).items()}
-    assert badges["mirror"] == badges["mirror-overlap"] == "tied with the fastest", badges
+    assert badges["mirror"] == badges["mirror-gated"] == "tied with the fastest", badges
     hover = {m: tip for m, (_, tip) in standing(c, spreads).items()}
     # each tie says why: the rounds the winner won, or the median above a tied one's
-    assert "(SD was faster than Mirror-SD (always overlapped) in 2 of the 3 rounds)" in hover["mirror-overlap"]
-    assert "(Mirror-SD (gated)'s median is above Mirror-SD (always overlapped)'s)" in hover["mirror"]
+    assert "(SD was faster than Mirror-SD (gated) in 2 of the 3 rounds)" in hover["mirror-gated"]
+    assert "(Mirror-SD's median is above Mirror-SD (gated)'s)" in hover["mirror"]
     assert badges["ar"] == "baseline" and "clearly slower than SD" in hover["ar"]
     board = _scoreboard_text(c, spreads)
     assert "slower than SD in 2 of 3 rounds" in board and "slower than SD in all 3 rounds " in board, board

@@ -162,19 +162,19 @@ def test_the_race_holds_every_run_and_plays_only_when_all_finished():
         key = lambda it: {k: v for k, v in it.items() if k != "t"}
         assert sorted(map(json.dumps, map(key, race["runs"][m]["items"]))) == sorted(map(json.dumps, map(key, items)))
         assert abs(race["runs"][m]["wall"] - rec.duration_ns / 1e6) < 0.1
-    # Mirror-SD's pane says in how many of its verify steps the lanes ran at once, counted from its spans
+    # a gated Mirror-SD's pane says in how many of its verify steps the lanes ran at once, counted
+    # from its spans; the page's Mirror-SD, at once in every step, says nothing (its tag says it)
     from mirror_sd.engine.events import Verify
     from ui.why import steps_at_once
     mirror = records["mirror"]
     steps = {e.step for e in mirror.events if isinstance(e, Verify)}
     at_once = len(steps_at_once(mirror) & steps)
-    from ui.why import steps_in_turn
-    assert race["runs"]["mirror"]["lanes"] == (f"ran as SD: draft, then target, in {steps_in_turn(mirror)} of {len(steps)} steps"
-                                               if 2 * at_once < len(steps) else
-                                               f"gated: draft beside the target in {at_once} of {len(steps)} steps")
+    assert at_once == len(steps) and "lanes" not in race["runs"]["mirror"]
+    both = json.loads(race_message(dict(records, **{"mirror-gated": mirror}), ("ar", "sd", "mirror", "mirror-gated")))
+    assert both["runs"]["mirror-gated"]["lanes"] == f"gated: draft beside the target in {at_once} of {len(steps)} steps"
     assert "lanes" not in race["runs"]["sd"] and "lanes" not in race["runs"]["ar"] and race["lanesTip"]
     from ui.render import render_pane  # the settled pane says the same
-    assert race["runs"]["mirror"]["lanes"] in render_pane("mirror", mirror, "done")
+    assert both["runs"]["mirror-gated"]["lanes"] in render_pane("mirror-gated", mirror, "done")
     assert "s-lanes" not in render_pane("sd", records["sd"], "done")
     partial = json.loads(race_message({"ar": records["ar"]}, ("ar", "sd")))
     assert partial["autoplay"] is False  # SD never ran: nothing to race
@@ -216,7 +216,7 @@ def test_while_a_run_is_timed_the_page_gets_items_not_html(monkeypatch):
                     ended.add(m)
                 elif it["k"] == "c" and m not in ended:
                     tokens_before_end[m] = tokens_before_end.get(m, 0) + len(it["x"])
-    ran = default_methods()  # every registry method and the lanes-at-once twin
+    ran = default_methods()  # every registry method (Mirror-SD as the page runs it)
     assert set(tokens_before_end) == set(ran), tokens_before_end
     final = frames[-1]
     assert json.loads(final[at])["op"] == "race"
@@ -233,12 +233,12 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         for m, t in (("ar", 0.45), ("sd", 0.50), ("mirror", 0.78)):
             records[m].finish.stats["prefill_s"] = t
         note = race_note(records)
-        assert note.startswith("AR's first token came at 0.45 s; Mirror-SD (gated)'s at 0.78 s, after drafting and "
+        assert note.startswith("AR's first token came at 0.45 s; Mirror-SD's at 0.78 s, after drafting and "
                                "checking a first window, so it starts the race 0.33 s behind.")
-        assert "SD's" not in note.replace("Mirror-SD (gated)'s", "") and "end-to-end speed counts this time; their decode speed leaves it out" in note
+        assert "SD's" not in note.replace("Mirror-SD's", "") and "end-to-end speed counts this time; their decode speed leaves it out" in note
         assert json.loads(race_message(records))["note"] == note
         records["sd"].finish.stats["prefill_s"] = 0.78
-        assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD (gated)'s at 0.78 s and "
+        assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD's at 0.78 s and "
                                              "0.78 s, after drafting and checking a first window, so they start")
         records["sd"].finish.stats["prefill_s"] = 0.50
         records["mirror"].finish.stats["prefill_s"] = 0.52

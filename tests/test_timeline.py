@@ -20,7 +20,7 @@ def _bars_of(fig, name):
             for b, x, y in zip(t.base, t.x, t.y) if y.startswith(f"{name} · ")]
 
 
-@pytest.mark.parametrize("method,name", [("ar", "AR"), ("sd", "SD"), ("mirror", "Mirror-SD (gated)")])
+@pytest.mark.parametrize("method,name", [("ar", "AR"), ("sd", "SD"), ("mirror", "Mirror-SD")])
 def test_each_run_ends_at_its_reported_wall_time(method, name):
     records = tiny_records()
     fig = build_timeline(records)
@@ -65,7 +65,7 @@ def test_time_before_the_first_span_is_not_drawn():
 def test_lanes_and_colours_follow_the_legend():
     records = tiny_records()
     assert lanes_for(records)[:1] == ["AR · target"]
-    assert {"Mirror-SD (gated) · target", "Mirror-SD (gated) · draft", "SD · draft"} <= set(lanes_for(records))
+    assert {"Mirror-SD · target", "Mirror-SD · draft", "SD · draft"} <= set(lanes_for(records))
     fig = build_timeline(records)
     colours = {t.name: t.marker.color for t in fig.data if t.type == "bar"}
     # bars in lane colours, never a token colour: the serial redraft after a miss is drafting

@@ -80,8 +80,8 @@ def test_duration_reads_tokens_and_methods_from_the_run_handlers_own_arguments()
     assert duration(**args, max_new_tokens=96, methods=[]) == zerogpu.duration_s(96)
     assert duration(request=None, **args, max_new_tokens=96, methods=["sd"]) == zerogpu.duration_s(96, ("sd",))
     assert duration(**args, max_new_tokens=32, repeat=3) == zerogpu.duration_s(96)
-    # a variant is one more run, priced as the method it changes; the default run has four
-    assert duration(**args, max_new_tokens=48, methods=["ar", "mirror", "mirror-overlap"]) == \
+    # a variant is one more run, priced as the method it changes; the default run has three
+    assert duration(**args, max_new_tokens=48, methods=["ar", "mirror", "mirror-gated"]) == \
         zerogpu.duration_s(48, ("ar", "mirror", "mirror"))
     from ui.runs import default_methods, variant_of
     assert zerogpu.DEFAULT_METHODS == tuple(variant_of(m)[0] for m in default_methods())

@@ -877,10 +877,11 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
     """What Mirror-SD's lanes at once did here, when its twin with both lanes at once in every
     step ran beside it: that twin's hits of its verdicts and its end-to-end speed against the
     gated Mirror-SD's, which the overlap gate's choice rests on ('' otherwise)."""
-    from .runs import VARIANTS, always_overlapped
-    pairs = [(v, x.base) for v, x in VARIANTS.items() if always_overlapped(v)]
-    v, base = next(((v, b) for v, b in pairs if v in c and b in c), (None, None))
-    if v is None:
+    from .runs import always_overlapped, exit_off, gated
+    mirrors = [m for m in c if variant_of(m)[0] == "mirror" and not exit_off(m)]
+    v = next((m for m in mirrors if always_overlapped(m)), None)
+    base = next((m for m in mirrors if gated(m)), None)
+    if v is None or base is None:
         return ""
     sp = speeds(c, spreads)
     twin, gated = sp[v], sp[base]

@@ -180,9 +180,9 @@ def _drafting_runs(records: dict) -> list[str]:
 
 
 def _inspect_target(records: dict) -> str | None:
-    """The run the inspector opens on: the Mirror-SD run the zoom draws (Mirror-SD's own, or its
-    twin with the lanes at once when the gate ran every step of its own in turn, so that the
-    early exit, the branches and a hit show), else the last drafting method that ran."""
+    """The run the inspector opens on: the Mirror-SD run the zoom draws (one whose lanes ran at
+    once, so that the early exit, the branches and a hit show), else the last drafting method
+    that ran."""
     drafting = _drafting_runs(records)
     zoomed = zoom_record(records)
     if zoomed is not None and zoomed.method in drafting:

@@ -31,13 +31,12 @@ MIRROR = ("<b>Mirror-SD</b> is built to remove that wait. Part-way through its v
           "figures). If no branch matches (a <b>branch miss</b>), the draft writes the next window "
           "after the verdict, as in plain SD. The full target still checks every token, so the text "
           "does not change.")
-GATE = ("<b>Two runs of Mirror-SD.</b> Overlapping the two models pays only when each has "
-        "hardware of its own. Where both share one device, as on this CPU, Mirror-SD times its steps. "
-        "It runs a step with the models one after the other (<i>in turn</i>, as SD does) whenever "
-        "that measured faster: the <i>overlap gate</i>. After the run it checks, untimed, whether each "
-        "such step would have hit. <b>Mirror-SD (always overlapped)</b> overlaps them in every step, "
-        "whatever that costs here, so its hits, misses and branches show. Side by side, the two runs "
-        "are the gate's choice and what it chose against.")
+GATE = ("<b>Mirror-SD, gated.</b> Overlapping the two models pays only when each has "
+        "hardware of its own. The page's Mirror-SD overlaps them in every step, whatever that costs "
+        "here, so its hits, misses and branches show. <b>Mirror-SD (gated)</b>, a tick under "
+        "Methods, times its steps instead: it runs a step with the models one after the other "
+        "(<i>in turn</i>, as SD does) whenever that measured faster, the <i>overlap gate</i>, and "
+        "checks after the run, untimed, whether each such step would have hit.")
 # the words the page uses, each in one short line (the longer definitions are on hover: GLOSSARY)
 WORDS = (
     ("window", "the tokens the draft guesses before the target checks them"),

@@ -83,11 +83,11 @@ def _speculation(c: dict) -> None:
         methods = gr.CheckboxGroup(choices, value=list(default_methods()),
                                    label="Methods", elem_id="methods",
                                    info="Each runs alone, one after another, on the same weights. "
-                                        "“Mirror-SD (no exit)” adds a fourth run: Mirror-SD with the "
-                                        "draft's own guesses picking the branches, so the verdict "
-                                        "can say what the early exit bought. “Mirror-SD (lanes at "
-                                        "once)” races every verdict as on two devices, so its hits "
-                                        "and misses show (on shared cores it runs slower).")
+                                        "Mirror-SD drafts beside the target in every step, as on two "
+                                        "devices, so its hits and misses show. “Mirror-SD (no exit)” "
+                                        "lets the draft's own guesses pick the branches, so the verdict "
+                                        "can say what the early exit bought. “Mirror-SD (gated)” "
+                                        "overlaps only in steps where that measured faster here.")
         gamma = gr.Slider(1, 12, value=INPUTS.gamma, step=1, label="Drafted tokens per window (γ)",
                           info="Longer windows win more per step when the draft is right, cost more when it is wrong.")
         kappa = gr.Slider(1, 32, value=INPUTS.kappa, step=1, label="Early-exit guesses per position (κ)",

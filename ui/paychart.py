@@ -18,9 +18,9 @@ from .runs import colour, label, variant_of
 
 esc = html.escape
 
-PROJECTED = {  # What-if profile key -> what its bar is (the What-if fold replays the gated run's steps)
-    "b": "projected: this pair, the draft on a device of its own (Mirror-SD (gated)'s steps)",
-    "c": "projected: an accelerator pair, target GPU, draft NPU (Mirror-SD (gated)'s steps)",
+PROJECTED = {  # What-if profile key -> what its bar is (the What-if fold replays Mirror-SD's steps)
+    "b": "projected: this pair, the draft on a device of its own (Mirror-SD's steps)",
+    "c": "projected: an accelerator pair, target GPU, draft NPU (Mirror-SD's steps)",
 }
 PROJECTED_COLOUR = "#7c3aed"
 

@@ -20,8 +20,8 @@ from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
-from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, label, measured,
-                   method_names, variant_of, verdict_outcome)
+from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, exit_off, gated, label,
+                   measured, method_names, variant_of, verdict_outcome)
 from .zoom import cause_figures, fresh_steps, redraft_ms, render_cause, zoom_record
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
@@ -135,45 +135,53 @@ def late_hits_words(rec: RunRecord | None) -> str:
             + (f"; a window drafted fresh after a verdict took {fresh:.0f} ms (median)" if fresh else "") + ".")
 
 
-def _mirror_takeaway(rec: RunRecord, c: dict[str, Card], sp: dict, spreads: dict | None,
-                     done: dict[str, RunRecord] | None = None) -> list[tuple[str, str]]:
-    """(lead, text) items: what the gated Mirror-SD did (its lanes at once or in SD's order, and
-    why), and what its twin with the lanes at once in every step measured against SD; where hits
-    came after the verdict, how late (`late_hits_words`)."""
-    at_once, steps = lanes_at_once(rec)
-    if not steps:
-        return []
-    lead = f"{label('mirror')} on this machine"
-    if at_once * 2 >= steps:
-        vs = _against_sd("mirror", c, sp, spreads)
-        return [(lead, f"Mirror-SD ran its draft beside the target in {at_once} of its {steps} steps" + (
-            f", {vs}." if vs else ".") + late_hits_words(rec))]
-    decoded = steps_undrafted(rec)
-    if 2 * decoded >= steps:  # mostly a plain decode: the priced windows judged drafting not worth it
-        sd = c.get("sd")
-        theirs = (f" SD, pricing its own steps, drafted a window in {sd.verify_steps - sd.undrafted} of its "
-                  f"{sd.verify_steps}." if sd is not None and sd.verify_steps else "")
-        text = (f"It drafted nothing in {decoded} of its {steps} steps, each a plain target decode: its windows "
-                f"are priced from the costs it measures as it runs, and those prices judged drafting not worth "
-                f"it.{theirs}")
-    else:
-        turns = steps_in_turn(rec)
-        beside = f", the draft beside the target in {at_once}" if at_once else ""
-        how = (f"in all {turns} of its steps that drafted a next window" if turns == steps - 1 else
-               f"in {turns} of its {steps} steps{beside} (the last had no next window to draft)")
-        text = (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, "
-                f"it found taking turns the faster on these shared cores, and taking turns it prices its "
-                f"windows from SD's measured costs.")
-    twin = next((m for m in c if variant_of(m)[0] == "mirror" and always_overlapped(m)), None)
-    vs = _against_sd(twin, c, sp, spreads) if twin else ""
-    if not vs:
-        return [(lead, text)]
-    pair = {"mirror": c["mirror"], twin: c[twin]}
-    beat = (sp[twin][0] and sp["mirror"][0] and sp[twin][0] > sp["mirror"][0]
-            and not level_with(pair, winner(pair, spreads), spreads))
-    return [(lead, text), (label(twin), f"Overlapped in every step, it ran {vs}" + (
-        "; it also beat the gated run, so the gate's judgement did not pay here." if beat else ".") + late_hits_words(
-        (done or {}).get(twin)))]
+def _mirror_takeaway(c: dict[str, Card], sp: dict, spreads: dict | None,
+                     done: dict[str, RunRecord]) -> list[tuple[str, str]]:
+    """(lead, text) items, one per Mirror-SD run with its early exit: how often its lanes ran at
+    once and its speed against SD; for a gated run that ran in turn, what its gate chose and why;
+    where hits came after the verdict, how late (`late_hits_words`); the gated run's speed against
+    the one overlapped in every step, where both ran."""
+    items = []
+    for m in _mirrors(c):
+        rec = done.get(m)
+        if rec is None or exit_off(m):
+            continue
+        at_once, steps = lanes_at_once(rec)
+        if not steps:
+            continue
+        vs = _against_sd(m, c, sp, spreads)
+        if at_once * 2 >= steps:
+            every = f"in all {steps} of its steps" if at_once == steps else f"in {at_once} of its {steps} steps"
+            items.append((label(m), f"Its draft wrote beside the target {every}" + (
+                f", {vs}." if vs else ".") + late_hits_words(rec)))
+            continue
+        decoded = steps_undrafted(rec)
+        if 2 * decoded >= steps:  # mostly a plain decode: the priced windows judged drafting not worth it
+            sd = c.get("sd")
+            theirs = (f" SD, pricing its own steps, drafted a window in {sd.verify_steps - sd.undrafted} of its "
+                      f"{sd.verify_steps}." if sd is not None and sd.verify_steps else "")
+            text = (f"It drafted nothing in {decoded} of its {steps} steps, each a plain target decode: its windows "
+                    f"are priced from the costs it measures as it runs, and those prices judged drafting not worth "
+                    f"it.{theirs}")
+        else:
+            turns = steps_in_turn(rec)
+            beside = f", the draft beside the target in {at_once}" if at_once else ""
+            how = (f"in all {turns} of its steps that drafted a next window" if turns == steps - 1 else
+                   f"in {turns} of its {steps} steps{beside} (the last had no next window to draft)")
+            text = (f"Its gate ran it as SD (the draft, then the target) {how}: timing both orders as it runs, "
+                    f"it found taking turns the faster on these shared cores, and taking turns it prices its "
+                    f"windows from SD's measured costs.")
+        items.append((label(m), text + (f" It ran {vs}." if vs else "")))
+    overlapped = next((m for m in _mirrors(c) if always_overlapped(m) and not exit_off(m)), None)
+    gate = next((m for m in _mirrors(c) if gated(m) and not exit_off(m)), None)
+    if overlapped and gate and sp[overlapped][0] and sp[gate][0]:
+        pair = {gate: c[gate], overlapped: c[overlapped]}
+        if not level_with(pair, winner(pair, spreads), spreads):
+            paid = sp[overlapped][0] > sp[gate][0]
+            items.append((f"{label(overlapped)} against {label(gate)}",
+                          "Overlapping every step beat the gate here." if paid else
+                          "The gate's choice paid here: overlapping every step was slower."))
+    return items
 
 
 def _split_doubt(c: dict[str, Card], spreads: dict | None, runs: int) -> str:
@@ -225,8 +233,7 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
         first = (f"Speculative decoding (SD) ran {sd:.2f}× plain decoding (AR) in one run"
                  + (", within one run's noise" if abs(sd - 1) < ONE_RUN else ""))
     parts = [("SD against plain decoding", first + ".")]
-    if "mirror" in done:
-        parts += _mirror_takeaway(done["mirror"], c, sp, spreads, done)
+    parts += _mirror_takeaway(c, sp, spreads, done)
     # each Mirror-SD's time against SD's in one line; the chart in its item splits it into parts
     if split := short_line(c, done, _mirrors(c)):
         parts.append((SPLIT_LEAD, split + _split_doubt(c, spreads, runs)))
@@ -514,10 +521,9 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
         legend = (f'<br>“{esc(tie_words(runs))}”: {how}, so '
                   f'{"these runs cannot" if runs > 1 else "one run cannot"} tell it from {top}'
                   + (", even where the medians lie well apart" if runs > 1 else ""))
-    if "mirror" in c:  # the two Mirror-SD names, once
+    if any(gated(m) for m in c):  # the gated Mirror-SD's name, once
         legend += ("<br>“gated”: Mirror-SD picks, step by step from the times it measures, whether the draft "
-                   "writes beside the target or first, as in SD" + ("; “always overlapped”: beside it in every step"
-                                                                    if any(always_overlapped(m) for m in c) else ""))
+                   "writes beside the target or first, as in SD")
     return (f'<div class="msd-scoreboard">{"".join(tiles)}'
             f'<div class="msd-tile-note">{term("end to end", "e2e")}{many}, '
             f'this machine{legend}</div></div>')
@@ -678,13 +684,13 @@ def _lanes_line(rec: RunRecord, twin: str = "") -> str:
                   ["the last had no next window to draft"] if last > 0 else [])
         how = (f"in none of its {steps} verify steps: {' and '.join(others)}" if at_once == 0 else
                f"in only {at_once} of its {steps} verify steps; of the others, {' and '.join(others)}")
-        return (f'<p class="msd-lanes-line" title="{esc(split)}"><span class="msd-lanes-lead">Mirror-SD ran '
+        return (f'<p class="msd-lanes-line" title="{esc(split)}"><span class="msd-lanes-lead">{esc(label(rec.method))} ran '
                 f'its draft beside the target (the lanes at once) {how} (its overlap gate picks the faster '
                 f'order per step from the times it measures).'
                 f'</span>{_checked_words(rec, apart=True)}{measured_twin}</p>')
     return (f'<p class="msd-lanes-line" title="How the target\'s and the draft\'s lanes shared this '
             f'machine, and in how many steps they ran at once"><span class="msd-verdict-note">'
-            f'<b>Mirror-SD\'s two lanes here</b>: {esc(split)}.</span>{measured_twin}</p>')
+            f'<b>{esc(label(rec.method))}\'s two lanes here</b>: {esc(split)}.</span>{measured_twin}</p>')
 
 
 # ---- the statistics fold ------------------------------------------------------------------
@@ -790,9 +796,9 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward over a batch of branches, beside the target: {ms(c['draft_beside'])} a "
                      f"forward, {k['draft']:.2f}× a one-token draft forward alone")
-    split = lane_words(done["mirror"])[0] if "mirror" in done and done["mirror"].finish else ""
-    if split:
-        lines.append(f"Mirror-SD's two lanes: {esc(str(split))}")
+    for m in (m for m in done if variant_of(m)[0] == "mirror" and not exit_off(m) and done[m].finish):
+        if split := lane_words(done[m])[0]:
+            lines.append(f"{esc(label(m))}'s two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
     if ee and ee["steps"]:
         lines.append(
@@ -840,9 +846,13 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
     c = cards(done)
     sub = verdict_sub(c, meta, spreads)
     cross = (f'<p class="msd-verdict-sub">{esc(sub)}</p>' if sub else "") + cross
-    if "mirror" in done:
-        cross += _lanes_line(done["mirror"], overlap_measured(c, spreads))
-    facts = " · ".join(x for x in (_settings_line(settings, meta), windows_drafted(done) if settings else "") if x)
+    lanes = next((m for m in _mirrors(c) if gated(m) and not exit_off(m)), "mirror" if "mirror" in done else None)
+    if lanes:  # the gated run's lanes where it ran (its gate's choice), else Mirror-SD's
+        cross += _lanes_line(done[lanes], overlap_measured(c, spreads))
+    own = [f"{label(m)}: {', '.join(f'{k.replace(chr(95), chr(32))} {v}' for k, v in variant_of(m)[1].items())}"
+           for m in done if variant_of(m)[1]]  # the methods that ran with settings of their own
+    facts = " · ".join(x for x in (_settings_line(settings, meta), "; ".join(own) if settings else "",
+                                   windows_drafted(done) if settings else "") if x)
     return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(facts))}</div></div>')
 

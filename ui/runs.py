@@ -30,23 +30,31 @@ class Variant:
     """A registry method with some settings changed, run as a method of its own (its own pane,
     card and timeline lanes), off unless ticked: what one setting buys, measured in one run."""
     base: str  # the registry method it runs
-    changes: tuple[tuple[str, str], ...]  # Settings fields and the values it runs with
+    changes: tuple[tuple[str, str | None], ...]  # Settings fields and the values it runs with
     label: str
     title: str
     colour: str
     tag: str = ""  # what differs, in two or three words, on its pane
 
 
+# The page runs Mirror-SD as the algorithm draws it: the draft beside the target in every step,
+# its windows adaptive, so that every step races the target's verdict and its hits and misses
+# show. The engine's own default gates that overlap (lane_overlap auto: in turn where that
+# measured faster) and prices its windows: on the page that is a variant, "Mirror-SD (gated)".
+PAGE_CHANGES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "mirror": (("lane_overlap", "always"), ("window", "adaptive")),
+}
+
 VARIANTS: dict[str, Variant] = {
     "mirror-noexit": Variant("mirror", (("early_exit", "off"),), "Mirror-SD (no exit)",
                              "Mirror-SD without its early exit: the draft's own guesses pick "
                              "the branches", "#a21caf", "early exit off"),
-    "mirror-overlap": Variant("mirror", (("lane_overlap", "always"), ("window", "adaptive")),
-                              "Mirror-SD (always overlapped)",
-                              "Mirror-SD with its two lanes at once in every step, as on devices of their "
-                              "own (here they share the cores, so it runs slower), and adaptive windows: "
-                              "every step races the verdict, so its hits and misses show",
-                              "#b45309", "no gate: draft beside the target, every step"),
+    # window None: the page's window setting (priced by default), as SD's
+    "mirror-gated": Variant("mirror", (("lane_overlap", "auto"), ("window", None)),
+                            "Mirror-SD (gated)",
+                            "Mirror-SD as the engine runs it by default: per step, the draft beside the "
+                            "target only where that measured faster on this machine, else in turn as SD; "
+                            "windows as SD's", "#b45309", "gated: overlaps only where it pays"),
 }
 
 
@@ -59,15 +67,20 @@ def method_names() -> tuple[str, ...]:
 
 
 def default_methods() -> tuple[str, ...]:
-    """What a run runs unless told otherwise: every registry method, and Mirror-SD with its
-    lanes at once in every step (its mechanism, which the overlap gate may not run here)."""
-    return tuple(REGISTRY) + ("mirror-overlap",)
+    """What a run runs unless told otherwise: every registry method (Mirror-SD as the page runs
+    it, PAGE_CHANGES); the variants only when ticked."""
+    return tuple(REGISTRY)
 
 
 def variant_of(method: str) -> tuple[str, dict[str, str]]:
-    """(registry method, setting changes) of a method or variant name."""
+    """(registry method, setting changes) of a method or variant name: the page's changes to its
+    registry method (PAGE_CHANGES), then the variant's own; a change to None keeps the page's
+    setting."""
     v = VARIANTS.get(method)
-    return (v.base, dict(v.changes)) if v is not None else (method, {})
+    base = v.base if v is not None else method
+    changes = dict(PAGE_CHANGES.get(base, ()))
+    changes.update(v.changes if v is not None else ())
+    return base, {k: x for k, x in changes.items() if x is not None}
 
 
 def exit_off(method: str) -> bool:
@@ -77,25 +90,25 @@ def exit_off(method: str) -> bool:
 
 
 def always_overlapped(method: str) -> bool:
-    """Whether the method runs Mirror-SD with its two lanes at once in every step (a variant:
-    no overlap gate)."""
+    """Whether the method runs Mirror-SD with its two lanes at once in every step (the page's
+    Mirror-SD; not its gated variant)."""
     return variant_of(method)[1].get("lane_overlap") == "always"
+
+
+def gated(method: str) -> bool:
+    """Whether the method runs Mirror-SD with its overlap gate (lanes at once or in turn, per step)."""
+    return variant_of(method)[0] == "mirror" and not always_overlapped(method)
 
 
 def _entry(method: str):
     return REGISTRY.get(method) or VARIANTS.get(method)
 
 
-# The page runs Mirror-SD with its overlap gate beside a variant with the lanes at once in every
-# step, so it names the gated one as such (the engine's registry keeps the method's own name)
-SHOWN_AS = {"mirror": "Mirror-SD (gated)"}
-
-
 def label(method: str) -> str:
     """The method's short display name ("AR", "SD", "Mirror-SD (gated)"); a trace's unknown
     name as is."""
     entry = _entry(method)
-    return SHOWN_AS.get(method) or (entry.label if entry is not None else method)
+    return entry.label if entry is not None else method
 
 
 def tag(method: str) -> str:

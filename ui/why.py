@@ -147,8 +147,8 @@ def costs(records: dict[str, RunRecord]) -> dict:
     if d := _durations(ar, TARGET_FORWARD):
         out["target"] = median(d)
     # beside the draft: the steps whose lanes really worked at once, Mirror-SD's own where it
-    # has any, else its twin's that overlaps every step (gated, it may run all in turn)
-    beside, once = next(((m, once) for m in ["mirror", *(v for v in records if always_overlapped(v))]
+    # has any, else a variant's (gated, a run may take all its steps in turn)
+    beside, once = next(((m, once) for m in ["mirror", *(v for v in records if v != "mirror" and variant_of(v)[0] == "mirror")]
                          if records.get(m) is not None and (once := steps_at_once(records[m]))), (None, set()))
     window = _common_window(sd, records[beside] if beside else None, once)
     if d := _verify_forwards(sd, window):
@@ -266,8 +266,9 @@ LANES_TIP = ("Verify steps in which the draft wrote its branches while the targe
 def lanes_badge(method: str, rec: RunRecord) -> str:
     """'gated: draft then target in 15 of 17 steps' (mostly in turn, as SD orders them; `steps_in_turn`) or
     'gated: draft beside the target in 9 of 17 steps' for a Mirror-SD run whose overlap gate chose per step
-    ('' for the other methods and for the variant with the lanes at once in every step)."""
-    if variant_of(method)[0] != "mirror" or always_overlapped(method):
+    ('' for the other methods and for Mirror-SD with its lanes at once in every step, unless a trace
+    of it ran mostly in turn or drafted nothing)."""
+    if variant_of(method)[0] != "mirror":
         return ""
     at_once, steps = lanes_at_once(rec)
     if not steps:
@@ -277,6 +278,8 @@ def lanes_badge(method: str, rec: RunRecord) -> str:
         return f"priced windows: no draft in {decoded} of {steps} steps"
     if turned := ran_as_sd(method, rec):  # mostly in turn: what it mostly did (the last step drafts no next window)
         return f"ran as SD: draft, then target, in {as_sd_count(turned, short=True)}"
+    if always_overlapped(method):  # beside the target in every step: its pane's tag says so
+        return ""
     return f"gated: draft beside the target in {at_once} of {steps} steps"
 
 
@@ -296,7 +299,7 @@ def ran_as_sd(method: str, rec: RunRecord | None) -> tuple[int, int] | None:
     draft, then the target) in most of its steps, so its speed is SD's way of working and not
     the overlap's; None otherwise (the other methods, the always-overlapped variant, a run that
     mostly overlapped or mostly drafted nothing)."""
-    if rec is None or variant_of(method)[0] != "mirror" or always_overlapped(method):
+    if rec is None or variant_of(method)[0] != "mirror":
         return None
     at_once, steps = lanes_at_once(rec)
     if not steps or 2 * at_once >= steps or 2 * steps_undrafted(rec) >= steps:

@@ -39,7 +39,7 @@ LOAD_ALLOWANCE_S = 30.0
 # forward, and a ceiling so a long request does not turn visitors with some quota left away.
 MIN_DURATION_S = 15
 MAX_DURATION_S = 300
-DEFAULT_METHODS = ("ar", "sd", "mirror", "mirror")  # the default run's, each variant as its method
+DEFAULT_METHODS = ("ar", "sd", "mirror")  # the default run's, each variant as its method
 
 
 def on_zerogpu() -> bool:
@@ -112,9 +112,9 @@ def run_duration(fn: Callable) -> Callable:
                 bound = {**bound, **bound.pop(p.name, {})}
         tokens = bound.get("max_new_tokens") or 0
         chosen = dict.fromkeys(str(m).strip().lower() for m in (bound.get("methods") or []))
-        # each run priced as its method: a variant ("mirror-overlap") as the method it changes
+        # each run priced as its method: a variant ("mirror-gated") as the method it changes
         names = {"ar": "ar", "sd": "sd", "mirror": "mirror", "mirror-sd": "mirror",
-                 "mirror-overlap": "mirror", "mirror-noexit": "mirror"}
+                 "mirror-gated": "mirror", "mirror-noexit": "mirror"}
         methods = tuple(names[m] for m in chosen if m in names) or DEFAULT_METHODS
         return duration_s(int(tokens) * max(1, int(bound.get("repeat") or 1)), methods)
 
