@@ -661,7 +661,7 @@ def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):
         assert carried and all(n >= 1 and note.startswith("Faded: its round ") for _, n, note in carried), carried[:5]
         # from round 2 on, the board's header gives the round before's times and when the race comes
         later = [h for h in headers if h.startswith("Round 2 of 3")]
-        assert later and all(re.search(r"Round 1 took (.+ \d+\.\d s, ){3}.+ \d+\.\d s\. The race plays.+ in about \d+ s\.", h)
+        assert later and all(re.search(r"Round 1 took (.+ \d+\.\d s, ){2}.+ \d+\.\d s\. The race plays.+ in about \d+ s\.", h)
                              for h in later), headers
         # the race plays by itself after the last run, then the full panes show
         page.wait_for_selector('#board .msd-bpane[data-state="race"]', timeout=30_000)

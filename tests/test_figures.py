@@ -1144,6 +1144,7 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     html = render_pay_chart(proj, c)
     assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
     assert f"{0.9 * b:.2f}× <small>({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
+    assert html.count("<small>(one run)</small>") == 1  # row (c): one figure, no range, said so
     assert "the median of the 3 runs&#x27; projections, a dot each, the whisker their range" in html
     unsure = round(0.7 * b, 2) < 1 < round(1.3 * b, 2)  # row (b)'s whisker across 1×: the bar says so
     assert html.count('class="pc-unsure">inconclusive<') == (1 if unsure else 0)
@@ -1687,8 +1688,8 @@ def test_the_lead_s_why_is_the_projection_where_it_passes_sd_else_the_step_s_wai
         "would give 1.50× SD (projected, not measured)")
     rec = zoom_record(records)
     f = rule_figures(rec, zoom_step(rec), shared)
-    step = (f": its draft is too slow for the target's layers after the early exit (in the step below the "
-            f"draft needed {f['need']:.0f} ms, the target {f['have']:.0f} ms)")
+    step = (f": its draft is too slow to hide behind the target (in the step below: draft {f['need']:.0f} ms, "
+            f"target {f['have']:.0f} ms)")
     for p in (dict(passes, over_sd_rounds={"b": [0.8, 1.5, 1.7]}), {"over_sd": {"b": 0.9}}, None):
         assert lead_why(records, shared, p) == step  # inconclusive, below SD, or none: the step's wait
     two = dict(shared, target_device="cuda:0", draft_device="cuda:1")
@@ -1871,9 +1872,9 @@ def test_the_cause_under_the_tiles_draws_the_zoomed_step_s_rule_with_its_figures
     # the target's part in two, its layers' time the inspector's and How it works' figure
     suffix = sum(s.end_ns - s.start_ns for s in rec.spans if s.step == zoom_step(rec) and s.label == "suffix") / 1e6
     assert f["layers_ms"] == pytest.approx(suffix) and f["layers_ms"] <= f["have"]
-    part = f" (its layers {suffix:.0f} ms, then its verdict)" if round(suffix) < round(f["have"]) else ""
-    assert (f"After the early exit the target needed {f['have']:.0f} ms more{part}; the branch the verdict took, "
-            f"drafted on the same hardware, was ready only {f['need']:.0f} ms after the exit. The target waited {f['wait']} ms."
+    part = f" (layers {suffix:.0f} ms, then its verdict)" if round(suffix) < round(f["have"]) else ""
+    assert (f"After the early exit the target needed {f['have']:.0f} ms more{part}. The draft, on the same cores, "
+            f"had the right branch ready only after {f['need']:.0f} ms. The target waited {f['wait']} ms."
             ) in words, words
     # the bars on one scale: the draft's is the longest, the target's its share, the wait after it
     widths = [float(w) for w in re.findall(r'class="c-(?:target|draft)" style="width:([\d.]+)%', cause)]

@@ -233,13 +233,13 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         for m, t in (("ar", 0.45), ("sd", 0.50), ("mirror", 0.78)):
             records[m].finish.stats["prefill_s"] = t
         note = race_note(records)
-        assert note.startswith("AR's first token came at 0.45 s; Mirror-SD's at 0.78 s, after drafting and "
-                               "checking a first window, so it starts the race 0.33 s behind.")
-        assert "SD's" not in note.replace("Mirror-SD's", "") and "end-to-end speed counts this time; their decode speed leaves it out" in note
+        assert note.startswith("First tokens: AR at 0.45 s, Mirror-SD at 0.78 s (it drafts and checks a first "
+                               "window), so it starts 0.33 s behind.")
+        assert "SD at" not in note.replace("Mirror-SD at", "") and "End-to-end speed counts this; decode speed does not" in note
         assert json.loads(race_message(records))["note"] == note
         records["sd"].finish.stats["prefill_s"] = 0.78
-        assert race_note(records).startswith("AR's first token came at 0.45 s; SD's and Mirror-SD's at 0.78 s and "
-                                             "0.78 s, after drafting and checking a first window, so they start")
+        assert race_note(records).startswith("First tokens: AR at 0.45 s, SD at 0.78 s and Mirror-SD at 0.78 s "
+                                             "(each drafts and checks a first window), so they start behind.")
         records["sd"].finish.stats["prefill_s"] = 0.50
         records["mirror"].finish.stats["prefill_s"] = 0.52
         assert race_note(records) == ""  # within 0.1 s of the earliest: nothing to say

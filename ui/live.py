@@ -257,13 +257,12 @@ def race_note(records: dict[str, RunRecord]) -> str:
     if not late:
         return ""
     one = len(late) == 1
-    times = _names([f"{first[m]:.2f} s" for m in late])
-    behind = f"{first[late[0]] - first[lead]:.2f} s behind" if one else "behind by the difference"
-    whose = _names([f"{label(m)}'s" for m in late])
-    why = "" if "ar" in late else ", after drafting and checking a first window"
-    return (f"{label(lead)}'s first token came at {first[lead]:.2f} s; {whose} at {times}{why}, so "
-            f"{'it starts' if one else 'they start'} the race {behind}. The cards' end-to-end speed counts "
-            f"this time; their decode speed leaves it out.")
+    at = _names([f"{label(m)} at {first[m]:.2f} s" for m in late])
+    behind = f"{first[late[0]] - first[lead]:.2f} s behind" if one else "behind"
+    why = "" if "ar" in late else f" ({'it drafts' if one else 'each drafts'} and checks a first window)"
+    return (f"First tokens: {label(lead)} at {first[lead]:.2f} s, {at}{why}, so "
+            f"{'it starts' if one else 'they start'} {behind}. End-to-end speed counts this; "
+            f"decode speed does not.")
 
 
 RACE_AT = {"w": "check", "x": "exit", "b": "verdict", "v": "verdict", "c": "verdict"}

@@ -82,7 +82,8 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
             f'<span class="pc-one" style="left:{pct(1.0):.1f}%"></span></div>'
             # the value in a column of its own, past the track: never over a bar or a whisker
             f'<div class="pc-val">{r["value"]:.2f}×'
-            + (f' <small>({r["low"]:.2f}–{r["high"]:.2f}×)</small>' if r["low"] is not None else "")
+            + (f' <small>({r["low"]:.2f}–{r["high"]:.2f}×)</small>' if r["low"] is not None else
+               ' <small>(one run)</small>' if r["kind"] == "projected" else "")
             # the runs on both sides of 1× as printed (whatif.rounds_span_one): said on the bar itself
             + (' <small class="pc-unsure">inconclusive</small>'
                if r["low"] is not None and round(r["low"], 2) < 1 < round(r["high"], 2) else "")

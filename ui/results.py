@@ -280,8 +280,8 @@ def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None) ->
     got = cause_figures(zoom_record(done), meta)
     f = got[1] if got else None
     if f and not f["fits"]:
-        return (f": its draft is too slow for the target's layers after the early exit (in the step below the "
-                f"draft needed {f['need']:.0f} ms, the target {f['have']:.0f} ms)")
+        return (f": its draft is too slow to hide behind the target (in the step below: draft {f['need']:.0f} ms, "
+                f"target {f['have']:.0f} ms)")
     return ""
 
 

@@ -325,18 +325,17 @@ def render_cause(rec: RunRecord | None, meta: dict) -> str:
             f'<div class="msd-cause-track">{bar(f["need"], "c-draft")}{wait}</div><b>{f["need"]:.0f} ms</b></div>')
     said = (f"The draft finished the branch the verdict took within the target's {f['have']:.0f} ms after the "
             f"early exit: the drafting was hidden, which is what Mirror-SD is for." if f["fits"] else
-            f"After the early exit the target needed {f['have']:.0f} ms more{_layers_part(f)}; the branch the "
-            f"verdict took, drafted on the same hardware, was ready only {f['need']:.0f} ms after the exit. "
-            f"The target waited {f['wait']} ms.")
-    return (f'<div class="msd-cause"><b>The cause, in one step</b> ({esc(label(rec.method))}, step {n}, '
-            f'its typical hit{"" if f["fits"] else ", a late one"}<span class="msd-cause-below">; drawn in full below</span>): {esc(said)}{rows}</div>')
+            f"After the early exit the target needed {f['have']:.0f} ms more{_layers_part(f)}. The draft, on the "
+            f"same cores, had the right branch ready only after {f['need']:.0f} ms. The target waited {f['wait']} ms.")
+    return (f'<div class="msd-cause"><b>Why, in one step</b> ({esc(label(rec.method))}, step {n}, '
+            f'a typical{"" if f["fits"] else " late"} hit<span class="msd-cause-below">; in full below</span>): {esc(said)}{rows}</div>')
 
 
 def _layers_part(f: dict) -> str:
     """' (its layers 85 ms, then its verdict)': the target's time after the exit in its two parts,
     so it reads beside the inspector's and How it works' layer time ('' without it)."""
     ms = f.get("layers_ms")
-    return f" (its layers {ms:.0f} ms, then its verdict)" if ms is not None and round(ms) < round(f["have"]) else ""
+    return f" (layers {ms:.0f} ms, then its verdict)" if ms is not None and round(ms) < round(f["have"]) else ""
 
 
 def _next_window(sv: StepView, spans, verdict_ns: int) -> tuple[int, str]:
