@@ -19,7 +19,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 READY = "() => /loaded and warm|Ready/.test(document.querySelector('#status')?.innerText || '')"
-# Mirror-SD running in the second round: the pane after it still shows, faded, its first round's run
+# SD running in the second round: Mirror-SD's pane after it still shows, faded, its first round's run
 RUNNING = ("m => document.querySelector(`#board .msd-bpane.m-${m}[data-state=\"running\"] pre .msd-tok`)"
            " && document.querySelector('#board .msd-bpane.is-stale')")
 # the method's pane a dozen tokens into its run
@@ -45,9 +45,9 @@ def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
     page.get_by_text("Traces and cache").first.click()
     page.click("#run-btn")
     if live:
-        page.wait_for_function(RUNNING, arg="mirror", timeout=900_000)
-        try:  # several steps in: a dozen tokens written (a warm Mirror-SD run takes 3-12 s here)
-            page.wait_for_function(GROWN, arg="mirror", timeout=30_000)
+        page.wait_for_function(RUNNING, arg="sd", timeout=900_000)
+        try:  # several steps in: a dozen tokens written (a warm SD run takes 5-12 s here)
+            page.wait_for_function(GROWN, arg="sd", timeout=30_000)
         except Exception:  # a run too short to catch there: its pane as it is
             pass
         page.locator("#board").scroll_into_view_if_needed()

@@ -530,7 +530,7 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     elif all(ahead(ar, m) for m in drafting):
         out = ["Plain decoding (AR) was the fastest here: drafting cost more than it saved."]
     else:
-        out = ["No method was clearly faster than plain decoding (AR) here: within this machine's noise."]
+        out = ["No method was clearly faster than plain decoding (AR) here."]
     # Mirror-SD against SD, every variant (a gated run that ran as SD among them: the headline says so)
     mirrors = [m for m in drafting if variant_of(m)[0] == "mirror"]
     if "sd" not in drafting or not mirrors:

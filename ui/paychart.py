@@ -47,7 +47,7 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
         rounds = range_values(p, key)  # each round's projection and the runs shown's
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, a dot each, the whisker their range with the runs shown's"
+        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, a dot each, the whisker their range"
                if rounds else f"the steps of {shown_run(spreads)} replayed (What if, row ({key}))")
         out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
                     "runs": round_span(p, key),  # each run's own projection: a dot on the bar
@@ -89,7 +89,7 @@ def render_pay_chart(projection: dict | None, c: dict[str, Card], spreads: dict 
                if r["low"] is not None and round(r["low"], 2) < 1 < round(r["high"], 2) else "")
             + '</div></div>')
     return (f'<div class="msd-paychart"><div class="msd-sub">Mirror-SD\'s speed over SD\'s: measured here, '
-            f'and projected where the two models do not share a device (the dashed line: SD\'s speed; past it, '
+            f'and projected with the two models on devices of their own (dashed line: SD; right of it, '
             f'Mirror-SD is faster)</div>{"".join(lines)}{_below_note(rows, projection, _decode_over_sd(c))}</div>')
 
 

@@ -275,7 +275,7 @@ def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None) ->
     waiting, the draft too slow for the target's layers after the exit; else ''."""
     b = over_sd_figure(projection or {}, "b")
     if one_device(meta) and b is not None and shown(b) > 1 and not rounds_span_one(projection, "b"):
-        return (f": here both models share {machine_words(meta)}; with the draft on a device of its own these "
+        return (f": here both models share {machine_words(meta)}. With the draft on a device of its own these "
                 f"steps would give {b:.2f}× SD (projected, not measured)")
     got = cause_figures(zoom_record(done), meta)
     f = got[1] if got else None
@@ -516,11 +516,9 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
     legend = ""
     if ties:
         top = esc(label(best))
-        how = (f"{top} was not faster than it in every round (the line under its speed counts them)"
-               if runs > 1 else "one run's noise here is about that much")
+        how = (f"{top} was not faster in every round" if runs > 1 else "one run's noise here is about that much")
         legend = (f'<br>“{esc(tie_words(runs))}”: {how}, so '
-                  f'{"these runs cannot" if runs > 1 else "one run cannot"} tell it from {top}'
-                  + (", even where the medians lie well apart" if runs > 1 else ""))
+                  f'{"these runs cannot" if runs > 1 else "one run cannot"} tell the two apart')
     if any(gated(m) for m in c):  # the gated Mirror-SD's name, once
         legend += ("<br>“gated”: Mirror-SD picks, step by step from the times it measures, whether the draft "
                    "writes beside the target or first, as in SD")
