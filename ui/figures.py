@@ -504,12 +504,13 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
 
 
 def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
-               spreads: dict | None = None, why: str = "") -> str:
+               spreads: dict | None = None, why: str = "", cost: float | None = None) -> str:
     """The verdict's first words, for an audience: did speculation pay against plain decoding, and
     did Mirror-SD pay against SD, each said only as far as the runs tell it (`told_apart`), with
     the one figure that matters; the headline under it gives every ratio ('' without AR and a
     drafting method). `why`: where Mirror-SD did not beat SD, the clause that says why (the
-    caller's, from the projection and the cause in one step)."""
+    caller's, from the projection and the cause in one step). `cost`: one draft forward over one
+    target forward, measured, said where drafting did not beat plain decoding."""
     ar = baseline()
     sp = speeds(c, spreads)
     drafting = [m for m in c if m != ar and sp[m][0] and c[m].complete]
@@ -527,10 +528,11 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     who = "sd" if "sd" in drafting and ahead("sd", ar) and not ahead(best, "sd") else best
     if ahead(who, ar):
         out = [f"{label(who)} wrote {text} as plain decoding, {sp[who][1]:.2f}× as fast."]
-    elif all(ahead(ar, m) for m in drafting):
-        out = ["Plain decoding (AR) was the fastest here: drafting cost more than it saved."]
     else:
-        out = ["No method was clearly faster than plain decoding (AR) here."]
+        dear = f" One draft forward costs {cost:.0%} of a target forward on this machine." if cost else ""
+        out = ["Plain decoding (AR) was the fastest here: drafting cost more than it saved." + dear
+               if all(ahead(ar, m) for m in drafting) else
+               "No method was clearly faster than plain decoding (AR) here." + dear]
     # Mirror-SD against SD, every variant (a gated run that ran as SD among them: the headline says so)
     mirrors = [m for m in drafting if variant_of(m)[0] == "mirror"]
     if "sd" not in drafting or not mirrors:

@@ -356,16 +356,16 @@ function lastTimes() {
 // about when the race comes (the rounds left at the last round's pace: an estimate, said as one)
 function roundHeader(round, times) {
   const [r, n] = round || [1, 1];
-  const how = 'the methods take turns, each timed alone on the hardware, and each pane draws its run step by step. ';
-  const watch = ' Watch a step: the draft\'s window (dashed), then the target\'s verdict: green kept, red struck ' +
-    'through rejected, then its own token; Mirror-SD\'s branches (each from a cyan token) are drafted while the target finishes.';
-  if (n <= 1) return 'Live: ' + how + 'They race side by side, at their measured pace, when the last run ends.' + watch;
+  const how = 'each method runs alone, in turn, and its pane draws each step. ';
+  const watch = ' Watch a step: the draft\'s guesses (dashed), then the target\'s check: green kept, red rejected, ' +
+    'then its own token. Mirror-SD drafts branches (from a cyan token) while the target finishes.';
+  if (n <= 1) return 'Live: ' + how + 'The race plays when the last run ends.' + watch;
   if (r === 1 || !times.length) return 'Round 1 of ' + n + ', live: ' + how +
-    'They race side by side, at their measured pace, when round ' + n + ' ends.' + watch;
+    'The race plays when round ' + n + ' ends.' + watch;
   const left = times.reduce((t, x) => t + x[1], 0) * (n - r + 1);
   return 'Round ' + r + ' of ' + n + ', live: the same runs again, to tell close methods apart. Round ' + (r - 1) +
     ' took ' + times.map(x => x[0] + ' ' + x[1].toFixed(1) + ' s').join(', ') +
-    '. The race plays, at the measured pace, when round ' + n + ' ends, in about ' + Math.round(left) + ' s.';
+    '. The race plays when round ' + n + ' ends, in about ' + Math.round(left) + ' s.';
 }
 function resetRun(run) {
   Object.assign(run, {items: [], drawn: 0, tokens: 0, pts: [], lastT: 0, lastWall: 0, ended: false, endT: null, now: 0, rate: null,

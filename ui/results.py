@@ -304,7 +304,9 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     big, rest = headline(c, done, meta, spreads)  # the same words as `head`, the large type's first
     # for an audience: one plain sentence and one picture (the cause, in one step), then the figures
     # and the measured-against-projected bars; the takeaway and the reason's pictures one click away
-    lead = lead_words(c, done, meta, spreads, lead_why(done, meta, projection))
+    k = costs(done)
+    lead = lead_words(c, done, meta, spreads, lead_why(done, meta, projection),
+                      k["draft"] / k["target"] if k.get("draft") and k.get("target") else None)
     parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "",
              render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<p class="msd-verdict-text">{esc(big)}</p>'
