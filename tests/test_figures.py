@@ -1659,10 +1659,11 @@ def test_the_lead_says_only_what_the_rounds_tell():
     one = lead_words(c, records, shared, None, why)
     if abs(ratio - 1) < ONE_RUN:
         assert f"In this one run {label('mirror')} ran {ratio:.2f}× SD's speed" in one, one
-        assert one.endswith(f"within one run's noise here ({ONE_RUN:.0%}); the default 3 interleaved runs tell "
-                            "closer methods apart."), one
+        assert (f"within one run's noise here ({ONE_RUN:.0%}); the default 3 interleaved runs tell "
+                "closer methods apart." + (" Its draft is too slow." if ratio < 1 else "")) in one, one
     else:
-        assert f"SD in this one run: {label('mirror')} {ratio:.2f}× SD's speed" in one, one
+        assert one.endswith(f"SD in this one run: {label('mirror')} {ratio:.2f}× SD's speed."
+                            + (" Its draft is too slow." if ratio < 1 else "")), one
     noise = _rounds_at(records, [{"ar": 10, "sd": 11, "mirror": 9}, {"ar": 12, "sd": 11, "mirror": 9.5},
                                  {"ar": 10, "sd": 10.5, "mirror": 9}])  # SD ahead of AR in 2 of 3 rounds
     assert lead_words(c, records, shared, noise).startswith(

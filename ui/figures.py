@@ -540,11 +540,13 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     top = max(mirrors, key=lambda m: sp[m][0])
     ratio = sp[top][0] / sp["sd"][0]
     if runs == 1:  # one run settles no close call: the figure, and the way to settle it
-        out.append(f"In this one run {label(top)} ran {ratio:.2f}× SD's speed{why if ratio < 1 else ''}: within "
-                   f"one run's noise here ({ONE_RUN:.0%}); the default 3 interleaved runs tell closer methods apart."
+        # the why (': its draft is too slow …') as a sentence of its own after the figure
+        after = f" {why[2].upper()}{why[3:]}." if why.startswith(": ") and ratio < 1 else ""
+        out.append(f"In this one run {label(top)} ran {ratio:.2f}× SD's speed: within one run's noise here "
+                   f"({ONE_RUN:.0%}); the default 3 interleaved runs tell closer methods apart.{after}"
                    if abs(ratio - 1) < ONE_RUN else
                    f"Mirror-SD {'beat' if ratio > 1 else 'was slower than'} SD in this one run: {label(top)} "
-                   f"{ratio:.2f}× SD's speed{why if ratio < 1 else ''}.")
+                   f"{ratio:.2f}× SD's speed.{after}")
     elif ahead(top, "sd"):
         out.append(f"Mirror-SD beat SD: {label(top)} {ratio:.2f}× SD's speed.")
     elif all(ahead("sd", m) for m in mirrors):
