@@ -452,7 +452,8 @@ def order_within_noise(c: dict[str, Card], spreads: dict | None = None) -> str:
         return ""
     runs = runs_of(spreads)
     which = f"Over these {runs} runs" if runs > 1 else f"In one run (within {ONE_RUN:.0%})"
-    return f"{which}, {names_of(level)} tie: their order is within this machine's noise."
+    return (f"{which}, {label(level[0])} had the best time, but the runs cannot tell it from "
+            f"{names_of(level[1:])}: within this machine's noise.")
 
 
 def verdict_parts(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,

@@ -431,17 +431,17 @@ def _verify_title(slow: dict) -> str:
     return title + f": beside the draft {slow['factor']:.2f}× as long"
 
 
-def tie_words(runs: int) -> str:
-    """The badge of a method the runs cannot tell from the winner (the badge's hover and the
-    legend under the tiles name it): short, to fit on a tile."""
-    return "tied with the fastest" if runs > 1 else f"within {ONE_RUN:.0%} of the fastest"
+def tie_words(runs: int, top: str) -> str:
+    """The badge of a method the runs cannot tell from the winner (`top`, named: the badge says
+    whom it ties, so that it never reads as a tie with every other method): short, to fit on a tile."""
+    return f"within noise of {top}" if runs > 1 else f"within {ONE_RUN:.0%} of {top}"
 
 
 def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple[str, str]]:
     """Each tile's badge as (text, hover), the same kind of words on every tile, all measured
     against the winner (the best end-to-end median): the winner "fastest" when clear of the
-    rest, else "fastest median, a tie"; every other method "tied with the fastest" (from one
-    run: "within 10% of the fastest") when the runs cannot tell it from the winner (`level_with`),
+    rest, else "fastest median, a tie"; every other method "within noise of SD" (from one
+    run: "within 10% of SD") when the runs cannot tell it from the winner (`level_with`),
     else "slower than the fastest" (AR: "baseline"), the winner named in the hover."""
     best = winner(c, spreads)
     if best is None:
@@ -461,7 +461,7 @@ def standing(c: dict[str, Card], spreads: dict | None = None) -> dict[str, tuple
             out[m] = ("baseline", "the target alone, what the others are measured against; " + (
                 f"the runs cannot tell {top} from it ({why})" if m in level else f"clearly slower than {top} end to end"))
         else:
-            out[m] = ((tie_words(runs), f"the runs cannot tell {label(m)} from {top} ({why})") if m in level else
+            out[m] = ((tie_words(runs, top), f"the runs cannot tell {label(m)} from {top} ({why})") if m in level else
                       ("slower than the fastest", f"clearly slower than {top} end to end"
                                                   + (f" ({w})" if (w := ahead_words(spreads, best, m)) else "")))
     return out
@@ -514,12 +514,12 @@ def _scoreboard(c: dict[str, Card], spreads: dict | None = None, done: dict | No
                      f'<div class="msd-tile-small">{esc(small)}</div>{span}</div>')
     runs = runs_of(spreads)
     many = f", medians of {runs} interleaved runs" if runs > 1 else ", this run"
-    ties = best is not None and tie_words(runs) in [text for text, _ in badges.values()]
+    ties = best is not None and tie_words(runs, label(best)) in [text for text, _ in badges.values()]
     legend = ""
     if ties:
         top = esc(label(best))
         how = (f"{top} was not faster in every round" if runs > 1 else "one run's noise here is about that much")
-        legend = (f'<br>“{esc(tie_words(runs))}”: {how}, so '
+        legend = (f'<br>“{esc(tie_words(runs, label(best)))}”: {how}, so '
                   f'{"these runs cannot" if runs > 1 else "one run cannot"} tell the two apart')
     if any(gated(m) for m in c):  # the gated Mirror-SD's name, once
         legend += ("<br>“gated”: Mirror-SD picks, step by step from the times it measures, whether the draft "

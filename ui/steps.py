@@ -284,8 +284,8 @@ def _window(rec: RunRecord, sv: StepView, kind: str, previous: int | None) -> st
         if lanes_in_turn(rec, previous):
             return (f"the window was drafted after the previous verdict, the lanes one after the other "
                     f"(the target waited {_fmt_s(redraft_s(rec, previous))})")
-        return (f"the window was redrafted after a branch miss (the target waited "
-                f"{_fmt_s(redraft_s(rec, previous))})")
+        return (f"its window was redrafted after the step before missed (no branch matched; the target "
+                f"waited {_fmt_s(redraft_s(rec, previous))})")
     if kind == "turn" and previous is not None:
         return (f"the window was drafted after the previous verdict, the lanes in turn (the "
                 f"target waited {_fmt_s(redraft_s(rec, previous))})")
