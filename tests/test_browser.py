@@ -640,6 +640,14 @@ def check_step_model(page):
     assert page.inner_text(f"{box} [data-show='c']") == "0.05"
     page.click(f"{box} .mc-reset")
     assert page.inner_text(f"{box} [data-out='mirror']") == before
+    # the paper's kind of pair: the draft forward a twentieth of the target's, the rest the run's
+    from ui.stepmodel import PAPER_DRAFT
+    page.click(f"{box} .mc-paper")
+    paper = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('#how-it-works .msd-calc "
+                          "input[type=range]')].map(i => [i.name, Number(i.value)]))")
+    assert paper == dict(values, c=PAPER_DRAFT), paper
+    assert page.inner_text(f"{box} [data-out='gain']") == outputs(paper)["gain"]
+    page.click(f"{box} .mc-reset")
 
 
 def test_tiny_pair_in_the_browser(browser, page, monkeypatch, drafting_pays):

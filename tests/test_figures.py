@@ -1572,7 +1572,7 @@ def test_a_gated_mirror_sd_that_ran_as_sd_is_named_so_in_the_headline_and_on_its
     # the lead names the fastest, and sets every Mirror-SD against SD, so it agrees with the headline
     from ui.figures import lead_words
     lead = lead_words(c, records, {})
-    assert lead.startswith("Mirror-SD wrote the same") and "1.50× as fast" in lead, lead
+    assert lead.startswith("In this one run, Mirror-SD wrote the same") and "1.50× as fast" in lead, lead
     assert lead.endswith("Mirror-SD beat SD in this one run: Mirror-SD 1.33× SD's speed."), lead
     assert "“gated”: Mirror-SD picks, step by step" in tile and "always overlapped" not in tile
     at_once, n = lanes_at_once(overlapped)

@@ -527,8 +527,9 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     best = max(drafting, key=lambda m: sp[m][0])
     # SD names speculation's gain where it is level with the fastest; a method the runs tell above it, itself
     who = "sd" if "sd" in drafting and ahead("sd", ar) and not ahead(best, "sd") else best
-    if ahead(who, ar):
-        out = [f"{label(who)} wrote {text} as plain decoding, {sp[who][1]:.2f}× as fast."]
+    if ahead(who, ar):  # from one run, said as one run's (a presenter's Run; the default runs 3)
+        out = [("In this one run, " if runs == 1 else "") + f"{label(who)} wrote {text} as plain decoding, "
+               f"{sp[who][1]:.2f}× as fast."]
     else:
         dear = f" One draft forward costs {cost:.0%} of a target forward on this machine." if cost else ""
         out = ["Plain decoding (AR) was the fastest here: drafting cost more than it saved." + dear

@@ -113,16 +113,18 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'then the verify pass). Mirror-SD with the draft on a device of its own, every step a hit: '
             f'<b data-out="mirror">{out["mirror"]}</b>, <b data-out="gain">{out["gain"]}</b> SD (the draft '
             f'starts at the early exit; the next step waits for the verdict and the branch).</p>{run}'
-            f'<p class="mc-note">Move “one draft forward” down to a twentieth of a target forward (a 0.6B '
-            f'draft beside a 14–32B target, the paper\'s pairs) and Mirror-SD pulls ahead; here the draft '
-            f'costs so much that the window it must write cannot fit in the part of the pass after the '
-            f'early exit. The What-if fold\'s projections replay this run\'s own steps instead (each its own '
-            f'window, hit or miss, at the costs measured), so their figures differ from this model\'s, which '
-            f'takes one window length and every step alike. '
-            f'<button type="button" class="mc-reset">back to the run\'s figures</button></p></div>')
+            f'<p class="mc-note"><button type="button" class="mc-paper">a pair like the paper\'s: one draft '
+            f'forward a twentieth of a target forward</button> <button type="button" class="mc-reset">back to '
+            f'the run\'s figures</button><br>With a draft that cheap (a 0.6B draft beside a 14–32B target) '
+            f'Mirror-SD pulls ahead; here the draft costs so much that its window cannot fit in the part of the '
+            f'pass after the early exit. The What-if fold replays this run\'s own steps instead, each with its '
+            f'own window, so its figures differ from this model\'s.</p></div>')
 
+
+PAPER_DRAFT = 0.05  # one draft forward in target forwards for a 0.6B draft beside a 14-32B target
 
 CALC_JS = """
+const PAPER_DRAFT = @PAPER_DRAFT@;
 if (!element.dataset.msdCalc) {
   element.dataset.msdCalc = '1';
   const shown = (n, x) => n === 'k' ? String(Math.round(x)) : (n === 'a' || n === 'e') ? Math.round(100 * x) + '%' : x.toFixed(2);
@@ -137,10 +139,12 @@ if (!element.dataset.msdCalc) {
   };
   element.addEventListener('input', (ev) => { const box = ev.target.closest('.msd-calc'); if (box) calc(box); });
   element.addEventListener('click', (ev) => {
-    if (!ev.target.closest('.mc-reset')) return;
+    const reset = ev.target.closest('.mc-reset'), paper = ev.target.closest('.mc-paper');
+    if (!reset && !paper) return;
     const box = ev.target.closest('.msd-calc');
     box.querySelectorAll('input[type=range]').forEach(i => { i.value = i.dataset.run; });
+    if (paper) box.querySelector('input[name="c"]').value = String(PAPER_DRAFT);
     calc(box);
   });
 }
-"""
+""".replace("@PAPER_DRAFT@", repr(PAPER_DRAFT))
