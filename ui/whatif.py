@@ -157,8 +157,8 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
     return (f'<table class="msd-whatif-table"><caption>Decode speed over AR (decode time, and the '
             f'tokens written in it: a speed is tokens over time, and a run that drafts writes more than '
             f'one token before its decode starts) per method: the measured run, then the projection of the same recorded steps on each '
-            f'hardware profile. Mirror-SD (gated) has no column: where the lanes get devices '
-            f'of their own, (b) and (c), the Mirror-SD column prices every step overlapped{_replay_note(runs)}'
+            f'hardware profile. Where the lanes get devices of their own, (b) and (c), the Mirror-SD column '
+            f'prices every step overlapped{_replay_note(runs)}'
             f'</caption><thead><tr><th scope="col">projection profile</th>{head}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
