@@ -498,7 +498,7 @@ def headline(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         return f"Plain decoding (AR) won end to end: {ratios}.", _as_sd(c, records)
     second = max((m for m in c if m != best and sp[m][0]), key=lambda m: sp[m][0])
     if variant_of(best)[0] == "mirror" and "sd" in c and sp["sd"][0]:
-        second = "sd"  # a Mirror-SD's win is said against SD, the method it builds on, not its twin
+        second = "sd"  # a Mirror-SD's win is said against SD, the method it builds on, not its variant
     than = "" if second == ar else f", {sp[best][0] / sp[second][0]:.2f}× {label(second)}'s speed"
     also = f"; {_apart(near + [ar], runs, spreads=spreads)}" if near else ""
     return f"{label(best)} won end to end{than}: {ratios}{also}.", _as_sd(c, records)
@@ -880,9 +880,9 @@ def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict
 
 
 def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
-    """What Mirror-SD's lanes at once did here, when its twin with both lanes at once in every
-    step ran beside it: that twin's hits of its verdicts and its end-to-end speed against the
-    gated Mirror-SD's, which the overlap gate's choice rests on ('' otherwise)."""
+    """What Mirror-SD's lanes at once did here, where a run with both lanes at once in every step
+    (the page's Mirror-SD) and a gated one both ran: the first's hits of its verdicts and its
+    end-to-end speed against the gated run's, which the overlap gate's choice rests on ('' otherwise)."""
     from .runs import always_overlapped, exit_off, gated
     mirrors = [m for m in c if variant_of(m)[0] == "mirror" and not exit_off(m)]
     v = next((m for m in mirrors if always_overlapped(m)), None)
@@ -890,18 +890,18 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
     if v is None or base is None:
         return ""
     sp = speeds(c, spreads)
-    twin, gated = sp[v], sp[base]
+    every, gate = sp[v], sp[base]
     parts = []
     if c[v].hits is not None and c[v].hits + (c[v].misses or 0):
         n = c[v].hits + (c[v].misses or 0)
         parts.append(f"hit {c[v].hits} of its {n} verdicts ({c[v].hits / n:.0%}; {shown_run(spreads)})")
-    if twin[0] and gated[0]:
+    if every[0] and gate[0]:
         pair = {base: c[base], v: c[v]}
         apart = level_with(pair, winner(pair, spreads), spreads)
-        faster = twin[0] > gated[0]
+        faster = every[0] > gate[0]
         which = " (medians)" if runs_of(spreads) > 1 else ""
-        parts.append(f"ran {twin[0]:.2f} tok/s ({_x(twin[1])} AR) against {label(base)}'s "
-                     f"{gated[0]:.2f} tok/s{which}" + (": the runs cannot tell them apart" if apart else
+        parts.append(f"ran {every[0]:.2f} tok/s ({_x(every[1])} AR) against {label(base)}'s "
+                     f"{gate[0]:.2f} tok/s{which}" + (": the runs cannot tell them apart" if apart else
                                                  ": overlapping paid here" if faster else
                                                  ": both lanes on the same cores cost more than a hit saves"))
     if not parts:

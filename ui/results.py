@@ -666,16 +666,16 @@ def _checked_words(rec: RunRecord, apart: bool = False) -> str:
             f'(untimed), <b>{esc(checked_words(t, apart))}</b>.</span>')
 
 
-def _lanes_line(rec: RunRecord, twin: str = "") -> str:
-    """Mirror-SD's two lanes on this machine: when most steps ran one lane after the other (the
-    overlap gate), that in one bold line, with what its twin with the lanes at once in every
-    step measured (`twin`, figures.overlap_measured) where it ran; else the engine's words
+def _lanes_line(rec: RunRecord, overlapped: str = "") -> str:
+    """A Mirror-SD run's two lanes on this machine: when most steps ran one lane after the other
+    (the overlap gate), that in one bold line, with what the run with the lanes at once in every
+    step measured (`overlapped`, figures.overlap_measured) where it ran; else the engine's words
     (`lane_words`: how they shared the cores, in how many verify steps both worked at once), in
     full in Statistics."""
     split, at_once, steps = lane_words(rec)
     if not split:
         return ""
-    measured_twin = f' <span class="msd-twin">{esc(twin)}</span>' if twin else ""
+    measured_twin = f' <span class="msd-twin">{esc(overlapped)}</span>' if overlapped else ""
     if steps and 2 * at_once < steps:  # most steps ran one lane after the other, or drafted nothing
         decoded, turns = steps_undrafted(rec), steps_in_turn(rec)
         last = steps - at_once - decoded - turns  # the last step: it drafts no next window

@@ -61,7 +61,7 @@ def opening_step(records: dict[str, RunRecord], rec: RunRecord | None) -> int:
 def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
     """The Mirror-SD run the zoom draws: Mirror-SD's own, unless its overlap gate ran most of its
     steps in turn (or all of them) and a variant with the early exit on had its lanes at once,
-    its twin with the lanes at once in every step among them; None without a Mirror-SD run."""
+    the run with the lanes at once in every step among them; None without a Mirror-SD run."""
     runs = [r for m, r in records.items() if r is not None and r.finish is not None
             and variant_of(m)[0] == "mirror" and variant_of(m)[1].get("early_exit") != "off"]
 
@@ -70,7 +70,7 @@ def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
         return 2 * at_once < steps
 
     # Mirror-SD's own first, unless its gate ran most steps in turn: then a run that overlapped
-    # (its twin) shows the mechanism at its usual step, not at a rare one
+    # (the page's Mirror-SD) shows the mechanism at its usual step, not at a rare one
     runs.sort(key=lambda r: (mostly_in_turn(r), r.method != "mirror"))
 
     return next((r for r in runs if any({"prefix", "branches"} <= x for x in _labels(r).values())),
