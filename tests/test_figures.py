@@ -1675,8 +1675,8 @@ def test_the_lead_says_only_what_the_rounds_tell():
         "No method was clearly faster than plain decoding (AR) here.")
     # the measured cost that decides it, where drafting did not pay: one draft forward against one target forward
     assert lead_words(c, records, shared, noise, cost=0.7).startswith(
-        "No method was clearly faster than plain decoding (AR) here. One draft forward costs 70% of a target "
-        "forward on this machine.")
+        "No method was clearly faster than plain decoding (AR) here. Each drafted token cost 70% of a target "
+        "forward on this machine (SD's median).")
     slow = _rounds_at(records, [{"ar": 10, "sd": 8, "mirror": 7}, {"ar": 11, "sd": 9, "mirror": 8},
                                 {"ar": 10, "sd": 8, "mirror": 7}])
     assert lead_words(c, records, shared, slow).startswith("Plain decoding (AR) was the fastest here")

@@ -510,8 +510,8 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     did Mirror-SD pay against SD, each said only as far as the runs tell it (`told_apart`), with
     the one figure that matters; the headline under it gives every ratio ('' without AR and a
     drafting method). `why`: where Mirror-SD did not beat SD, the clause that says why (the
-    caller's, from the projection and the cause in one step). `cost`: one draft forward over one
-    target forward, measured, said where drafting did not beat plain decoding."""
+    caller's, from the projection and the cause in one step). `cost`: SD's drafting time per drafted
+    token over one target forward (medians, `why.costs`), said where drafting did not beat plain decoding."""
     ar = baseline()
     sp = speeds(c, spreads)
     drafting = [m for m in c if m != ar and sp[m][0] and c[m].complete]
@@ -531,7 +531,7 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         out = [("In this one run, " if runs == 1 else "") + f"{label(who)} wrote {text} as plain decoding, "
                f"{sp[who][1]:.2f}× as fast."]
     else:
-        dear = f" One draft forward costs {cost:.0%} of a target forward on this machine." if cost else ""
+        dear = f" Each drafted token cost {cost:.0%} of a target forward on this machine (SD's median)." if cost else ""
         out = ["Plain decoding (AR) was the fastest here: drafting cost more than it saved." + dear
                if all(ahead(ar, m) for m in drafting) else
                "No method was clearly faster than plain decoding (AR) here." + dear]
