@@ -103,8 +103,9 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
         f'<small>{esc(said.get(name, ""))}</small></label>'
         for name, text, low, high, step, _ in SLIDERS)
     run = (f'<p class="mc-run">Measured in the run on screen: SD {esc(per_step)}decoded at <b>{measured_sd:.2f}×</b> AR\'s speed '
-           f'(the sliders start at its figures; the model leaves out the first token and the steps that '
-           f'drafted nothing).</p>' if measured_sd else "")
+           f'(the sliders start at its figures; the model leaves out the first token, the steps that drafted '
+           f'nothing and the tokens SD takes from prompt lookup, at no model\'s cost, where the text repeats '
+           f'itself, so it can fall short of the measured speed).</p>' if measured_sd else "")
     return (f'<div class="msd-calc"><h4>Try it: when does drafting pay? <span class="mc-tag">a model, not a '
             f'measurement</span></h4>{rows}'
             f'<p class="mc-out">Tokens per verify step: <b data-out="tokens">{out["tokens"]}</b> '
@@ -115,10 +116,11 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'starts at the early exit; the next step waits for the verdict and the branch).</p>{run}'
             f'<p class="mc-note"><button type="button" class="mc-paper">a pair like the paper\'s: one draft '
             f'forward a twentieth of a target forward</button> <button type="button" class="mc-reset">back to '
-            f'the run\'s figures</button><br>With a draft that cheap (a 0.6B draft beside a 14–32B target) '
-            f'Mirror-SD pulls ahead; here the draft costs so much that its window cannot fit in the part of the '
-            f'pass after the early exit. The What-if fold replays this run\'s own steps instead, each with its '
-            f'own window, so its figures differ from this model\'s.</p></div>')
+            f'the run\'s figures</button><br>In this model, a draft that cheap (a 0.6B draft beside a 14–32B '
+            f'target) puts Mirror-SD ahead; a dearer one cannot fit its window in the part of the pass after the '
+            f'early exit. The What-if fold replays this run\'s own steps instead, each with its own window, on '
+            f'an accelerator pair whose draft has a cost of its own (the pay chart gives its share of the '
+            f'target\'s), so its figures differ from this model\'s.</p></div>')
 
 
 PAPER_DRAFT = 0.05  # one draft forward in target forwards for a 0.6B draft beside a 14-32B target
