@@ -1650,8 +1650,14 @@ def test_the_lead_says_only_what_the_rounds_tell():
     assert lead_words(c, records, shared, lost).endswith("Mirror-SD was slower than SD.")
     won = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 15}, {"ar": 9, "sd": 12, "mirror": 14},
                                {"ar": 10, "sd": 13, "mirror": 15}])
+    hid = c["mirror"].draft_hidden_s  # how it won, the card's figure: the drafting hidden beside the target
     assert lead_words(c, records, {"target_device": "cuda:0", "draft_device": "cuda:1"}, won, why).endswith(
-        f"Mirror-SD beat SD: {label('mirror')} {15 / 13:.2f}× SD's speed.")  # no why where it won
+        f"Mirror-SD beat SD: {label('mirror')} {15 / 13:.2f}× SD's speed."  # no "why" where it won
+        + (f" Its draft hid {hid:.1f} s of drafting beside the target." if hid and hid >= 0.05 else ""))
+    from dataclasses import replace as dc_replace
+    hidden = dict(c, mirror=dc_replace(c["mirror"], draft_hidden_s=1.23))
+    assert lead_words(hidden, records, shared, won).endswith(
+        f"{15 / 13:.2f}× SD's speed. Its draft hid 1.2 s of drafting beside the target.")
     # a higher median the rounds cannot tell from SD's: a tie, with its figure, and no cause claimed
     above = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 13.5}, {"ar": 9, "sd": 12, "mirror": 11.5},
                                  {"ar": 10, "sd": 13.1, "mirror": 13.2}])

@@ -541,16 +541,18 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         return " ".join(out)
     top = max(mirrors, key=lambda m: sp[m][0])
     ratio = sp[top][0] / sp["sd"][0]
+    hid = c[top].draft_hidden_s  # where it won, how: the drafting it did beside the target
+    how = f" Its draft hid {hid:.1f} s of drafting beside the target." if hid and hid >= 0.05 else ""
     if runs == 1:  # one run settles no close call: the figure, and the way to settle it
         # the why (': its draft is too slow …') as a sentence of its own after the figure
-        after = f" {why[2].upper()}{why[3:]}." if why.startswith(": ") and ratio < 1 else ""
+        after = f" {why[2].upper()}{why[3:]}." if why.startswith(": ") and ratio < 1 else how if ratio >= 1 + ONE_RUN else ""
         out.append(f"In this one run {label(top)} ran {ratio:.2f}× SD's speed: within one run's noise here "
                    f"({ONE_RUN:.0%}); the default 3 interleaved runs tell closer methods apart.{after}"
                    if abs(ratio - 1) < ONE_RUN else
                    f"Mirror-SD {'beat' if ratio > 1 else 'was slower than'} SD in this one run: {label(top)} "
                    f"{ratio:.2f}× SD's speed.{after}")
     elif ahead(top, "sd"):
-        out.append(f"Mirror-SD beat SD: {label(top)} {ratio:.2f}× SD's speed.")
+        out.append(f"Mirror-SD beat SD: {label(top)} {ratio:.2f}× SD's speed.{how}")
     elif all(ahead("sd", m) for m in mirrors):
         out.append(f"Mirror-SD was slower than SD{why}.")
     elif ratio > 1:  # a higher median that the rounds cannot tell from SD's: a tie, its figure said
