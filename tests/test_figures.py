@@ -775,8 +775,8 @@ def test_the_settings_line_says_what_the_window_setting_bounds_beside_the_window
     settings = {"gamma": 4, "kappa": 8, "branch_budget": 2, "temperature": 0.0, "max_new_tokens": 24,
                 "window": "priced", "window_max": 12}
     text = re.sub(r"<[^>]+>", "", render_statistics(records, settings, {}))
-    assert "windows priced each step from the measured costs: 0 to 12 tokens (the window setting, 4, " \
-           "is not their length here)" in text
+    assert "windows priced each step from the measured costs: 0 to 12 tokens (window setting 4 tokens: " \
+           "not their length here)" in text
     drafted = ", ".join(f"{label(m)} {x.windows[0]} / {x.windows[1]:g} / {x.windows[2]}"
                         for m, x in c.items() if x.windows)
     assert f"windows drafted (min / median / max): {drafted}" in text

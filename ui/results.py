@@ -939,7 +939,7 @@ def window_setting(settings: dict) -> str:
     gamma, policy, top = settings.get("gamma"), str(settings.get("window") or "fixed"), settings.get("window_max")
     if policy == "priced":
         return (f"windows priced each step from the measured costs: 0 to {top or gamma} tokens "
-                f"(the window setting, {gamma}, is not their length here)")
+                f"(window setting {gamma} tokens: not their length here)")
     if policy == "adaptive":
         return f"window setting {gamma} tokens (adaptive windows start there, {settings.get('window_min', 1)} to {top})"
     return f"window setting {gamma} tokens (every window)"
