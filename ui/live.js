@@ -439,6 +439,15 @@ function loop() {
                             : requestAnimationFrame(loop);
 }
 function kick() { if (!B.raf) B.raf = requestAnimationFrame(loop); }
+// the runs' last items drawn now (a frame may be due in up to LIVE_FRAME_MS): the race message,
+// or a Stop's, ends the live phase, and a run's end (or its stop) must show before it does
+function flush() {
+  for (const m of B.order) {
+    const run = B.runs[m];
+    if (run.on && run.items.length && run.items[run.items.length - 1].k === 'f') advance(run, Infinity);
+  }
+  chart(); minis();
+}
 // bring the panes into view when a job or a race starts, unless the reader already sees them
 // (a phone, or a reader scrolled away to read): they are what the audience watches
 function reveal() {
@@ -493,6 +502,7 @@ function handle(msg) {
     if (B.mode !== 'live') return;
     feed(msg); kick();
   } else if (msg.op === 'race') {
+    if (B.mode === 'live') flush();
     B.raceMsg = msg; B.shown = msg.runs_of || null; board().classList.add('has-race'); boardNote(msg.note);
     if (msg.autoplay) { startRace(true); reveal(); }
     else { B.mode = 'settled'; settle(); header('The run ended before every method finished: no race to replay.'); }
