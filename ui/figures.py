@@ -885,10 +885,8 @@ def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
     """What Mirror-SD's lanes at once did here, where a run with both lanes at once in every step
     (the page's Mirror-SD) and a gated one both ran: the first's hits of its verdicts and its
     end-to-end speed against the gated run's, which the overlap gate's choice rests on ('' otherwise)."""
-    from .runs import always_overlapped, exit_off, gated
-    mirrors = [m for m in c if variant_of(m)[0] == "mirror" and not exit_off(m)]
-    v = next((m for m in mirrors if always_overlapped(m)), None)
-    base = next((m for m in mirrors if gated(m)), None)
+    from .runs import overlapped_and_gated
+    v, base = overlapped_and_gated(c)
     if v is None or base is None:
         return ""
     sp = speeds(c, spreads)

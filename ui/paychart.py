@@ -14,7 +14,7 @@ import html
 
 from .figures import Card, runs_of, shown_run, speeds
 from .whatif import median_words, over_sd_figure, range_values, round_span
-from .runs import colour, label, variant_of
+from .runs import colour, exit_mirrors, label
 
 esc = html.escape
 
@@ -32,9 +32,8 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
     if "sd" in c and sp["sd"][0]:
         runs = runs_of(spreads)
         scope = f"medians of {runs} runs" if runs > 1 else "this run"
-        for m, x in c.items():
-            base, changes = variant_of(m)
-            if base != "mirror" or changes.get("early_exit") == "off" or not sp[m][0]:
+        for m in exit_mirrors(c):
+            if not sp[m][0]:
                 continue
             out.append({"label": f"measured here: {label(m)}", "value": sp[m][0] / sp["sd"][0], "low": None,
                         "high": None, "kind": "measured", "colour": colour(m),

@@ -20,8 +20,8 @@ from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
-from .runs import (RunRecord, against_ar, always_overlapped, analyse, colour, exit_check, exit_off, gated, label,
-                   measured, method_names, variant_of, verdict_outcome)
+from .runs import (RunRecord, against_ar, analyse, colour, exit_check, exit_mirrors, gated, label, measured,
+                   method_names, overlapped_and_gated, variant_of, verdict_outcome)
 from .zoom import cause_figures, fresh_steps, redraft_ms, render_cause, zoom_record
 from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
@@ -142,9 +142,9 @@ def _mirror_takeaway(c: dict[str, Card], sp: dict, spreads: dict | None,
     where hits came after the verdict, how late (`late_hits_words`); the gated run's speed against
     the one overlapped in every step, where both ran."""
     items = []
-    for m in _mirrors(c):
+    for m in exit_mirrors(c):
         rec = done.get(m)
-        if rec is None or exit_off(m):
+        if rec is None:
             continue
         at_once, steps = lanes_at_once(rec)
         if not steps:
@@ -172,8 +172,7 @@ def _mirror_takeaway(c: dict[str, Card], sp: dict, spreads: dict | None,
                     f"it found taking turns the faster on these shared cores, and taking turns it prices its "
                     f"windows from SD's measured costs.")
         items.append((label(m), text + (f" It ran {vs}." if vs else "")))
-    overlapped = next((m for m in _mirrors(c) if always_overlapped(m) and not exit_off(m)), None)
-    gate = next((m for m in _mirrors(c) if gated(m) and not exit_off(m)), None)
+    overlapped, gate = overlapped_and_gated(c)
     if overlapped and gate and sp[overlapped][0] and sp[gate][0]:
         pair = {gate: c[gate], overlapped: c[overlapped]}
         if not level_with(pair, winner(pair, spreads), spreads):
@@ -796,7 +795,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward over a batch of branches, beside the target: {ms(c['draft_beside'])} a "
                      f"forward, {k['draft']:.2f}× a one-token draft forward alone")
-    for m in (m for m in done if variant_of(m)[0] == "mirror" and not exit_off(m) and done[m].finish):
+    for m in (m for m in exit_mirrors(done) if done[m].finish):
         if split := lane_words(done[m])[0]:
             lines.append(f"{esc(label(m))}'s two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
@@ -846,10 +845,10 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
     c = cards(done)
     sub = verdict_sub(c, meta, spreads)
     cross = (f'<p class="msd-verdict-sub">{esc(sub)}</p>' if sub else "") + cross
-    lanes = next((m for m in _mirrors(c) if gated(m) and not exit_off(m)), "mirror" if "mirror" in done else None)
+    lanes = overlapped_and_gated(c)[1] or ("mirror" if "mirror" in done else None)
     if lanes:  # the gated run's lanes where it ran (its gate's choice), else Mirror-SD's
         cross += _lanes_line(done[lanes], overlap_measured(c, spreads))
-    own = [f"{label(m)}: {', '.join(f'{k.replace(chr(95), chr(32))} {v}' for k, v in variant_of(m)[1].items())}"
+    own = [f"{label(m)}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in variant_of(m)[1].items())
            for m in done if variant_of(m)[1]]  # the methods that ran with settings of their own
     facts = " · ".join(x for x in (_settings_line(settings, meta), "; ".join(own) if settings else "",
                                    windows_drafted(done) if settings else "") if x)

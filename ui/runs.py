@@ -100,6 +100,19 @@ def gated(method: str) -> bool:
     return variant_of(method)[0] == "mirror" and not always_overlapped(method)
 
 
+def exit_mirrors(methods) -> list[str]:
+    """The Mirror-SD runs among `methods` that read the target's early exit (every one but the
+    variant without it), in their order."""
+    return [m for m in methods if variant_of(m)[0] == "mirror" and not exit_off(m)]
+
+
+def overlapped_and_gated(methods) -> tuple[str | None, str | None]:
+    """(the first early-exit Mirror-SD with its lanes at once in every step, the first gated
+    one) among `methods`; None for either that did not run."""
+    runs = exit_mirrors(methods)
+    return (next((m for m in runs if always_overlapped(m)), None), next((m for m in runs if gated(m)), None))
+
+
 def _entry(method: str):
     return REGISTRY.get(method) or VARIANTS.get(method)
 

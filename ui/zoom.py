@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from statistics import median
 
-from .runs import (VERDICT_LABELS, RunRecord, StepView, analyse, label, late_ms, late_words, variant_of,
+from .runs import (VERDICT_LABELS, RunRecord, StepView, analyse, label, exit_mirrors, late_ms, late_words,
                    verdict_outcome)
 from .steps import after_verdict_s, branch_ms, chipped, exit_end, quoted, redraft_s
 from .why import lanes_at_once, steps_at_once
@@ -62,8 +62,7 @@ def zoom_record(records: dict[str, RunRecord]) -> RunRecord | None:
     """The Mirror-SD run the zoom draws: Mirror-SD's own, unless its overlap gate ran most of its
     steps in turn (or all of them) and a variant with the early exit on had its lanes at once,
     the run with the lanes at once in every step among them; None without a Mirror-SD run."""
-    runs = [r for m, r in records.items() if r is not None and r.finish is not None
-            and variant_of(m)[0] == "mirror" and variant_of(m)[1].get("early_exit") != "off"]
+    runs = [records[m] for m in exit_mirrors(records) if records[m] is not None and records[m].finish is not None]
 
     def mostly_in_turn(r: RunRecord) -> bool:
         at_once, steps = lanes_at_once(r)
