@@ -8,6 +8,15 @@ against the app's, interleaved, on the same loaded pair, prompt and settings.
   each turning the new events into the live board's JSON items, the status line once a second,
   every frame serialised to JSON as if sent.
 
+Each side runs its torch work on a thread that is the only live OpenMP team in the process,
+as each does in its own process: the CLI on its main thread, the app on a job's thread (the app's
+main thread serves the page and runs no torch work). So here the CLI side runs on a thread of
+its own that ends with the run, and this script's main thread runs no torch work. Were the main
+thread's team kept alive beside a job's, libgomp would count more spinning threads than cores and
+make every idle worker sleep at once (its throttled spin), so each of a forward's many small
+parallel regions would wait for a thread to wake: on a 2-core AMD EPYC that alone made the app's
+side 0.53-0.82x of the CLI's (docs/performance.md, "Each lane at full speed").
+
 Both figures are the engine's decode speed of the run (tokens after the first commit over the
 time after it, Finish's stats, the figure the page's cards show). Rounds alternate the order
 (CLI first, then app first). Also reports the time the job thread spent decoding token texts
@@ -48,9 +57,23 @@ def _timed_texts():
     TokenTexts.on_event = on_event
 
 
+def on_own_thread(fn):
+    """fn() on a thread that ends with it (its OpenMP team ends too); its result."""
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()), name="live-cost-cli")
+    thread.start()
+    thread.join()
+    if not out:
+        raise SystemExit("the CLI side failed (its traceback is above)")
+    return out[0]
+
+
 def cli_run(run) -> float:
-    _, finish = decode(run, "ar", stream=False)
-    return finish.stats["decode_tokens_per_s"]
+    """The CLI's run path, on a thread of its own (see the module's note)."""
+    def one():
+        _, finish = decode(run, "ar", stream=False)
+        return finish.stats["decode_tokens_per_s"]
+    return on_own_thread(one)
 
 
 def app_run(app: AppState, req: RunRequest) -> tuple[float, int, int, float]:
@@ -84,7 +107,7 @@ def main(argv=None) -> int:
     app_run(app, req)  # loads, checks and warms the pair the app's way (not counted)
     loaded = app.pairs.get(req.spec, lambda *a: None)
     path = RunPath(["ar"], req.settings)  # tunes auto settings for the methods it runs
-    run = path.prepare(loaded.pair, parse_prompt(req.prompt))
+    run = on_own_thread(lambda: path.prepare(loaded.pair, parse_prompt(req.prompt)))
     cli_run(run)  # one untimed run each way first
     cli, live, text_share = [], [], []
     for r in range(args.rounds):
