@@ -356,9 +356,9 @@ def test_the_verdicts_projection_is_the_what_if_folds_row_c_with_its_inputs_name
 
 
 def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
-    """Each round's records give their own projection (over_sd_of); the verdict's line and the
-    What-if fold's first line quote the median of the rounds' projections, said so, with their
-    range; the fold's tables, the runs shown's replay, say that they are not that figure."""
+    """Each round's records give their own projection (over_sd_of); the verdict's line, the
+    What-if fold's first line and its first table quote one figure, the runs shown's replay, and
+    the line gives the rounds' own projections as its range."""
     from mirror_sd.models.tiny import LAYERS
     from ui.results import render_verdict
     from ui.whatif import best_projection, over_sd_of, project_state, render_panel
@@ -372,77 +372,78 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
     state = dict(base, records=records, projected=projected)
     proj = best_projection(state)
     assert proj["over_sd_rounds"]["c"] == [own["c"] * 1.3, own["c"] * 0.5, own["c"] * 2]  # an empty round left out
-    # the median (1.3× the runs shown's), not the runs shown's figure
-    words = (f'Mirror-SD <b class="msd-proj-ratio">{own["c"] * 1.3:.2f}×</b> SD, the median of the 3 runs&#x27; '
-             f"projections (with the runs shown replayed, the range {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×")
+    # the runs shown's figure, not the rounds' median (1.3× it)
+    words = (f'Mirror-SD <b class="msd-proj-ratio">{own["c"]:.2f}×</b> SD (with each of the 3 runs&#x27; own '
+             f"projections, the range {own['c'] * 0.5:.2f}–{own['c'] * 2:.2f}×")
     # a range on both sides of 1× says that the runs cannot tell which would be faster there
     either = round(own["c"] * 0.5, 2) < 1 < round(own["c"] * 2, 2)
     words += ": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there)" if either else ")"
     verdict_html = render_verdict(records, base["meta"], proj)
     assert words in verdict_html, verdict_html
-    assert "msd-proj-figures" not in verdict_html  # one figure in the line: the runs shown's replay is the tables'
+    assert "replaying the steps of the runs shown" in verdict_html
+    assert f"{own['c'] * 1.3:.2f}×</b>" not in verdict_html  # no second figure (the rounds' median) for it
 
     result, _ = project_state(state)
     panel = render_panel(result, projected=projected, runs=3)
     assert words in panel
-    # the first table: the runs shown's replay, and beside it in a column of its own the
-    # medians the page quotes, each in its profile's row
-    assert "the median of the 3 runs' projections (the figure the page quotes)</th>" in panel, panel
-    for key in ("b", "c"):
-        row = re.search(rf'<tr data-key="{key}">(.*?)</tr>', panel).group(1)
-        assert row.endswith(f"<td><b>{own[key] * 1.3:.2f}×</b></td>"), row
-    assert "Mirror-SD over SD (the runs shown replayed)" in panel
-    assert "the Mirror-SD over SD that the verdict quotes for (b) and (c) is the median of the 3 runs" in panel
+    # the first table: the runs shown's replay, the figure the line quotes, in each profile's row
+    assert "These are the figures the page quotes" in panel and "the median of the" not in panel
+    row = re.search(r'<tr data-key="c">(.*?)</tr>', panel).group(1)
+    assert row.endswith(f"<td><b>{own['c']:.2f}×</b></td>"), row
+    assert "as the first table and the verdict's figures do" in panel
     from ui.whatif import rounds_words
     assert rounds_words({"over_sd_rounds": {"b": [0.95, 1.28, 1.1]}}, "b") == (
-        "the median of the 3 runs' projections (their range 0.95–1.28×: on both sides of 1×, so these runs cannot "
-        "say whether Mirror-SD would pass SD there)")
-    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}}, "b") == (
-        "the median of the 2 runs' projections (their range 1.05–1.28×)")
+        "the runs shown replayed (with each of the 3 runs' own projections, the range 0.95–1.28×: on both sides "
+        "of 1×, so these runs cannot say whether Mirror-SD would pass SD there)")
+    assert rounds_words({"over_sd_rounds": {"b": [1.05, 1.28]}, "over_sd": {"b": 1.3}}, "b") == (
+        "the runs shown replayed (with each of the 2 runs' own projections, the range 1.05–1.30×)")
     # a range printed 0.92–1.00× lies below 1× as read, though its top was 1.004
     assert rounds_words({"over_sd_rounds": {"b": [0.92, 1.004]}}, "b") == (
-        "the median of the 2 runs' projections (their range 0.92–1.00×)")
+        "the runs shown replayed (with each of the 2 runs' own projections, the range 0.92–1.00×)")
     single = best_projection(dict(base, records=records, projected=[own]))
     one = render_verdict(records, base["meta"], single)
-    assert "runs&#x27; projections" not in one and "their range" not in one  # one round: its own figure, no range
-    assert "Mirror-SD over SD (the runs shown" not in render_panel(result, projected=[own])
+    assert "runs&#x27; own" not in one and "the range" not in one  # one round: its own figure, no range
+    assert "replaying the steps of this run" in one
+    alone = render_panel(result, projected=[own])
+    assert "replaying the steps of the runs shown" not in alone and "These are the figures" not in alone
 
 
-def test_the_figure_quoted_for_b_and_c_is_the_median_of_the_runs_projections():
-    """Three runs whose projections of row (b) were 1.76×, 0.85× and 1.13× (the runs shown's own
-    replay 1.76×): the status, the takeaway and the pay chart quote 1.13×, the median, say so,
-    and give the range of all three beside it (inconclusive: on both sides of 1×); from one
-    run, that run's figure."""
+def test_the_figure_quoted_for_b_and_c_is_the_runs_shown_replay_with_the_runs_range():
+    """Three runs whose projections of row (b) were 1.76×, 0.85× and 1.13×, the runs shown's
+    replay 1.02×: the status, the takeaway and the pay chart quote 1.02×, the What-if tables'
+    figure, say so, and give the range of all of them beside it (inconclusive: on both sides of
+    1×); without the runs shown's replay, the rounds' median; from one run, that run's figure."""
     from ui.paychart import bars, render_pay_chart
     from ui.results import takeaway
     from ui.whatif import over_sd_figure, round_span
     records = tiny_records()
-    meta = {"target_device": "cpu", "draft_device": "cpu"}
-    proj = {"over_sd": {"b": 1.76, "c": 1.5}, "over_sd_rounds": {"b": [1.76, 0.85, 1.13], "c": [1.5, 1.2, 1.3]}}
-    assert over_sd_figure(proj, "b") == 1.13 and over_sd_figure(proj, "c") == 1.3
+    proj = {"over_sd": {"b": 1.02, "c": 1.5}, "over_sd_rounds": {"b": [1.76, 0.85, 1.13], "c": [1.5, 1.2, 1.3]}}
+    assert over_sd_figure(proj, "b") == 1.02 and over_sd_figure(proj, "c") == 1.5
+    assert over_sd_figure({"over_sd_rounds": proj["over_sd_rounds"]}, "b") == 1.13  # no runs-shown replay: the median
     assert round_span(proj, "b") == [1.76, 0.85, 1.13]  # all three runs, none other
     said = takeaway(records, None, proj)
-    assert ("Projected, not measured (the chart below, from the steps of the 3 runs): Mirror-SD 1.13× SD with "
-            "the draft on a device of its own (the median of the 3 runs' projections; inconclusive: 0.85–1.76×); "
-            "1.30× SD on an accelerator pair (the median of the 3 runs' projections; 1.20–1.50×).") in said, said
-    assert "1.76× SD with" not in said and "1.50× SD on" not in said
-    apart = dict(proj, over_sd_rounds={"b": [1.76, 1.05, 1.13], "c": [1.5, 1.2, 1.3]})
-    assert ("Mirror-SD 1.13× SD with the draft on a device of its own (the median of the 3 runs' projections; "
+    assert ("Projected, not measured (the chart below, from the steps of the runs shown): Mirror-SD 1.02× SD "
+            "with the draft on a device of its own (the runs shown replayed; the 3 runs' own: 0.85–1.76×, "
+            "inconclusive); 1.50× SD on an accelerator pair (the runs shown replayed; the 3 runs' own: "
+            "1.20–1.50×).") in said, said
+    assert "1.13× SD with" not in said and "1.30× SD on" not in said
+    apart = dict(proj, over_sd={"b": 1.1, "c": 1.5}, over_sd_rounds={"b": [1.76, 1.05, 1.13], "c": [1.5, 1.2, 1.3]})
+    assert ("Mirror-SD 1.10× SD with the draft on a device of its own (the runs shown replayed; the 3 runs' own: "
             "1.05–1.76×)") in takeaway(records, None, apart)
     c = cards(records)
     b, cc = [r for r in bars(c, None, proj) if r["kind"] == "projected"]
-    assert (b["value"], b["low"], b["high"]) == (1.13, 0.85, 1.76) and cc["value"] == 1.3
-    assert "the median of the 3 runs' projections, a dot each, the whisker their range" in b["note"]
+    assert (b["value"], b["low"], b["high"]) == (1.02, 0.85, 1.76) and cc["value"] == 1.5
+    assert "the runs shown's steps replayed (What if, row (b)); a dot per run's own projection" in b["note"]
     chart = render_pay_chart(proj, c)
     assert b["runs"] == round_span(proj, "b") and len(b["runs"]) == 3
     for v in b["runs"]:  # each run's own projection, a dot on its bar
         assert f'title="one run: {v:.2f}×"' in chart
-    assert re.search(r'pc-b">.*?pc-val">1\.13× <small>\(0\.85–1\.76×\)</small> <small class="pc-unsure">inconclusive',
+    assert re.search(r'pc-b">.*?pc-val">1\.02× <small>\(0\.85–1\.76×\)</small> <small class="pc-unsure">inconclusive',
                      chart), chart
     one = {"over_sd": {"b": 1.76, "c": 1.5}, "over_sd_rounds": {"b": [1.76], "c": [1.5]}}
     assert over_sd_figure(one, "b") == 1.76 and round_span(one, "b") == []
     assert "Mirror-SD 1.76× SD with the draft on a device of its own" in takeaway(records, None, one)
-    assert "runs' projections" not in takeaway(records, None, one)
+    assert "runs' own" not in takeaway(records, None, one)
 
 
 def test_a_method_within_one_run_s_noise_of_ar_is_said_to_be_indistinguishable_from_it():
@@ -1115,16 +1116,16 @@ def test_the_takeaway_says_whether_sd_s_gain_is_proven_and_what_the_gate_did():
     said = gated.split(f"{ratio:.2f}× SD end to end: ")[1]
     assert said.startswith("these runs cannot tell it from SD" if min(ratio, 1 / ratio) >= 1 - LEVEL else
                            "overlapping paid" if ratio > 1 else "sharing the cores cost more"), said
-    assert "Projected, not measured (the chart below, from the steps of the 3 runs): Mirror-SD 1.70× SD with the " \
-           "draft on a device of its own (the median of the 3 runs' projections; inconclusive: 0.90–2.00×); 1.20× SD " \
-           "on an accelerator pair." in gated, gated
+    assert "Projected, not measured (the chart below, from the steps of the runs shown): Mirror-SD 1.60× SD with " \
+           "the draft on a device of its own (the runs shown replayed; the 3 runs' own: 0.90–2.00×, inconclusive); " \
+           "1.20× SD on an accelerator pair." in gated, gated
     assert takeaway({m: r for m, r in records.items() if m != "ar"}) == ""
 
 
 def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_their_spread():
     """The chart's measured bars are each Mirror-SD run's end-to-end speed over SD's, the tiles'
-    figures; its projected bars are the What-if rows (b) and (c), over interleaved runs the
-    median of the runs' projections with their range; every projected bar says it is one."""
+    figures; its projected bars are the What-if rows (b) and (c), the runs shown's replay, over
+    interleaved runs with the range of the runs' own projections; every projected bar says it is one."""
     from mirror_sd.models.tiny import LAYERS
     from ui.figures import speeds
     from ui.paychart import bars, render_pay_chart
@@ -1140,13 +1141,13 @@ def test_the_pay_chart_sets_the_measured_ratios_beside_the_what_if_rows_with_the
     sp = speeds(c)
     assert [r["kind"] for r in rows] == ["measured", "projected", "projected"]
     assert rows[0]["value"] == sp["mirror"][0] / sp["sd"][0] and "this run" in rows[0]["note"]
-    assert [r["value"] for r in rows[1:]] == [0.9 * b, proj["over_sd"]["c"]]  # (b): the rounds' median
+    assert [r["value"] for r in rows[1:]] == [b, proj["over_sd"]["c"]]  # (b): the runs shown's, not the rounds' median
     assert (rows[1]["low"], rows[1]["high"]) == (0.7 * b, 1.3 * b) and rows[2]["low"] is None
     html = render_pay_chart(proj, c)
     assert html.count("msd-proj-tag") == 2 and "(What if, row (b))" in html and "(What if, row (c))" in html
-    assert f"{0.9 * b:.2f}× <small>({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
+    assert f"{b:.2f}× <small>({0.7 * b:.2f}–{1.3 * b:.2f}×)" in html and f"{proj['over_sd']['c']:.2f}×" in html
     assert html.count("<small>(one run)</small>") == 1  # row (c): one figure, no range, said so
-    assert "the median of the 3 runs&#x27; projections, a dot each, the whisker their range" in html
+    assert "a dot per run&#x27;s own projection, the whisker their range" in html
     unsure = round(0.7 * b, 2) < 1 < round(1.3 * b, 2)  # row (b)'s whisker across 1×: the bar says so
     assert html.count('class="pc-unsure">inconclusive<') == (1 if unsure else 0)
     across = dict(proj, over_sd=dict(proj["over_sd"], b=1.05), over_sd_rounds={"b": [0.8, 1.2, 0.9]})
@@ -1501,16 +1502,16 @@ def test_the_zoom_rule_s_figures_add_up_to_the_wait_its_caption_gives():
 
 def test_the_projected_figure_lies_within_the_range_it_is_given_with():
     """The runs shown (each method's middle run) are a set no round ran as such: their
-    projection (the What-if tables' figure) can lie outside the rounds' own. The figure quoted
-    is the rounds' median, and the range said beside it and the chart's whisker span the rounds'
-    and the runs shown's, so every figure the page prints for the profile lies within it."""
+    projection (the What-if tables' figure, the one the page quotes) can lie outside the rounds'
+    own. The range said beside it and the chart's whisker span the rounds' and the runs shown's,
+    so every figure the page prints for the profile lies within it."""
     from ui.paychart import bars
     from ui.whatif import range_values, round_span, rounds_words
     p = {"over_sd": {"c": 0.90}, "over_sd_rounds": {"c": [0.93, 0.99, 0.95]}}
     assert round_span(p, "c") == [0.93, 0.99, 0.95] and sorted(range_values(p, "c")) == [0.90, 0.93, 0.95, 0.99]
-    assert rounds_words(p, "c") == "the median of the 3 runs' projections (with the runs shown replayed, the range 0.90–0.99×)"
+    assert rounds_words(p, "c") == "the runs shown replayed (with each of the 3 runs' own projections, the range 0.90–0.99×)"
     row = next(r for r in bars(cards(tiny_records()), None, p) if r["kind"] == "projected")
-    assert (row["value"], row["low"], row["high"]) == (0.95, 0.90, 0.99)
+    assert (row["value"], row["low"], row["high"]) == (0.90, 0.90, 0.99)
     assert round_span({"over_sd": {"c": 0.9}, "over_sd_rounds": {"c": [0.95]}}, "c") == []  # one round: no range
 
 

@@ -43,3 +43,24 @@ def test_the_sliders_start_at_the_run_s_own_figures_and_say_from_what():
     empty, _ = run_inputs({}, {})
     assert empty == {name: default for name, *_, default in SLIDERS}
     assert "Measured in the run on screen" not in render_calc({}, {})
+
+
+def test_the_model_sets_the_page_s_replay_figure_beside_its_own():
+    """With the run's replay with the draft on a device of its own (the pay chart's figure), the
+    model names it and says why its own figure can differ; the frame hands it that same figure."""
+    records = tiny_records()
+    html = render_calc(records, {}, 1.1, 1.07)
+    assert "Mirror-SD <b>1.07×</b> SD" in html and "every step a hit" in html and "What if, row (b)" in html
+    assert "What if, row (b); the pay chart" not in render_calc(records, {}, 1.1)
+    from mirror_sd.models.tiny import LAYERS
+    from ui.frames import RESULT_OUTPUTS, final_outputs, method_names
+    from ui.layout import _how_from_state
+    from ui.whatif import best_projection, over_sd_figure
+    out = final_outputs(records, {"gamma": 4, "kappa": 8, "branch_budget": 2}, {"target_layers": LAYERS,
+                        "exit_layer": LAYERS // 2}, "hello", None, methods=list(records))
+    got = dict(zip(RESULT_OUTPUTS, out[1 + len(method_names()):]))
+    state = got["state"]
+    figure = over_sd_figure(best_projection(state), "b")
+    assert figure is not None and state["replay_b"] == figure
+    assert f"Mirror-SD <b>{figure:.2f}×</b> SD. This model" in got["how"]
+    assert _how_from_state(state) == got["how"]  # the state's re-render keeps the line

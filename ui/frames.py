@@ -29,7 +29,7 @@ from .session import Job, PairSpec
 from .texts import CPU_PRECISION_TIP
 from .timeline import build_timeline
 from .traces import export_trace, write_trace
-from .whatif import best_projection
+from .whatif import best_projection, over_sd_figure
 from .zoom import opening_step, render_zoom, zoom_record
 
 DEFAULT_PRECISION = "int8"  # several times faster than fp32 here; every pane runs the same weights
@@ -206,6 +206,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
     state = {"records": records, "settings": settings, "meta": meta, "prompt": prompt,
              "rounds": rounds or [], "projected": projected or []}
     projection = best_projection(state)
+    state["replay_b"] = over_sd_figure(projection, "b")  # How it works' step model cites it
     if status is None:  # a finished run: the done message (the verdict says the result)
         status, level = done_message(records, meta, rounds), "done"  # the result (style.css)
     return frame(
@@ -214,7 +215,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         verdict=render_verdict(records, meta, projection, spreads),
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(zoom_record(records), dict(meta, branch_budget=settings.get("branch_budget"))),
-        how=render_how(records, meta),
+        how=render_how(records, meta, state["replay_b"]),
         statistics=render_statistics(records, settings, meta, len(rounds or []) or 1, spreads),
         timeline=build_timeline(records),
         # the inspector offers the runs this result holds, not every registered method

@@ -342,7 +342,8 @@ def _wire_run(c: dict, handlers: Handlers, box: PairBox) -> None:
 
 
 def _how_from_state(state):
-    return render_how((state or {}).get("records") or {}, (state or {}).get("meta") or {})
+    state = state or {}
+    return render_how(state.get("records") or {}, state.get("meta") or {}, state.get("replay_b"))
 
 
 def _wire_pair(c: dict, handlers: Handlers, box: PairBox, demo: gr.Blocks) -> None:

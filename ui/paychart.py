@@ -2,10 +2,10 @@
 
 Each bar is Mirror-SD's speed over SD's. Measured here (both models on the same cores): each
 Mirror-SD run's end-to-end median over SD's, the tiles' figures. Projected (the What-if fold's
-rows (b), a device of its own for the draft, and (c), the accelerator pair): each run's steps
-replayed, the bar at the median of the interleaved rounds' projections where there were
-several (`whatif.over_sd_figure`), a whisker over their range, so that how far one run's
-projection swings shows beside it; from one run, that run's. Pure HTML from figures: nothing
+rows (b), a device of its own for the draft, and (c), the accelerator pair): the bar at the
+runs shown's steps replayed (each method's middle run, `whatif.over_sd_figure`, the What-if
+tables' figure), a dot per interleaved round's own projection and a whisker over their range,
+so that how far one run's projection swings shows beside it; from one run, that run's. Pure HTML from figures: nothing
 is measured here.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 
 from .figures import Card, runs_of, shown_run, speeds
-from .whatif import median_words, over_sd_figure, range_values, round_span
+from .whatif import over_sd_figure, range_values, round_span
 from .runs import colour, exit_mirrors, label
 
 esc = html.escape
@@ -40,13 +40,13 @@ def bars(c: dict[str, Card], spreads: dict | None, projection: dict | None) -> l
                         "note": f"end to end, {scope}, both models on the same cores"})
     p = projection or {}
     for key, words in PROJECTED.items():
-        value = over_sd_figure(p, key)  # the rounds' median, or the one run's
+        value = over_sd_figure(p, key)  # the runs shown's replay (the What-if tables' figure)
         if value is None:
             continue
         rounds = range_values(p, key)  # each round's projection and the runs shown's
         share = (p.get("draft_share") or {}).get(key)
         cost = "" if share is None or key == "b" else f"; that pair's draft forward {share:.0%} of its target's"
-        how = (f"each run's steps replayed (What if, row ({key})): {median_words(p, key)}, a dot each, the whisker their range"
+        how = (f"the runs shown's steps replayed (What if, row ({key})); a dot per run's own projection, the whisker their range"
                if rounds else f"the steps of {shown_run(spreads)} replayed (What if, row ({key}))")
         out.append({"label": words, "value": value, "low": min(rounds) if rounds else None, "key": key,
                     "runs": round_span(p, key),  # each run's own projection: a dot on the bar

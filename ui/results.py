@@ -19,7 +19,7 @@ from .paircheck import human_name
 from .paychart import render_pay_chart
 from .render import narrow_fold, term
 from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
-from .whatif import median_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
+from .whatif import figure_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, analyse, colour, exit_check, exit_mirrors, gated, label, measured,
                    method_names, overlapped_and_gated, variant_of, verdict_outcome)
 from .zoom import cause_figures, fresh_steps, redraft_ms, render_cause, zoom_record
@@ -42,8 +42,7 @@ def finished(records: dict[str, RunRecord]) -> dict[str, RunRecord]:
 # ---- the verdict ------------------------------------------------------------------------
 
 def _over_sd(projection: dict | None) -> list[float]:
-    """Mirror-SD over SD at every projected profile, as the page quotes it (`over_sd_figure`:
-    the median of the interleaved rounds' projections where there were several)."""
+    """Mirror-SD over SD at every projected profile, as the page quotes it (`over_sd_figure`)."""
     return [v for v in (over_sd_figure(projection, k) for k in ((projection or {}).get("over_sd") or {}))
             if v is not None]
 
@@ -87,15 +86,16 @@ def hardware_line(done: dict[str, RunRecord], meta: dict, projection: dict | Non
 
 
 def _projected(p: dict, key: str, words: str) -> str:
-    """'1.13× SD <words> (the median of the 3 runs' projections; 0.97–1.98×)': Mirror-SD over SD
-    at profile `key` as the chart and the What-if fold give it (`over_sd_figure`), with the
-    interleaved rounds' range ('' without it)."""
+    """'1.13× SD <words> (the runs shown replayed; the 3 runs' own: 0.97–1.98×)':
+    Mirror-SD over SD at profile `key` as the chart and the What-if fold give it
+    (`over_sd_figure`), with the interleaved rounds' range ('' without it)."""
     figure = over_sd_figure(p, key)
     if figure is None:
         return ""
     values = range_values(p, key)
-    either = "inconclusive: " if rounds_span_one(p, key) else ""
-    spread = (f" ({median_words(p, key)}; {either}{min(values):.2f}–{max(values):.2f}×)" if values else "")
+    either = ", inconclusive" if rounds_span_one(p, key) else ""
+    spread = (f" ({figure_words(p, key)}; the {len(round_span(p, key))} runs' own: "
+              f"{min(values):.2f}–{max(values):.2f}×{either})" if values else "")
     return f"{figure:.2f}× SD {words}{spread}"
 
 
@@ -240,9 +240,9 @@ def takeaway_parts(done: dict[str, RunRecord], spreads: dict | None = None,
     where = [w for w in (_projected(p, "b", "with the draft on a device of its own"),
                          _projected(p, "c", "on an accelerator pair")) if w]
     if where and "mirror" in done:
-        # over interleaved runs, each run's steps projected (the figures their median); else the run's own
+        # over interleaved runs, the runs shown's steps projected (each run's own: the range); else the run's own
         n = max(len(round_span(p, k)) for k in ("b", "c"))
-        steps = f"the steps of the {n} runs" if n else f"the steps of {shown_run(spreads)}"
+        steps = "the steps of the runs shown" if n else f"the steps of {shown_run(spreads)}"
         if max(_over_sd(p)) < 1:  # no profile passes SD: the lead asks, and the text answers no
             parts.append(("Would Mirror-SD pay elsewhere?",
                           f"Not from {steps}: projected, not measured (the chart below), Mirror-SD "

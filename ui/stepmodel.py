@@ -87,10 +87,12 @@ def outputs(values: dict) -> dict[str, str]:
             "gain": f"{m['mirror'] / m['sd']:.2f}×"}
 
 
-def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | None = None) -> str:
+def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | None = None,
+                replay_b: float | None = None) -> str:
     """The box: a slider per input (starting at the run's own figures), the model's tokens per
     step and speeds, and, after a run, SD's measured tokens per verify step and decode speed over
-    AR beside them."""
+    AR beside them, and (`replay_b`) the replay of the run's own steps with the draft on a device
+    of its own, the page's one figure for that case, with why the model's differs."""
     sd = _sd_card(records)
     values, said = run_inputs(records, meta, sd)
     out = outputs(values)
@@ -113,7 +115,7 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'SD: <b data-out="sd">{out["sd"]}</b> plain decoding\'s speed (each step: the draft\'s window, '
             f'then the verify pass). Mirror-SD with the draft on a device of its own, every step a hit: '
             f'<b data-out="mirror">{out["mirror"]}</b>, <b data-out="gain">{out["gain"]}</b> SD (the draft '
-            f'starts at the early exit; the next step waits for the verdict and the branch).</p>{run}'
+            f'starts at the early exit; the next step waits for the verdict and the branch).</p>{run}{_replayed(replay_b)}'
             f'<p class="mc-note"><button type="button" class="mc-paper">a pair like the paper\'s: one draft '
             f'forward a twentieth of a target forward</button> <button type="button" class="mc-reset">back to '
             f'the run\'s figures</button><br>In this model, a draft that cheap (a 0.6B draft beside a 14–32B '
@@ -121,6 +123,17 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'early exit. The What-if fold replays this run\'s own steps instead, each with its own window, on '
             f'an accelerator pair whose draft has a cost of its own (the pay chart gives its share of the '
             f'target\'s), so its figures differ from this model\'s.</p></div>')
+
+
+def _replayed(replay_b: float | None) -> str:
+    """One line: the page's figure for the draft on a device of its own (the replay), and why
+    this model's can differ ('' without it)."""
+    if replay_b is None:
+        return ""
+    return (f'<p class="mc-run">The page\'s figure for this pair with the draft on a device of its own is '
+            f'the replay of this run\'s own steps (What if, row (b); the pay chart): Mirror-SD '
+            f'<b>{replay_b:.2f}×</b> SD. This model reads otherwise because it makes every step a hit with one '
+            f'window length; the replay keeps each step\'s misses, late branches and window as they were.</p>')
 
 
 PAPER_DRAFT = 0.05  # one draft forward in target forwards for a 0.6B draft beside a 14-32B target

@@ -207,7 +207,7 @@ def render_panel(result: dict | None, message: str = "", hw: Accelerators | None
             "the measured row, and the gap is the model's error.</p>")
     p = projection_of(result, hw or Accelerators())
     default = hw is None or hw == Accelerators()
-    if p is not None and default:  # the verdict's line: the rounds' median and range
+    if p is not None and default:  # the verdict's line: the runs shown's figure, the rounds' range
         p["over_sd_rounds"] = _rounds(projected)
     top = projection_line(p, "the verdict's line; below: the first table, row (c)" if default else
                           "at the inputs set below; the verdict's line uses their defaults", full=True) if p else ""
@@ -242,24 +242,22 @@ def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> 
     profile could search, once below the table when it is the same for all; where the next
     table (`render_table`, `own_c` as there) prints a row's figures otherwise, one line says why.
     Over interleaved runs (`p`, the verdict's projection with each round's figures) the table is
-    the runs shown's replay, and its caption says so: the Mirror-SD over SD the page quotes for
-    (b) and (c) is the median of the runs' projections (`over_sd_figure`), not its column."""
+    the runs shown's replay, the figures the page quotes (`over_sd_figure`), and its caption says so."""
     choices = result.get("choices") or {}
     missing = {key: tuple(map(str, ch.get("not_replayable") or [])) for key, ch in choices.items()}
     shared = len(set(missing.values())) == 1
-    caption, ratio, medians = _choices_caption(choices, p)
+    caption = _choices_caption(choices, p)
     rows = []
     for key, ch in choices.items():
         row = choice_row(ch)
         own = "" if shared else f'<td><small>{esc("; ".join(missing[key]) or "–")}</small></td>'
         mark = ' <span class="msd-proj-tag">the verdict\'s figures</span>' if key == "c" else ""
-        quoted = (f'<td><b>{medians[key]:.2f}×</b></td>' if key in medians else "<td>–</td>") if medians else ""
         rows.append(
             f'<tr data-key="{esc(key)}"><th scope="row">projection ({esc(key)}), at the settings it picks there: '
             f'{esc(row["name"])}{mark}</th>'
             f'<td><b>{row["sd"]}</b> <small>{esc(row["sd_settings"])}</small></td>'
             f'<td><b>{row["mirror"]}</b> <small>{esc(row["mirror_settings"])}</small></td>'
-            f'<td><b>{row["ratio"]}</b></td>{quoted}{own}</tr>')
+            f'<td><b>{row["ratio"]}</b></td>{own}</tr>')
     if not rows:
         return ""
     column = "" if shared else '<th scope="col">not searched (the run cannot replay it)</th>'
@@ -287,38 +285,31 @@ def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> 
                      f"with steps expected from this run's fitted acceptance; here every profile "
                      f"replays this run's own windows, hits and misses, so the two (c) figures differ.")
     foot = "".join(f'<p class="msd-whatif-note">{esc(n)}</p>' for n in notes)
-    n = len(round_span(p, next(iter(medians)))) if medians else 0
-    median_col = (f'<th scope="col">Mirror-SD over SD, the median of the {n} runs\' projections '
-                  f'(the figure the page quotes)</th>' if medians else "")
     return (f'<table class="msd-whatif-table"><caption>{esc(caption)}</caption>'
             '<thead><tr><th scope="col">profile</th><th scope="col">SD over AR (the settings it picks there)</th>'
             '<th scope="col">Mirror-SD over AR (the settings it picks there)</th><th scope="col">Mirror-SD over '
-            f'SD{esc(ratio)}</th>{median_col}{column}</tr></thead>'
+            f'SD</th>{column}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{foot}')
 
 
 def _replay_note(runs: int) -> str:
-    """The replay table's caption over interleaved runs: its rows replay the runs shown, and the
-    Mirror-SD over SD the page quotes is the runs' median, not a ratio of its columns ('' from one run)."""
+    """The replay table's caption over interleaved runs: its rows replay the runs shown, as the
+    first table and the verdict do ('' from one run)."""
     if runs < 2:
         return ""
-    return (f". Every row here replays the runs shown (each method's middle run); the Mirror-SD over SD "
-            f"that the verdict quotes for (b) and (c) is the median of the {runs} runs' projections, each "
-            f"run's own steps replayed, not a ratio of two columns here")
+    return (". Every row here replays the runs shown (each method's middle run of the "
+            f"{runs}), as the first table and the verdict's figures do")
 
 
-def _choices_caption(choices: dict, p: dict | None) -> tuple[str, str, dict]:
-    """(the first table's caption, its replay column's qualifier, the medians the page quotes
-    for (b) and (c)): over interleaved runs (`p` with each round's figures) the table is the
-    runs shown's replay, and a column of its own gives those medians beside it, named so."""
-    caption = "A projection, not a measurement: each profile with the settings it would pick among those this run can replay"
-    medians = {k: over_sd_figure(p, k) for k in ("b", "c") if k in choices and median_words(p, k)}
-    if not medians:
-        return caption, "", {}
+def _choices_caption(choices: dict, p: dict | None) -> str:
+    """The first table's caption: over interleaved runs (`p` with each round's figures) the
+    table replays the runs shown, the figures the page quotes, each run's own projections
+    giving their range."""
+    if not any(round_span(p, k) for k in ("b", "c") if k in choices):
+        return "A projection, not a measurement: each profile with the settings it would pick among those this run can replay"
     return ("A projection, not a measurement: each profile with the settings it would pick among those "
-            "the runs shown (each method's middle run, from different runs) can replay, their steps replayed; "
-            "the column of the runs' median is the figure the page quotes: each run's own steps replayed, "
-            "the median of those runs"), " (the runs shown replayed)", medians
+            "the runs shown (each method's middle run) can replay, their steps replayed. These are the "
+            "figures the page quotes; each run's own projection gives their range (the line above)")
 
 
 def _figures_differ(result: dict, key: str) -> bool:
@@ -574,7 +565,7 @@ def over_sd_of(state: dict) -> dict:
 
 
 def rounds_words(p: dict, key: str) -> str:
-    """'the median of the 3 runs' projections (their range 0.98–1.25×)': how the figure
+    """'the runs shown replayed (with each of the 3 runs' own projections, the range 0.98–1.25×)': how the figure
     `over_sd_figure` quotes at profile `key` was made from the interleaved rounds, with their
     range ('' from fewer than two)."""
     values = range_values(p, key)
@@ -582,26 +573,27 @@ def rounds_words(p: dict, key: str) -> str:
         return ""
     either = (": on both sides of 1×, so these runs cannot say whether Mirror-SD would pass SD there"
               if rounds_span_one(p, key) else "")
-    whose = ("with the runs shown replayed, the range" if len(values) > len(round_span(p, key)) else "their range")
-    return f"{median_words(p, key)} ({whose} {min(values):.2f}–{max(values):.2f}×{either})"
+    return (f"{figure_words(p, key)} (with each of the {len(round_span(p, key))} runs' own "
+            f"projections, the range {min(values):.2f}–{max(values):.2f}×{either})")
 
 
-def median_words(p: dict | None, key: str) -> str:
-    """"the median of the 3 runs' projections": what `over_sd_figure` is at profile `key` ('' from
-    fewer than two rounds, where it is the run's own)."""
-    n = len(round_span(p, key))
-    return f"the median of the {n} runs' projections" if n else ""
+def figure_words(p: dict | None, key: str) -> str:
+    """"the runs shown replayed": how `over_sd_figure` at profile `key` was made where the runs
+    were interleaved ('' from one run, where it is the run's own)."""
+    return "the runs shown replayed" if round_span(p, key) else ""
 
 
 def over_sd_figure(p: dict | None, key: str) -> float | None:
     """Mirror-SD over SD at profile `key` as the page quotes it (the status, the verdict, the pay
-    chart, the What-if fold's first line): the median of the interleaved rounds' projections
-    where there were several (one round's figure moves far on the same prompt), else the run's
-    own; None without either."""
+    chart, the What-if fold's lines and tables): the runs shown replayed (each method's middle run
+    by speed, the runs whose times the cards' medians are), one figure everywhere; each
+    interleaved round's own projection gives its range (`range_values`). Where the runs shown
+    cannot be replayed, the rounds' median; None without either."""
+    shown = ((p or {}).get("over_sd") or {}).get(key)
+    if shown is not None:
+        return shown
     values = round_span(p, key)
-    if values:
-        return median(values)
-    return ((p or {}).get("over_sd") or {}).get(key)
+    return median(values) if values else None
 
 
 def rounds_span_one(p: dict, key: str) -> bool:
@@ -613,8 +605,8 @@ def rounds_span_one(p: dict, key: str) -> bool:
 
 def round_span(p: dict | None, key: str) -> list[float]:
     """The interleaved rounds' Mirror-SD over SD at profile `key`, each round's own records
-    projected: the figures whose median the page quotes and whose range it gives beside it;
-    [] from fewer than two rounds."""
+    projected: the figures whose range the page gives beside its figure; [] from fewer than two
+    rounds."""
     values = round_values(p, key)
     return values if len(values) > 1 else []
 
@@ -707,9 +699,8 @@ def projection_line(p: dict, where: str = "What if, first table, row (c)",
                     series: bool = True, full: bool = False) -> str:
     """The projection in one short line, its inputs named (the hit rate's source and the steps
     behind it among them), the same words in the verdict and at the top of the What-if fold:
-    Mirror-SD over SD as the page quotes it (`over_sd_figure`: over interleaved runs, the median
-    of their projections, with their range), and each method over AR in the replay of the runs
-    shown (the first table's row (c)), named as such where the two differ in kind; with
+    each method over AR and Mirror-SD over SD in the replay of the runs shown (the first table's
+    row (c), `over_sd_figure`), over interleaved runs with the range of their own projections; with
     `series`, under it one line of Mirror-SD over SD against the hit rate (where the hit rate is
     unknown, the range over hit rates 0-100%): the fold's, not the verdict's."""
     row = p["row"]
@@ -717,13 +708,10 @@ def projection_line(p: dict, where: str = "What if, first table, row (c)",
                          if row.get(m + "_settings"))
     inputs = esc(p["inputs"] if full else p.get("inputs_short", p["inputs"]))
     figures = f'<b class="msd-proj-figures">SD {row["sd"]} AR, Mirror-SD {row["mirror"]} AR</b>'
-    if rounds := rounds_words(p, "c"):  # the rounds' median, alone: the runs shown's replay (a mix of
-        # runs, another figure) stays in the fold's tables, each column named
-        said = (f'replaying each run\'s steps ({inputs}): Mirror-SD <b class="msd-proj-ratio">'
-                f'{over_sd_figure(p, "c"):.2f}×</b> SD, {esc(rounds)}')
-    else:
-        said = (f'replaying this run\'s steps ({inputs}): {figures}, so Mirror-SD '
-                f'<b class="msd-proj-ratio">{row["ratio"]}</b> SD')
+    said = (f'replaying the steps of {"the runs shown" if round_span(p, "c") else "this run"} ({inputs}): '
+            f'{figures}, so Mirror-SD <b class="msd-proj-ratio">{row["ratio"]}</b> SD')
+    if rounds := rounds_words(p, "c"):
+        said += esc(rounds.removeprefix(figure_words(p, "c")))
     line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
             f'On an accelerator pair like the Mirror-SD paper\'s, larger models than the pair that ran here, '
