@@ -237,7 +237,7 @@ def test_app_imports_without_launching():
 def test_run_endpoint_streams_three_panes_by_default_and_ends_with_the_summary(client, drafting_pays):
     updates, final = run_app(client)
     assert len(updates) >= 2  # the first frame streams before the runs end
-    (status, ar, sd, mirror, noexit, gated, verdict, cards, zoom, how, statistics, timeline, which, step,
+    (status, ar, sd, mirror, noexit, gated, fixed, verdict, cards, zoom, how, statistics, timeline, which, step,
      inspector, live, trace) = final
     assert "Done" in status and gated.get("visible") is False  # the gated Mirror-SD runs only when ticked
     for pane in (ar, mirror, sd):
@@ -290,7 +290,9 @@ def test_cached_result_and_trace_replay(client):
 
 def test_auto_gamma_and_budget(client):
     _, final = run_app(client, auto_tune=True, gamma=1, branch_budget=1)
-    status, summary = final[0], final[10]  # the statistics fold says the settings (after five panes)
+    from ui.frames import RESULT_OUTPUTS, method_names
+    # the statistics fold says the settings (after the status and every pane)
+    status, summary = final[0], final[1 + len(method_names()) + RESULT_OUTPUTS.index("statistics")]
     assert "Done" in status and "chosen automatically" in summary and "projection" in summary
     data = json.load(open(final[-1]))
     auto = data["pair"]["auto"]
@@ -589,7 +591,7 @@ def _toy_pane_card_and_lane(REGISTRY, build_demo):
 def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_what_the_exit_bought(client,
                                                                                                    drafting_pays):
     _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-noexit"], repeat=1)
-    status, ar, sd, mirror, noexit, gated, verdict, *_ = final
+    status, ar, sd, mirror, noexit, gated, fixed, verdict, *_ = final
     assert "Done" in status
     assert noexit["visible"] is True  # its pane shows when it ran
     noexit = noexit["value"]
@@ -602,7 +604,7 @@ def test_mirror_sd_without_its_early_exit_runs_when_ticked_and_the_verdict_says_
 
 def test_the_gated_mirror_sd_runs_when_ticked_beside_the_page_s_own(client):
     _, final = run_app(client, methods=["ar", "sd", "mirror", "mirror-gated"], repeat=1)
-    status, ar, sd, mirror, noexit, gated, verdict, *_ = final
+    status, ar, sd, mirror, noexit, gated, fixed, verdict, *_ = final
     assert "Done" in status and gated["visible"] is True and noexit["visible"] is False
     gated = gated["value"]
     assert 'data-state="done"' in gated and "Mirror-SD (gated)" in gated
@@ -640,3 +642,18 @@ def test_the_running_status_says_the_round_the_method_and_one_timer():
     assert pairs.describe().count("so far") == 1
     pairs.loading["message"] = "Loading the models: the target"
     assert pairs.describe().count("so far") == 1 and "7 s so far" in pairs.describe()
+
+
+def test_sd_with_fixed_windows_runs_when_ticked_and_the_verdict_says_what_priced_windows_bought(client):
+    _, final = run_app(client, methods=["ar", "sd", "mirror", "sd-fixed"], repeat=1)
+    status, ar, sd, mirror, noexit, gated, fixed, verdict, *_ = final
+    assert "Done" in status and fixed["visible"] is True and gated["visible"] is False
+    fixed = fixed["value"]
+    assert 'data-state="done"' in fixed and "SD (fixed windows)" in fixed and "<b>16</b> tokens" in fixed
+    assert ">fixed windows, the draft model only</span>" in fixed
+    said = re.search(r"<b>What SD&#x27;s priced windows and prompt lookup bought, this run:</b> "
+                     r"[\d.]+ tok/s against [\d.]+ tok/s with windows of a fixed length drafted by the draft "
+                     r"model \([\d.]+×", verdict)
+    assert said, verdict
+    # the fixed run drafted the page's gamma (4) in every window but the last ones, cut by the token budget
+    assert re.search(r"a median [\d.]+ drafted tokens per window against 4", verdict), verdict

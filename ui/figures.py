@@ -881,6 +881,36 @@ def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict
     return f"What the early exit bought{many}: " + "; ".join(parts) + "."
 
 
+def windows_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict | None = None) -> str:
+    """What SD's priced windows and prompt lookup bought, when SD with fixed windows (the draft
+    model writing gamma tokens every step) ran in the same run: the two end-to-end speeds, the
+    tokens drafted per window and kept per verify step ('' otherwise)."""
+    from .runs import VARIANTS
+    v = next((v for v, x in VARIANTS.items() if x.base == "sd" and dict(x.changes).get("window") == "fixed"
+              and v in c), None)
+    if v is None or "sd" not in c:
+        return ""
+    sp = speeds(c, spreads)
+    parts = []
+    priced, fixed = sp["sd"][0], sp[v][0]
+    if priced and fixed:
+        pair = {"sd": c["sd"], v: c[v]}
+        apart = level_with(pair, winner(pair, spreads), spreads)
+        parts.append(f"{priced:.2f} tok/s against {fixed:.2f} tok/s with windows of a fixed length drafted "
+                     f"by the draft model ({priced / fixed:.2f}×"
+                     + ("; the runs cannot tell these two speeds apart)" if apart else ")"))
+    if c["sd"].windows and c[v].windows:
+        parts.append(f"a median {c['sd'].windows[1]:g} drafted tokens per window against {c[v].windows[1]:g}")
+    if c["sd"].tokens_per_step and c[v].tokens_per_step:
+        parts.append(f"{c['sd'].tokens_per_step:.2f} tokens per verify step against {c[v].tokens_per_step:.2f} "
+                     f"({shown_run(spreads)})")
+    if not parts:
+        return ""
+    runs = runs_of(spreads)
+    many = f" (speeds: medians of {runs} interleaved runs)" if runs > 1 else ", this run"
+    return f"What SD's priced windows and prompt lookup bought{many}: " + "; ".join(parts) + "."
+
+
 def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:
     """What Mirror-SD's lanes at once did here, where a run with both lanes at once in every step
     (the page's Mirror-SD) and a gated one both ran: the first's hits of its verdicts and its

@@ -47,6 +47,8 @@ WORDS = (
     ("root, score", "where a branch starts (keep j drafted tokens, then token v), and how likely the verdict lands there"),
     ("branch budget", "at most this many branches per step (the exit's guesses and the draft's own)"),
     ("hit, late hit, miss", "a branch began with the target's token (ready by the verdict, or after it); or none did"),
+    ("priced window, prompt lookup", "SD drafts only as many tokens as pay at this machine's costs; "
+     "where the text repeats itself, it copies what followed the same words earlier, at no model's cost"),
     ("kept n of m", "how many of a window's m drafted tokens the target agreed with: a hit can keep 0"),
     ("in turn, overlapped", "the two models one after the other, as SD; or at the same time"),
     ("overlap gate", "per step, Mirror-SD runs in turn where that measured faster on this machine"),

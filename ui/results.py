@@ -12,7 +12,7 @@ from statistics import median
 
 from mirror_sd.latency.whatif_hits import shown
 
-from .figures import (ITEM, LEVEL, ONE_RUN, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
+from .figures import (ITEM, LEVEL, ONE_RUN, Card, Spread, cards, checked_words, headline, e2e_ranges, exit_bought, windows_bought, lead_words, names_of, overlap_measured, runs_of, shown_run,
                       level_with, machine_words, rounds_ahead, told_apart, ahead_by_little, ahead_words, rounds_said, one_device, speeds, turn_check, verdict_parts, verdict_sub,
                       verify_slowdown, window_words, winner)
 from .paircheck import human_name
@@ -320,13 +320,22 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
         more.append(projection_line(projection, series=False))
     if reason:  # the reason's words and arithmetic: Statistics (the takeaway says it in seconds)
         more.append(_picture(done))
-    bought = exit_bought(c, done, spreads)
-    if bought:
-        more.append(f'<p class="msd-verdict-why msd-exit-bought"><b>{esc(bought.split(":", 1)[0])}:</b>'
-                    f'{esc(bought.split(":", 1)[1])}</p>')
+    for bought, css in ((exit_bought(c, done, spreads), "msd-exit-bought"),
+                        (windows_bought(c, done, spreads), "msd-windows-bought")):
+        if bought:
+            lead, text = _bought_lead(bought)
+            more.append(f'<p class="msd-verdict-why {css}"><b>{esc(lead)}:</b>{esc(text)}</p>')
     if any(more):
         parts.append(f'<details class="msd-more"><summary>{esc(MORE_SUMMARY)}</summary>{"".join(more)}</details>')
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
+
+
+def _bought_lead(bought: str) -> tuple[str, str]:
+    """'What X bought (speeds: medians of 3 interleaved runs): …' split after its lead, the
+    colon inside the brackets kept in the lead."""
+    i = bought.index(" bought") + len(" bought")
+    j = bought.index("):", i) + 1 if bought.startswith(" (", i) else bought.index(":", i)
+    return bought[:j], bought[j + 1:]
 
 
 def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, spreads: dict | None = None) -> str:

@@ -55,6 +55,11 @@ VARIANTS: dict[str, Variant] = {
                             "Mirror-SD as the engine runs it by default: per step, the draft beside the "
                             "target only where that measured faster on this machine, else in turn as SD; "
                             "windows as SD's", "#b45309", "gated: overlaps only where it pays"),
+    # SD as first described: what the page's priced windows and prompt lookup buy
+    "sd-fixed": Variant("sd", (("window", "fixed"), ("proposer", "draft")), "SD (fixed windows)",
+                        "SD as first described: the draft model writes a window of the page's gamma "
+                        "tokens every step, whatever it costs; no priced windows, no prompt lookup",
+                        "#0f766e", "fixed windows, the draft model only"),
 }
 
 

@@ -86,6 +86,14 @@ GLOSSARY = {
                     "counts it here and says how many. Tokens per forward = all tokens / target forwards."),
     "window": ("A window: the drafted tokens the target checks in one verify step. Its length "
                "can change from step to step (the draft stops early when unsure)."),
+    "priced window": ("SD's default window: each step it drafts as many tokens as pay at the costs "
+                      "measured on this machine (a draft forward against a target forward), and none "
+                      "where drafting would not pay. “SD (fixed windows)”, a variant to tick, drafts "
+                      "γ tokens every step instead."),
+    "prompt lookup": ("Where the text repeats itself (code, a name already written), SD's window takes "
+                      "the tokens that followed the same words earlier in the prompt or the answer, at "
+                      "no model's cost; the draft model writes the window where nothing matches. The "
+                      "target checks these tokens as any others, so the output does not change."),
     "rejection": ("A rejection: the target disagreed with a drafted token, wrote its own there "
                   "and dropped the rest of the window (shown struck through in the text)."),
     "exposed": ("Draft time after the first token: exposed while the target waited for it, "
