@@ -1907,3 +1907,16 @@ def test_the_cause_under_the_tiles_draws_the_zoomed_step_s_rule_with_its_figures
                                      'class="msd-scoreboard"', '<details class="msd-more">', 'class="msd-takeaway"')]
     assert order == sorted(order), order
     assert render_cause(records["sd"], meta) == ""  # no early exit: no such step
+
+
+def test_a_single_run_s_verdict_is_labelled_one_timing_and_says_where_the_medians_are():
+    """The presenter view (one run per method): under the lead, a tag and a line say the figures
+    are one timing each and how to get medians; over interleaved runs, no such line."""
+    from ui.results import render_verdict
+    records = tiny_records()
+    one = render_verdict(records, {})
+    assert '<span class="msd-proj-tag">one run</span> One timing of each method, an anecdote' in one
+    assert one.index("msd-lead") < one.index("msd-one-run")
+    c = cards(records)
+    spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * .9, x.e2e_tps * 1.1, 3)} for m, x in c.items()}
+    assert "msd-one-run" not in render_verdict(records, {}, None, spreads)

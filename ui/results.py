@@ -288,6 +288,17 @@ MORE_SUMMARY = ("In short, point by point: each method against plain decoding an
                 "what this machine cannot show, and the projection's inputs")
 
 
+def _one_run_note(spreads: dict | None) -> str:
+    """Under the lead of a single run (the presenter view): that its figures are one timing
+    each, anecdotal, and where the interleaved runs are ('' over several runs)."""
+    if runs_of(spreads) > 1:
+        return ""
+    return (f'<p class="msd-one-run"><span class="msd-proj-tag">one run</span> One timing of each method, '
+            f'an anecdote: here a whole run can be {ONE_RUN:.0%} or more off the next run of the same method. '
+            f'For medians and ranges, time 3 interleaved runs of each method (“Runs per method”, outside '
+            f'the presenter view): the page then says when they cannot tell two methods apart.</p>')
+
+
 def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict | None = None,
                    spreads: dict | None = None) -> str:
     """The verdict sentence, the hardware and its consequence in large type, the projection."""
@@ -306,7 +317,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     k = costs(done)
     lead = lead_words(c, done, meta, spreads, lead_why(done, meta, projection),
                       k["draft"] / k["target"] if k.get("draft") and k.get("target") else None)
-    parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "",
+    parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "", _one_run_note(spreads) if lead else "",
              render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<p class="msd-verdict-text">{esc(big)}</p>'
              + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
