@@ -12,6 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+# Playwright polls a waited-for condition on every animation frame unless told otherwise: in a
+# browser on the engine's own 2 cores that steals time from the timed runs, so it polls once a second
+POLL_MS = 1000
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -39,15 +43,15 @@ def free_port() -> int:
 def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
     page = browser.new_page(viewport={"width": width, "height": 1100 if width > 800 else 860})
     page.goto(url)
-    page.wait_for_function(READY, timeout=900_000)
+    page.wait_for_function(READY, timeout=900_000, polling=POLL_MS)
     page.get_by_text("Traces and cache").first.click()  # measure again: no cached result
     page.get_by_label("Reuse cached results for identical settings").uncheck()
     page.get_by_text("Traces and cache").first.click()
     page.click("#run-btn")
     if live:
-        page.wait_for_function(RUNNING, arg="sd", timeout=900_000)
+        page.wait_for_function(RUNNING, arg="sd", timeout=900_000, polling=250)
         try:  # several steps in: a dozen tokens written (a warm SD run takes 5-12 s here)
-            page.wait_for_function(GROWN, arg="sd", timeout=30_000)
+            page.wait_for_function(GROWN, arg="sd", timeout=30_000, polling=250)
         except Exception:  # a run too short to catch there: its pane as it is
             pass
         page.locator("#board").scroll_into_view_if_needed()
@@ -58,7 +62,7 @@ def shoot(browser, url: str, width: int, out: Path, live: bool) -> None:
             page.wait_for_function(RACE_MID, timeout=120_000)  # mid-race: every pane under way
             page.locator("#board").scroll_into_view_if_needed()
             page.screenshot(path=str(out / f"live-{width}-race.png"))
-    page.wait_for_function(SETTLED, timeout=900_000)
+    page.wait_for_function(SETTLED, timeout=900_000, polling=POLL_MS)
     page.wait_for_timeout(500)
     page.screenshot(path=str(out / f"live-{width}-settled.png"), full_page=True)
     page.close()

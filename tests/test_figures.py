@@ -402,7 +402,7 @@ def test_the_projection_says_how_far_it_moved_over_the_interleaved_rounds():
         "the runs shown replayed (with each of the 2 runs' own projections, the range 0.92–1.00×)")
     single = best_projection(dict(base, records=records, projected=[own]))
     one = render_verdict(records, base["meta"], single)
-    assert "runs&#x27; own" not in one and "the range" not in one  # one round: its own figure, no range
+    assert "runs&#x27; own" not in one and "own projections, the range" not in one  # one round: no range
     assert "replaying the steps of this run" in one
     alone = render_panel(result, projected=[own])
     assert "replaying the steps of the runs shown" not in alone and "These are the figures" not in alone
@@ -1663,7 +1663,8 @@ def test_the_lead_says_only_what_the_rounds_tell():
     above = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 13.5}, {"ar": 9, "sd": 12, "mirror": 11.5},
                                  {"ar": 10, "sd": 13.1, "mirror": 13.2}])
     assert lead_words(c, records, shared, above, why).endswith(
-        f"Mirror-SD and SD tie: {label('mirror')} ran {13.2 / 13:.2f}× SD's speed, within this machine's noise.")
+        f"Mirror-SD and SD tie: {label('mirror')} ran {13.2 / 13:.2f}× SD's speed (medians), but not faster in every "
+        f"round, so these 3 runs cannot tell the two apart.")
     # from one run, a gap under ONE_RUN is not called either way; a wider one is, as one run's
     from ui.figures import ONE_RUN, speeds
     sp = speeds(c)
@@ -1920,3 +1921,25 @@ def test_a_single_run_s_verdict_is_labelled_one_timing_and_says_where_the_median
     c = cards(records)
     spreads = {m: {"e2e_tps": Spread(x.e2e_tps, x.e2e_tps * .9, x.e2e_tps * 1.1, 3)} for m, x in c.items()}
     assert "msd-one-run" not in render_verdict(records, {}, None, spreads)
+
+
+def test_the_time_per_token_ledger_adds_up_to_each_run_s_decode_speed():
+    """Each method's sum (a step's forward, the wait for the draft, idle, over the tokens a step
+    wrote) is its run's decode time per token, the inverse of the decode speed the cards give;
+    AR's step is one token; the drafting methods name their tokens a step."""
+    from ui.results import render_ledger
+    from ui.runs import measured
+    from ui.why import per_token
+    records = tiny_records()
+    for m, rec in records.items():
+        t = per_token(rec)
+        assert t["per_token"] == pytest.approx(1e3 / measured(rec)["decode_tokens_per_s"], rel=1e-6), m
+        step = t["forwards"] + t["waiting"] + t["idle"]
+        assert step / t["tokens_per_step"] == pytest.approx(t["per_token"], rel=1e-9)
+    assert per_token(records["ar"])["tokens_per_step"] == 1.0
+    html = render_ledger(records)
+    for m, rec in records.items():
+        row = re.search(rf'<li data-method="{m}">(.*?)</li>', html).group(1)
+        assert f"= <b>{per_token(rec)['per_token']:.0f} ms a token</b>" in row, row
+    assert "a step = " in re.search(r'<li data-method="sd">(.*?)</li>', html).group(1)
+    assert "this run" in html and render_ledger({"ar": records["ar"]}) == ""

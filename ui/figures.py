@@ -556,7 +556,8 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
     elif all(ahead("sd", m) for m in mirrors):
         out.append(f"Mirror-SD was slower than SD{why}.")
     elif ratio > 1:  # a higher median that the rounds cannot tell from SD's: a tie, its figure said
-        out.append(f"Mirror-SD and SD tie: {label(top)} ran {ratio:.2f}× SD's speed, within this machine's noise.")
+        out.append(f"Mirror-SD and SD tie: {label(top)} ran {ratio:.2f}× SD's speed (medians), but not faster "
+                   f"in every round, so these {runs} runs cannot tell the two apart.")
     else:
         out.append(f"Mirror-SD did not beat SD{why}.")
     return " ".join(out)

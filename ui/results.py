@@ -23,7 +23,7 @@ from .whatif import figure_words, over_sd_figure, projection_line, range_values,
 from .runs import (RunRecord, against_ar, analyse, colour, exit_check, exit_mirrors, gated, label, measured,
                    method_names, overlapped_and_gated, variant_of, verdict_outcome)
 from .zoom import cause_figures, fresh_steps, redraft_ms, render_cause, zoom_record
-from .why import (PART_NAMES, PARTS, breakdown, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
+from .why import (PART_NAMES, PARTS, breakdown, per_token, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
 esc = html.escape
@@ -288,6 +288,39 @@ MORE_SUMMARY = ("In short, point by point: each method against plain decoding an
                 "what this machine cannot show, and the projection's inputs")
 
 
+def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
+    """Each method's time per token after the first as one sum: a step's forward, the time the
+    target waited for the draft and any idle time, over the tokens a step wrote (`why.per_token`;
+    the parts add up to the run's decode time per token). Where the drafting's cost and the
+    tokens it buys meet, in this run's own figures ('' without AR and one drafting method)."""
+    rows = []
+    for m, rec in done.items():
+        t = per_token(rec)
+        if t is None:
+            continue
+        plain = variant_of(m)[0] == "ar"
+        forward = "target forward" if plain else "verify" + (" beside the draft" if t["hidden"] >= 0.5 else "")
+        terms = [f"{forward} {t['forwards']:.0f} ms"]
+        if t["waiting"] >= 0.5:
+            terms.append(f"waiting for the draft {t['waiting']:.0f} ms")
+        if t["idle"] >= 0.5:
+            terms.append(f"idle {t['idle']:.0f} ms")
+        step = t["forwards"] + t["waiting"] + t["idle"]
+        sum_ = " + ".join(terms)
+        how = (f"{sum_} a token" if plain else
+               f"({sum_}) a step = {step:.0f} ms, ÷ {t['tokens_per_step']:.2f} tokens a step")
+        hidden = (f"; its draft also worked {t['hidden']:.0f} ms a step beside the target, hidden"
+                  if t["hidden"] >= 0.5 else "")
+        rows.append(f'<li data-method="{esc(m)}"><b style="color:{colour(m)}">{esc(label(m))}</b> '
+                    f'{esc(how)} = <b>{t["per_token"]:.0f} ms a token</b>{esc(hidden)}</li>')
+    if len(rows) < 2 or "ar" not in done:
+        return ""
+    which = f"each method's middle run of {runs}" if runs > 1 else "this run"
+    return (f'<div class="msd-ledger"><div class="msd-sub">Time per token after the first ({which}, '
+            f'decode only; the parts add up, means over its steps): fewer ms a token is faster</div>'
+            f'<ul>{"".join(rows)}</ul></div>')
+
+
 def _one_run_note(spreads: dict | None) -> str:
     """Under the lead of a single run (the presenter view): that its figures are one timing
     each, anecdotal, and where the interleaved runs are ('' over several runs)."""
@@ -321,7 +354,7 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
              render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<p class="msd-verdict-text">{esc(big)}</p>'
              + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
-             _scoreboard(c, spreads, done),
+             _scoreboard(c, spreads, done), render_ledger(done, runs_of(spreads)),
              render_pay_chart(projection, c, spreads) if "mirror" in c else ""]
     more = [f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     # what this machine cannot show and where Mirror-SD would pay, then the measured trade

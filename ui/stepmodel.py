@@ -132,8 +132,9 @@ def _replayed(replay_b: float | None) -> str:
         return ""
     return (f'<p class="mc-run">The page\'s figure for this pair with the draft on a device of its own is '
             f'the replay of this run\'s own steps (What if, row (b); the pay chart): Mirror-SD '
-            f'<b>{replay_b:.2f}×</b> SD. This model reads otherwise because it makes every step a hit with one '
-            f'window length; the replay keeps each step\'s misses, late branches and window as they were.</p>')
+            f'<b>{replay_b:.2f}×</b> SD. This model reads otherwise: it gives both methods one window length (k '
+            f'above: SD\'s median window) and makes every step a hit; the replay keeps each method\'s own '
+            f'windows (Mirror-SD\'s can be longer than SD\'s), misses and late branches as they were.</p>')
 
 
 PAPER_DRAFT = 0.05  # one draft forward in target forwards for a 0.6B draft beside a 14-32B target

@@ -76,6 +76,27 @@ def breakdown(rec: RunRecord) -> dict | None:
     return {k: v / 1e9 for k, v in out.items()}
 
 
+def per_token(rec: RunRecord) -> dict | None:
+    """The run's time after its first token, per step and per token (ms): `breakdown`'s parts
+    after the first token over the steps that wrote them, so that (forwards + waiting + idle) per
+    step over tokens per step is the run's decode time per token exactly. A step is a verify
+    forward after the first commit (AR: a target forward); `hidden` is the draft's work beside
+    the target per step (not in the sum). None without a finished run that wrote after its first
+    token."""
+    parts = breakdown(rec)
+    m = measured(rec)
+    tokens = int(m.get("decode_tokens") or 0)
+    if not parts or tokens <= 0:
+        return None
+    verifies = sum(1 for e in rec.events if isinstance(e, Verify))
+    steps = max(1, verifies - 1) if verifies else tokens  # the first verify wrote the first token
+    ms = lambda x: 1e3 * x / steps  # noqa: E731
+    step = {"forwards": ms(parts["target"] + parts["verify"]), "waiting": ms(parts["draft_exposed"]),
+            "idle": ms(parts["idle"]), "hidden": ms(parts["draft_hidden"])}
+    total = step["forwards"] + step["waiting"] + step["idle"]
+    return {**step, "steps": steps, "tokens_per_step": tokens / steps, "per_token": total * steps / tokens}
+
+
 def _durations(rec: RunRecord | None, labels: set[str], lane: str | None = None) -> list[float]:
     if rec is None:
         return []
