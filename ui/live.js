@@ -425,10 +425,10 @@ function roundWords() {
   return n && n > 1 ? " (each method's middle run of " + n + ')' : '';
 }
 
-// while runs are timed the page draws ten frames a second, not the screen's sixty: a browser on
+// while runs are timed the page draws four frames a second, not the screen's sixty: a browser on
 // the engine's own machine (the app run locally) then takes little of the cores the timed runs
 // use; the race after them, timing nothing, draws every frame
-const LIVE_FRAME_MS = 100;
+const LIVE_FRAME_MS = 250;
 function loop() {
   B.raf = 0;
   const now = performance.now();
