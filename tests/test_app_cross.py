@@ -190,7 +190,9 @@ def test_a_cross_pair_run_matches_ar_and_says_what_the_draft_could_propose():
                                                 draft="gemma-3-270m", max_new_tokens=24, use_cache=False)
         list(job)
         final = job.outputs()[-1]
-        status, cards, summary = final[0], final[7], final[10]  # the status, cards, statistics (after 6 panes)
+        from ui.frames import RESULT_OUTPUTS, method_names
+        at = 1 + len(method_names())  # the results come after the status and every pane
+        status, cards, summary = final[0], final[at + RESULT_OUTPUTS.index("cards")], final[at + RESULT_OUTPUTS.index("statistics")]
         trace = json.load(open(final[-1]))
     finally:
         demo.close()

@@ -311,7 +311,8 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
                f"({sum_}) a step = {step:.0f} ms, ÷ {t['tokens_per_step']:.2f} tokens a step")
         hidden = (f"; its draft also worked {t['hidden']:.0f} ms a step beside the target, hidden"
                   if t["hidden"] >= 0.5 else "")
-        rows.append(f'<li data-method="{esc(m)}"><b style="color:{colour(m)}">{esc(label(m))}</b> '
+        rows.append(f'<li data-method="{esc(m)}"><i class="msd-ledger-key" style="background:{colour(m)}"></i>'
+                    f'<b>{esc(label(m))}</b> '
                     f'{esc(how)} = <b>{t["per_token"]:.0f} ms a token</b>{esc(hidden)}</li>')
     if len(rows) < 2 or "ar" not in done:
         return ""

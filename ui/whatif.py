@@ -146,7 +146,8 @@ def render_table(result: dict, runs: int = 1, own_c: bool = False) -> str:
                     f"(this run's: {run_gamma}), not the verdict's figures")
         if profile.hit_source is not None:  # where its steps with the lanes in turn are priced at a hit rate
             steps = "drafted steps" if profile.reweight else "steps with the lanes in turn"
-            how = f"{how}; Mirror-SD's {steps} as expected overlapped ones at {short_source(profile.hit_source.words())}"
+            how = (f"{how}; Mirror-SD's {steps} as expected overlapped ones at {short_source(profile.hit_source.words())}"
+                   f" at this run's settings")
         if key == "a":  # the model on the measured machine: an estimate, not a second measurement
             name = "this machine, the latency model's estimate (not a measurement)"
             how = (f"{how}, each step priced at this run's median measured costs: a check of the "
@@ -270,7 +271,9 @@ def render_choices(result: dict, own_c: bool = False, p: dict | None = None) -> 
         notes.append("Mirror-SD's " + (next(iter(said.values())) + " in every profile"
                                        if len(set(said.values())) == 1 else
                                        "; ".join(f"({k}) {w}" for k, w in said.items()))
-                     + " (its source: the line at the top).")
+                     + " at the settings each profile picks in this table, whose branch budget sets how "
+                       "often a branch hits (its source: the line at the top); the next table's rows run "
+                       "this run's own settings, so their hit rates can differ.")
     profiles = result.get("profiles") or {}
     c = profiles.get("c")
     replays = [k for k in choices if getattr(profiles.get(k), "acceptance_from_run", False)
