@@ -308,7 +308,7 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
         step = t["forwards"] + t["waiting"] + t["idle"]
         sum_ = " + ".join(terms)
         how = (f"{sum_} a token" if plain else
-               f"({sum_}) a step = {step:.0f} ms, ÷ {t['tokens_per_step']:.2f} tokens a step")
+               f"({sum_}) a step = {step:.0f} ms, ÷ {t['tokens_per_step']:.2f} tokens a step after the first")
         hidden = (f"; its draft also worked {t['hidden']:.0f} ms a step beside the target, hidden"
                   if t["hidden"] >= 0.5 else "")
         rows.append(f'<li data-method="{esc(m)}"><i class="msd-ledger-key" style="background:{colour(m)}"></i>'
@@ -318,7 +318,8 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
         return ""
     which = f"each method's middle run of {runs}" if runs > 1 else "this run"
     return (f'<div class="msd-ledger"><div class="msd-sub">Time per token after the first ({which}, '
-            f'decode only; the parts add up, means over its steps): fewer ms a token is faster</div>'
+            f'decode only; the parts add up, means over its steps after the first, so they can differ from '
+            f'the medians and whole-run counts in Statistics): fewer ms a token is faster</div>'
             f'<ul>{"".join(rows)}</ul></div>')
 
 
