@@ -853,63 +853,71 @@ def _effect_words(key: str, lost: bool, sd: Card, mirror: Card, parts: dict, mea
             f"first window)")
 
 
-def exit_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict | None = None) -> str:
-    """What Mirror-SD's early exit bought, when its variant without the exit ran in the same
-    run: the hit rate with it against without, and the end-to-end speed ('' otherwise)."""
+def _variant_and_base(c: dict[str, Card], setting: str, value: str) -> tuple[str | None, str | None]:
+    """(the variant that runs its registry method with `setting` at `value`, that method) where
+    both ran (are among the cards), else (None, None)."""
     from .runs import VARIANTS
-    pairs = [(v, x.base) for v, x in VARIANTS.items() if dict(x.changes).get("early_exit") == "off"]
-    v, base = next(((v, b) for v, b in pairs if v in c and b in c), (None, None))
-    if v is None:
-        return ""
+    return next(((v, x.base) for v, x in VARIANTS.items()
+                 if dict(x.changes).get(setting) == value and v in c and x.base in c), (None, None))
+
+
+def _speeds_against(c: dict[str, Card], spreads: dict | None, base: str, v: str, with_: str, without: str) -> str:
+    """'12.10 tok/s<with_> against 10.30 tok/s<without> (1.17×)', with '; the runs cannot tell
+    these two speeds apart' inside the bracket where they cannot ('' without both speeds)."""
     sp = speeds(c, spreads)
+    a, b = sp[base][0], sp[v][0]
+    if not (a and b):
+        return ""
+    pair = {base: c[base], v: c[v]}
+    apart = level_with(pair, winner(pair, spreads), spreads)
+    return (f"{a:.2f} tok/s{with_} against {b:.2f} tok/s{without} ({a / b:.2f}×"
+            + ("; the runs cannot tell these two speeds apart)" if apart else ")"))
+
+
+def _bought(what: str, parts: list[str], spreads: dict | None) -> tuple[str, str] | None:
+    """("What <what> bought (speeds: medians of 3 interleaved runs)", " <parts>."): a variant's
+    comparison, its lead and its text apart (None without parts)."""
+    parts = [x for x in parts if x]
+    if not parts:
+        return None
+    runs = runs_of(spreads)
+    many = f" (speeds: medians of {runs} interleaved runs)" if runs > 1 else ", this run"
+    return f"What {what} bought{many}", " " + "; ".join(parts) + "."
+
+
+def exit_bought(c: dict[str, Card], records: dict[str, RunRecord],
+                spreads: dict | None = None) -> tuple[str, str] | None:
+    """What Mirror-SD's early exit bought, when its variant without the exit ran in the same
+    run: the hit rate with it against without, and the end-to-end speed (`_bought`; None otherwise)."""
+    v, base = _variant_and_base(c, "early_exit", "off")
+    if v is None:
+        return None
     parts = []
     if None not in (c[base].hits, c[v].hits):
         rate = lambda x: f" ({x.hits / (x.hits + x.misses):.0%})" if x.hits + x.misses else ""  # noqa: E731
         parts.append(f"{c[base].hits} hits of {c[base].hits + c[base].misses} verdicts with it"
                      f"{rate(c[base])} against {c[v].hits} of {c[v].hits + c[v].misses} without"
                      f"{rate(c[v])}, the draft's own guesses picking the branches ({shown_run(spreads)})")
-    with_, without = sp[base][0], sp[v][0]
-    if with_ and without:
-        pair = {base: c[base], v: c[v]}
-        apart = level_with(pair, winner(pair, spreads), spreads)
-        parts.append(f"{with_:.2f} tok/s with it against {without:.2f} tok/s without "
-                     f"({with_ / without:.2f}×" + ("; the runs cannot tell these two speeds apart)"
-                                                   if apart else ")"))
-    if not parts:
-        return ""
-    runs = runs_of(spreads)
-    many = f" (speeds: medians of {runs} interleaved runs)" if runs > 1 else ", this run"
-    return f"What the early exit bought{many}: " + "; ".join(parts) + "."
+    parts.append(_speeds_against(c, spreads, base, v, " with it", " without"))
+    return _bought("the early exit", parts, spreads)
 
 
-def windows_bought(c: dict[str, Card], records: dict[str, RunRecord], spreads: dict | None = None) -> str:
+def windows_bought(c: dict[str, Card], records: dict[str, RunRecord],
+                   spreads: dict | None = None) -> tuple[str, str] | None:
     """What SD's priced windows and prompt lookup bought, when SD with fixed windows (the draft
     model writing gamma tokens every step) ran in the same run: the two end-to-end speeds, the
-    tokens drafted per window and kept per verify step ('' otherwise)."""
-    from .runs import VARIANTS
-    v = next((v for v, x in VARIANTS.items() if x.base == "sd" and dict(x.changes).get("window") == "fixed"
-              and v in c), None)
-    if v is None or "sd" not in c:
-        return ""
-    sp = speeds(c, spreads)
-    parts = []
-    priced, fixed = sp["sd"][0], sp[v][0]
-    if priced and fixed:
-        pair = {"sd": c["sd"], v: c[v]}
-        apart = level_with(pair, winner(pair, spreads), spreads)
-        parts.append(f"{priced:.2f} tok/s against {fixed:.2f} tok/s with windows of a fixed length drafted "
-                     f"by the draft model ({priced / fixed:.2f}×"
-                     + ("; the runs cannot tell these two speeds apart)" if apart else ")"))
-    if c["sd"].windows and c[v].windows:
-        parts.append(f"a median {c['sd'].windows[1]:g} drafted tokens per window against {c[v].windows[1]:g}")
-    if c["sd"].tokens_per_step and c[v].tokens_per_step:
-        parts.append(f"{c['sd'].tokens_per_step:.2f} tokens per verify step against {c[v].tokens_per_step:.2f} "
+    tokens drafted per window and kept per verify step (`_bought`; None otherwise)."""
+    v, base = _variant_and_base(c, "window", "fixed")
+    if v is None or base != "sd":
+        return None
+    parts = [_speeds_against(c, spreads, base, v, "",
+                             " with windows of a fixed length drafted by the draft model")]
+    if c[base].windows and c[v].windows:
+        parts.append(f"a median {c[base].windows[1]:g} drafted tokens per window against {c[v].windows[1]:g}")
+    if c[base].tokens_per_step and c[v].tokens_per_step:
+        parts.append(f"{c[base].tokens_per_step:.2f} tokens per verify step against {c[v].tokens_per_step:.2f} "
                      f"({shown_run(spreads)})")
-    if not parts:
-        return ""
-    runs = runs_of(spreads)
-    many = f" (speeds: medians of {runs} interleaved runs)" if runs > 1 else ", this run"
-    return f"What SD's priced windows and prompt lookup bought{many}: " + "; ".join(parts) + "."
+    return _bought("SD's priced windows and prompt lookup", parts, spreads)
 
 
 def overlap_measured(c: dict[str, Card], spreads: dict | None = None) -> str:

@@ -369,19 +369,11 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     for bought, css in ((exit_bought(c, done, spreads), "msd-exit-bought"),
                         (windows_bought(c, done, spreads), "msd-windows-bought")):
         if bought:
-            lead, text = _bought_lead(bought)
+            lead, text = bought
             more.append(f'<p class="msd-verdict-why {css}"><b>{esc(lead)}:</b>{esc(text)}</p>')
     if any(more):
         parts.append(f'<details class="msd-more"><summary>{esc(MORE_SUMMARY)}</summary>{"".join(more)}</details>')
     return f'<div class="msd-verdict">{"".join(parts)}</div>'
-
-
-def _bought_lead(bought: str) -> tuple[str, str]:
-    """'What X bought (speeds: medians of 3 interleaved runs): …' split after its lead, the
-    colon inside the brackets kept in the lead."""
-    i = bought.index(" bought") + len(" bought")
-    j = bought.index("):", i) + 1 if bought.startswith(" (", i) else bought.index(":", i)
-    return bought[:j], bought[j + 1:]
 
 
 def reason_items(records: dict[str, RunRecord], meta: dict, runs: int = 1, spreads: dict | None = None) -> str:
