@@ -1691,28 +1691,37 @@ def test_the_lead_says_only_what_the_rounds_tell():
     assert lead_words({"ar": c["ar"]}, records, shared, None) == ""
 
 
-def test_the_lead_s_why_is_the_projection_where_it_passes_sd_else_the_step_s_wait():
-    """Why Mirror-SD did not beat SD: the shared device, with the projection's figure labelled,
-    only where the draft on a device of its own would pass SD in every run; else the cause in one
-    step (the draft's branch ready after the target's layers); off one shared device, no
-    projection claim."""
-    from ui.results import lead_why
-    from ui.zoom import rule_figures, zoom_record, zoom_step
-    from ui.figures import machine_words
+def test_the_lead_s_why_is_the_ledger_s_biggest_gap_then_the_projection_where_it_passes_sd():
+    """Why Mirror-SD did not beat SD, in the ledger's own terms: the part of a token's time that
+    grew most against SD (here verifying, beside the draft), with both figures as the ledger
+    shows them, and what hiding the draft did to the waiting; then, only where the draft on a
+    device of its own would pass SD in every round and both models share one device, that
+    projection, labelled; nothing where Mirror-SD was the faster."""
+    from ui.results import _ms, lead_why, ledger_terms, render_ledger
     records = tiny_records()
     shared = {"target_device": "cpu", "draft_device": "cpu", "target_layers": 4}
     passes = {"over_sd": {"b": 1.5, "c": 1.2}, "over_sd_rounds": {"b": [1.2, 1.5, 1.7]}}
-    assert lead_why(records, shared, passes) == (
-        f": here both models share {machine_words(shared)}. With the draft on a device of its own these steps "
-        "would give 1.50× SD (projected, not measured)")
-    rec = zoom_record(records)
-    f = rule_figures(rec, zoom_step(rec), shared)
-    step = (f": its draft is too slow to hide behind the target (in the step below: draft {f['need']:.0f} ms, "
-            f"target {f['have']:.0f} ms)")
+    sd, mi = ledger_terms(records["sd"]), ledger_terms(records["mirror"])
+    gaps = {k: mi[k] - sd[k] for k in ("forwards", "waiting", "idle")}
+    assert max(gaps, key=gaps.get) == "forwards", gaps  # the tiny run's Mirror-SD verifies slower a token
+    cause = (f"Why: verifying cost Mirror-SD {_ms(mi['forwards'])} ms a token against SD's {_ms(sd['forwards'])}, "
+             f"its target working beside the draft on the same cores")
+    said = lead_why(records, shared, passes)
+    assert said.startswith(cause), said
+    assert said.endswith(" With the draft on a device of its own these steps would give 1.50× SD (projected, not measured)."), said
+    ledger = render_ledger(records)
+    for k in ("forwards", "waiting"):  # the figures the why names are the ledger's
+        assert f"{_ms(mi[k])}" in re.search(r'<li data-ledger="mirror">(.*?)</li>', ledger).group(1)
     for p in (dict(passes, over_sd_rounds={"b": [0.8, 1.5, 1.7]}), {"over_sd": {"b": 0.9}}, None):
-        assert lead_why(records, shared, p) == step  # inconclusive, below SD, or none: the step's wait
+        assert "projected" not in lead_why(records, shared, p)  # inconclusive, below SD, or none
+        assert lead_why(records, shared, p).startswith(cause)
     two = dict(shared, target_device="cuda:0", draft_device="cuda:1")
-    assert lead_why(records, two, passes) == step
+    assert "same cores" not in lead_why(records, two, passes) and "projected" not in lead_why(records, two, passes)
+    c = cards(records)
+    faster = {m: {"e2e_tps": Spread(x.e2e_tps * (3 if m == "mirror" else 1), 0, 0, 3)} for m, x in c.items()}
+    assert lead_why(records, shared, passes, faster) == ""
+    html = render_verdict(records, shared)
+    assert '<p class="msd-lead-why">Why: ' in html and html.index("msd-lead") < html.index("msd-lead-why") < html.index("msd-ledger")
 
 
 def test_the_done_message_says_where_and_how_often_not_the_verdict():
@@ -1927,7 +1936,7 @@ def test_the_time_per_token_ledger_adds_up_to_each_run_s_decode_speed():
     """Each method's sum (a step's forward, the wait for the draft, idle, over the tokens a step
     wrote) is its run's decode time per token, the inverse of the decode speed the cards give;
     AR's step is one token; the drafting methods name their tokens a step."""
-    from ui.results import render_ledger
+    from ui.results import _ms, render_ledger
     from ui.runs import measured
     from ui.why import per_token
     records = tiny_records()
@@ -1938,8 +1947,13 @@ def test_the_time_per_token_ledger_adds_up_to_each_run_s_decode_speed():
         assert step / t["tokens_per_step"] == pytest.approx(t["per_token"], rel=1e-9)
     assert per_token(records["ar"])["tokens_per_step"] == 1.0
     html = render_ledger(records)
+    top = max(per_token(rec)["per_token"] for rec in records.values())
     for m, rec in records.items():
-        row = re.search(rf'<li data-method="{m}">(.*?)</li>', html).group(1)
-        assert f"= <b>{per_token(rec)['per_token']:.0f} ms a token</b>" in row, row
-    assert "a step = " in re.search(r'<li data-method="sd">(.*?)</li>', html).group(1)
+        row = re.search(rf'<li data-ledger="{m}">(.*?)</li>', html).group(1)
+        t = per_token(rec)
+        assert f"= <b>{_ms(t['per_token'])} ms a token</b>" in row, row
+        # the bar's parts, on one scale, add up to the run's share of the slowest token
+        widths = [float(w) for w in re.findall(r'style="width:([\d.]+)%"', row)]
+        assert sum(widths) == pytest.approx(100 * t["per_token"] / top, abs=0.2), (m, widths)
+    assert "a step: " in re.search(r'<li data-ledger="sd">(.*?)</li>', html).group(1)
     assert "this run" in html and render_ledger({"ar": records["ar"]}) == ""

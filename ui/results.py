@@ -22,7 +22,7 @@ from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import figure_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, analyse, colour, exit_check, exit_mirrors, gated, label, measured,
                    method_names, overlapped_and_gated, variant_of, verdict_outcome)
-from .zoom import cause_figures, fresh_steps, redraft_ms, render_cause, zoom_record
+from .zoom import fresh_steps, redraft_ms, render_cause, zoom_record
 from .why import (PART_NAMES, PARTS, breakdown, per_token, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
@@ -267,60 +267,110 @@ def takeaway_items(short: list[tuple[str, str]], charts: dict[str, str] | None =
                    f'{charts.get(lead, "")}</li>' for lead, text in short)
 
 
-def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None) -> str:
-    """Why Mirror-SD did not beat SD, as far as this run shows it: where the draft on a device of
-    its own would pass SD (the projection's row (b), every run's on the same side of 1×), the
-    shared device, with that figure labelled; else, where the step drawn below kept the target
-    waiting, the draft too slow for the target's layers after the exit; else ''."""
+def lead_why(done: dict[str, RunRecord], meta: dict, projection: dict | None,
+             spreads: dict | None = None) -> str:
+    """The line under the lead where Mirror-SD was not faster than SD (medians): why, in the
+    ledger's terms (`ledger_cause`), then, where the draft on a device of its own would pass SD
+    (the projection's runs shown replayed above 1× and every round's on the same side), that
+    figure, labelled projected; '' where Mirror-SD was faster or a run is missing."""
+    c = cards(done)
+    sp = speeds(c, spreads)
+    if not ("sd" in c and "mirror" in c and sp["sd"][0] and sp["mirror"][0]) or sp["mirror"][0] > sp["sd"][0]:
+        return ""
+    said = [ledger_cause(done, meta)]
     b = over_sd_figure(projection or {}, "b")
     if one_device(meta) and b is not None and shown(b) > 1 and not rounds_span_one(projection, "b"):
-        return (f": here both models share {machine_words(meta)}. With the draft on a device of its own these "
-                f"steps would give {b:.2f}× SD (projected, not measured)")
-    got = cause_figures(zoom_record(done), meta)
-    f = got[1] if got else None
-    if f and not f["fits"]:
-        return (f": its draft is too slow to hide behind the target (in the step below: draft {f['need']:.0f} ms, "
-                f"target {f['have']:.0f} ms)")
-    return ""
+        said.append(f"With the draft on a device of its own these steps would give {b:.2f}× SD "
+                    f"(projected, not measured).")
+    return " ".join(x for x in said if x)
 
 
 MORE_SUMMARY = ("In short, point by point: each method against plain decoding and SD, second by second, "
                 "what this machine cannot show, and the projection's inputs")
 
 
+LEDGER_PARTS = (("forwards", "b-verify", "verify (AR: its target forward)"),
+                ("waiting", "b-draft_exposed", "the target waits for the draft"),
+                ("idle", "b-idle", "idle (no model busy)"))
+
+
+def _ms(x: float) -> str:
+    """Milliseconds as the ledger says them: whole ms, a tenth below 10 ms."""
+    return f"{x:.1f}" if abs(x) < 9.95 else f"{x:.0f}"
+
+
+def ledger_terms(rec: RunRecord) -> dict | None:
+    """`why.per_token` over a token: each part of a step (forwards, waiting, idle, hidden) over
+    the tokens a step wrote, so that forwards + waiting + idle is the run's decode ms a token."""
+    t = per_token(rec)
+    if t is None:
+        return None
+    n = t["tokens_per_step"]
+    return {**{k: t[k] / n for k in ("forwards", "waiting", "idle", "hidden")}, "step": t}
+
+
 def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
-    """Each method's time per token after the first as one sum: a step's forward, the time the
-    target waited for the draft and any idle time, over the tokens a step wrote (`why.per_token`;
-    the parts add up to the run's decode time per token). Where the drafting's cost and the
+    """Each method's time per token after the first as one stacked bar on one scale: its verify
+    (AR: its target forward), the time the target waited for the draft and any idle time, each
+    over the tokens a step wrote (`ledger_terms`; the parts add up to the run's decode time per
+    token), with the sum in words and a step's arithmetic. Where the drafting's cost and the
     tokens it buys meet, in this run's own figures ('' without AR and one drafting method)."""
-    rows = []
-    for m, rec in done.items():
-        t = per_token(rec)
-        if t is None:
-            continue
-        plain = variant_of(m)[0] == "ar"
-        forward = "target forward" if plain else "verify" + (" beside the draft" if t["hidden"] >= 0.5 else "")
-        terms = [f"{forward} {t['forwards']:.0f} ms"]
-        if t["waiting"] >= 0.5:
-            terms.append(f"waiting for the draft {t['waiting']:.0f} ms")
-        if t["idle"] >= 0.5:
-            terms.append(f"idle {t['idle']:.0f} ms")
-        step = t["forwards"] + t["waiting"] + t["idle"]
-        sum_ = " + ".join(terms)
-        how = (f"{sum_} a token" if plain else
-               f"({sum_}) a step = {step:.0f} ms, ÷ {t['tokens_per_step']:.2f} tokens a step after the first")
-        hidden = (f"; its draft also worked {t['hidden']:.0f} ms a step beside the target, hidden"
-                  if t["hidden"] >= 0.5 else "")
-        rows.append(f'<li data-method="{esc(m)}"><i class="msd-ledger-key" style="background:{colour(m)}"></i>'
-                    f'<b>{esc(label(m))}</b> '
-                    f'{esc(how)} = <b>{t["per_token"]:.0f} ms a token</b>{esc(hidden)}</li>')
-    if len(rows) < 2 or "ar" not in done:
+    terms = {m: t for m, rec in done.items() if (t := ledger_terms(rec)) is not None}
+    if len(terms) < 2 or "ar" not in terms:
         return ""
+    top = max(t["step"]["per_token"] for t in terms.values())
+    rows = []
+    for m, t in terms.items():
+        plain, step = variant_of(m)[0] == "ar", t["step"]
+        bars = "".join(f'<i class="{cls}" style="width:{100 * t[k] / top:.1f}%" title="{esc(words)}: {t[k]:.1f} ms a token"></i>'
+                       for k, cls, words in LEDGER_PARTS if t[k] > 0)
+        sum_ = " + ".join(f"{name} {_ms(t[k])}" for k, name in (("forwards", "target forward" if plain else "verify"),
+                                                                ("waiting", "waiting"), ("idle", "idle"))
+                          if k == "forwards" or float(_ms(t[k])) > 0)
+        per_step = "" if plain else (
+            f"a step: {step['forwards'] + step['waiting'] + step['idle']:.0f} ms for {step['tokens_per_step']:.2f} tokens")
+        hidden = (f"; its draft also worked {_ms(t['hidden'])} ms a token beside the target, hidden"
+                  if t["hidden"] >= 0.05 * step["per_token"] else "")
+        rows.append(f'<li data-ledger="{esc(m)}"><span class="msd-ledger-name"><i class="msd-ledger-key" '
+                    f'style="background:{colour(m)}"></i><b>{esc(label(m))}</b></span>'
+                    f'<span class="msd-ledger-track">{bars}</span>'
+                    f'<span class="msd-ledger-sum">{esc(sum_)} = <b>{_ms(step["per_token"])} ms a token</b>'
+                    f'<span class="msd-ledger-step">{esc(per_step)}{esc(hidden)}</span></span></li>')
     which = f"each method's middle run of {runs}" if runs > 1 else "this run"
-    return (f'<div class="msd-ledger"><div class="msd-sub">Time per token after the first ({which}, '
-            f'decode only; the parts add up, means over its steps after the first, so they can differ from '
-            f'the medians and whole-run counts in Statistics): fewer ms a token is faster</div>'
-            f'<ul>{"".join(rows)}</ul></div>')
+    key = "".join(f'<span><i class="{cls}"></i>{esc(words)}</span>' for _, cls, words in LEDGER_PARTS)
+    tip = ("Means over each run's steps after the first; the parts add up to its decode time per token, "
+           "so they can differ from the medians and whole-run counts in Statistics")
+    return (f'<div class="msd-ledger" title="{esc(tip)}"><div class="msd-sub">Where each token\'s time went '
+            f'after the first ({which}; ms a token, shorter is faster)</div>'
+            f'<ul>{"".join(rows)}</ul><div class="msd-bk-key">{key}</div></div>')
+
+
+def ledger_cause(done: dict[str, RunRecord], meta: dict) -> str:
+    """Why Mirror-SD's tokens cost more than SD's, from the ledger's own terms (`ledger_terms`):
+    the part that grew most a token, said with both figures, and what hiding the draft did to the
+    waiting; '' where Mirror-SD's decode was not slower a token or a run is missing."""
+    t = {m: ledger_terms(done[m]) if m in done else None for m in ("sd", "mirror")}
+    if None in t.values():
+        return ""
+    sd, mi = t["sd"], t["mirror"]
+    if mi["step"]["per_token"] <= sd["step"]["per_token"]:
+        return ""
+    grew = max(("forwards", "waiting", "idle"), key=lambda k: mi[k] - sd[k])
+    if grew == "forwards":
+        slow = contention(costs(done)).get("verify")
+        beside = ", its target working beside the draft on the same cores" if one_device(meta) else ""
+        said = f"verifying cost Mirror-SD {_ms(mi['forwards'])} ms a token against SD's {_ms(sd['forwards'])}{beside}"
+        if slow and slow > 1:
+            said += f" (a verify forward {slow:.2f}× as long as alone)"
+        saved = sd["waiting"] - mi["waiting"]
+        said += (f"; hiding its draft saved {_ms(saved)} ms a token of waiting" if saved >= 0.05 * sd["waiting"] else
+                 f"; hiding its draft saved no waiting ({_ms(mi['waiting'])} against SD's {_ms(sd['waiting'])} ms a token)")
+    elif grew == "waiting":
+        said = (f"its target waited for the draft {_ms(mi['waiting'])} ms a token against SD's {_ms(sd['waiting'])}: "
+                f"the draft was too slow to hide behind the target")
+    else:
+        said = f"idle time cost Mirror-SD {_ms(mi['idle'])} ms a token against SD's {_ms(sd['idle'])}"
+    return f"Why: {said}."
 
 
 def _one_run_note(spreads: dict | None) -> str:
@@ -350,13 +400,18 @@ def render_verdict(records: dict[str, RunRecord], meta: dict, projection: dict |
     # for an audience: one plain sentence and one picture (the cause, in one step), then the figures
     # and the measured-against-projected bars; the takeaway and the reason's pictures one click away
     k = costs(done)
-    lead = lead_words(c, done, meta, spreads, lead_why(done, meta, projection),
+    lead = lead_words(c, done, meta, spreads, "",
                       k["draft"] / k["target"] if k.get("draft") and k.get("target") else None)
-    parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "", _one_run_note(spreads) if lead else "",
+    why = lead_why(done, meta, projection, spreads) if lead else ""
+    # the lead, why in the ledger's terms and the ledger's bars (one diagnosis, one picture), the
+    # same cause in one step, then the ratios, the tiles and the measured-against-projected bars
+    parts = [f'<p class="msd-lead">{esc(lead)}</p>' if lead else "",
+             f'<p class="msd-lead-why">{esc(why)}</p>' if why else "", _one_run_note(spreads) if lead else "",
+             render_ledger(done, runs_of(spreads)),
              render_cause(zoom_record(done), meta) if "mirror" in c else "",
              f'<p class="msd-verdict-text">{esc(big)}</p>'
              + (f'<p class="msd-verdict-tell">{esc(rest.strip())}</p>' if rest.strip() else ""),
-             _scoreboard(c, spreads, done), render_ledger(done, runs_of(spreads)),
+             _scoreboard(c, spreads, done),
              render_pay_chart(projection, c, spreads) if "mirror" in c else ""]
     more = [f'<div class="msd-takeaway"><b>In short</b><ul>{items}</ul></div>' if short else ""]
     # what this machine cannot show and where Mirror-SD would pay, then the measured trade
