@@ -554,15 +554,17 @@ BOARD_WORDS_JS = """() => {
 
 def check_tokens_chart(page) -> None:
     """After the race: the tokens-against-time chart draws a line per run, and its key gives each
-    run's speed as the settled pane's head does (tokens over the run's whole time)."""
+    run's time and speed as the settled pane's head does (tokens over the run's whole time)."""
     lines = page.locator("#board .msd-tvt path.tvt-line").count()
     key = page.evaluate("() => [...document.querySelectorAll('#board .msd-tvt .tvt-key span')].map(s => s.textContent)")
     assert lines == len(key) == len(LABELS), (lines, key)
     for text in key:
-        name, tokens, rate = re.fullmatch(r"(.+): (\d+) tokens, (\d+\.\d\d) tok/s", text).groups()
+        name, tokens, secs, rate = re.fullmatch(r"(.+): (\d+) tokens in (\d+\.\d\d) s, (\d+\.\d\d) tok/s", text).groups()
         m = next(k for k, v in LABELS.items() if v == name)
         head = page.inner_text(f"#pane-{m} .msd-pane-head")
         assert f"{tokens} tokens" in head and re.search(rf"{re.escape(rate)}\s*tok/s end to end", head), (text, head)
+        wall = float(re.search(r"tokens in (\d+\.\d\d) s", head).group(1))  # the head's time
+        assert abs(float(secs) - wall) <= 0.011, (text, head)  # one rounding apart at most
 
 
 def check_narrow_board(page) -> None:

@@ -89,9 +89,10 @@ function axis(ms, tight) {
   if (!tight && ms <= cur && B.axisSet) return;
   const want = Math.max(1000, ms * (tight ? 1 : 1.25));
   const step = STEPS.find(st => want / st <= 5) || 20000;
-  // the race's axis ends at its last finish (to the next 0.1 s), not at the next round tick (a
-  // 10.5 s race on a 15 s axis reads as slower than it was); live, a round end leaves room ahead
-  const nice = tight ? Math.ceil(want / 100) * 100 : Math.ceil(want / step) * step;
+  // the race's axis ends at its last finish exactly (the chart's end label is the slowest run's
+  // time), not at the next round tick (a 10.5 s race on a 15 s axis reads as slower than it was);
+  // live, a round end leaves room ahead
+  const nice = tight ? Math.round(want) : Math.ceil(want / step) * step;
   tl.style.setProperty('--axis', nice); B.axisSet = true;
   const ticks = []; for (let t = 0; t <= nice + 1; t += step) ticks.push(t);
   // ticks placed on the bars' own scale (--a ms over --axis ms of the same track width)
@@ -326,7 +327,7 @@ function chart() {
     // a running run's key: its tokens so far, no speed (the chart redraws four times a second, the
     // clock every frame, so a speed beside the clock would read a frame behind it); an ended run's speed
     const text = r.stale ? n + ' tokens, ' + rate.toFixed(2) + ' tok/s (round ' + r.staleRound + ', faded)' :
-      r.ended ? n + ' tokens, ' + rate.toFixed(2) + ' tok/s' : n + ' tokens so far';
+      r.ended ? n + ' tokens in ' + secs(t) + ', ' + rate.toFixed(2) + ' tok/s' : n + ' tokens so far';
     ends.push({rate: rate, text: r.label + ': ' + text, colour: r.colour});
   }
   ends.sort((a, b) => b.rate - a.rate);  // the key, fastest first

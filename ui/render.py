@@ -169,7 +169,7 @@ def render_pane(method: str, rec: RunRecord | None, state: str, now_ns: int | No
         head.append(f'<span class="msd-badge s-lanes" title="{esc(LANES_TIP)}">{esc(lanes)}</span>')
     if stats is not None:
         head.append(f'<span class="msd-stat"><b>{stats["tokens"]}</b> tokens in '
-                    f'<b>{stats["elapsed_s"]:.1f}</b> s</span>')
+                    f'<b>{stats["elapsed_s"]:.2f}</b> s</span>')
         if stats.get("prefill_s") is not None:
             head.append(f'<span class="msd-stat" title="{esc(GLOSSARY["ttft"])}">first token '
                         f'<b>{stats["prefill_s"]:.2f}</b> s</span>')
