@@ -882,6 +882,9 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
     if c.get("target"):
         line = f"one target forward (1 token, AR) {ms(c['target'])}"
+        mean = ledger_terms(done["ar"]) if "ar" in done else None
+        if mean and f"{mean['forwards']:.0f}" != f"{c['target'] * 1e3:.0f}":  # the ledger's AR figure is a mean
+            line += f" (the median; the ledger's mean, {_ms(mean['forwards'])} ms, counts the slow forwards too)"
         if c.get("draft"):
             line += (f"; one draft forward alone (1 token, the median over SD's windows) {ms(c['draft'])}, "
                      f"<b>{c['draft'] / c['target']:.0%}</b> of a target forward")
