@@ -64,3 +64,40 @@ def test_the_model_sets_the_page_s_replay_figure_beside_its_own():
     assert figure is not None and state["replay_b"] == figure
     assert f"Mirror-SD <b>{figure:.2f}×</b> SD. This model" in got["how"]
     assert _how_from_state(state) == got["how"]  # the state's re-render keeps the line
+
+
+def test_the_gain_chart_draws_the_model_s_mirror_over_sd_and_marks_each_pair_on_it():
+    """The chart's curve is `model`'s Mirror-SD over SD against the draft's cost (the tokens a step
+    cancel); it peaks at 2 - e where k·c = (1 - e)·v and falls towards 1× past it; each mark sits
+    at its draft cost with the model's figure there: this machine's, the projection's accelerator
+    pair's (from the frame's projection) and a paper-like pair's."""
+    import re
+    from ui.stepmodel import PAPER_DRAFT, gain, gain_chart
+    k, c, v, e = 3, 0.2, 1.2, 0.75
+    m = model(0.8, k, c, v, e)
+    assert gain(k, c, v, e) == pytest.approx(m["mirror"] / m["sd"])
+    peak = (1 - e) * v / k
+    assert gain(k, peak, v, e) == pytest.approx(2 - e)
+    assert gain(k, peak * 0.5, v, e) < 2 - e and gain(k, peak * 2, v, e) < 2 - e
+    assert gain(k, 0.6, v, e) < gain(k, 0.3, v, e)  # past the peak it falls towards 1×
+    html = gain_chart({"k": k, "v": v, "e": e}, [("here", 0.33), ("paper", PAPER_DRAFT)])
+    marks = re.findall(r'data-c="([\d.]+)" data-gain="([\d.]+)"', html)
+    assert [float(x) for x, _ in marks] == [0.33, PAPER_DRAFT]
+    for x, g in marks:
+        assert float(g) == pytest.approx(gain(k, float(x), v, e), abs=1e-3)
+    assert f"peaks at <b>{2 - e:.2f}×</b>" in html and "not a measurement" in html
+    records = tiny_records()
+    meta = {"exit_layer": 2, "target_layers": 4}
+    values, _ = run_inputs(records, meta)
+    box = render_calc(records, meta, 1.1, 1.07, 0.19)
+    got = dict(re.findall(r'data-c="([\d.]+)" data-gain="([\d.]+)"', box))
+    assert set(got) == {f"{values['c']:.3f}", "0.190", f"{PAPER_DRAFT:.3f}"}, got
+    assert "this machine: " in box and "the accelerator pair: " in box
+    from mirror_sd.models.tiny import LAYERS
+    from ui.frames import RESULT_OUTPUTS, final_outputs, method_names
+    from ui.whatif import best_projection
+    out = final_outputs(records, {"gamma": 4, "kappa": 8, "branch_budget": 2}, {"target_layers": LAYERS,
+                        "exit_layer": LAYERS // 2}, "hello", None, methods=list(records))
+    state = dict(zip(RESULT_OUTPUTS, out[1 + len(method_names()):]))["state"]
+    share = best_projection(state)["draft_share"]["c"]
+    assert state["accel_c"] == share and f'data-c="{share:.3f}"' in dict(zip(RESULT_OUTPUTS, out[1 + len(method_names()):]))["how"]

@@ -88,7 +88,7 @@ def outputs(values: dict) -> dict[str, str]:
 
 
 def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | None = None,
-                replay_b: float | None = None) -> str:
+                replay_b: float | None = None, accel_c: float | None = None) -> str:
     """The box: a slider per input (starting at the run's own figures), the model's tokens per
     step and speeds, and, after a run, SD's measured tokens per verify step and decode speed over
     AR beside them, and (`replay_b`) the replay of the run's own steps with the draft on a device
@@ -96,6 +96,10 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
     sd = _sd_card(records)
     values, said = run_inputs(records, meta, sd)
     out = outputs(values)
+    marks = [("this machine" if "c" in said else "the sliders' start", values["c"])]
+    if accel_c is not None:
+        marks.append(("the accelerator pair", accel_c))
+    marks.append(("a pair like the paper's", PAPER_DRAFT))
     per_step = (f"wrote {sd.tokens_per_step:.2f} tokens per verify step (its windows vary from step to step; the "
                 f"model takes one length) and " if sd and sd.tokens_per_step else "")
     rows = "".join(
@@ -122,7 +126,7 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'target) puts Mirror-SD ahead; a dearer one cannot fit its window in the part of the pass after the '
             f'early exit. The What-if fold replays this run\'s own steps instead, each with its own window, on '
             f'an accelerator pair whose draft has a cost of its own (the pay chart gives its share of the '
-            f'target\'s), so its figures differ from this model\'s.</p></div>')
+            f'target\'s), so its figures differ from this model\'s.</p>{gain_chart(values, marks)}</div>')
 
 
 def _replayed(replay_b: float | None) -> str:
@@ -138,6 +142,54 @@ def _replayed(replay_b: float | None) -> str:
 
 
 PAPER_DRAFT = 0.05  # one draft forward in target forwards for a 0.6B draft beside a 14-32B target
+GAIN_C = (0.0, 0.6)  # the gain chart's draft costs, in target forwards
+
+
+def gain(k: int, c: float, v: float, e: float) -> float:
+    """Mirror-SD over SD in the model (the draft on a device of its own, every step a hit): the
+    tokens a step cancel, leaving SD's step over Mirror-SD's, (v + k·c) / max(v, e·v + k·c)."""
+    return (v + k * c) / max(v, e * v + k * c)
+
+
+def gain_chart(values: dict, marks: list[tuple[str, float]]) -> str:
+    """An SVG of the model's Mirror-SD over SD against the cost of one draft forward (GAIN_C), at
+    the run's window, verify pass and exit (`values`), with a dashed line at 1× (SD) and each of
+    `marks` (name, draft cost) as a dot with its figure. The gain peaks at 2 - e where the draft's
+    window just fits in the pass after the exit, c = (1 - e)·v / k, and falls towards 1× past it."""
+    k, v, e = int(values["k"]), values["v"], values["e"]
+    W, H, L, R, T, B = 560, 190, 40, 12, 12, 30
+    top = max(1.2, 2 - e + 0.05)
+    x = lambda c: L + (W - L - R) * (c - GAIN_C[0]) / (GAIN_C[1] - GAIN_C[0])  # noqa: E731
+    y = lambda g: T + (H - T - B) * (top - g) / (top - 1.0 + 0.05)  # noqa: E731
+    cs = [GAIN_C[0] + i * (GAIN_C[1] - GAIN_C[0]) / 120 for i in range(121)]
+    peak = (1 - e) * v / k
+    path = "M" + " L".join(f"{x(c):.1f} {y(gain(k, c, v, e)):.1f}" for c in sorted(set(cs + [peak])) if GAIN_C[0] <= c <= GAIN_C[1])
+    ticks = "".join(f'<text class="gc-lab" x="{x(c):.1f}" y="{H - B + 14}" text-anchor="middle">{c:.1f}</text>'
+                    for c in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6))
+    gticks = "".join(f'<text class="gc-lab" x="{L - 4}" y="{y(g) + 4:.1f}" text-anchor="end">{g:.2f}×</text>'
+                     for g in (1.0, round(2 - e, 2)))
+    dots = ""
+    for i, (name, c) in enumerate(marks):
+        g = gain(k, c, v, e)
+        anchor = "start" if x(c) < W - 170 else "end"
+        dots += (f'<g class="gc-mark" data-c="{c:.3f}" data-gain="{g:.3f}"><line class="gc-vline" x1="{x(c):.1f}" '
+                 f'y1="{y(g):.1f}" x2="{x(c):.1f}" y2="{H - B}"/><circle cx="{x(c):.1f}" cy="{y(g):.1f}" r="4"/>'
+                 f'<text class="gc-name" x="{x(c) + (6 if anchor == "start" else -6):.1f}" y="{y(g) - 8 - 12 * (i % 2):.1f}" '
+                 f'text-anchor="{anchor}">{esc(name)}: {g:.2f}×</text></g>')
+    svg = (f'<svg class="msd-gain" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="Mirror-SD over SD '
+           f'against the cost of one draft forward, in this model">'
+           f'<line class="gc-ax" x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}"/><line class="gc-ax" x1="{L}" y1="{T}" '
+           f'x2="{L}" y2="{H - B}"/><line class="gc-one" x1="{L}" y1="{y(1.0):.1f}" x2="{W - R}" y2="{y(1.0):.1f}"/>'
+           f'{ticks}{gticks}<text class="gc-lab" x="{(L + W - R) / 2}" y="{H - 2}" text-anchor="middle">one draft forward, '
+           f'in target forwards</text><path class="gc-line" d="{path}"/>{dots}</svg>')
+    return (f'<div class="msd-gain-box"><div class="mc-sub">Mirror-SD over SD against the draft\'s cost <span class="mc-tag">'
+            f'the model above, not a measurement</span> (window {k}, verify pass {v:.2f}, exit at {e:.0%} of the pass, '
+            f'the draft on a device of its own, every step a hit)</div>{svg}'
+            f'<p class="mc-note">The gain peaks at <b>{2 - e:.2f}×</b> SD where the draft\'s window just fits in the '
+            f'target\'s pass after the early exit (one draft forward {peak:.2f} target forwards here); a dearer '
+            f'draft makes the target wait, a cheaper one finishes early and the exit\'s head start, {1 - e:.0%} of a '
+            f'pass, is all it can save. An earlier exit raises the ceiling; sharing one device, as here, lowers '
+            f'every point (the measured bar in the verdict).</p></div>')
 
 CALC_JS = """
 const PAPER_DRAFT = @PAPER_DRAFT@;
