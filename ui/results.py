@@ -318,7 +318,7 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
     terms = {m: t for m, rec in done.items() if (t := ledger_terms(rec)) is not None}
     if len(terms) < 2 or "ar" not in terms:
         return ""
-    top = max(t["step"]["per_token"] for t in terms.values())
+    top, c = max(t["step"]["per_token"] for t in terms.values()), cards(done)
     rows = []
     for m, t in terms.items():
         plain, step = variant_of(m)[0] == "ar", t["step"]
@@ -327,8 +327,10 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
         sum_ = " + ".join(f"{name} {_ms(t[k])}" for k, name in (("forwards", "target forward" if plain else "verify"),
                                                                 ("waiting", "waiting"), ("idle", "idle"))
                           if k == "forwards" or float(_ms(t[k])) > 0)
+        windows = getattr(c.get(m), "windows", None)
         per_step = "" if plain else (
-            f"a step: {step['forwards'] + step['waiting'] + step['idle']:.0f} ms for {step['tokens_per_step']:.2f} tokens")
+            f"a step: {step['forwards'] + step['waiting'] + step['idle']:.0f} ms for {step['tokens_per_step']:.2f} tokens"
+            + (f", windows of {windows[1]:g} drafted tokens (median)" if windows and windows[1] is not None else ""))
         hidden = (f"; its draft also worked {_ms(t['hidden'])} ms a token beside the target, hidden"
                   if t["hidden"] >= 0.05 * step["per_token"] else "")
         rows.append(f'<li data-ledger="{esc(m)}"><span class="msd-ledger-name"><i class="msd-ledger-key" '

@@ -184,7 +184,7 @@ def gain_chart(values: dict, marks: list[tuple[str, float]]) -> str:
            f'in target forwards</text><path class="gc-line" d="{path}"/>{dots}</svg>')
     return (f'<div class="msd-gain-box"><div class="mc-sub">Mirror-SD over SD against the draft\'s cost <span class="mc-tag">'
             f'the model above, not a measurement</span> (window {k}, verify pass {v:.2f}, exit at {e:.0%} of the pass, '
-            f'the draft on a device of its own, every step a hit)</div>{svg}'
+            f'the draft on a device of its own, every step a hit; drawn at the run\'s figures, the sliders do not move it)</div>{svg}'
             f'<p class="mc-note">The gain peaks at <b>{2 - e:.2f}×</b> SD where the draft\'s window just fits in the '
             f'target\'s pass after the early exit (one draft forward {peak:.2f} target forwards here); a dearer '
             f'draft makes the target wait, a cheaper one finishes early and the exit\'s head start, {1 - e:.0%} of a '
