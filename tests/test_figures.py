@@ -1957,3 +1957,19 @@ def test_the_time_per_token_ledger_adds_up_to_each_run_s_decode_speed():
         assert sum(widths) == pytest.approx(100 * t["per_token"] / top, abs=0.2), (m, widths)
     assert "a step: " in re.search(r'<li data-ledger="sd">(.*?)</li>', html).group(1)
     assert "this run" in html and render_ledger({"ar": records["ar"]}) == ""
+
+
+def test_statistics_gives_mirror_sd_s_two_lanes_once():
+    """The lanes' line above the costs gives how Mirror-SD's two lanes shared the cores; the
+    costs' list under it does not say it again."""
+    records = tiny_records()
+    stats = records["mirror"].finish.stats
+    before = stats.get("lane_split")
+    stats["lane_split"] = "2 cores; target 1 thread and draft 1 while both work"
+    try:
+        text = re.sub(r"<[^>]+>", "", render_statistics(records, {}, {}))
+    finally:  # the cached records as they were
+        stats.pop("lane_split")
+        if before is not None:
+            stats["lane_split"] = before
+    assert text.count("two lanes") == 1 and text.count("target 1 thread and draft 1") == 1, text

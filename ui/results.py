@@ -877,8 +877,9 @@ def render_breakdown(done: dict[str, RunRecord]) -> str:
             f'{"".join(rows)}<div class="msd-bk-key">{key}</div></div>')
 
 
-def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
-    """The measured per-forward costs, the lanes' contention and the early exit's share."""
+def render_lanes(done: dict[str, RunRecord], runs: int = 1, said: str | None = None) -> str:
+    """The measured per-forward costs, the lanes' contention and the early exit's share; `said`:
+    the method whose lanes `_lanes_line` already gave in the engine's words (not again here)."""
     c, lines = costs(done), []
     k = contention(c)
     ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
@@ -902,7 +903,7 @@ def render_lanes(done: dict[str, RunRecord], runs: int = 1) -> str:
     if k.get("draft"):
         lines.append(f"one draft forward over a batch of branches, beside the target: {ms(c['draft_beside'])} a "
                      f"forward, {k['draft']:.2f}× a one-token draft forward alone")
-    for m in (m for m in exit_mirrors(done) if done[m].finish):
+    for m in (m for m in exit_mirrors(done) if done[m].finish and m != said):
         if split := lane_words(done[m])[0]:
             lines.append(f"{esc(label(m))}'s two lanes: {esc(str(split))}")
     ee = early_exit_share(done.get("mirror"))
@@ -953,13 +954,16 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
     sub = verdict_sub(c, meta, spreads)
     cross = (f'<p class="msd-verdict-sub">{esc(sub)}</p>' if sub else "") + cross
     lanes = overlapped_and_gated(c)[1] or ("mirror" if "mirror" in done else None)
+    said = None
     if lanes:  # the gated run's lanes where it ran (its gate's choice), else Mirror-SD's
-        cross += _lanes_line(done[lanes], overlap_measured(c, spreads))
+        line = _lanes_line(done[lanes], overlap_measured(c, spreads))
+        cross += line
+        said = lanes if "two lanes here" in line else None  # the engine's words: not again below
     own = [f"{label(m)}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in variant_of(m)[1].items())
            for m in done if variant_of(m)[1]]  # the methods that ran with settings of their own
     facts = " · ".join(x for x in (_settings_line(settings, meta), "; ".join(own) if settings else "",
                                    windows_drafted(done) if settings else "") if x)
-    return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs)}{table}'
+    return (f'<div class="msd-summary">{reason_items(records, meta, runs, spreads)}{cross}{render_lanes(done, runs, said)}{table}'
             f'<div class="msd-facts">{_with_terms(esc(facts))}</div></div>')
 
 
