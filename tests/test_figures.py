@@ -1648,7 +1648,7 @@ def test_the_lead_says_only_what_the_rounds_tell():
     assert lead_words(c, records, shared, tie, why).endswith("Mirror-SD did not beat SD: its draft is too slow.")
     lost = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 11}, {"ar": 9, "sd": 12, "mirror": 10},
                                 {"ar": 10, "sd": 13, "mirror": 11}])
-    assert lead_words(c, records, shared, lost).endswith("Mirror-SD was slower than SD.")
+    assert lead_words(c, records, shared, lost).endswith("Mirror-SD was slower than SD, in all 3 rounds.")
     won = _rounds_at(records, [{"ar": 10, "sd": 13, "mirror": 15}, {"ar": 9, "sd": 12, "mirror": 14},
                                {"ar": 10, "sd": 13, "mirror": 15}])
     hid = c["mirror"].draft_hidden_s  # how it won, the card's figure: the drafting hidden beside the target
@@ -1955,7 +1955,7 @@ def test_the_time_per_token_ledger_adds_up_to_each_run_s_decode_speed():
         # the bar's parts, on one scale, add up to the run's share of the slowest token
         widths = [float(w) for w in re.findall(r'style="width:([\d.]+)%"', row)]
         assert sum(widths) == pytest.approx(100 * t["per_token"] / top, abs=0.2), (m, widths)
-    assert "a step: " in re.search(r'<li data-ledger="sd">(.*?)</li>', html).group(1)
+    assert "a step after the first: " in re.search(r'<li data-ledger="sd">(.*?)</li>', html).group(1)
     assert "this run" in html and render_ledger({"ar": records["ar"]}) == ""
 
 

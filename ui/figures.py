@@ -553,8 +553,8 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
                    f"{ratio:.2f}× SD's speed.{after}")
     elif ahead(top, "sd"):
         out.append(f"Mirror-SD beat SD: {label(top)} {ratio:.2f}× SD's speed.{how}")
-    elif all(ahead("sd", m) for m in mirrors):
-        out.append(f"Mirror-SD was slower than SD{why}.")
+    elif all(ahead("sd", m) for m in mirrors):  # slower in every round: the rule the tiles say it by
+        out.append(f"Mirror-SD was slower than SD, in all {runs} rounds{why}.")
     elif ratio > 1:  # a higher median that the rounds cannot tell from SD's: a tie, its figure said
         out.append(f"Mirror-SD and SD tie: {label(top)} ran {ratio:.2f}× SD's speed (medians), but not faster "
                    f"in every round, so these {runs} runs cannot tell the two apart.")

@@ -207,7 +207,6 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
              "rounds": rounds or [], "projected": projected or []}
     projection = best_projection(state)
     state["replay_b"] = over_sd_figure(projection, "b")  # How it works' step model cites it
-    state["accel_c"] = ((projection or {}).get("draft_share") or {}).get("c")  # and marks it on its gain chart
     if status is None:  # a finished run: the done message (the verdict says the result)
         status, level = done_message(records, meta, rounds), "done"  # the result (style.css)
     return frame(
@@ -216,7 +215,7 @@ def final_outputs(records: dict[str, RunRecord], settings: dict, meta: dict, pro
         verdict=render_verdict(records, meta, projection, spreads),
         cards=render_cards(records, meta, spreads, settings),
         zoom=render_zoom(zoom_record(records), dict(meta, branch_budget=settings.get("branch_budget"))),
-        how=render_how(records, meta, state["replay_b"], state["accel_c"]),
+        how=render_how(records, meta, state["replay_b"]),
         statistics=render_statistics(records, settings, meta, len(rounds or []) or 1, spreads),
         timeline=build_timeline(records),
         # the inspector offers the runs this result holds, not every registered method

@@ -180,19 +180,17 @@ def words() -> str:
     return f'<h4>Words on this page</h4><dl class="msd-words">{rows}</dl>'
 
 
-def render_how(records: dict[str, RunRecord], meta: dict, replay_b: float | None = None,
-               accel_c: float | None = None) -> str:
+def render_how(records: dict[str, RunRecord], meta: dict, replay_b: float | None = None) -> str:
     """The section for the run on screen; the general text before any run. `replay_b`: Mirror-SD
     over SD with the draft on a device of its own, this run's steps replayed (the pay chart's
-    figure), for the step model to set beside its own; `accel_c`: one draft forward over a target
-    forward on the projection's accelerator pair, marked on the step model's gain chart."""
+    figure), for the step model to set beside its own."""
     parts = [f"<p>{INTRO}</p>"]
     if not records or "mirror" in records:
         meta = meta or {}
         parts.append(f"<p>{MIRROR}</p><h4>One step of Mirror-SD</h4>"
                      f"{flow(meta.get('exit_layer'), meta.get('target_layers'))}"
                      f"<h4>On a time axis, against SD (not to scale)</h4>{diagram()}")
-    parts.append(render_calc(records, meta or {}, _measured_sd(records), replay_b, accel_c))
+    parts.append(render_calc(records, meta or {}, _measured_sd(records), replay_b))
     if not records or "mirror" in records:
         parts.append(f"<p>{GATE}</p>")
     if records:

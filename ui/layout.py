@@ -343,7 +343,7 @@ def _wire_run(c: dict, handlers: Handlers, box: PairBox) -> None:
 
 def _how_from_state(state):
     state = state or {}
-    return render_how(state.get("records") or {}, state.get("meta") or {}, state.get("replay_b"), state.get("accel_c"))
+    return render_how(state.get("records") or {}, state.get("meta") or {}, state.get("replay_b"))
 
 
 def _wire_pair(c: dict, handlers: Handlers, box: PairBox, demo: gr.Blocks) -> None:

@@ -92,7 +92,7 @@ function axis(ms, tight) {
   // the race's axis ends at its last finish exactly (the chart's end label is the slowest run's
   // time), not at the next round tick (a 10.5 s race on a 15 s axis reads as slower than it was);
   // live, a round end leaves room ahead
-  const nice = tight ? Math.round(want) : Math.ceil(want / step) * step;
+  const nice = tight ? want : Math.ceil(want / step) * step;
   tl.style.setProperty('--axis', nice); B.axisSet = true;
   const ticks = []; for (let t = 0; t <= nice + 1; t += step) ticks.push(t);
   // ticks placed on the bars' own scale (--a ms over --axis ms of the same track width)

@@ -23,7 +23,7 @@ from .whatif import figure_words, over_sd_figure, projection_line, range_values,
 from .runs import (RunRecord, against_ar, analyse, colour, exit_check, exit_mirrors, gated, label, measured,
                    method_names, overlapped_and_gated, variant_of, verdict_outcome)
 from .zoom import fresh_steps, redraft_ms, render_cause, zoom_record
-from .why import (PART_NAMES, PARTS, breakdown, per_token, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
+from .why import (PART_NAMES, PARTS, breakdown, mean_window, per_token, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
 esc = html.escape
@@ -318,7 +318,7 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
     terms = {m: t for m, rec in done.items() if (t := ledger_terms(rec)) is not None}
     if len(terms) < 2 or "ar" not in terms:
         return ""
-    top, c = max(t["step"]["per_token"] for t in terms.values()), cards(done)
+    top = max(t["step"]["per_token"] for t in terms.values())
     rows = []
     for m, t in terms.items():
         plain, step = variant_of(m)[0] == "ar", t["step"]
@@ -327,10 +327,10 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
         sum_ = " + ".join(f"{name} {_ms(t[k])}" for k, name in (("forwards", "target forward" if plain else "verify"),
                                                                 ("waiting", "waiting"), ("idle", "idle"))
                           if k == "forwards" or float(_ms(t[k])) > 0)
-        windows = getattr(c.get(m), "windows", None)
+        window = mean_window(done[m])
         per_step = "" if plain else (
-            f"a step: {step['forwards'] + step['waiting'] + step['idle']:.0f} ms for {step['tokens_per_step']:.2f} tokens"
-            + (f", windows of {windows[1]:g} drafted tokens (median)" if windows and windows[1] is not None else ""))
+            f"a step after the first: {step['forwards'] + step['waiting'] + step['idle']:.0f} ms for "
+            f"{step['tokens_per_step']:.2f} tokens" + (f", {window:.1f} drafted on average" if window is not None else ""))
         hidden = (f"; its draft also worked {_ms(t['hidden'])} ms a token beside the target, hidden"
                   if t["hidden"] >= 0.05 * step["per_token"] else "")
         rows.append(f'<li data-ledger="{esc(m)}"><span class="msd-ledger-name"><i class="msd-ledger-key" '
@@ -359,11 +359,8 @@ def ledger_cause(done: dict[str, RunRecord], meta: dict) -> str:
         return ""
     grew = max(("forwards", "waiting", "idle"), key=lambda k: mi[k] - sd[k])
     if grew == "forwards":
-        slow = contention(costs(done)).get("verify")
         beside = ", its target working beside the draft on the same cores" if one_device(meta) else ""
         said = f"verifying cost Mirror-SD {_ms(mi['forwards'])} ms a token against SD's {_ms(sd['forwards'])}{beside}"
-        if slow and slow > 1:
-            said += f" (a verify forward {slow:.2f}× as long as alone)"
         saved = sd["waiting"] - mi["waiting"]
         said += (f"; hiding its draft saved {_ms(saved)} ms a token of waiting" if saved >= 0.05 * sd["waiting"] else
                  f"; hiding its draft saved no waiting ({_ms(mi['waiting'])} against SD's {_ms(sd['waiting'])} ms a token)")

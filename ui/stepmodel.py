@@ -15,10 +15,11 @@ same formulas as `model` when a slider moves; the starting values are the run's 
 from __future__ import annotations
 
 import html
+from statistics import median
 
 from .figures import Card, card
 from .runs import RunRecord
-from .why import costs
+from .why import costs, mean_window, verify_forwards
 
 esc = html.escape
 
@@ -58,17 +59,18 @@ def run_inputs(records: dict[str, RunRecord], meta: dict, sd: Card | None = None
     if stats.get("acceptance_rate"):
         values["a"] = round(min(0.99, max(0.30, stats["acceptance_rate"])), 2)
         said["a"] = "SD's kept share"
-    windows = sd.windows
-    if windows and windows[1]:
-        values["k"] = int(min(12, max(1, windows[1])))
-        said["k"] = "SD's median window"
+    window = mean_window(records["sd"])
+    if window:
+        values["k"] = int(min(12, max(1, round(window))))
+        said["k"] = "SD's mean window"
     got = costs(records)
     if got.get("target") and got.get("draft"):
         values["c"] = round(min(1.0, max(0.02, got["draft"] / got["target"])), 2)
         said["c"] = "the medians measured here"
-    if got.get("target") and got.get("verify_alone"):
-        values["v"] = round(min(2.5, max(1.0, got["verify_alone"] / got["target"])) * 20) / 20
-        said["v"] = "SD's verify passes"
+    passes = list(verify_forwards(records["sd"]).values())  # every window length, as the model's one k
+    if got.get("target") and passes:
+        values["v"] = round(min(2.5, max(1.0, median(passes) / got["target"])) * 20) / 20
+        said["v"] = "SD's verify passes (median)"
     layer, layers = meta.get("exit_layer"), meta.get("target_layers")
     if layer and layers:
         values["e"] = round(min(0.95, max(0.30, layer / layers)), 2)
@@ -88,7 +90,7 @@ def outputs(values: dict) -> dict[str, str]:
 
 
 def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | None = None,
-                replay_b: float | None = None, accel_c: float | None = None) -> str:
+                replay_b: float | None = None) -> str:
     """The box: a slider per input (starting at the run's own figures), the model's tokens per
     step and speeds, and, after a run, SD's measured tokens per verify step and decode speed over
     AR beside them, and (`replay_b`) the replay of the run's own steps with the draft on a device
@@ -96,10 +98,9 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
     sd = _sd_card(records)
     values, said = run_inputs(records, meta, sd)
     out = outputs(values)
-    marks = [("this machine" if "c" in said else "the sliders' start", values["c"])]
-    if accel_c is not None:
-        marks.append(("the accelerator pair", accel_c))
-    marks.append(("a pair like the paper's", PAPER_DRAFT))
+    # the draft costs the model is drawn at, not pairs' projections (the replay is the page's figure)
+    marks = [("the draft cost measured here" if "c" in said else "the sliders' start", values["c"]),
+             ("a paper-like draft cost", PAPER_DRAFT)]
     per_step = (f"wrote {sd.tokens_per_step:.2f} tokens per verify step (its windows vary from step to step; the "
                 f"model takes one length) and " if sd and sd.tokens_per_step else "")
     rows = "".join(

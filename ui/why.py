@@ -153,6 +153,13 @@ def _common_window(sd: RunRecord | None, mirror: RunRecord | None, only: set[int
     return max(both, key=lambda w: (min(a.count(w), b.count(w)), w)) if both else None
 
 
+def mean_window(rec: RunRecord | None) -> float | None:
+    """The drafted tokens a verify step checked, on average over the steps after the first (the
+    ledger's steps; a step that drafted nothing counts 0); None without such a step."""
+    sizes = [w for step, w in _windows(rec).items() if step > 0]
+    return sum(sizes) / len(sizes) if sizes else None
+
+
 def _gamma(rec: RunRecord | None) -> int:
     windows = [len(e.drafted) for e in (rec.events if rec else []) if isinstance(e, Verify)]
     return max(windows, default=0)
