@@ -224,15 +224,17 @@ def _prompt_row(c: dict) -> None:
 def _results(c: dict) -> None:
     """The results of a run: shown once a run starts (nothing empty before)."""
     with gr.Column(visible=False, elem_id="results") as results:
+        c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
+                            apply_default_css=False, elem_id="board")
+        # the verdict right under the race: what the runs measured, then the panes they wrote
+        c["verdict"] = gr.HTML("", elem_id="verdict")
+        # the panes' colours and the two methods' orders beside the panes they explain, under the
+        # race and the verdict (on screen right after Run: the race)
         with gr.Row(elem_id="legend-row"):
             gr.HTML(render_legend(), elem_id="legend")
             gr.HTML(race_key(), elem_id="race-key")
             show_rejected = gr.Checkbox(True, label="show rejected drafts (struck through)",
                                         elem_id="show-rejected", scale=0, min_width=230)
-        c["live"] = gr.HTML("", html_template=BOARD_TEMPLATE, js_on_load=BOARD_JS,
-                            apply_default_css=False, elem_id="board")
-        # the verdict right under the race: what the runs measured, then the panes they wrote
-        c["verdict"] = gr.HTML("", elem_id="verdict")
         with gr.Row(equal_height=False, elem_id="panes"):
             c["panes"] = [gr.HTML(render_pane(m, None, "waiting", note="Press Run."),
                                   elem_id=f"pane-{m}", min_width=300, visible=m in default_methods() or m not in VARIANTS)
