@@ -547,7 +547,7 @@ def lead_words(c: dict[str, Card], records: dict[str, RunRecord], meta: dict,
         # the why (': its draft is too slow …') as a sentence of its own after the figure
         after = f" {why[2].upper()}{why[3:]}." if why.startswith(": ") and ratio < 1 else how if ratio >= 1 + ONE_RUN else ""
         out.append(f"In this one run {label(top)} ran {ratio:.2f}× SD's speed: within one run's noise here "
-                   f"({ONE_RUN:.0%}); the default 3 interleaved runs tell closer methods apart.{after}"
+                   f"({ONE_RUN:.0%}).{after}"  # the one-run note under the lead says where the medians are
                    if abs(ratio - 1) < ONE_RUN else
                    f"Mirror-SD {'beat' if ratio > 1 else 'was slower than'} SD in this one run: {label(top)} "
                    f"{ratio:.2f}× SD's speed.{after}")
