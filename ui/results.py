@@ -22,7 +22,7 @@ from .splitchart import LEAD as SPLIT_LEAD, render_split_chart, short_line
 from .whatif import figure_words, over_sd_figure, projection_line, range_values, round_span, rounds_span_one
 from .runs import (RunRecord, against_ar, analyse, colour, exit_check, exit_mirrors, gated, label, measured,
                    method_names, overlapped_and_gated, variant_of, verdict_outcome)
-from .zoom import fresh_steps, redraft_ms, render_cause, zoom_record
+from .zoom import redraft_ms, render_cause, zoom_record
 from .why import (PART_NAMES, PARTS, breakdown, mean_window, per_token, contention, costs, cross_sentence, early_exit_share, lanes_at_once, steps_in_turn,
                   lanes_badge, ran_as_sd, steps_undrafted)
 
@@ -112,9 +112,6 @@ def _against_sd(m: str, c: dict[str, Card], sp: dict, spreads: dict | None) -> s
     return f"{ratio:.2f}× SD end to end: {said}"
 
 
-FRESH_MIN = 3  # fresh windows (drafted after a verdict) a run needs before their median is set beside its hits
-
-
 def late_hits_words(rec: RunRecord | None) -> str:
     """' Its branches hit 9 verdicts, but sharing the cores the draft finished 8 of those branches
     after the verdict, a median 189 ms late; a window drafted fresh after a verdict took 54 ms
@@ -126,8 +123,7 @@ def late_hits_words(rec: RunRecord | None) -> str:
     late = [sv.late_ms for sv in hits if sv.late_ms]
     if not late:
         return ""
-    fresh = redraft_ms(rec)
-    fresh = fresh if len(fresh_steps(steps)) >= FRESH_MIN else None  # a median of one or two windows compares nothing
+    fresh = redraft_ms(rec)  # None from fewer than FRESH_MIN fresh windows
     which = (("that branch" if len(hits) == 1 else f"all {len(hits)} of those branches") if len(late) == len(hits)
              else f"{len(late)} of those branches")
     return (f" Its branches hit {len(hits)} verdict{'' if len(hits) == 1 else 's'}, but sharing the cores the "

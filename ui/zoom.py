@@ -372,12 +372,16 @@ def fresh_steps(steps: dict[int, StepView]) -> list[int]:
     return [s for s, sv in steps.items() if sv.fallback is not None or verdict_outcome(sv) == "turn"]
 
 
+FRESH_MIN = 3  # fresh windows (drafted after a verdict) a run needs before their median is set beside its hits
+
+
 def redraft_ms(rec: RunRecord) -> float | None:
     """The median time the draft took to write a window after a verdict in this run (a miss's
-    redraft, or a step whose lanes ran in turn), in ms; None when no step did."""
+    redraft, or a step whose lanes ran in turn), in ms; None where fewer than FRESH_MIN steps did
+    (a median of one or two windows compares nothing)."""
     times = [redraft_s(rec, s) for s in fresh_steps(analyse(rec).steps)]
     times = [t for t in times if t > 0]
-    return median(times) * 1e3 if times else None
+    return median(times) * 1e3 if len(times) >= FRESH_MIN else None
 
 
 def _miss_beside(rec: RunRecord, sv: StepView) -> str:
