@@ -4,6 +4,7 @@ median and range over repeated runs."""
 from __future__ import annotations
 
 import json
+from html import escape as html_escape
 import re
 from pathlib import Path
 
@@ -1690,37 +1691,62 @@ def test_the_lead_says_only_what_the_rounds_tell():
     assert lead_words({"ar": c["ar"]}, records, shared, None) == ""
 
 
-def test_the_lead_s_why_is_the_ledger_s_biggest_gap_then_the_projection_where_it_passes_sd():
+def test_the_lead_s_why_is_the_ledger_s_biggest_gap_then_the_projection_where_it_passes_sd(monkeypatch):
     """Why Mirror-SD did not beat SD, in the ledger's own terms: the part of a token's time that
-    grew most against SD (here verifying, beside the draft), with both figures as the ledger
-    shows them, and what hiding the draft did to the waiting; then, only where the draft on a
-    device of its own would pass SD in every round and both models share one device, that
-    projection, labelled; nothing where Mirror-SD was the faster."""
-    from ui.results import _ms, lead_why, ledger_terms, render_ledger
+    grew most against SD, with both figures as the ledger shows them, and (verifying) what hiding
+    the draft did to the waiting; then, only where the draft on a device of its own would pass SD
+    in every round and both models share one device, that projection, labelled; nothing where
+    Mirror-SD was the faster."""
+    import ui.results as results
+    from ui.results import _ms, lead_why, ledger_cause, ledger_terms, render_ledger
     records = tiny_records()
     shared = {"target_device": "cpu", "draft_device": "cpu", "target_layers": 4}
     passes = {"over_sd": {"b": 1.5, "c": 1.2}, "over_sd_rounds": {"b": [1.2, 1.5, 1.7]}}
-    sd, mi = ledger_terms(records["sd"]), ledger_terms(records["mirror"])
-    gaps = {k: mi[k] - sd[k] for k in ("forwards", "waiting", "idle")}
-    assert max(gaps, key=gaps.get) == "forwards", gaps  # the tiny run's Mirror-SD verifies slower a token
-    cause = (f"Why: verifying cost Mirror-SD {_ms(mi['forwards'])} ms a token against SD's {_ms(sd['forwards'])}, "
-             f"its target working beside the draft on the same cores")
-    said = lead_why(records, shared, passes)
-    assert said.startswith(cause), said
-    assert said.endswith(" With the draft on a device of its own these steps would give 1.50× SD (projected, not measured)."), said
-    ledger = render_ledger(records)
-    for k in ("forwards", "waiting"):  # the figures the why names are the ledger's
-        assert f"{_ms(mi[k])}" in re.search(r'<li data-ledger="mirror">(.*?)</li>', ledger).group(1)
-    for p in (dict(passes, over_sd_rounds={"b": [0.8, 1.5, 1.7]}), {"over_sd": {"b": 0.9}}, None):
-        assert "projected" not in lead_why(records, shared, p)  # inconclusive, below SD, or none
-        assert lead_why(records, shared, p).startswith(cause)
-    two = dict(shared, target_device="cuda:0", draft_device="cuda:1")
-    assert "same cores" not in lead_why(records, two, passes) and "projected" not in lead_why(records, two, passes)
     c = cards(records)
-    faster = {m: {"e2e_tps": Spread(x.e2e_tps * (3 if m == "mirror" else 1), 0, 0, 3)} for m, x in c.items()}
+    slower = {m: {"e2e_tps": Spread(x.e2e_tps, 0, 0, 3)} for m, x in c.items()}
+    slower["mirror"] = {"e2e_tps": Spread(c["sd"].e2e_tps * 0.8, 0, 0, 3)}
+    # the real runs: the why names the ledger's own figures for whichever part grew most
+    sd, mi = ledger_terms(records["sd"]), ledger_terms(records["mirror"])
+    cause = ledger_cause(records, shared)
+    if mi["step"]["per_token"] > sd["step"]["per_token"]:
+        grew = max(("forwards", "waiting", "idle"), key=lambda k: mi[k] - sd[k])
+        assert cause.startswith("Why: ") and f"{_ms(mi[grew])}" in cause and f"{_ms(sd[grew])}" in cause, cause
+        row = re.search(r'<li data-ledger="mirror">(.*?)</li>', render_ledger(records)).group(1)
+        assert f"{_ms(mi[grew])}" in row, row  # the figure the why names is the ledger's
+    else:
+        assert cause == ""
+    said = lead_why(records, shared, passes, slower)
+    assert said.startswith(cause) and said.endswith(
+        "With the draft on a device of its own these steps would give 1.50× SD (projected, not measured)."), said
+    for p in (dict(passes, over_sd_rounds={"b": [0.8, 1.5, 1.7]}), {"over_sd": {"b": 0.9}}, None):
+        assert lead_why(records, shared, p, slower) == cause  # inconclusive, below SD, or none: no projection
+    two = dict(shared, target_device="cuda:0", draft_device="cuda:1")
+    assert "projected" not in lead_why(records, two, passes, slower)
+    faster = dict(slower, mirror={"e2e_tps": Spread(c["sd"].e2e_tps * 3, 0, 0, 3)})
     assert lead_why(records, shared, passes, faster) == ""
-    html = render_verdict(records, shared)
-    assert '<p class="msd-lead-why">Why: ' in html and html.index("msd-lead") < html.index("msd-lead-why") < html.index("msd-ledger")
+
+    # each cause, from set ledger terms (ms a token)
+    def terms(forwards, waiting, idle):
+        return {"forwards": forwards, "waiting": waiting, "idle": idle, "hidden": 0.0,
+                "step": {"per_token": forwards + waiting + idle}}
+    def cause_of(sd_t, mirror_t, meta=shared):
+        monkeypatch.setattr(results, "ledger_terms", lambda rec: sd_t if rec is records["sd"] else mirror_t)
+        return ledger_cause(records, meta)
+    assert cause_of(terms(40, 30, 1), terms(70, 29, 1)) == (
+        "Why: verifying cost Mirror-SD 70 ms a token against SD's 40, its target working beside the draft on the "
+        "same cores; hiding its draft saved no waiting (29 against SD's 30 ms a token).")
+    assert cause_of(terms(40, 30, 1), terms(70, 14, 1), two) == (
+        "Why: verifying cost Mirror-SD 70 ms a token against SD's 40; hiding its draft saved 16 ms a token of waiting.")
+    assert cause_of(terms(40, 30, 1), terms(42, 60, 1)) == (
+        "Why: its target waited for the draft 60 ms a token against SD's 30: the draft was too slow to hide "
+        "behind the target.")
+    assert cause_of(terms(40, 30, 1), terms(40, 30, 9)) == "Why: idle time cost Mirror-SD 9.0 ms a token against SD's 1.0."
+    assert cause_of(terms(40, 30, 1), terms(30, 30, 1)) == ""  # not slower a token: no why
+    monkeypatch.undo()
+    html = render_verdict(records, shared, None, slower)
+    if cause:
+        assert f'<p class="msd-lead-why">{html_escape(cause)}</p>' in html
+        assert html.index("msd-lead") < html.index("msd-lead-why") < html.index("msd-ledger")
 
 
 def test_the_done_message_says_where_and_how_often_not_the_verdict():

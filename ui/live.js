@@ -285,7 +285,7 @@ function minis() {
   box.innerHTML = runs.map(r => '<div class="bm-row' + (r.stale ? ' is-stale' : '') + '"><span class="bm-name">' +
     r.label.replace(/&/g, '&amp;').replace(/</g, '&lt;') + '</span><span class="bm-track"><i style="width:' +
     (100 * r.tokens / top).toFixed(1) + '%;background:' + r.colour + '"></i></span><span class="bm-n">' + r.tokens +
-    (r.ended && !r.stale ? ' ✓' : '') + '</span></div>').join('');  // a faded run is the round before's: no tick
+    (r.stale ? ' (round ' + r.staleRound + ')' : r.ended ? ' ✓' : '') + '</span></div>').join('');  // a faded run is the round before's: no tick
 }
 
 // tokens written against time, one line per run on the timeline's time axis, its key each run's

@@ -138,7 +138,7 @@ def _replayed(replay_b: float | None) -> str:
     return (f'<p class="mc-run">The page\'s figure for this pair with the draft on a device of its own is '
             f'the replay of this run\'s own steps (What if, row (b); the pay chart): Mirror-SD '
             f'<b>{replay_b:.2f}×</b> SD. This model reads otherwise: it gives both methods one window length (k '
-            f'above: SD\'s median window) and makes every step a hit; the replay keeps each method\'s own '
+            f'above: SD\'s mean window, rounded) and makes every step a hit; the replay keeps each method\'s own '
             f'windows (Mirror-SD\'s can be longer than SD\'s), misses and late branches as they were.</p>')
 
 
@@ -187,7 +187,7 @@ def gain_chart(values: dict, marks: list[tuple[str, float]]) -> str:
             f'the model above, not a measurement</span> (window {k}, verify pass {v:.2f}, exit at {e:.0%} of the pass, '
             f'the draft on a device of its own, every step a hit; drawn at the run\'s figures, the sliders do not move it)</div>{svg}'
             f'<p class="mc-note">The gain peaks at <b>{2 - e:.2f}×</b> SD where the draft\'s window just fits in the '
-            f'target\'s pass after the early exit (one draft forward {peak:.2f} target forwards here); a dearer '
+            f'target\'s pass after the early exit (one draft forward {peak:.3f} target forwards here); a dearer '
             f'draft makes the target wait, a cheaper one finishes early and the exit\'s head start, {1 - e:.0%} of a '
             f'pass, is all it can save. An earlier exit raises the ceiling; sharing one device, as here, lowers '
             f'every point (the measured bar in the verdict).</p></div>')

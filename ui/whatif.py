@@ -717,7 +717,7 @@ def projection_line(p: dict, where: str = "What if, first table, row (c)",
         said += esc(rounds.removeprefix(figure_words(p, "c")))
     line = (f'<p class="msd-projection" title="{esc("Each method at the settings it would pick there: " + settings)}">'
             f'<span class="msd-proj-tag">projection, not a measurement</span> '
-            f'On an accelerator pair like the Mirror-SD paper\'s, larger models than the pair that ran here, '
+            f'On an accelerator pair (target GPU, draft NPU), larger models than the pair that ran here, '
             f'{said} <span class="msd-more">({esc(where)})</span></p>')
     said = p.get("series_short", p.get("series_line"))  # the source said in full in the line above
     # the runs shown's curve against the hit rate; not where the runs' own projections fall on
