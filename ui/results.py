@@ -320,8 +320,11 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
         plain, step = variant_of(m)[0] == "ar", t["step"]
         bars = "".join(f'<i class="{cls}" style="width:{100 * t[k] / top:.1f}%" title="{esc(words)}: {t[k]:.1f} ms a token"></i>'
                        for k, cls, words in LEDGER_PARTS if t[k] > 0)
-        sum_ = " + ".join(f"{name} {_ms(t[k])}" for k, name in (("forwards", "target forward" if plain else "verify"),
-                                                                ("waiting", "waiting"), ("idle", "idle"))
+        # a part under 1 ms beside whole ms reads as "<1", so the rounded parts read as the total
+        whole = step["per_token"] >= 9.95
+        sum_ = " + ".join(f"{name} {('<1' if t[k] < 1 else f'{t[k]:.0f}') if whole else _ms(t[k])}"
+                          for k, name in (("forwards", "target forward" if plain else "verify"),
+                                          ("waiting", "waiting"), ("idle", "idle"))
                           if k == "forwards" or float(_ms(t[k])) > 0)
         window = mean_window(done[m])
         per_step = "" if plain else (
