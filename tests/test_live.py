@@ -239,7 +239,13 @@ def test_the_race_says_which_run_starts_behind_and_by_how_much():
         assert json.loads(race_message(records))["note"] == note
         records["sd"].finish.stats["prefill_s"] = 0.78
         assert race_note(records).startswith("First tokens: AR at 0.45 s, SD at 0.78 s and Mirror-SD at 0.78 s "
-                                             "(each drafts and checks a first window), so they start behind.")
+                                             "(each drafts and checks a first window), so SD and Mirror-SD start "
+                                             "0.33 and 0.33 s behind AR.")
+        for m, t in (("ar", 0.70), ("sd", 0.50), ("mirror", 0.78)):  # SD first: AR is behind it too, named
+            records[m].finish.stats["prefill_s"] = t
+        assert race_note(records).startswith("First tokens: SD at 0.50 s, AR at 0.70 s and Mirror-SD at 0.78 s, "
+                                             "so AR and Mirror-SD start 0.20 and 0.28 s behind SD.")
+        records["ar"].finish.stats["prefill_s"] = 0.45
         records["sd"].finish.stats["prefill_s"] = 0.50
         records["mirror"].finish.stats["prefill_s"] = 0.52
         assert race_note(records) == ""  # within 0.1 s of the earliest: nothing to say

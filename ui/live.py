@@ -258,10 +258,12 @@ def race_note(records: dict[str, RunRecord]) -> str:
         return ""
     one = len(late) == 1
     at = _names([f"{label(m)} at {first[m]:.2f} s" for m in late])
-    behind = f"{first[late[0]] - first[lead]:.2f} s behind" if one else "behind"
+    gaps = _names([f"{first[m] - first[lead]:.2f}" for m in late])
     why = "" if "ar" in late else f" ({'it drafts' if one else 'each drafts'} and checks a first window)"
+    # each late run by name and by how much, behind the first to start (AR may be among them)
+    who = "it starts" if one else f"{_names([label(m) for m in late])} start"
     return (f"First tokens: {label(lead)} at {first[lead]:.2f} s, {at}{why}, so "
-            f"{'it starts' if one else 'they start'} {behind}. End-to-end speed counts this; "
+            f"{who} {gaps} s behind{'' if one else ' ' + label(lead)}. End-to-end speed counts this; "
             f"decode speed does not.")
 
 

@@ -123,9 +123,10 @@ def render_calc(records: dict[str, RunRecord], meta: dict, measured_sd: float | 
             f'starts at the early exit; the next step waits for the verdict and the branch).</p>{run}{_replayed(replay_b)}'
             f'<p class="mc-note"><button type="button" class="mc-paper">a pair like the paper\'s: one draft '
             f'forward a twentieth of a target forward</button> <button type="button" class="mc-reset">back to '
-            f'the run\'s figures</button><br>In this model, a draft that cheap (a 0.6B draft beside a 14–32B '
-            f'target) puts Mirror-SD ahead; a dearer one cannot fit its window in the part of the pass after the '
-            f'early exit. The What-if fold replays this run\'s own steps instead, each with its own window, on '
+            f'the run\'s figures</button><br>In this model, with the draft on a device of its own, Mirror-SD '
+            f'is never behind SD; its lead is largest where the draft\'s window just fits in the part of the pass '
+            f'after the early exit (the chart below), whether the draft is cheap (a 0.6B draft beside a 14–32B '
+            f'target) or not. The What-if fold replays this run\'s own steps instead, each with its own window, on '
             f'an accelerator pair whose draft has a cost of its own (the pay chart gives its share of the '
             f'target\'s), so its figures differ from this model\'s.</p>{gain_chart(values, marks)}</div>')
 
