@@ -325,7 +325,7 @@ def render_ledger(done: dict[str, RunRecord], runs: int = 1) -> str:
         sum_ = " + ".join(f"{name} {('<1' if t[k] < 1 else f'{t[k]:.0f}') if whole else _ms(t[k])}"
                           for k, name in (("forwards", "target forward" if plain else "verify"),
                                           ("waiting", "waiting"), ("idle", "idle"))
-                          if k == "forwards" or float(_ms(t[k])) > 0)
+                          if k == "forwards" or t[k] >= 0.05)  # what rounds to 0.0 ms is left out
         window = mean_window(done[m])
         per_step = "" if plain else (
             f"a step after the first: {step['forwards'] + step['waiting'] + step['idle']:.0f} ms for "
@@ -765,6 +765,13 @@ def _checked_words(rec: RunRecord, apart: bool = False) -> str:
             f'(untimed), <b>{esc(checked_words(t, apart))}</b>.</span>')
 
 
+def _mostly_in_turn(rec: RunRecord) -> bool:
+    """Whether most of a Mirror-SD run's verify steps ran one lane after the other (or drafted
+    nothing): `_lanes_line` then says so in its own words, not the engine's."""
+    _, at_once, steps = lane_words(rec)
+    return bool(steps) and 2 * at_once < steps
+
+
 def _lanes_line(rec: RunRecord, overlapped: str = "") -> str:
     """A Mirror-SD run's two lanes on this machine: when most steps ran one lane after the other
     (the overlap gate), that in one bold line, with what the run with the lanes at once in every
@@ -775,7 +782,7 @@ def _lanes_line(rec: RunRecord, overlapped: str = "") -> str:
     if not split:
         return ""
     measured_twin = f' <span class="msd-twin">{esc(overlapped)}</span>' if overlapped else ""
-    if steps and 2 * at_once < steps:  # most steps ran one lane after the other, or drafted nothing
+    if _mostly_in_turn(rec):  # most steps ran one lane after the other, or drafted nothing
         decoded, turns = steps_undrafted(rec), steps_in_turn(rec)
         last = steps - at_once - decoded - turns  # the last step: it drafts no next window
         others = ([f"{'all of them' if turns == steps else turns} ran the draft, then the target, as SD does"]
@@ -954,7 +961,7 @@ def render_statistics(records: dict[str, RunRecord], settings: dict | None = Non
     if lanes:  # the gated run's lanes where it ran (its gate's choice), else Mirror-SD's
         line = _lanes_line(done[lanes], overlap_measured(c, spreads))
         cross += line
-        said = lanes if "two lanes here" in line else None  # the engine's words: not again below
+        said = None if _mostly_in_turn(done[lanes]) else lanes  # the engine's words: not again below
     own = [f"{label(m)}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in variant_of(m)[1].items())
            for m in done if variant_of(m)[1]]  # the methods that ran with settings of their own
     facts = " · ".join(x for x in (_settings_line(settings, meta), "; ".join(own) if settings else "",

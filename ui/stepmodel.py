@@ -150,7 +150,8 @@ GAIN_C = (0.0, 0.6)  # the gain chart's draft costs, in target forwards
 def gain(k: int, c: float, v: float, e: float) -> float:
     """Mirror-SD over SD in the model (the draft on a device of its own, every step a hit): the
     tokens a step cancel, leaving SD's step over Mirror-SD's, (v + k·c) / max(v, e·v + k·c)."""
-    return (v + k * c) / max(v, e * v + k * c)
+    m = model(0.5, k, c, v, e)  # any kept share: the tokens a step cancel in the ratio
+    return m["mirror"] / m["sd"]
 
 
 def gain_chart(values: dict, marks: list[tuple[str, float]]) -> str:
